@@ -1,0 +1,181 @@
+// Package results holds the one schema every backend reports in, the run-directory
+// store, normalization (tokens/s, MFU, scaling efficiency, memory saving) and the
+// reporters (tables, CSV, JSON). Normalization computes; reporters only format.
+package results
+
+import "time"
+
+// Status is the outcome of a run.
+type Status string
+
+// Run statuses (DESIGN.md). oom and infeasible are results, not failures: a sweep
+// that finds the memory wall has succeeded.
+const (
+	StatusOK         Status = "ok"
+	StatusOOM        Status = "oom"
+	StatusFailed     Status = "failed"
+	StatusTimeout    Status = "timeout"
+	StatusCanceled   Status = "canceled"
+	StatusInfeasible Status = "infeasible"
+)
+
+// Final reports whether a run with this status is finished for good: resume skips it.
+func (s Status) Final() bool {
+	return s == StatusOK || s == StatusOOM || s == StatusInfeasible
+}
+
+// Fits reports whether the run's configuration fit in memory and ran.
+func (s Status) Fits() bool { return s == StatusOK }
+
+// Step is one measured optimizer step (warm-up steps are not reported).
+type Step struct {
+	Step      int      `json:"step"`
+	Loss      *float64 `json:"loss,omitempty"`
+	StepTimeS float64  `json:"step_time_s"`
+	Tokens    int64    `json:"tokens"`
+}
+
+// CommBytes is the payload each collective moved per step, per rank.
+type CommBytes struct {
+	AllGather     int64 `json:"all_gather"`
+	ReduceScatter int64 `json:"reduce_scatter"`
+	AllReduce     int64 `json:"all_reduce"`
+}
+
+// Env describes where a run executed.
+type Env struct {
+	Hosts       []string `json:"hosts,omitempty"`
+	GPU         string   `json:"gpu,omitempty"`
+	Driver      string   `json:"driver,omitempty"`
+	CUDA        string   `json:"cuda,omitempty"`
+	NCCL        string   `json:"nccl,omitempty"`
+	Torch       string   `json:"torch,omitempty"`
+	Go          string   `json:"go,omitempty"`
+	Fsdpbench   string   `json:"fsdpbench,omitempty"`
+	Commit      string   `json:"commit,omitempty"`
+	Hardware    string   `json:"hardware,omitempty"` // the hardware profile the figures refer to
+	ModelParams int64    `json:"model_params,omitempty"`
+}
+
+// RankResult is what one rank reported.
+type RankResult struct {
+	Rank                  int      `json:"rank"`
+	Host                  string   `json:"host,omitempty"`
+	MeasuredWallS         float64  `json:"measured_wall_s,omitempty"`
+	Tokens                int64    `json:"tokens,omitempty"`
+	PeakMemAllocatedBytes *int64   `json:"peak_mem_allocated_bytes,omitempty"`
+	PeakMemReservedBytes  *int64   `json:"peak_mem_reserved_bytes,omitempty"`
+	PeakDeviceMemBytes    *int64   `json:"peak_device_mem_bytes,omitempty"`
+	PeakRSSBytes          *int64   `json:"peak_rss_bytes,omitempty"`
+	LossLast              *float64 `json:"loss_last,omitempty"`
+}
+
+// Result is what a backend reports for one execution (one repeat) of one run.
+// Figures that are unknown stay nil; they are never reported as zero.
+type Result struct {
+	Status Status `json:"status"`
+	Error  string `json:"error,omitempty"`
+	// Predicted marks figures that come from the analytic model, not a measurement.
+	Predicted bool `json:"predicted,omitempty"`
+
+	WorldSize     int   `json:"world_size"`
+	Nodes         int   `json:"nodes,omitempty"`
+	GPUsPerNode   int   `json:"gpus_per_node,omitempty"`
+	TokensPerStep int64 `json:"tokens_per_step,omitempty"`
+
+	// Steps are the measured steps as seen by the slowest rank.
+	Steps []Step `json:"steps,omitempty"`
+	// MeasuredWallS is the wall time of the measured steps on the slowest rank.
+	MeasuredWallS float64 `json:"measured_wall_s,omitempty"`
+
+	// ModelFlopsPerToken is PaLM's 6N + 12·L·H·Q·T (no recompute); PeakFlopsPerS is one
+	// rank's dense peak at the run's precision. Together they give MFU.
+	ModelFlopsPerToken float64 `json:"model_flops_per_token,omitempty"`
+	PeakFlopsPerS      float64 `json:"peak_flops_per_s,omitempty"`
+
+	PeakMemAllocatedBytes *int64 `json:"peak_mem_allocated_bytes,omitempty"`
+	PeakMemReservedBytes  *int64 `json:"peak_mem_reserved_bytes,omitempty"`
+	PeakDeviceMemBytes    *int64 `json:"peak_device_mem_bytes,omitempty"`
+	PeakRSSBytes          *int64 `json:"peak_rss_bytes,omitempty"`
+	// DeviceMemBytes is the capacity of one device, when known (for the OOM margin).
+	DeviceMemBytes *int64 `json:"device_mem_bytes,omitempty"`
+
+	// MemBreakdownBytes splits one rank's peak by category (params, grads,
+	// optimizer, activations, logits, buffers, ...), when the backend knows it.
+	MemBreakdownBytes map[string]int64 `json:"mem_breakdown_bytes,omitempty"`
+
+	PerRank          []RankResult `json:"per_rank,omitempty"`
+	CommBytesPerStep *CommBytes   `json:"comm_bytes_per_step,omitempty"`
+	Env              Env          `json:"env"`
+
+	Started  time.Time `json:"started,omitempty"`
+	Finished time.Time `json:"finished,omitempty"`
+
+	// Extra keeps backend-specific keys as they were reported.
+	Extra map[string]any `json:"extra,omitempty"`
+}
+
+// Quantiles summarizes a distribution of per-step (or per-repeat) values.
+type Quantiles struct {
+	Median float64 `json:"median"`
+	P10    float64 `json:"p10"`
+	P90    float64 `json:"p90"`
+}
+
+// Interval is a median with its 95% confidence interval (benchmath, as benchstat).
+type Interval struct {
+	Center float64 `json:"center"`
+	Lo     float64 `json:"lo"`
+	Hi     float64 `json:"hi"`
+}
+
+// Metrics is the normalized record of one run (over all its repeats): the content of
+// metrics.json. Units are in the names; nil means unknown, never zero.
+type Metrics struct {
+	RunID     string `json:"run_id"`
+	Status    Status `json:"status"`
+	Error     string `json:"error,omitempty"`
+	Predicted bool   `json:"predicted,omitempty"`
+	Repeats   int    `json:"repeats"`
+
+	WorldSize     int   `json:"world_size"`
+	Nodes         int   `json:"nodes"`
+	GPUsPerNode   int   `json:"gpus_per_node"`
+	TokensPerStep int64 `json:"tokens_per_step,omitempty"`
+	StepsMeasured int   `json:"steps_measured"`
+
+	StepTimeS          *Quantiles `json:"step_time_s,omitempty"`
+	TokensPerS         *float64   `json:"tokens_per_s,omitempty"`
+	TokensPerSPerRank  *float64   `json:"tokens_per_s_per_rank,omitempty"`
+	ModelFlopsPerToken *float64   `json:"model_flops_per_token,omitempty"`
+	MFU                *float64   `json:"mfu,omitempty"`
+	TFLOPsPerRank      *float64   `json:"tflops_per_rank,omitempty"`
+
+	PeakMemAllocatedBytes *int64 `json:"peak_mem_allocated_bytes,omitempty"`
+	PeakMemReservedBytes  *int64 `json:"peak_mem_reserved_bytes,omitempty"`
+	PeakDeviceMemBytes    *int64 `json:"peak_device_mem_bytes,omitempty"`
+	PeakRSSBytes          *int64 `json:"peak_rss_bytes,omitempty"`
+	DeviceMemBytes        *int64 `json:"device_mem_bytes,omitempty"`
+
+	MemBreakdownBytes map[string]int64 `json:"mem_breakdown_bytes,omitempty"`
+	PerRank           []RankResult     `json:"per_rank,omitempty"`
+	LossFirst         *float64         `json:"loss_first,omitempty"`
+	LossLast          *float64         `json:"loss_last,omitempty"`
+	CommBytesPerStep  *CommBytes       `json:"comm_bytes_per_step,omitempty"`
+	Env               Env              `json:"env"`
+
+	// With repeats > 1: every repeat's value of each figure, and the median's 95% CI.
+	Samples map[string][]float64 `json:"samples,omitempty"`
+	CI      map[string]Interval  `json:"ci,omitempty"`
+
+	Started  time.Time `json:"started,omitempty"`
+	Finished time.Time `json:"finished,omitempty"`
+
+	Extra map[string]any `json:"extra,omitempty"`
+}
+
+// F64 returns a pointer to v, for optional figures.
+func F64(v float64) *float64 { return &v }
+
+// I64 returns a pointer to v, for optional figures.
+func I64(v int64) *int64 { return &v }

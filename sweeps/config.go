@@ -1,0 +1,219 @@
+// Package sweeps turns a sweep spec (YAML) into a validated, deterministic list of
+// RunConfigs: the grid is expanded, base/include/exclude applied, derived axes filled
+// in, and every run given a stable ID. It knows nothing about how runs execute.
+package sweeps
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sharding strategies, as PyTorch FSDP names them, plus DDP as the baseline.
+const (
+	FullShard   = "full_shard"
+	ShardGradOp = "shard_grad_op"
+	HybridShard = "hybrid_shard"
+	NoShard     = "no_shard"
+	DDP         = "ddp"
+)
+
+// Backward prefetch settings (PyTorch's BackwardPrefetch, plus none).
+const (
+	BackwardPre  = "backward_pre"
+	BackwardPost = "backward_post"
+	PrefetchNone = "none"
+)
+
+// Mixed precision settings.
+const (
+	BF16 = "bf16"
+	FP16 = "fp16"
+	FP32 = "fp32"
+)
+
+// ShardingValues lists the allowed values of the sharding axis, in display order.
+var ShardingValues = []string{FullShard, ShardGradOp, HybridShard, NoShard, DDP}
+
+// BackwardPrefetchValues lists the allowed values of the backward_prefetch axis.
+var BackwardPrefetchValues = []string{BackwardPre, BackwardPost, PrefetchNone}
+
+// MixedPrecisionValues lists the allowed values of the mixed_precision axis.
+var MixedPrecisionValues = []string{BF16, FP16, FP32}
+
+// Duration is a time.Duration that reads and writes as a Go duration string ("10m").
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string such as "10m0s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string ("90s", "10m") or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return fmt.Errorf("duration must be a string like \"10m\" or a number of seconds")
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+// RunConfig is one fully resolved point of a sweep: everything a backend needs to
+// execute it. It is plain data (JSON), so it travels to plugins and into run_args.json.
+type RunConfig struct {
+	// ID is Slug + "-" + a short hash of the training configuration (see Hash);
+	// it is stable across machines and names the run's directory.
+	ID   string `json:"id"`
+	Slug string `json:"slug"`
+
+	Sweep       string   `json:"sweep"`
+	Backend     string   `json:"backend"`
+	Launcher    string   `json:"launcher"`
+	Hardware    string   `json:"hardware"`
+	Model       string   `json:"model"`
+	SeqLen      int      `json:"seq_len"`
+	Steps       int      `json:"steps"`
+	WarmupSteps int      `json:"warmup_steps"`
+	Repeats     int      `json:"repeats"`
+	Timeout     Duration `json:"timeout"`
+	Seed        int64    `json:"seed"`
+
+	Nodes                   int    `json:"nodes"`
+	GPUsPerNode             int    `json:"gpus_per_node"`
+	WorldSize               int    `json:"world_size"`
+	BatchPerDevice          int    `json:"batch_per_device"`
+	GradAccum               int    `json:"grad_accum"`
+	GlobalBatch             int    `json:"global_batch"`
+	Sharding                string `json:"sharding"`
+	ActivationCheckpointing bool   `json:"activation_checkpointing"`
+	BackwardPrefetch        string `json:"backward_prefetch"`
+	ForwardPrefetch         bool   `json:"forward_prefetch"`
+	CPUOffload              bool   `json:"cpu_offload"`
+	MixedPrecision          string `json:"mixed_precision"`
+	WrapPolicy              string `json:"wrap_policy"`
+	Compile                 bool   `json:"compile"`
+
+	BackendOptions  map[string]any `json:"backend_options,omitempty"`
+	LauncherOptions map[string]any `json:"launcher_options,omitempty"`
+
+	// Search names the axis searched adaptively for this point ("batch_per_device"
+	// under search: max_fit); empty for a plain grid point. SearchGroup is the same
+	// for every run of one search (the point of the other axes).
+	Search      string `json:"search,omitempty"`
+	SearchGroup string `json:"search_group,omitempty"`
+}
+
+// TokensPerStep is the number of tokens one optimizer step consumes across all ranks.
+func (rc RunConfig) TokensPerStep() int64 {
+	return int64(rc.GlobalBatch) * int64(rc.SeqLen)
+}
+
+// trainingKey is the part of a config that defines what is trained and measured on
+// which hardware. Where and how it is launched (backend, launcher, timeout, repeats,
+// sweep name, measurement length) is left out so that the same point run by two
+// backends or two sweeps has the same ID and can be compared.
+type trainingKey struct {
+	Hardware                string `json:"hardware"`
+	Model                   string `json:"model"`
+	SeqLen                  int    `json:"seq_len"`
+	Seed                    int64  `json:"seed"`
+	Nodes                   int    `json:"nodes"`
+	GPUsPerNode             int    `json:"gpus_per_node"`
+	WorldSize               int    `json:"world_size"`
+	BatchPerDevice          int    `json:"batch_per_device"`
+	GradAccum               int    `json:"grad_accum"`
+	GlobalBatch             int    `json:"global_batch"`
+	Sharding                string `json:"sharding"`
+	ActivationCheckpointing bool   `json:"activation_checkpointing"`
+	BackwardPrefetch        string `json:"backward_prefetch"`
+	ForwardPrefetch         bool   `json:"forward_prefetch"`
+	CPUOffload              bool   `json:"cpu_offload"`
+	MixedPrecision          string `json:"mixed_precision"`
+	WrapPolicy              string `json:"wrap_policy"`
+	Compile                 bool   `json:"compile"`
+}
+
+// Hash is a short hex hash of the training configuration (not of how it is launched).
+func (rc RunConfig) Hash() string {
+	k := trainingKey{rc.Hardware, rc.Model, rc.SeqLen, rc.Seed, rc.Nodes, rc.GPUsPerNode,
+		rc.WorldSize, rc.BatchPerDevice, rc.GradAccum, rc.GlobalBatch, rc.Sharding,
+		rc.ActivationCheckpointing, rc.BackwardPrefetch, rc.ForwardPrefetch, rc.CPUOffload,
+		rc.MixedPrecision, rc.WrapPolicy, rc.Compile}
+	b, _ := json.Marshal(k) // struct of plain fields: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:4])
+}
+
+// Fingerprint hashes everything that affects a run's outcome, including the backend,
+// its options and the measurement length. Resume reruns a stored run whose fingerprint
+// differs from the spec's, so editing `steps` or a backend option is never ignored.
+func (rc RunConfig) Fingerprint() string {
+	c := rc
+	c.ID, c.Slug, c.Sweep, c.Timeout, c.Launcher, c.LauncherOptions = "", "", "", 0, "", nil
+	b, err := json.Marshal(c)
+	if err != nil {
+		// backend_options came from YAML, so they marshal; keep going with what we have.
+		b = []byte(fmt.Sprint(c))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// MakeSlug builds the readable part of a run ID, e.g. "ws4-bs2-full_shard-ac1-pre".
+// It is a fixed function of the config (not of which axes vary), so IDs are stable.
+func (rc RunConfig) MakeSlug() string {
+	parts := []string{"ws" + strconv.Itoa(rc.WorldSize)}
+	if rc.Nodes > 1 {
+		parts = append(parts, "n"+strconv.Itoa(rc.Nodes))
+	}
+	parts = append(parts, "bs"+strconv.Itoa(rc.BatchPerDevice))
+	if rc.GradAccum > 1 {
+		parts = append(parts, "ga"+strconv.Itoa(rc.GradAccum))
+	}
+	parts = append(parts, rc.Sharding, "ac"+b01(rc.ActivationCheckpointing))
+	switch rc.BackwardPrefetch {
+	case BackwardPre:
+		parts = append(parts, "pre")
+	case BackwardPost:
+		parts = append(parts, "post")
+	default:
+		parts = append(parts, "nopf")
+	}
+	if rc.ForwardPrefetch {
+		parts = append(parts, "fwdpf")
+	}
+	if rc.CPUOffload {
+		parts = append(parts, "offload")
+	}
+	if rc.MixedPrecision != "" && rc.MixedPrecision != BF16 {
+		parts = append(parts, rc.MixedPrecision)
+	}
+	return strings.Join(parts, "-")
+}
+
+// AssignID fills Slug and ID from the config.
+func (rc *RunConfig) AssignID() {
+	rc.Slug = rc.MakeSlug()
+	rc.ID = rc.Slug + "-" + rc.Hash()
+}
+
+func b01(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
