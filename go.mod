@@ -27,4 +27,5 @@ require (
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
+	gonum.org/v1/gonum v0.17.0 // indirect
 )
