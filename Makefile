@@ -1,0 +1,22 @@
+# The README's test command is `make test`: it installs what the tests need on a
+# fresh Debian machine (when run as root or with sudo) and runs every test with -race.
+GO ?= go
+
+.PHONY: test deps build lint bench
+
+build:
+	$(GO) build -o bin/fsdpbench ./cmd/fsdpbench
+
+deps:
+	./.ci/deps
+
+lint:
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+test: deps lint
+	$(GO) test -race -timeout 20m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
