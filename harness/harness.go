@@ -1,0 +1,326 @@
+// Package harness runs a sweep's RunConfigs through backends: it schedules them
+// (a bounded conc pool), drives each run's lifecycle (run_args.json, logs, Validate,
+// repeats under a timeout, metrics.json last), survives backends that fail or panic,
+// resumes a killed sweep where it stopped, searches for the largest batch that fits,
+// and reports progress. It decides run statuses; it never computes metrics itself.
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/harness/launch"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// DefaultResultsDir is where sweeps write when no results directory is given. It is
+// never the source package results/ (DESIGN.md).
+const DefaultResultsDir = "fsdpbench-results"
+
+// DefaultGrace is how long a backend gets to return after its context is cancelled
+// before the harness stops waiting for it.
+const DefaultGrace = 10 * time.Second
+
+// ProgressMode selects how progress is shown on Options.Out.
+type ProgressMode string
+
+// Progress modes.
+const (
+	// ProgressAuto draws bars when Out is a terminal and prints plain lines otherwise.
+	ProgressAuto ProgressMode = ""
+	// ProgressBars draws mpb bars: the sweep, and each running run's steps.
+	ProgressBars ProgressMode = "bars"
+	// ProgressPlain prints one line per finished (or skipped) run.
+	ProgressPlain ProgressMode = "plain"
+	// ProgressNone prints nothing.
+	ProgressNone ProgressMode = "none"
+)
+
+// Options configure Run. The zero value works except for Registry.
+type Options struct {
+	// ResultsDir holds one directory per sweep; default DefaultResultsDir.
+	ResultsDir string
+	// Jobs is how many runs execute at once; default 1, so that measurements do not
+	// disturb each other.
+	Jobs int
+	// Rerun reruns every run, even those a previous invocation finished.
+	Rerun bool
+	// Registry is where backends are looked up by name. Required.
+	Registry *backends.Registry
+	// Out receives progress; nil discards it.
+	Out io.Writer
+	// Progress selects bars or plain lines; default: bars on a terminal.
+	Progress ProgressMode
+	// Now is the clock for the timestamps in the manifest; default time.Now.
+	Now func() time.Time
+	// Grace is how long a backend may take to return once its run is cancelled or
+	// timed out; after that the run is recorded and the harness moves on.
+	// Default DefaultGrace.
+	Grace time.Duration
+	// Env is recorded in the manifest (fsdpbench version, commit); the Go version
+	// and the host are filled in when empty.
+	Env results.Env
+	// Devices hands out this host's GPUs to backends that need them; default: a
+	// local launcher over the devices launch.DetectDevices finds.
+	Devices *launch.Local
+}
+
+// Outcome is what became of one run.
+type Outcome struct {
+	Config sweeps.RunConfig
+	Status results.Status
+	Error  string
+	// Skipped is true when a previous invocation had finished the run.
+	Skipped bool
+	// Wall is how long the run took here (zero when skipped).
+	Wall time.Duration
+	// Metrics is the run's metrics.json.
+	Metrics results.Metrics
+}
+
+// SearchResult is the outcome of one max_fit search: the largest value of the
+// searched axis that ran (fit), for one point of the other axes.
+type SearchResult struct {
+	Group string `json:"group"`
+	Axis  string `json:"axis"`
+	// MaxFit is the largest value that fit; 0 when none did.
+	MaxFit int `json:"max_fit"`
+	// MaxFitRun is the ID of the run at MaxFit.
+	MaxFitRun string `json:"max_fit_run,omitempty"`
+	// Tried lists the values tried, in order.
+	Tried []int `json:"tried"`
+	// StoppedBy is the status that ended the search (oom, infeasible, failed, ...),
+	// or "exhausted" when the axis had no larger value to try.
+	StoppedBy string `json:"stopped_by"`
+}
+
+// Summary counts the outcomes of a sweep. Status counts include skipped runs, by
+// their stored status; Skipped says how many of them were skipped.
+type Summary struct {
+	// Dir is the sweep's results directory.
+	Dir        string
+	Total      int
+	OK         int
+	OOM        int
+	Infeasible int
+	Failed     int
+	Timeout    int
+	Canceled   int
+	Skipped    int
+	// NotStarted counts planned runs that never started because the sweep was
+	// interrupted (search points never reached are not counted).
+	NotStarted int
+	// Runs lists every run's outcome, in plan order, search points after their start.
+	Runs []Outcome
+	// MaxFit has one entry per search group.
+	MaxFit []SearchResult
+}
+
+// Failures is how many runs failed or timed out; oom and infeasible runs are
+// results, not failures.
+func (s Summary) Failures() int { return s.Failed + s.Timeout }
+
+// Run executes plan and returns what became of its runs. A run that fails, panics
+// or times out is recorded and the sweep goes on; the error return is for problems
+// with the sweep itself (no registry, an unavailable backend, an unwritable results
+// directory). When ctx is cancelled, running runs are cancelled, no new run starts,
+// and Run returns the summary so far with ctx's error.
+func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) {
+	if err := opts.defaults(); err != nil {
+		return Summary{}, err
+	}
+	if plan == nil || plan.Name == "" {
+		return Summary{}, errors.New("harness: the plan has no name (the spec's name: names its results directory)")
+	}
+	if err := launch.Check(plan.Launcher); err != nil {
+		return Summary{}, fmt.Errorf("sweep %s: %w", plan.Name, err)
+	}
+	bes, err := backendsFor(ctx, plan, opts.Registry)
+	if err != nil {
+		return Summary{}, err
+	}
+	dir, err := results.OpenSweep(filepath.Join(opts.ResultsDir, plan.Name))
+	if err != nil {
+		return Summary{}, err
+	}
+	if len(plan.Resolved) > 0 {
+		if err := dir.WriteSpec(plan.Resolved); err != nil {
+			return Summary{}, err
+		}
+	}
+
+	s := &sweep{
+		plan:     plan,
+		opts:     opts,
+		dir:      dir,
+		backends: bes,
+		manifest: newManifest(dir, plan.Name, opts),
+	}
+	tasks := makeTasks(plan.Runs)
+	s.progress = newProgress(opts, plan.Name, len(plan.Runs))
+	if err := s.manifest.flush(); err != nil {
+		s.progress.close()
+		return Summary{}, err
+	}
+
+	p := pool.New().WithMaxGoroutines(opts.Jobs).WithContext(ctx)
+	outcomes := make([][]Outcome, len(tasks))
+	searches := make([]*SearchResult, len(tasks))
+	var notStarted int
+	var nsMu sync.Mutex
+	for i, t := range tasks {
+		if ctx.Err() != nil {
+			nsMu.Lock()
+			notStarted += countNotStarted(tasks[i:])
+			nsMu.Unlock()
+			break
+		}
+		p.Go(func(ctx context.Context) error {
+			// The pool blocks Go until a slot frees, so the context may have been
+			// cancelled while this task waited.
+			if ctx.Err() != nil {
+				nsMu.Lock()
+				notStarted += len(t.runs)
+				nsMu.Unlock()
+				return nil
+			}
+			outcomes[i], searches[i] = s.runTask(ctx, t)
+			if sr := searches[i]; sr != nil && sr.StoppedBy == string(results.StatusCanceled) {
+				nsMu.Lock()
+				notStarted += max(0, len(t.runs)-len(outcomes[i]))
+				nsMu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = p.Wait() // tasks record their errors in outcomes
+	s.progress.close()
+
+	sum := Summary{Dir: dir.Path, NotStarted: notStarted}
+	for i := range tasks {
+		for _, o := range outcomes[i] {
+			sum.add(o)
+		}
+		if searches[i] != nil {
+			sum.MaxFit = append(sum.MaxFit, *searches[i])
+		}
+	}
+	s.manifest.finish(ctx.Err() == nil)
+	if err := s.manifest.flush(); err != nil {
+		return sum, err
+	}
+	if ctx.Err() != nil {
+		return sum, ctx.Err()
+	}
+	return sum, nil
+}
+
+func (s *Summary) add(o Outcome) {
+	s.Runs = append(s.Runs, o)
+	s.Total++
+	if o.Skipped {
+		s.Skipped++
+	}
+	switch o.Status {
+	case results.StatusOK:
+		s.OK++
+	case results.StatusOOM:
+		s.OOM++
+	case results.StatusInfeasible:
+		s.Infeasible++
+	case results.StatusTimeout:
+		s.Timeout++
+	case results.StatusCanceled:
+		s.Canceled++
+	default:
+		s.Failed++
+	}
+}
+
+func (o *Options) defaults() error {
+	if o.Registry == nil {
+		return errors.New("harness: Options.Registry is nil (build one with the backends to use)")
+	}
+	if o.ResultsDir == "" {
+		o.ResultsDir = DefaultResultsDir
+	}
+	if o.Jobs <= 0 {
+		o.Jobs = 1
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.Env.Go == "" {
+		o.Env.Go = runtime.Version()
+	}
+	if len(o.Env.Hosts) == 0 {
+		if h, err := os.Hostname(); err == nil {
+			o.Env.Hosts = []string{h}
+		}
+	}
+	if o.Devices == nil {
+		o.Devices = launch.NewLocal(launch.DetectDevices())
+	}
+	return nil
+}
+
+// backendInfo is a backend and whether its runs need devices from the launcher.
+type backendInfo struct {
+	backends.Backend
+	needsGPU bool
+}
+
+// backendsFor looks up every backend the plan uses and refuses to start when one
+// cannot run here: every run would fail the same way.
+func backendsFor(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry) (map[string]backendInfo, error) {
+	names := map[string]bool{}
+	for _, rc := range plan.Runs {
+		names[backendName(plan, rc)] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	out := map[string]backendInfo{}
+	for _, n := range sorted {
+		b, err := reg.Get(n)
+		if err != nil {
+			return nil, fmt.Errorf("sweep %s: %w", plan.Name, err)
+		}
+		d, err := b.Describe(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("sweep %s: backend %s: %w", plan.Name, n, err)
+		}
+		if !d.Available {
+			return nil, fmt.Errorf("sweep %s: backend %s is not available on this host: %s", plan.Name, n, d.Reason)
+		}
+		out[n] = backendInfo{Backend: b, needsGPU: d.NeedsGPU}
+	}
+	return out, nil
+}
+
+func backendName(plan *sweeps.Plan, rc sweeps.RunConfig) string {
+	if rc.Backend != "" {
+		return rc.Backend
+	}
+	return plan.Backend
+}
