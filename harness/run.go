@@ -31,7 +31,7 @@ type sweep struct {
 // runOne skips rc when a previous invocation finished it, and executes it otherwise.
 func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	if !s.opts.Rerun {
-		if m, ok := s.done(rc); ok {
+		if m, ok := done(s.dir, rc); ok {
 			o := Outcome{Config: rc, Status: m.Status, Error: m.Error, Skipped: true, Metrics: m}
 			s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: m.Status, Error: m.Error, Started: m.Started, Finished: m.Finished})
 			s.progress.finished(o)
@@ -49,12 +49,12 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 
 // done reports whether rc's stored run is finished for good and was run with the
 // same configuration; anything unreadable means "not done" and the run is redone.
-func (s *sweep) done(rc sweeps.RunConfig) (results.Metrics, bool) {
-	m, err := s.dir.ReadMetrics(rc.ID)
+func done(dir *results.SweepDir, rc sweeps.RunConfig) (results.Metrics, bool) {
+	m, err := dir.ReadMetrics(rc.ID)
 	if err != nil || !m.Status.Final() {
 		return results.Metrics{}, false
 	}
-	stored, err := s.dir.ReadRunArgs(rc.ID)
+	stored, err := dir.ReadRunArgs(rc.ID)
 	if err != nil || stored.Fingerprint() != rc.Fingerprint() {
 		return results.Metrics{}, false
 	}

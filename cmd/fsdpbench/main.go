@@ -1,0 +1,50 @@
+// Command fsdpbench benchmarks distributed (FSDP-family) training: it expands a sweep
+// spec into runs, executes them through a backend, and reports normalized results.
+// This package only wires the sweeps, harness, backends and results packages.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopSignals := onInterrupt(cancel, os.Stderr, func() { os.Exit(ExitInterrupted) })
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stopSignals()
+	os.Exit(code)
+}
+
+// onInterrupt cancels the context on the first SIGINT or SIGTERM, so running runs
+// stop and their state is recorded, and calls force on the second. It returns the
+// function that stops listening.
+func onInterrupt(cancel context.CancelFunc, stderr io.Writer, force func()) func() {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
+		fmt.Fprintln(stderr, "interrupting: waiting for running runs to stop; press Ctrl-C again to force")
+		cancel()
+		select {
+		case <-sigs:
+			fmt.Fprintln(stderr, "interrupted")
+			force()
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
+}

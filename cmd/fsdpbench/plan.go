@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/sim"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+const gib = 1 << 30
+
+func newPlanCmd() *cobra.Command {
+	var sets []string
+	cmd := &cobra.Command{
+		Use:   "plan SPEC",
+		Short: "Expand and validate a spec and predict every run's memory and step time; run nothing",
+		Long: `plan expands SPEC into runs, asks the spec's backend to validate each, and predicts
+each run's peak memory and step time with the analytic model (sim), so that runs that
+cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reg, err := newRegistry()
+			if err != nil {
+				return failure(err)
+			}
+			plan, err := loadPlan(args[0], sets, reg)
+			if err != nil {
+				return err
+			}
+			be, err := reg.Get(plan.Backend)
+			if err != nil {
+				return usageError(err)
+			}
+			return printPlan(cmd, plan, be)
+		},
+	}
+	setFlag(cmd, &sets)
+	return cmd
+}
+
+func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error {
+	w := cmd.OutOrStdout()
+	axes := varyingAxes(plan.Runs)
+	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
+	rows := make([][]string, 0, len(plan.Runs))
+	feasible := 0
+	for _, rc := range plan.Runs {
+		row := append([]string{rc.ID}, axisValues(rc, axes)...)
+		pred, perr := sim.Predict(rc)
+		if perr != nil {
+			row = append(row, "-", "-", "-", "-", "no prediction: "+perr.Error())
+		} else {
+			row = append(row,
+				fmt.Sprintf("%.1f", float64(pred.PeakMemReservedBytes)/gib),
+				fmt.Sprintf("%.1f", float64(pred.DeviceMemBytes)/gib),
+				fmt.Sprintf("%.3g", pred.StepTimeS),
+				fmt.Sprintf("%.4g", pred.TokensPerS),
+			)
+		}
+		verdict := "feasible"
+		if err := be.Validate(cmd.Context(), rc); err != nil {
+			verdict = "infeasible: " + err.Error()
+		} else if perr == nil && !pred.Feasible {
+			verdict = "infeasible: " + pred.Reason
+		}
+		if perr == nil {
+			row = append(row, verdict)
+		}
+		if verdict == "feasible" {
+			feasible++
+		}
+		rows = append(rows, row)
+	}
+	if err := writeTable(w, header, rows); err != nil {
+		return err
+	}
+	if err := printSearchPrediction(w, plan); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time predicted by sim); nothing was run\n",
+		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend)
+	return nil
+}
+
+// printSearchPrediction walks each max_fit search as the harness would, with the
+// analytic model standing in for the runs, and prints where it predicts the wall.
+func printSearchPrediction(w io.Writer, plan *sweeps.Plan) error {
+	var rows [][]string
+	for _, rc := range plan.Runs {
+		if rc.Search == "" {
+			continue
+		}
+		fit, lastFit := "none fits", ""
+		for range 30 {
+			pred, err := sim.Predict(rc)
+			if err != nil || !pred.Feasible {
+				break
+			}
+			lastFit = rc.ID
+			fit = fmt.Sprint(axisValues(rc, []string{rc.Search})[0])
+			next, ok := sweeps.NextSearchPoint(rc)
+			if !ok {
+				break
+			}
+			rc = next
+		}
+		rows = append(rows, []string{rc.SearchGroup, rc.Search, fit, lastFit})
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return writeTable(w, []string{"search group", "axis", "predicted max fit", "run"}, rows)
+}

@@ -1,0 +1,20 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/sim"
+)
+
+// newRegistry builds the one registry every command uses: the built-in backends.
+// New backends are registered here.
+func newRegistry() (*backends.Registry, error) {
+	reg := &backends.Registry{}
+	for _, b := range []backends.Backend{sim.New()} {
+		if err := reg.Register(b); err != nil {
+			return nil, fmt.Errorf("registering built-in backends: %w", err)
+		}
+	}
+	return reg, nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fsdpbench/fsdpbench/results"
+)
+
+func newReportCmd() *cobra.Command {
+	var opt results.ReportOptions
+	cmd := &cobra.Command{
+		Use:   "report DIR",
+		Short: "Print a comparison table of the runs stored in a results directory",
+		Long: `report reads every finished run under DIR (one sweep's directory, or a results
+directory holding several) and prints the chosen metrics with the chosen axes as rows
+and columns.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			runs, err := results.Load(args[0])
+			if err != nil {
+				return usageError(err)
+			}
+			if err := results.Report(cmd.OutOrStdout(), runs, opt); err != nil {
+				return usageError(err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&opt.Rows, "rows", nil, "axes that make the rows, e.g. world_size,batch_per_device")
+	cmd.Flags().StringSliceVar(&opt.Cols, "cols", nil, "axes that make the columns, e.g. sharding")
+	cmd.Flags().StringSliceVar(&opt.Metrics, "metric", nil, "metrics to show, e.g. tokens_per_s_per_rank,peak_mem_reserved_bytes")
+	cmd.Flags().StringVar(&opt.Format, "format", "table", "table, markdown, csv or json")
+	return cmd
+}
+
+func newExportCmd() *cobra.Command {
+	var (
+		format string
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "export DIR",
+		Short: "Write every stored run (config and metrics) as CSV or JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var write func(io.Writer, []results.Run) error
+			switch format {
+			case "csv":
+				write = results.WriteCSV
+			case "json":
+				write = results.WriteJSON
+			default:
+				return usageError(fmt.Errorf("--format %q: use csv or json", format))
+			}
+			runs, err := results.Load(args[0])
+			if err != nil {
+				return usageError(err)
+			}
+			if output == "" || output == "-" {
+				if err := write(cmd.OutOrStdout(), runs); err != nil {
+					return failure(err)
+				}
+				return nil
+			}
+			var buf bytes.Buffer
+			if err := write(&buf, runs); err != nil {
+				return failure(err)
+			}
+			if err := results.WriteFileAtomic(output, buf.Bytes()); err != nil {
+				return failure(fmt.Errorf("%w (check that the directory exists and is writable)", err))
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d runs to %s\n", len(runs), output)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "csv", "csv or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: stdout)")
+	return cmd
+}

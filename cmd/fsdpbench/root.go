@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Exit codes (DESIGN.md).
+const (
+	ExitOK          = 0
+	ExitFailed      = 1 // some run failed or timed out; oom and infeasible are results
+	ExitUsage       = 2 // bad command line or spec
+	ExitInterrupted = 130
+)
+
+// exitError carries the exit code a command's error maps to. A nil err means the
+// command has already said what went wrong.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(err error) error { return &exitError{code: ExitUsage, err: err} }
+func failure(err error) error    { return &exitError{code: ExitFailed, err: err} }
+
+// run executes the command line args and returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		// cobra's own errors: unknown commands and flags, wrong argument counts.
+		fmt.Fprintf(stderr, "fsdpbench: %v\nRun 'fsdpbench --help' for usage.\n", err)
+		return ExitUsage
+	}
+	if ee.err != nil {
+		var se *sweeps.SpecError
+		if errors.As(ee.err, &se) {
+			// file:line:col: msg, as compilers print, so editors can jump to it.
+			fmt.Fprintln(stderr, ee.err)
+		} else {
+			fmt.Fprintln(stderr, "fsdpbench:", ee.err)
+		}
+	}
+	return ee.code
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fsdpbench",
+		Short: "Benchmark distributed training: FSDP sharding strategies and DDP",
+		Long: `fsdpbench expands a sweep spec (YAML) into runs, executes them through a backend
+(the analytic model sim, and more), and reports normalized results: tokens/s per rank,
+MFU, peak memory, scaling efficiency.
+
+Exit codes: 0 ok; 1 some run failed or timed out (oom and infeasible are results);
+2 usage or spec error; 130 interrupted.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newBackendsCmd(), newVersionCmd())
+	return root
+}
+
+// loadPlan reads a spec with the --set overrides, checking models, hardware
+// profiles and backends against what this binary knows.
+func loadPlan(path string, sets []string, reg *backends.Registry) (*sweeps.Plan, error) {
+	plan, err := sweeps.Load(path, sweeps.Options{
+		Set:           sets,
+		CheckModel:    shapes.Check,
+		CheckHardware: hardware.Check,
+		CheckBackend: func(name string) error {
+			_, err := reg.Get(name)
+			return err
+		},
+	})
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return plan, nil
+}
+
+// setFlag registers --set, repeatable; a value keeps its commas (--set world_size=1,2).
+func setFlag(cmd *cobra.Command, sets *[]string) {
+	cmd.Flags().StringArrayVar(sets, "set", nil, "override the spec, Hydra style: key=value or key=v1,v2 for a grid axis (repeatable)")
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fsdpbench/fsdpbench/harness"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+func newSweepCmd() *cobra.Command {
+	var (
+		sets     []string
+		opts     harness.Options
+		dryRun   bool
+		progress string
+	)
+	cmd := &cobra.Command{
+		Use:   "sweep SPEC",
+		Short: "Run every point of a sweep spec, then print the results table",
+		Long: `sweep expands SPEC into runs and executes them through its backend, writing
+<results>/<name>/ (sweep.yaml, manifest.json, runs/<run-id>/...). Run the same command
+again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reg, err := newRegistry()
+			if err != nil {
+				return failure(err)
+			}
+			plan, err := loadPlan(args[0], sets, reg)
+			if err != nil {
+				return err
+			}
+			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if dryRun {
+				return printDryRun(stdout, plan.Name, harness.Preview(plan, opts), opts.ResultsDir)
+			}
+			opts.Registry = reg
+			opts.Out = stderr // progress is not a result: stdout stays a clean table
+			opts.Env = results.Env{Fsdpbench: version(), Commit: commit()}
+			switch m := harness.ProgressMode(progress); m {
+			case "auto":
+				opts.Progress = harness.ProgressAuto
+			case harness.ProgressBars, harness.ProgressPlain, harness.ProgressNone:
+				opts.Progress = m
+			default:
+				return usageError(fmt.Errorf("--progress %q: use auto, bars, plain or none", progress))
+			}
+
+			sum, runErr := harness.Run(cmd.Context(), plan, opts)
+			interrupted := cmd.Context().Err() != nil
+			if runErr != nil && !interrupted {
+				return failure(runErr)
+			}
+			if err := printSweepResults(stdout, sum); err != nil {
+				return failure(err)
+			}
+			fmt.Fprintln(stderr, summaryLine(sum))
+			if sum.Dir != "" {
+				fmt.Fprintf(stderr, "results: %s\nCSV:     fsdpbench export %s --format csv -o %s.csv\n", sum.Dir, sum.Dir, plan.Name)
+			}
+			switch {
+			case interrupted:
+				return &exitError{code: ExitInterrupted, err: errors.New("interrupted; run the same command again to finish the sweep (finished runs are kept)")}
+			case sum.Failures() > 0:
+				return failure(fmt.Errorf("%d of %d runs failed or timed out; their errors are in %s/runs/<run-id>/stderr.log", sum.Failures(), sum.Total, sum.Dir))
+			}
+			return nil
+		},
+	}
+	setFlag(cmd, &sets)
+	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory (one sub-directory per sweep)")
+	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, "runs to execute at once (1 keeps measurements from disturbing each other)")
+	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
+	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
+	return cmd
+}
+
+// printSweepResults prints the report of the runs this sweep holds, and what each
+// max_fit search found.
+func printSweepResults(w io.Writer, sum harness.Summary) error {
+	if sum.Dir == "" {
+		return nil
+	}
+	stored, err := results.Load(sum.Dir)
+	if err != nil {
+		return err
+	}
+	// The directory may hold runs of an earlier version of the spec; show this one's.
+	ours := map[string]bool{}
+	for _, o := range sum.Runs {
+		ours[o.Config.ID] = true
+	}
+	var runs []results.Run
+	for _, r := range stored {
+		if ours[r.Config.ID] {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) > 0 {
+		if err := results.Report(w, runs, results.ReportOptions{Format: "table"}); err != nil {
+			return err
+		}
+	}
+	if len(sum.MaxFit) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	rows := make([][]string, 0, len(sum.MaxFit))
+	for _, sr := range sum.MaxFit {
+		fit := fmt.Sprint(sr.MaxFit)
+		if sr.MaxFit == 0 {
+			fit = "none fits"
+		}
+		rows = append(rows, []string{sr.Group, sr.Axis, fit, joinInts(sr.Tried), sr.StoppedBy})
+	}
+	return writeTable(w, []string{"search group", "axis", "max fit", "tried", "stopped by"}, rows)
+}
+
+func summaryLine(sum harness.Summary) string {
+	parts := []string{fmt.Sprintf("%d ok", sum.OK)}
+	for _, c := range []struct {
+		n    int
+		name string
+	}{{sum.OOM, "oom"}, {sum.Infeasible, "infeasible"}, {sum.Failed, "failed"}, {sum.Timeout, "timeout"}, {sum.Canceled, "canceled"}, {sum.NotStarted, "not started"}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.name))
+		}
+	}
+	line := fmt.Sprintf("%d runs: %s", sum.Total, strings.Join(parts, ", "))
+	if sum.Skipped > 0 {
+		line += fmt.Sprintf(" (%d skipped: done before)", sum.Skipped)
+	}
+	return line
+}
+
+func printDryRun(w io.Writer, sweep string, planned []harness.Planned, resultsDir string) error {
+	cfgs := make([]sweeps.RunConfig, 0, len(planned))
+	for _, p := range planned {
+		cfgs = append(cfgs, p.Config)
+	}
+	axes := varyingAxes(cfgs)
+	rows := make([][]string, 0, len(planned))
+	counts := map[string]int{}
+	for _, p := range planned {
+		what := p.Action + " (" + p.Why + ")"
+		if p.Config.Search != "" {
+			what += ", then search " + p.Config.Search
+		}
+		rows = append(rows, append(append([]string{p.Config.ID}, axisValues(p.Config, axes)...), what))
+		counts[p.Action]++
+	}
+	if err := writeTable(w, append(append([]string{"run"}, axes...), "would"), rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s: %d runs (%d to run, %d to rerun, %d to skip) into %s; nothing was run\n",
+		sweep, len(planned), counts["run"], counts["rerun"], counts["skip"], resultsDir)
+	return nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}

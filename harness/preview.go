@@ -1,0 +1,49 @@
+package harness
+
+import (
+	"path/filepath"
+
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Planned says what Run would do with one run of a plan.
+type Planned struct {
+	Config sweeps.RunConfig
+	// Action is "run", "rerun" or "skip".
+	Action string
+	// Why explains the action: "new", "done: ok", "changed since: ok",
+	// "was canceled", "--rerun".
+	Why string
+}
+
+// Preview reports, without running or writing anything, what Run would do with each
+// of the plan's runs given what opts.ResultsDir holds (sweep --dry-run). Points a
+// search would add later are not known yet and not listed.
+func Preview(plan *sweeps.Plan, opts Options) []Planned {
+	resultsDir := opts.ResultsDir
+	if resultsDir == "" {
+		resultsDir = DefaultResultsDir
+	}
+	dir := &results.SweepDir{Path: filepath.Join(resultsDir, plan.Name)}
+	out := make([]Planned, 0, len(plan.Runs))
+	for _, rc := range plan.Runs {
+		p := Planned{Config: rc, Action: "run", Why: "new"}
+		m, err := dir.ReadMetrics(rc.ID)
+		switch {
+		case err != nil:
+		case opts.Rerun:
+			p.Action, p.Why = "rerun", "--rerun"
+		case !m.Status.Final():
+			p.Action, p.Why = "rerun", "was "+string(m.Status)
+		default:
+			if _, ok := done(dir, rc); ok {
+				p.Action, p.Why = "skip", "done: "+string(m.Status)
+			} else {
+				p.Action, p.Why = "rerun", "changed since: "+string(m.Status)
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
