@@ -92,23 +92,27 @@ func Check(nameOrPath string) error {
 // insensitive), or "" when none is near enough to be a likely typo. The hardware
 // profiles use it too, so both lookups suggest the same way.
 func Closest(name string, known []string) string {
+	lower := strings.ToLower(name)
 	best, bestD := "", -1
+	prefix, prefixD := "", -1
 	for _, k := range known {
-		d := editDistance(strings.ToLower(name), strings.ToLower(k))
+		d := editDistance(lower, strings.ToLower(k))
 		if bestD < 0 || d < bestD {
 			best, bestD = k, d
 		}
-	}
-	// A prefix ("llama3" for "llama3-8b") is a likely intent even when far in edits.
-	for _, k := range known {
-		if name != "" && strings.HasPrefix(strings.ToLower(k), strings.ToLower(name)) {
-			return k
+		// A prefix ("gpt2" for "gpt2-124m") is a likely intent even when far in edits.
+		if lower != "" && strings.HasPrefix(strings.ToLower(k), lower) && (prefixD < 0 || d < prefixD) {
+			prefix, prefixD = k, d
 		}
 	}
-	if bestD < 0 || bestD > max(2, len(name)/3) {
+	switch {
+	case prefix != "":
+		return prefix
+	case bestD < 0 || bestD > max(2, len(name)/3):
 		return ""
+	default:
+		return best
 	}
-	return best
 }
 
 // editDistance is the Levenshtein distance between a and b, over bytes (names are

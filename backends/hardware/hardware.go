@@ -1,0 +1,260 @@
+// Package hardware holds hardware profiles: the peak FLOP/s, memory and link
+// bandwidths of the devices fsdpbench predicts for (the analytic model) and reports
+// MFU against, and detection of the local hardware for `hardware: auto`.
+package hardware
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+)
+
+// Auto is the hardware value that asks for detection (see Detect).
+const Auto = "auto"
+
+// Profile is what the analytic model and MFU need to know about one device and the
+// links between devices. Figures are per device (per GPU, or the whole host for cpu).
+type Profile struct {
+	Name string `json:"name"`
+	// PeakFLOPS is the dense (no sparsity) peak per precision: "bf16", "fp16",
+	// "fp32", and "tf32" where tensor cores run it.
+	PeakFLOPS map[string]float64 `json:"peak_flops"`
+	// MemBytes is the device memory as nvidia-smi's memory.total reports it (for cpu:
+	// this host's RAM).
+	MemBytes       int64   `json:"mem_bytes"`
+	MemBWBytesPerS float64 `json:"mem_bw_bytes_per_s"`
+	// IntraNodeBusBWBytesPerS and InterNodeBusBWBytesPerS are collective bus
+	// bandwidths per device, in the nccl-tests sense (busbw = algbw × 2(n−1)/n for
+	// all-reduce, × (n−1)/n for all-gather and reduce-scatter), so one figure serves
+	// every collective and world size.
+	IntraNodeBusBWBytesPerS float64 `json:"intra_node_bus_bw_bytes_per_s"`
+	InterNodeBusBWBytesPerS float64 `json:"inter_node_bus_bw_bytes_per_s"`
+	// HostLinkBWBytesPerS is the device↔host copy bandwidth (PCIe), used for CPU
+	// offload; 0 for cpu.
+	HostLinkBWBytesPerS float64 `json:"host_link_bw_bytes_per_s,omitempty"`
+	// GPUsPerNode is how many devices a typical node of this kind holds; 0 for cpu,
+	// where ranks are processes sharing the host.
+	GPUsPerNode int `json:"gpus_per_node"`
+	// Efficiency is the fraction of PeakFLOPS that the compute of a well-tuned
+	// training step reaches (communication is modelled separately).
+	Efficiency float64 `json:"efficiency"`
+	IsGPU      bool    `json:"is_gpu"`
+}
+
+// Peak returns the dense peak FLOP/s at a precision ("bf16", "fp16", "fp32"),
+// or an error naming the precisions the profile knows.
+func (p Profile) Peak(precision string) (float64, error) {
+	if v, ok := p.PeakFLOPS[precision]; ok {
+		return v, nil
+	}
+	known := make([]string, 0, len(p.PeakFLOPS))
+	for k := range p.PeakFLOPS {
+		known = append(known, k)
+	}
+	sort.Strings(known)
+	return 0, fmt.Errorf("hardware %s has no peak FLOP/s for precision %q (known: %s)", p.Name, precision, strings.Join(known, ", "))
+}
+
+const (
+	tera = 1e12
+	giga = 1e9
+	mib  = 1 << 20
+)
+
+// gpuEfficiency is the default fraction of dense peak a training step's compute
+// reaches on the GPUs below. The ceiling is a large GEMM: 8192³ bf16 reaches
+// ≈ 800 of 989 TFLOP/s (0.81) on the H100 lent to this project (FACTS.md). Whole
+// training steps, which add attention, norms and optimizer kernels, publish lower
+// model-FLOPs utilization: fms-fsdp 0.46 (Llama 2 7B, H100), llm.c ≈ 0.50 (GPT-2
+// 1.5B, 8 × H100), torchtitan 0.34 eager and 0.39 compiled (Llama 3.1 8B, seq 8192,
+// 8 × H100: 5,762 and 6,667 tokens/s/GPU × 57.9 GFLOP/token / 989 TFLOP/s). Those
+// MFUs include exposed communication, which the sim adds on its own, so the compute
+// efficiency sits at their upper end. Measured runs calibrate it later.
+const gpuEfficiency = 0.45
+
+// Inter-node default: one 200 Gb/s InfiniBand HDR (or RoCE) NIC per GPU = 25 GB/s,
+// the low end of the 25–50 GB/s FACTS.md gives for typical GPU clusters. Plain TCP
+// clusters (the seed's two-node run) get a few GB/s: set inter_node_bus_bw_gbps.
+const defaultInterNodeBusBW = 25 * giga
+
+// gpuProfiles are the GPU profiles. Peaks are NVIDIA's datasheet dense figures
+// (the datasheets print tensor-core figures with 2:4 sparsity; dense is half). "fp32"
+// is the non-tensor-core FP32 figure, because PyTorch runs fp32 matmuls without TF32
+// unless torch.backends.cuda.matmul.allow_tf32 (off by default since 1.12) or
+// set_float32_matmul_precision("high") says otherwise; "tf32" is the tensor-core
+// dense figure for runs that enable it. Memory is nvidia-smi's memory.total for the
+// part. Intra-node figures are the link's per-direction bandwidth (NVLink's
+// "900 GB/s" counts both directions): nccl-tests busbw reaches most of it on large
+// messages, and the calibration issue replaces these with measured busbw.
+var gpuProfiles = []Profile{
+	{
+		Name: "h100-sxm",
+		// H100 SXM5: BF16/FP16 1,979 sparse → 989.5 dense; TF32 989 → 494.5; FP32 67.
+		PeakFLOPS:               map[string]float64{"bf16": 989.5 * tera, "fp16": 989.5 * tera, "tf32": 494.5 * tera, "fp32": 67 * tera},
+		MemBytes:                81559 * mib, // "NVIDIA H100 80GB HBM3"
+		MemBWBytesPerS:          3.35e12,
+		IntraNodeBusBWBytesPerS: 450 * giga, // NVLink 4: 900 GB/s bidirectional per GPU
+		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		HostLinkBWBytesPerS:     64 * giga, // PCIe Gen5 x16, per direction
+		GPUsPerNode:             8,
+		Efficiency:              gpuEfficiency,
+		IsGPU:                   true,
+	},
+	{
+		Name: "h100-pcie",
+		// H100 PCIe: BF16/FP16 1,513 sparse → 756 dense; TF32 756 → 378; FP32 51.
+		PeakFLOPS:      map[string]float64{"bf16": 756 * tera, "fp16": 756 * tera, "tf32": 378 * tera, "fp32": 51 * tera},
+		MemBytes:       81559 * mib,
+		MemBWBytesPerS: 2.0e12,
+		// Peer traffic crosses PCIe Gen5 x16 (64 GB/s per direction); the optional
+		// NVLink bridge pairs only two cards, so collectives over 8 see PCIe.
+		IntraNodeBusBWBytesPerS: 64 * giga,
+		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		HostLinkBWBytesPerS:     64 * giga,
+		GPUsPerNode:             8,
+		Efficiency:              gpuEfficiency,
+		IsGPU:                   true,
+	},
+	{
+		Name: "h200",
+		// H200 SXM: the H100 SXM's compute (BF16 1,979 sparse → 989.5 dense) with
+		// 141 GB of HBM3e at 4.8 TB/s.
+		PeakFLOPS:               map[string]float64{"bf16": 989.5 * tera, "fp16": 989.5 * tera, "tf32": 494.5 * tera, "fp32": 67 * tera},
+		MemBytes:                143771 * mib, // "NVIDIA H200"
+		MemBWBytesPerS:          4.8e12,
+		IntraNodeBusBWBytesPerS: 450 * giga, // NVLink 4
+		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		HostLinkBWBytesPerS:     64 * giga,
+		GPUsPerNode:             8,
+		Efficiency:              gpuEfficiency,
+		IsGPU:                   true,
+	},
+	{
+		Name: "a100-80g",
+		// A100 80GB SXM: BF16/FP16 312 dense; TF32 156 dense; FP32 19.5.
+		PeakFLOPS:               map[string]float64{"bf16": 312 * tera, "fp16": 312 * tera, "tf32": 156 * tera, "fp32": 19.5 * tera},
+		MemBytes:                81920 * mib, // "NVIDIA A100-SXM4-80GB"
+		MemBWBytesPerS:          2.039e12,
+		IntraNodeBusBWBytesPerS: 300 * giga, // NVLink 3: 600 GB/s bidirectional per GPU
+		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		HostLinkBWBytesPerS:     32 * giga, // PCIe Gen4 x16, per direction
+		GPUsPerNode:             8,
+		Efficiency:              gpuEfficiency,
+		IsGPU:                   true,
+	},
+}
+
+// CPU figures are nominal until the calibration issue measures them.
+const (
+	// cpuPeakPerCore: a 256-bit (AVX2) core with two FMA pipes retires 2 × 8 fp32
+	// lanes × 2 FLOPs = 32 FLOPs per cycle; at a nominal 2.5 GHz that is 80 GFLOP/s.
+	// Go has no bf16/fp16 arithmetic, so every precision computes at the fp32 rate.
+	cpuPeakPerCore = 80 * giga
+	// cpuEfficiency: OpenBLAS reaches ≈ 100 GFLOP/s on a matmul on this project's
+	// 2-core CI machine (FACTS.md), ≈ 0.6 of the nominal peak; a training step with
+	// non-GEMM ops and a Go (not BLAS) GEMM gets a fraction of that.
+	cpuEfficiency = 0.1
+	// cpuMemBW: dual-channel DDR4-3200 (2 × 25.6 GB/s).
+	cpuMemBW = 51.2 * giga
+	// cpuIntraNodeBusBW: ranks on one host exchange over loopback TCP, a memory copy
+	// through the kernel: a few GB/s.
+	cpuIntraNodeBusBW = 4 * giga
+	// cpuInterNodeBusBW: 10 Gb/s Ethernet.
+	cpuInterNodeBusBW = 1.25 * giga
+)
+
+// cpuProfile describes this host: its RAM (MemTotal of /proc/meminfo) and its cores
+// (runtime.NumCPU, which honours the process's CPU affinity).
+func cpuProfile() Profile {
+	peak := cpuPeakPerCore * float64(runtime.NumCPU())
+	mem, _ := hostMemBytes()
+	return Profile{
+		Name:                    "cpu",
+		PeakFLOPS:               map[string]float64{"bf16": peak, "fp16": peak, "fp32": peak},
+		MemBytes:                mem,
+		MemBWBytesPerS:          cpuMemBW,
+		IntraNodeBusBWBytesPerS: cpuIntraNodeBusBW,
+		InterNodeBusBWBytesPerS: cpuInterNodeBusBW,
+		Efficiency:              cpuEfficiency,
+	}
+}
+
+// hostMemBytes reads MemTotal from /proc/meminfo; 0 and an error where there is none
+// (not Linux), and callers treat 0 as unknown.
+func hostMemBytes() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	return parseMemInfo(b)
+}
+
+// parseMemInfo extracts MemTotal (in kB, as the kernel writes it) from /proc/meminfo.
+func parseMemInfo(b []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemTotal %q: %w", f[1], err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/meminfo: no MemTotal line")
+}
+
+// Names lists the profile names, sorted.
+func Names() []string {
+	names := []string{"cpu"}
+	for _, p := range gpuProfiles {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Lookup returns the named profile, or an error that lists them and suggests the
+// nearest name. "auto" is not a profile: call Detect for it.
+func Lookup(name string) (Profile, error) {
+	if name == "cpu" {
+		return cpuProfile(), nil
+	}
+	for _, p := range gpuProfiles {
+		if p.Name == name {
+			return clone(p), nil
+		}
+	}
+	msg := fmt.Sprintf("unknown hardware %q", name)
+	if c := shapes.Closest(name, Names()); c != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", c)
+	}
+	return Profile{}, fmt.Errorf("%s: profiles are %s, or auto to detect", msg, strings.Join(Names(), ", "))
+}
+
+// Check reports whether name is a profile or "auto".
+func Check(name string) error {
+	if name == Auto {
+		return nil
+	}
+	_, err := Lookup(name)
+	return err
+}
+
+// clone copies p so callers may change its map without touching the table.
+func clone(p Profile) Profile {
+	m := make(map[string]float64, len(p.PeakFLOPS))
+	for k, v := range p.PeakFLOPS {
+		m[k] = v
+	}
+	p.PeakFLOPS = m
+	return p
+}
