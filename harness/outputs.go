@@ -2,7 +2,6 @@ package harness
 
 import (
 	"bytes"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,27 +13,15 @@ import (
 	"github.com/fsdpbench/fsdpbench/results"
 )
 
-// writeSteps stores the measured steps of every repeat as steps.csv
-// (step, loss, step_time_s, tokens; DESIGN.md), repeats one after the other.
+// writeSteps stores the measured steps of every repeat, one after the other, as
+// steps.csv (results.StepsCSV: step, loss, step_time_s, tokens).
 func writeSteps(path string, repeats []results.Result) error {
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	_ = w.Write([]string{"step", "loss", "step_time_s", "tokens"})
+	var steps []results.Step
 	for _, r := range repeats {
-		for _, st := range r.Steps {
-			loss := "" // unknown, never 0
-			if st.Loss != nil {
-				loss = strconv.FormatFloat(*st.Loss, 'g', -1, 64)
-			}
-			_ = w.Write([]string{
-				strconv.Itoa(st.Step), loss,
-				strconv.FormatFloat(st.StepTimeS, 'g', -1, 64),
-				strconv.FormatInt(st.Tokens, 10),
-			})
-		}
+		steps = append(steps, r.Steps...)
 	}
-	w.Flush()
-	if err := w.Error(); err != nil {
+	var buf bytes.Buffer
+	if err := results.StepsCSV(&buf, steps); err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)
 	}
 	return results.WriteFileAtomic(path, buf.Bytes())

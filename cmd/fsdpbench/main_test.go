@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends/sim"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// bin is the fsdpbench binary the tests run as a user would.
+var bin string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "fsdpbench-test")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "fsdpbench")
+		args := []string{"build", "-o", bin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		build := exec.Command("go", append(args, ".")...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building fsdpbench:", err)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+// result is what one invocation of the binary did.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// fsdpbench runs the binary in dir and waits for it.
+func fsdpbench(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		require.NoError(t, err)
+	}
+	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+// writeSpec writes a sweep spec into dir and returns its path.
+func writeSpec(t *testing.T, dir, body string) string {
+	t.Helper()
+	path := filepath.Join(dir, "spec.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
+	return path
+}
+
+// expectedRuns is the plan of a spec as the sweeps package expands it.
+func expectedRuns(t *testing.T, spec string) *sweeps.Plan {
+	t.Helper()
+	plan, err := sweeps.Load(spec, sweeps.Options{})
+	require.NoError(t, err)
+	return plan
+}
+
+// slowSpec is a sweep of six sim runs that each take about 0.3 s (6 steps of 50 ms),
+// long enough to be interrupted in the middle.
+const slowSpec = `name: slow
+backend: sim
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 1024
+steps: 5
+warmup_steps: 1
+timeout: 1m
+grid:
+  world_size: [8]
+  batch_per_device: [1, 2, 4]
+  sharding: [full_shard, shard_grad_op]
+backend_options:
+  sleep_per_step: 50ms
+`
+
+func TestSweepWritesTheTreeAndReports(t *testing.T) {
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, `name: small
+backend: sim
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 2048
+steps: 4
+warmup_steps: 1
+grid:
+  world_size: [8]
+  batch_per_device: [1, 2]
+  sharding: [full_shard, no_shard]
+`)
+	plan := expectedRuns(t, spec)
+	require.Len(t, plan.Runs, 4)
+
+	res := fsdpbench(t, dir, "sweep", spec, "--results", "out")
+	require.Equal(t, 0, res.code, res.stderr)
+	sweepDir := filepath.Join(dir, "out", "small")
+	assert.FileExists(t, filepath.Join(sweepDir, results.SpecFile))
+	assert.FileExists(t, filepath.Join(sweepDir, results.ManifestFile))
+	for _, rc := range plan.Runs {
+		for _, f := range []string{results.RunArgsFile, results.MetricsFile, results.StdoutFile, results.StderrFile, results.StepsFile} {
+			assert.FileExists(t, filepath.Join(sweepDir, results.RunsDir, rc.ID, f))
+		}
+		// The table shows every run.
+		assert.Contains(t, res.stdout, rc.ID)
+	}
+	assert.Contains(t, res.stderr, "4 runs:")
+	assert.Contains(t, res.stderr, "fsdpbench export "+filepath.Join("out", "small")+" --format csv")
+	// Progress is not a result: it goes to stderr, one line per run when not a terminal.
+	assert.Len(t, regexp.MustCompile(`(?m)^\[\d/4\] `).FindAllString(res.stderr, -1), 4)
+	assert.NotContains(t, res.stdout, "[1/4]")
+
+	t.Run("export csv", func(t *testing.T) {
+		res := fsdpbench(t, dir, "export", sweepDir, "--format", "csv")
+		require.Equal(t, 0, res.code, res.stderr)
+		rows, err := csv.NewReader(strings.NewReader(res.stdout)).ReadAll()
+		require.NoError(t, err)
+		require.Len(t, rows, 1+len(plan.Runs))
+		header := rows[0]
+		assert.Contains(t, header, "status")
+		idCol := -1
+		for i, h := range header {
+			if h == "run_id" || h == "id" {
+				idCol = i
+			}
+		}
+		require.GreaterOrEqual(t, idCol, 0, "no run ID column in %v", header)
+		var ids []string
+		for _, r := range rows[1:] {
+			ids = append(ids, r[idCol])
+		}
+		var want []string
+		for _, rc := range plan.Runs {
+			want = append(want, rc.ID)
+		}
+		assert.ElementsMatch(t, want, ids)
+	})
+	t.Run("export json to a file", func(t *testing.T) {
+		out := filepath.Join(dir, "runs.json")
+		res := fsdpbench(t, dir, "export", sweepDir, "--format", "json", "-o", out)
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Empty(t, res.stdout)
+		b, err := os.ReadFile(out)
+		require.NoError(t, err)
+		var runs []json.RawMessage
+		require.NoError(t, json.Unmarshal(b, &runs))
+		assert.Len(t, runs, len(plan.Runs))
+	})
+	t.Run("report pivot as markdown", func(t *testing.T) {
+		res := fsdpbench(t, dir, "report", sweepDir, "--rows", "batch_per_device", "--cols", "sharding", "--metric", "peak_mem_reserved_bytes", "--format", "markdown")
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Contains(t, res.stdout, "|")
+		assert.Contains(t, res.stdout, "full_shard")
+		assert.Contains(t, res.stdout, "no_shard")
+	})
+	t.Run("report of a missing directory is a usage error", func(t *testing.T) {
+		res := fsdpbench(t, dir, "report", filepath.Join(dir, "nope"))
+		assert.Equal(t, ExitUsage, res.code)
+		assert.Contains(t, res.stderr, "nope")
+	})
+	t.Run("dry run after the sweep skips everything", func(t *testing.T) {
+		res := fsdpbench(t, dir, "sweep", spec, "--results", "out", "--dry-run")
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Equal(t, len(plan.Runs), strings.Count(res.stdout, "skip (done: ok)"))
+		assert.Contains(t, res.stdout, "nothing was run")
+	})
+}
+
+func TestPlanShowsInfeasibleRuns(t *testing.T) {
+	dir := t.TempDir()
+	// Unsharded Llama 3 8B keeps 16 bytes per parameter on every GPU: no H100 holds it.
+	spec := writeSpec(t, dir, `name: planned
+backend: sim
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 4096
+grid:
+  world_size: [8]
+  batch_per_device: [1, 8]
+  sharding: [full_shard, no_shard]
+`)
+	plan := expectedRuns(t, spec)
+	infeasible := 0
+	for _, rc := range plan.Runs {
+		p, err := sim.Predict(rc)
+		require.NoError(t, err)
+		if !p.Feasible {
+			infeasible++
+		}
+	}
+	require.Positive(t, infeasible, "the spec must hold runs the model predicts infeasible")
+	require.Less(t, infeasible, len(plan.Runs))
+
+	res := fsdpbench(t, dir, "plan", spec)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Equal(t, infeasible, strings.Count(res.stdout, "infeasible:"), res.stdout)
+	for _, rc := range plan.Runs {
+		assert.Contains(t, res.stdout, rc.ID)
+	}
+	assert.Contains(t, res.stdout, fmt.Sprintf("%d infeasible", infeasible))
+	assert.NoDirExists(t, filepath.Join(dir, "fsdpbench-results"), "plan runs nothing")
+}
+
+func TestSpecErrorsExitWithUsage(t *testing.T) {
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, `name: bad
+backend: sim
+model: llama3-8b
+grid:
+  world_size: [8]
+  shardng: [full_shard]
+`)
+	for _, cmd := range []string{"sweep", "plan"} {
+		res := fsdpbench(t, dir, cmd, spec)
+		assert.Equal(t, ExitUsage, res.code, cmd)
+		assert.Regexp(t, `spec\.yaml:6:\d+: .*shardng`, res.stderr, cmd)
+		assert.Empty(t, res.stdout, cmd)
+	}
+	res := fsdpbench(t, dir, "sweep", spec, "--set", "world_size=three")
+	assert.Equal(t, ExitUsage, res.code)
+
+	for _, args := range [][]string{{"sweep"}, {"frob"}, {"sweep", spec, "--jobs", "x"}, {"export", dir, "--format", "xml"}, {"sweep", spec, "--progress", "fancy"}} {
+		res := fsdpbench(t, dir, args...)
+		assert.Equal(t, ExitUsage, res.code, args)
+		assert.NotEmpty(t, res.stderr, args)
+	}
+}
+
+func TestSweepJobs(t *testing.T) {
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, slowSpec)
+	res := fsdpbench(t, dir, "sweep", spec, "--jobs", "2")
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stderr, "6 runs: 6 ok")
+}
+
+func TestMaxFitSearch(t *testing.T) {
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, `name: wall
+backend: sim
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 4096
+grid:
+  world_size: [8]
+  sharding: [full_shard]
+  batch_per_device: [1]
+search:
+  batch_per_device: max_fit
+`)
+	// The largest batch the analytic model says fits, walking the search as the
+	// harness does: that is what the sweep must find.
+	plan := expectedRuns(t, spec)
+	require.Len(t, plan.Runs, 1)
+	rc, want := plan.Runs[0], 0
+	for {
+		p, err := sim.Predict(rc)
+		require.NoError(t, err)
+		if !p.Feasible {
+			break
+		}
+		want = rc.BatchPerDevice
+		next, ok := sweeps.NextSearchPoint(rc)
+		if !ok {
+			break
+		}
+		rc = next
+	}
+	require.Positive(t, want)
+
+	res := fsdpbench(t, dir, "sweep", spec)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Regexp(t, fmt.Sprintf(`batch_per_device\s*│\s*%d\s`, want), res.stdout)
+
+	b, err := os.ReadFile(filepath.Join(dir, "fsdpbench-results", "wall", results.ManifestFile))
+	require.NoError(t, err)
+	var man struct {
+		Search []struct {
+			Axis      string `json:"axis"`
+			MaxFit    int    `json:"max_fit"`
+			Tried     []int  `json:"tried"`
+			StoppedBy string `json:"stopped_by"`
+		} `json:"search"`
+		Runs []results.ManifestEntry `json:"runs"`
+	}
+	require.NoError(t, json.Unmarshal(b, &man))
+	require.Len(t, man.Search, 1)
+	assert.Equal(t, want, man.Search[0].MaxFit)
+	assert.Equal(t, "batch_per_device", man.Search[0].Axis)
+	assert.Contains(t, []string{"oom", "infeasible"}, man.Search[0].StoppedBy)
+	assert.Len(t, man.Runs, len(man.Search[0].Tried))
+}
+
+func TestBackendsAndVersion(t *testing.T) {
+	dir := t.TempDir()
+	res := fsdpbench(t, dir, "backends")
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Regexp(t, `sim\s*│\s*yes\s*│\s*no`, res.stdout)
+
+	res = fsdpbench(t, dir, "version")
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Regexp(t, `^fsdpbench \S+ \(commit \S+, go1\.`, res.stdout)
+}
+
+// waitFor polls until cond holds, failing the test after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// finished lists the runs of a sweep directory that have a metrics.json, with its
+// modification time.
+func finished(t *testing.T, sweepDir string) map[string]time.Time {
+	t.Helper()
+	out := map[string]time.Time{}
+	matches, err := filepath.Glob(filepath.Join(sweepDir, results.RunsDir, "*", results.MetricsFile))
+	require.NoError(t, err)
+	for _, m := range matches {
+		if st, err := os.Stat(m); err == nil {
+			out[filepath.Base(filepath.Dir(m))] = st.ModTime()
+		}
+	}
+	return out
+}
