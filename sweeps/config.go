@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -147,15 +146,79 @@ type trainingKey struct {
 	Compile                 bool   `json:"compile"`
 }
 
-// Hash is a short hex hash of the training configuration (not of how it is launched).
-func (rc RunConfig) Hash() string {
-	k := trainingKey{rc.Hardware, rc.Model, rc.SeqLen, rc.Seed, rc.Nodes, rc.GPUsPerNode,
+func (rc *RunConfig) trainingKey() trainingKey {
+	return trainingKey{rc.Hardware, rc.Model, rc.SeqLen, rc.Seed, rc.Nodes, rc.GPUsPerNode,
 		rc.WorldSize, rc.BatchPerDevice, rc.GradAccum, rc.GlobalBatch, rc.Sharding,
 		rc.ActivationCheckpointing, rc.BackwardPrefetch, rc.ForwardPrefetch, rc.CPUOffload,
 		rc.MixedPrecision, rc.WrapPolicy, rc.Compile}
-	b, _ := json.Marshal(k) // struct of plain fields: cannot fail
-	sum := sha256.Sum256(b)
+}
+
+// Hash is a short hex hash of the training configuration (not of how it is launched):
+// the first 4 bytes of the SHA-256 of trainingKey's JSON encoding (fields in
+// declaration order, as encoding/json writes them). appendTrainingKey writes those
+// bytes by hand because expanding a large grid hashes every point; the bytes are
+// the same as json.Marshal(trainingKey{...}) (TestHashMatchesJSON checks), so IDs
+// do not depend on the Go version's JSON encoder beyond its documented format.
+func (rc RunConfig) Hash() string {
+	var buf [512]byte
+	sum := sha256.Sum256(rc.appendTrainingKey(buf[:0]))
 	return hex.EncodeToString(sum[:4])
+}
+
+// appendTrainingKey appends the JSON encoding of rc's trainingKey to b.
+func (rc *RunConfig) appendTrainingKey(b []byte) []byte {
+	b = append(b, `{"hardware":`...)
+	b = appendJSONString(b, rc.Hardware)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, rc.Model)
+	b = append(b, `,"seq_len":`...)
+	b = strconv.AppendInt(b, int64(rc.SeqLen), 10)
+	b = append(b, `,"seed":`...)
+	b = strconv.AppendInt(b, rc.Seed, 10)
+	b = append(b, `,"nodes":`...)
+	b = strconv.AppendInt(b, int64(rc.Nodes), 10)
+	b = append(b, `,"gpus_per_node":`...)
+	b = strconv.AppendInt(b, int64(rc.GPUsPerNode), 10)
+	b = append(b, `,"world_size":`...)
+	b = strconv.AppendInt(b, int64(rc.WorldSize), 10)
+	b = append(b, `,"batch_per_device":`...)
+	b = strconv.AppendInt(b, int64(rc.BatchPerDevice), 10)
+	b = append(b, `,"grad_accum":`...)
+	b = strconv.AppendInt(b, int64(rc.GradAccum), 10)
+	b = append(b, `,"global_batch":`...)
+	b = strconv.AppendInt(b, int64(rc.GlobalBatch), 10)
+	b = append(b, `,"sharding":`...)
+	b = appendJSONString(b, rc.Sharding)
+	b = append(b, `,"activation_checkpointing":`...)
+	b = strconv.AppendBool(b, rc.ActivationCheckpointing)
+	b = append(b, `,"backward_prefetch":`...)
+	b = appendJSONString(b, rc.BackwardPrefetch)
+	b = append(b, `,"forward_prefetch":`...)
+	b = strconv.AppendBool(b, rc.ForwardPrefetch)
+	b = append(b, `,"cpu_offload":`...)
+	b = strconv.AppendBool(b, rc.CPUOffload)
+	b = append(b, `,"mixed_precision":`...)
+	b = appendJSONString(b, rc.MixedPrecision)
+	b = append(b, `,"wrap_policy":`...)
+	b = appendJSONString(b, rc.WrapPolicy)
+	b = append(b, `,"compile":`...)
+	b = strconv.AppendBool(b, rc.Compile)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as encoding/json writes it. Plain printable ASCII (every
+// canonical value) is copied; anything encoding/json would escape goes through it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // Fingerprint hashes everything that affects a run's outcome, including the backend,
@@ -176,39 +239,60 @@ func (rc RunConfig) Fingerprint() string {
 // MakeSlug builds the readable part of a run ID, e.g. "ws4-bs2-full_shard-ac1-pre".
 // It is a fixed function of the config (not of which axes vary), so IDs are stable.
 func (rc RunConfig) MakeSlug() string {
-	parts := []string{"ws" + strconv.Itoa(rc.WorldSize)}
-	if rc.Nodes > 1 {
-		parts = append(parts, "n"+strconv.Itoa(rc.Nodes))
-	}
-	parts = append(parts, "bs"+strconv.Itoa(rc.BatchPerDevice))
-	if rc.GradAccum > 1 {
-		parts = append(parts, "ga"+strconv.Itoa(rc.GradAccum))
-	}
-	parts = append(parts, rc.Sharding, "ac"+b01(rc.ActivationCheckpointing))
-	switch rc.BackwardPrefetch {
-	case BackwardPre:
-		parts = append(parts, "pre")
-	case BackwardPost:
-		parts = append(parts, "post")
-	default:
-		parts = append(parts, "nopf")
-	}
-	if rc.ForwardPrefetch {
-		parts = append(parts, "fwdpf")
-	}
-	if rc.CPUOffload {
-		parts = append(parts, "offload")
-	}
-	if rc.MixedPrecision != "" && rc.MixedPrecision != BF16 {
-		parts = append(parts, rc.MixedPrecision)
-	}
-	return strings.Join(parts, "-")
+	var buf [96]byte
+	return string(rc.appendSlug(buf[:0]))
 }
 
-// AssignID fills Slug and ID from the config.
+func (rc *RunConfig) appendSlug(b []byte) []byte {
+	b = append(b, "ws"...)
+	b = strconv.AppendInt(b, int64(rc.WorldSize), 10)
+	if rc.Nodes > 1 {
+		b = append(b, "-n"...)
+		b = strconv.AppendInt(b, int64(rc.Nodes), 10)
+	}
+	b = append(b, "-bs"...)
+	b = strconv.AppendInt(b, int64(rc.BatchPerDevice), 10)
+	if rc.GradAccum > 1 {
+		b = append(b, "-ga"...)
+		b = strconv.AppendInt(b, int64(rc.GradAccum), 10)
+	}
+	b = append(b, '-')
+	b = append(b, rc.Sharding...)
+	b = append(b, "-ac"...)
+	b = append(b, b01(rc.ActivationCheckpointing)...)
+	switch rc.BackwardPrefetch {
+	case BackwardPre:
+		b = append(b, "-pre"...)
+	case BackwardPost:
+		b = append(b, "-post"...)
+	default:
+		b = append(b, "-nopf"...)
+	}
+	if rc.ForwardPrefetch {
+		b = append(b, "-fwdpf"...)
+	}
+	if rc.CPUOffload {
+		b = append(b, "-offload"...)
+	}
+	if rc.MixedPrecision != "" && rc.MixedPrecision != BF16 {
+		b = append(b, '-')
+		b = append(b, rc.MixedPrecision...)
+	}
+	return b
+}
+
+// AssignID fills Slug and ID from the config. Slug shares ID's memory (one
+// allocation per run), which matters when a grid has a million points.
 func (rc *RunConfig) AssignID() {
-	rc.Slug = rc.MakeSlug()
-	rc.ID = rc.Slug + "-" + rc.Hash()
+	var buf [160]byte
+	b := rc.appendSlug(buf[:0])
+	n := len(b)
+	var kb [512]byte
+	sum := sha256.Sum256(rc.appendTrainingKey(kb[:0]))
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sum[:4])
+	rc.ID = string(b)
+	rc.Slug = rc.ID[:n]
 }
 
 func b01(b bool) string {

@@ -1,0 +1,432 @@
+package sweeps
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// field identifies a setting or axis of a RunConfig. The axes come first, in the
+// order DESIGN.md lists them; a bit per field makes "which fields did this point
+// give" one integer.
+type field uint8
+
+const (
+	fNodes field = iota
+	fGPUsPerNode
+	fWorldSize
+	fBatchPerDevice
+	fGradAccum
+	fGlobalBatch
+	fSeqLen
+	fModel
+	fSharding
+	fActivationCheckpointing
+	fBackwardPrefetch
+	fForwardPrefetch
+	fCPUOffload
+	fMixedPrecision
+	fWrapPolicy
+	fCompile
+	fHardware
+	fSeed
+	// Settings below are not axes: they do not enter the run ID.
+	fName
+	fBackend
+	fLauncher
+	fSteps
+	fWarmupSteps
+	fRepeats
+	fTimeout
+	numFields
+)
+
+type mask uint32
+
+func (m mask) has(f field) bool { return m&(1<<f) != 0 }
+
+// valueKind is how a key's value is read and checked.
+type valueKind uint8
+
+const (
+	kindInt      valueKind = iota // integer >= min
+	kindBool                      // true / false
+	kindEnum                      // one of values
+	kindString                    // free text, checked by a callback (model, hardware, backend)
+	kindDuration                  // Go duration string, > 0
+	kindWrap                      // transformer | size:<min params>
+	kindName                      // a safe directory name
+)
+
+// scope says where a key may appear.
+type scope uint8
+
+const (
+	inTop  scope = 1 << iota // top level of the spec
+	inBase                   // under base:
+	inAxis                   // as a grid axis, in include and exclude entries
+)
+
+type keyDef struct {
+	name   string
+	f      field
+	kind   valueKind
+	values []string // kindEnum
+	min    int64    // kindInt
+	where  scope
+}
+
+var keyDefs = [numFields]keyDef{
+	fNodes:                   {name: "nodes", kind: kindInt, min: 1, where: inBase | inAxis},
+	fGPUsPerNode:             {name: "gpus_per_node", kind: kindInt, min: 1, where: inBase | inAxis},
+	fWorldSize:               {name: "world_size", kind: kindInt, min: 1, where: inBase | inAxis},
+	fBatchPerDevice:          {name: "batch_per_device", kind: kindInt, min: 1, where: inBase | inAxis},
+	fGradAccum:               {name: "grad_accum", kind: kindInt, min: 1, where: inBase | inAxis},
+	fGlobalBatch:             {name: "global_batch", kind: kindInt, min: 1, where: inBase | inAxis},
+	fSeqLen:                  {name: "seq_len", kind: kindInt, min: 1, where: inTop | inBase | inAxis},
+	fModel:                   {name: "model", kind: kindString, where: inTop | inBase | inAxis},
+	fSharding:                {name: "sharding", kind: kindEnum, values: ShardingValues, where: inBase | inAxis},
+	fActivationCheckpointing: {name: "activation_checkpointing", kind: kindBool, where: inBase | inAxis},
+	fBackwardPrefetch:        {name: "backward_prefetch", kind: kindEnum, values: BackwardPrefetchValues, where: inBase | inAxis},
+	fForwardPrefetch:         {name: "forward_prefetch", kind: kindBool, where: inBase | inAxis},
+	fCPUOffload:              {name: "cpu_offload", kind: kindBool, where: inBase | inAxis},
+	fMixedPrecision:          {name: "mixed_precision", kind: kindEnum, values: MixedPrecisionValues, where: inBase | inAxis},
+	fWrapPolicy:              {name: "wrap_policy", kind: kindWrap, where: inBase | inAxis},
+	fCompile:                 {name: "compile", kind: kindBool, where: inBase | inAxis},
+	fHardware:                {name: "hardware", kind: kindString, where: inTop | inBase | inAxis},
+	fSeed:                    {name: "seed", kind: kindInt, min: math.MinInt64, where: inTop | inBase | inAxis},
+	fName:                    {name: "name", kind: kindName, where: inTop},
+	fBackend:                 {name: "backend", kind: kindString, where: inTop | inBase},
+	fLauncher:                {name: "launcher", kind: kindEnum, values: LauncherValues, where: inTop | inBase},
+	fSteps:                   {name: "steps", kind: kindInt, min: 1, where: inTop | inBase},
+	fWarmupSteps:             {name: "warmup_steps", kind: kindInt, min: 0, where: inTop | inBase},
+	fRepeats:                 {name: "repeats", kind: kindInt, min: 1, where: inTop | inBase},
+	fTimeout:                 {name: "timeout", kind: kindDuration, where: inTop | inBase},
+}
+
+// Launchers.
+const (
+	LauncherLocal = "local"
+	LauncherSlurm = "slurm"
+)
+
+// LauncherValues lists the allowed values of launcher.
+var LauncherValues = []string{LauncherLocal, LauncherSlurm}
+
+// Structural top-level keys (not settings).
+const (
+	keyBase            = "base"
+	keyGrid            = "grid"
+	keyExclude         = "exclude"
+	keyInclude         = "include"
+	keySearch          = "search"
+	keyBackendOptions  = "backend_options"
+	keyLauncherOptions = "launcher_options"
+)
+
+// TopLevelKeys lists the keys a spec may have at its top level, in the order the
+// resolved spec writes them.
+var TopLevelKeys = []string{"name", "backend", "launcher", "hardware", "model", "seq_len",
+	"steps", "warmup_steps", "repeats", "timeout", "seed",
+	keyBase, keyGrid, keyExclude, keyInclude, keySearch, keyBackendOptions, keyLauncherOptions}
+
+// Axes lists the canonical axis names: what grid, include, exclude and base take.
+var Axes = func() []string {
+	var out []string
+	for _, d := range keyDefs {
+		if d.where&inAxis != 0 {
+			out = append(out, d.name)
+		}
+	}
+	return out
+}()
+
+// baseKeys lists what base: takes: the axes and the run settings.
+var baseKeys = func() []string {
+	var out []string
+	for _, d := range keyDefs {
+		if d.where&inBase != 0 {
+			out = append(out, d.name)
+		}
+	}
+	return out
+}()
+
+var keyByName = func() map[string]*keyDef {
+	m := make(map[string]*keyDef, numFields)
+	for i := range keyDefs {
+		keyDefs[i].f = field(i)
+		m[keyDefs[i].name] = &keyDefs[i]
+	}
+	return m
+}()
+
+// value is one checked value of a key, with where it was written.
+type value struct {
+	f   field
+	i   int64  // int and bool (0/1) kinds
+	s   string // string kinds, canonical form
+	pos pos
+}
+
+// String renders the value as a spec would write it.
+func (v value) String() string {
+	switch keyDefs[v.f].kind {
+	case kindInt:
+		return strconv.FormatInt(v.i, 10)
+	case kindBool:
+		return strconv.FormatBool(v.i != 0)
+	}
+	return v.s
+}
+
+func (v value) equal(w value) bool { return v.i == w.i && v.s == w.s }
+
+// apply writes v into rc.
+func (v value) apply(rc *RunConfig) {
+	switch v.f {
+	case fNodes:
+		rc.Nodes = int(v.i)
+	case fGPUsPerNode:
+		rc.GPUsPerNode = int(v.i)
+	case fWorldSize:
+		rc.WorldSize = int(v.i)
+	case fBatchPerDevice:
+		rc.BatchPerDevice = int(v.i)
+	case fGradAccum:
+		rc.GradAccum = int(v.i)
+	case fGlobalBatch:
+		rc.GlobalBatch = int(v.i)
+	case fSeqLen:
+		rc.SeqLen = int(v.i)
+	case fModel:
+		rc.Model = v.s
+	case fSharding:
+		rc.Sharding = v.s
+	case fActivationCheckpointing:
+		rc.ActivationCheckpointing = v.i != 0
+	case fBackwardPrefetch:
+		rc.BackwardPrefetch = v.s
+	case fForwardPrefetch:
+		rc.ForwardPrefetch = v.i != 0
+	case fCPUOffload:
+		rc.CPUOffload = v.i != 0
+	case fMixedPrecision:
+		rc.MixedPrecision = v.s
+	case fWrapPolicy:
+		rc.WrapPolicy = v.s
+	case fCompile:
+		rc.Compile = v.i != 0
+	case fHardware:
+		rc.Hardware = v.s
+	case fSeed:
+		rc.Seed = v.i
+	case fBackend:
+		rc.Backend = v.s
+	case fLauncher:
+		rc.Launcher = v.s
+	case fSteps:
+		rc.Steps = int(v.i)
+	case fWarmupSteps:
+		rc.WarmupSteps = int(v.i)
+	case fRepeats:
+		rc.Repeats = int(v.i)
+	case fTimeout:
+		rc.Timeout = Duration(v.i)
+	case fName:
+		rc.Sweep = v.s
+	}
+}
+
+var safeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// wrapSize reads the number of a size:<min params> wrap policy: digits with an
+// optional k/M/B suffix (size:100M), or a float with an exponent (size:1e8).
+var wrapSize = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)([kKmMbBgG]?)$`)
+
+// readValue checks one scalar n as a value of key d. A failure is reported to e;
+// ok is false then.
+func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
+	v := value{f: d.f, pos: n.pos}
+	if n.kind != scalarNode {
+		p.e.at(n.pos, "%s must be %s, got %s", d.name, d.expect(), n.describe())
+		return v, false
+	}
+	switch d.kind {
+	case kindInt:
+		i, ok := n.val.(int64)
+		if !ok {
+			hint := ""
+			if s, isStr := n.val.(string); isStr {
+				if _, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil {
+					hint = " (remove the quotes)"
+				}
+			}
+			p.e.at(n.pos, "%s must be %s, got %s%s", d.name, d.expect(), n.describe(), hint)
+			return v, false
+		}
+		if i < d.min {
+			p.e.at(n.pos, "%s must be %s, got %d", d.name, d.expect(), i)
+			return v, false
+		}
+		v.i = i
+	case kindBool:
+		b, ok := n.val.(bool)
+		if !ok {
+			p.e.at(n.pos, "%s must be true or false, got %s", d.name, n.describe())
+			return v, false
+		}
+		if b {
+			v.i = 1
+		}
+	default:
+		s, ok := n.val.(string)
+		if !ok {
+			hint := ""
+			if d.kind != kindEnum {
+				hint = " (quote it if you mean a name)"
+			}
+			p.e.at(n.pos, "%s must be %s, got %s%s", d.name, d.expect(), n.describe(), hint)
+			return v, false
+		}
+		var err string
+		v.s, v.i, err = p.readString(d, s)
+		if err != "" {
+			p.e.at(n.pos, "%s", err)
+			return v, false
+		}
+	}
+	return v, true
+}
+
+// readString checks and canonicalizes a string value; err is the message on failure.
+func (p *parsing) readString(d *keyDef, s string) (canon string, i int64, err string) {
+	switch d.kind {
+	case kindEnum:
+		for _, a := range d.values {
+			if s == a {
+				return s, 0, ""
+			}
+		}
+		return "", 0, fmt.Sprintf("unknown %s %q (allowed: %s%s)", d.name, s, strings.Join(d.values, ", "), didYouMean(s, d.values))
+	case kindDuration:
+		dur, perr := time.ParseDuration(s)
+		if perr != nil || dur <= 0 {
+			return "", 0, fmt.Sprintf("%s must be a positive Go duration such as 30m, 90s or 1h30m, got %q", d.name, s)
+		}
+		return dur.String(), int64(dur), ""
+	case kindWrap:
+		return readWrapPolicy(s)
+	case kindName:
+		if len(s) > 100 || !safeName.MatchString(s) {
+			return "", 0, fmt.Sprintf("name %q cannot name a results directory: use letters, digits, '.', '_' and '-' (starting with a letter or digit, at most 100 characters), e.g. %q", s, suggestName(s))
+		}
+		return s, 0, ""
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", 0, fmt.Sprintf("%s must not be empty", d.name)
+	}
+	var check func(string) error
+	switch d.f {
+	case fModel:
+		check = p.opts.CheckModel
+	case fHardware:
+		if s == HardwareAuto {
+			return s, 0, ""
+		}
+		check = p.opts.CheckHardware
+	case fBackend:
+		check = p.opts.CheckBackend
+	}
+	if check != nil {
+		if cerr := check(s); cerr != nil {
+			return "", 0, fmt.Sprintf("%s %q: %v", d.name, s, cerr)
+		}
+	}
+	return s, 0, ""
+}
+
+// HardwareAuto is the hardware value that means "detect it"; it is never passed to
+// Options.CheckHardware.
+const HardwareAuto = "auto"
+
+// readWrapPolicy canonicalizes "transformer" and "size:<min params>" (size:100M and
+// size:100000000 are the same policy, so they get the same run ID).
+func readWrapPolicy(s string) (string, int64, string) {
+	const allowed = "allowed: transformer, or size:<min params> such as size:100000000 or size:100M"
+	if s == "transformer" {
+		return s, 0, ""
+	}
+	num, ok := strings.CutPrefix(s, "size:")
+	if !ok {
+		return "", 0, fmt.Sprintf("unknown wrap_policy %q (%s%s)", s, allowed, didYouMean(s, []string{"transformer", "size:"}))
+	}
+	m := wrapSize.FindStringSubmatch(strings.TrimSpace(num))
+	if m == nil {
+		return "", 0, fmt.Sprintf("wrap_policy %q: the size must be a number of parameters (%s)", s, allowed)
+	}
+	f, err := strconv.ParseFloat(m[1], 64)
+	mult := map[string]float64{"": 1, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "b": 1e9, "B": 1e9, "g": 1e9, "G": 1e9}[m[2]]
+	f *= mult
+	if err != nil || f < 1 || f > 1e15 || f != math.Trunc(f) {
+		return "", 0, fmt.Sprintf("wrap_policy %q: the size must be a whole number of parameters between 1 and 1e15 (%s)", s, allowed)
+	}
+	return "size:" + strconv.FormatInt(int64(f), 10), 0, ""
+}
+
+// suggestName turns s into a name that would be accepted.
+func suggestName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			b.WriteRune(r)
+		case b.Len() > 0:
+			b.WriteByte('-')
+		}
+	}
+	out := strings.Trim(b.String(), "-._")
+	if len(out) > 100 {
+		out = out[:100]
+	}
+	if out == "" {
+		return "my-sweep"
+	}
+	return out
+}
+
+// expect describes what a key takes, for error messages.
+func (d *keyDef) expect() string {
+	switch d.kind {
+	case kindInt:
+		switch d.min {
+		case math.MinInt64:
+			return "an integer"
+		case 0:
+			return "an integer >= 0"
+		case 1:
+			return "a positive integer"
+		}
+		return fmt.Sprintf("an integer >= %d", d.min)
+	case kindBool:
+		return "true or false"
+	case kindEnum:
+		return "one of " + strings.Join(d.values, ", ")
+	case kindDuration:
+		return "a Go duration such as 30m or 90s"
+	case kindWrap:
+		return "transformer or size:<min params>"
+	case kindName:
+		return "a name (letters, digits, '.', '_', '-')"
+	}
+	switch d.f {
+	case fModel:
+		return "a model preset name or a path to a config.json"
+	case fHardware:
+		return "a hardware profile name (or auto)"
+	}
+	return "a name"
+}

@@ -1,0 +1,90 @@
+package sweeps
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+)
+
+// resolvedYAML writes the spec as it will run: the tree after --set, with every
+// top-level setting written out (defaults included), keys in TopLevelKeys order.
+func resolvedYAML(root *node, file string, sets []string) ([]byte, error) {
+	d := Defaults()
+	defaults := map[string]any{
+		"backend": d.Backend, "launcher": d.Launcher, "hardware": d.Hardware, "model": d.Model,
+		"seq_len": int64(d.SeqLen), "steps": int64(d.Steps), "warmup_steps": int64(d.WarmupSteps),
+		"repeats": int64(d.Repeats), "timeout": "30m", "seed": d.Seed,
+	}
+	base := root.get(keyBase)
+	var out yaml.MapSlice
+	for _, k := range TopLevelKeys {
+		if e := root.get(k); e != nil {
+			out = append(out, yaml.MapItem{Key: k, Value: e.val.toYAML()})
+			continue
+		}
+		if base != nil && base.val.kind == mapNode && base.val.get(k) != nil {
+			continue // the spec sets it under base:
+		}
+		if v, ok := defaults[k]; ok {
+			out = append(out, yaml.MapItem{Key: k, Value: v})
+		}
+	}
+	n, err := yaml.ValueToNode(out, yaml.IndentSequence(true))
+	if err != nil {
+		return nil, err
+	}
+	flowLeaves(n, false)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# The sweep spec as run (resolved from %s", file)
+	if len(sets) > 0 {
+		b.WriteString(" with")
+		for _, s := range sets {
+			fmt.Fprintf(&b, " --set %q", s)
+		}
+	}
+	b.WriteString(").\n")
+	b.WriteString(strings.TrimRight(n.String(), "\n"))
+	b.WriteByte('\n')
+	return b.Bytes(), nil
+}
+
+// flowLeaves writes lists of scalars, and mappings of scalars inside lists, in flow
+// style ([a, b], {k: v}), as people write grid axes and exclude entries.
+func flowLeaves(n ast.Node, inSeq bool) {
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		leaves := true
+		for _, mv := range v.Values {
+			leaves = leaves && isLeaf(mv.Value)
+			flowLeaves(mv.Value, false)
+		}
+		if inSeq && leaves {
+			v.SetIsFlowStyle(true)
+		}
+	case *ast.MappingValueNode:
+		flowLeaves(v.Value, false)
+		if inSeq && isLeaf(v.Value) {
+			v.SetIsFlowStyle(true)
+		}
+	case *ast.SequenceNode:
+		leaves := true
+		for _, it := range v.Values {
+			leaves = leaves && isLeaf(it)
+			flowLeaves(it, true)
+		}
+		if leaves {
+			v.SetIsFlowStyle(true)
+		}
+	}
+}
+
+func isLeaf(n ast.Node) bool {
+	switch n.(type) {
+	case *ast.MappingNode, *ast.MappingValueNode, *ast.SequenceNode:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,467 @@
+package sweeps
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Options changes how a spec is read. The zero value reads the file as written and
+// accepts any model, hardware and backend name.
+type Options struct {
+	// Set holds --set overrides, Hydra style, applied in order before validation:
+	// "key=v1,v2" makes (or replaces) a grid axis; "key=v" gives one value to every
+	// run (it replaces a grid axis, a base value or a top-level setting of that name).
+	// Keys are axis or top-level names; backend_options.NAME=v and
+	// launcher_options.NAME=v set one option. Values are read as YAML scalars
+	// (1024 is a number, true a boolean); "[a,b]" is a list too.
+	Set []string
+	// CheckModel validates a model value (a preset name or a config.json path); the
+	// error is reported at the value's position. Nil accepts any.
+	CheckModel func(string) error
+	// CheckHardware validates a hardware profile name; "auto" is never passed. Nil
+	// accepts any.
+	CheckHardware func(string) error
+	// CheckBackend validates a backend name. Nil accepts any.
+	CheckBackend func(string) error
+}
+
+// Plan is a validated, expanded sweep.
+type Plan struct {
+	// Name is the sweep's name; results go to <results-dir>/<Name>/.
+	Name     string
+	Backend  string
+	Launcher string
+	// Runs are the runs in a deterministic order: grid points in the order of the
+	// axes as written (last axis fastest), then include entries. IDs are assigned and
+	// unique; points that come out identical are merged (the first one stays).
+	// Runs share their BackendOptions and LauncherOptions maps: treat them as
+	// read-only.
+	Runs []RunConfig
+	// Search is "" or the axis searched adaptively ("batch_per_device"); each run is
+	// then the first point of one search (see NextSearchPoint).
+	Search string
+	// Axes names the axes that take more than one value across Runs: grid axes in
+	// the order written, then the others (derived ones included) in canonical order.
+	Axes []string
+	// Warnings are things in the spec that are legal but probably not meant, such as
+	// an exclude entry that matches no point; formatted "file:line:col: msg".
+	Warnings []string
+	// Resolved is the spec as run (after --set, defaults written out), stored as
+	// sweep.yaml: parsing it again gives the same runs.
+	Resolved []byte
+}
+
+// Load reads and parses the spec file at path; see Parse.
+func Load(path string, opts Options) (*Plan, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read sweep spec: %w", err)
+	}
+	return Parse(data, path, opts)
+}
+
+// Parse reads a spec (filename is used in error positions), applies opts.Set,
+// validates everything and expands it into runs. Problems are reported as a
+// *SpecError, or SpecErrors when there are several; malformed YAML keeps goccy's
+// error as the SpecError's Err.
+func Parse(data []byte, filename string, opts Options) (*Plan, error) {
+	p := &parsing{opts: opts, file: filename}
+	root := parseYAML(data, filename, &p.e)
+	if p.e.failed() {
+		return nil, p.e.err()
+	}
+	if root.kind != mapNode {
+		p.e.at(root.pos, "a spec is a mapping of keys (name:, grid:, ...), got %s; see sweeps/examples/quickstart.yaml", root.describe())
+		return nil, p.e.err()
+	}
+	sets := p.applySets(root)
+	sp := p.read(root)
+	if p.e.failed() {
+		return nil, p.e.err()
+	}
+	plan := p.expand(sp)
+	if p.e.failed() {
+		return nil, p.e.err()
+	}
+	var err error
+	plan.Resolved, err = resolvedYAML(root, filename, sets)
+	if err != nil {
+		return nil, &SpecError{File: filename, Msg: "cannot write the resolved spec: " + err.Error(), Err: err}
+	}
+	return plan, nil
+}
+
+type parsing struct {
+	opts Options
+	file string
+	e    errs
+}
+
+// spec is the checked content of a spec file, before expansion.
+type spec struct {
+	namePos pos
+	// top and base hold single values by field, with the position of their key.
+	top, base [numFields]*keyed
+	grid      []gridAxis
+	exclude   []excludeEntry
+	include   []includeEntry
+	// excludePos and searchPos are the positions of the exclude: and search: keys.
+	excludePos pos
+	search     string
+	searchPos  pos
+	backendOptions, launcherOptions map[string]any
+}
+
+type keyed struct {
+	v      value
+	keyPos pos
+}
+
+type gridAxis struct {
+	d      *keyDef
+	keyPos pos
+	vals   []value
+}
+
+type excludeEntry struct {
+	pos   pos
+	conds []excludeCond
+}
+
+// excludeCond matches when the field holds any of vals.
+type excludeCond struct {
+	f    field
+	vals []value
+}
+
+type includeEntry struct {
+	pos  pos
+	vals []value
+}
+
+func (p *parsing) read(root *node) *spec {
+	sp := &spec{namePos: pos{file: p.file, line: 1, col: 1}}
+	for _, e := range root.entries {
+		switch e.key {
+		case keyBase:
+			p.readBase(sp, e)
+		case keyGrid:
+			p.readGrid(sp, e)
+		case keyExclude:
+			sp.excludePos = e.keyPos
+			p.readExclude(sp, e)
+		case keyInclude:
+			p.readInclude(sp, e)
+		case keySearch:
+			sp.searchPos = e.keyPos
+			p.readSearch(sp, e)
+		case keyBackendOptions:
+			sp.backendOptions = p.readOptions(e)
+		case keyLauncherOptions:
+			sp.launcherOptions = p.readOptions(e)
+		default:
+			d, ok := keyByName[e.key]
+			switch {
+			case ok && d.where&inTop != 0:
+				if v, ok := p.readValue(d, e.val); ok {
+					sp.top[d.f] = &keyed{v: v, keyPos: e.keyPos}
+				}
+			case ok:
+				p.e.at(e.keyPos, "%s is an axis, not a top-level key: put it under base: (one value for every run) or grid: (a list of values)", e.key)
+			default:
+				p.unknownTopKey(e)
+			}
+		}
+	}
+	if sp.top[fName] == nil {
+		p.e.at(sp.namePos, "the spec needs a name (results go to <results-dir>/<name>/); add e.g. `name: %s`", suggestName(strings.TrimSuffix(baseName(p.file), ".yaml")))
+	}
+	for f, b := range sp.base {
+		if b != nil && sp.top[f] != nil {
+			p.e.at(b.keyPos, "%s is set both at the top level (%s) and under base; keep one", keyDefs[f].name, sp.top[f].keyPos)
+		}
+	}
+	for _, g := range sp.grid {
+		where := sp.top[g.d.f]
+		if where == nil {
+			where = sp.base[g.d.f]
+		}
+		if where != nil {
+			p.e.at(g.keyPos, "%s is a grid axis and also has one value at %s; keep one (a grid axis varies across runs, a single value applies to every run)", g.d.name, where.keyPos)
+		}
+	}
+	return sp
+}
+
+func baseName(path string) string {
+	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
+		return path[i+1:]
+	}
+	return path
+}
+
+func (p *parsing) unknownTopKey(e *entry) {
+	cands := append(append([]string{}, TopLevelKeys...), Axes...)
+	hint := ""
+	if c := closest(e.key, cands); c != "" {
+		if d, ok := keyByName[c]; ok && d.where&inTop == 0 {
+			hint = fmt.Sprintf("; did you mean %s? (an axis: put it under base: or grid:)", c)
+		} else {
+			hint = "; did you mean " + c + "?"
+		}
+	}
+	p.e.at(e.keyPos, "unknown key %q (allowed: %s%s)", e.key, strings.Join(TopLevelKeys, ", "), hint)
+}
+
+// axisDef looks up a key used as an axis (in grid, include, exclude), reporting why
+// it cannot be one.
+func (p *parsing) axisDef(e *entry, where string) (*keyDef, bool) {
+	d, ok := keyByName[e.key]
+	if !ok {
+		p.e.at(e.keyPos, "unknown axis %q in %s (allowed: %s%s)", e.key, where, strings.Join(Axes, ", "), didYouMean(e.key, Axes))
+		return nil, false
+	}
+	if d.where&inAxis == 0 {
+		switch d.f {
+		case fName:
+			p.e.at(e.keyPos, "name is the sweep's name, not an axis; set it at the top level")
+		case fBackend:
+			p.e.at(e.keyPos, "backend cannot vary inside a sweep (runs of two backends would share run IDs); run the spec once per backend (--set backend=gotrain) and compare the two with `fsdpbench compare`")
+		default:
+			p.e.at(e.keyPos, "%s cannot be an axis: run IDs name the training configuration and leave %s out, so runs differing only in %s would collide; set it at the top level (or under base:) and run one sweep per value (--set %s=...)", d.name, d.name, d.name, d.name)
+		}
+		return nil, false
+	}
+	return d, true
+}
+
+func (p *parsing) readBase(sp *spec, e *entry) {
+	m := e.val
+	if m.kind == nullNode {
+		return
+	}
+	if m.kind != mapNode {
+		p.e.at(m.pos, "base must be a mapping of axis: value (e.g. base: {mixed_precision: bf16}), got %s", m.describe())
+		return
+	}
+	for _, be := range m.entries {
+		d, ok := keyByName[be.key]
+		if !ok || d.where&inBase == 0 {
+			p.e.at(be.keyPos, "unknown key %q in base (allowed: %s%s)", be.key, strings.Join(baseKeys, ", "), didYouMean(be.key, baseKeys))
+			continue
+		}
+		if be.val.kind == seqNode {
+			hint := ""
+			if d.where&inAxis != 0 {
+				hint = "; to try several, move it to grid:"
+			}
+			p.e.at(be.val.pos, "base gives one value per key, but %s has a list%s", d.name, hint)
+			continue
+		}
+		if v, ok := p.readValue(d, be.val); ok {
+			sp.base[d.f] = &keyed{v: v, keyPos: be.keyPos}
+		}
+	}
+}
+
+func (p *parsing) readGrid(sp *spec, e *entry) {
+	m := e.val
+	if m.kind == nullNode {
+		return
+	}
+	if m.kind != mapNode {
+		p.e.at(m.pos, "grid must be a mapping of axis: [values] (e.g. grid: {sharding: [full_shard, ddp]}), got %s", m.describe())
+		return
+	}
+	for _, ge := range m.entries {
+		d, ok := p.axisDef(ge, "grid")
+		if !ok {
+			continue
+		}
+		items := []*node{ge.val}
+		switch ge.val.kind {
+		case seqNode:
+			items = ge.val.items
+		case nullNode:
+			items = nil
+		}
+		if len(items) == 0 {
+			p.e.at(ge.val.pos, "grid axis %s has no values; give at least one, or remove the axis", d.name)
+			continue
+		}
+		g := gridAxis{d: d, keyPos: ge.keyPos}
+		okAll := true
+		for _, it := range items {
+			v, ok := p.readValue(d, it)
+			if !ok {
+				okAll = false
+				continue
+			}
+			for _, prev := range g.vals {
+				if prev.equal(v) {
+					p.e.at(v.pos, "%s %s is listed twice in the grid (first at %s); remove one", d.name, v, prev.pos)
+					ok = false
+					break
+				}
+			}
+			if ok {
+				g.vals = append(g.vals, v)
+			}
+		}
+		if okAll {
+			sp.grid = append(sp.grid, g)
+		}
+	}
+}
+
+// readEntries returns the mappings of an exclude: or include: list.
+func (p *parsing) readEntries(e *entry, example string) []*node {
+	switch e.val.kind {
+	case nullNode:
+		return nil
+	case seqNode:
+	default:
+		p.e.at(e.val.pos, "%s must be a list of mappings, e.g. %s:\n  - %s", e.key, e.key, example)
+		return nil
+	}
+	var out []*node
+	for _, it := range e.val.items {
+		if it.kind != mapNode {
+			p.e.at(it.pos, "each %s entry must be a mapping of axis: value, e.g. %s; got %s", e.key, example, it.describe())
+			continue
+		}
+		if len(it.entries) == 0 {
+			p.e.at(it.pos, "an empty %s entry; give at least one axis: value, or remove it", e.key)
+			continue
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+func (p *parsing) readExclude(sp *spec, e *entry) {
+	for _, m := range p.readEntries(e, "{sharding: no_shard, activation_checkpointing: true}") {
+		x := excludeEntry{pos: m.pos}
+		ok := true
+		for _, xe := range m.entries {
+			d, dok := p.axisDef(xe, "exclude")
+			if !dok {
+				ok = false
+				continue
+			}
+			items := []*node{xe.val}
+			if xe.val.kind == seqNode {
+				items = xe.val.items // any of these values
+			}
+			if len(items) == 0 {
+				p.e.at(xe.val.pos, "exclude %s has an empty list, so the entry matches nothing; give a value or remove it", d.name)
+				ok = false
+				continue
+			}
+			c := excludeCond{f: d.f}
+			for _, it := range items {
+				v, vok := p.readValue(d, it)
+				if !vok {
+					ok = false
+					continue
+				}
+				c.vals = append(c.vals, v)
+			}
+			x.conds = append(x.conds, c)
+		}
+		if ok {
+			sp.exclude = append(sp.exclude, x)
+		}
+	}
+}
+
+func (p *parsing) readInclude(sp *spec, e *entry) {
+	for _, m := range p.readEntries(e, "{sharding: ddp, world_size: 2}") {
+		in := includeEntry{pos: m.pos}
+		ok := true
+		for _, ie := range m.entries {
+			d, dok := p.axisDef(ie, "include")
+			if !dok {
+				ok = false
+				continue
+			}
+			if ie.val.kind == seqNode {
+				p.e.at(ie.val.pos, "an include entry gives one value per axis, but %s has a list; add one entry per value", d.name)
+				ok = false
+				continue
+			}
+			v, vok := p.readValue(d, ie.val)
+			if !vok {
+				ok = false
+				continue
+			}
+			in.vals = append(in.vals, v)
+		}
+		if ok {
+			sp.include = append(sp.include, in)
+		}
+	}
+}
+
+// SearchMaxFit is the only search mode: per point of the other axes, double
+// batch_per_device from its smallest value until a run does not fit.
+const SearchMaxFit = "max_fit"
+
+func (p *parsing) readSearch(sp *spec, e *entry) {
+	m := e.val
+	if m.kind == nullNode {
+		return
+	}
+	const want = "search supports one form: `search: {batch_per_device: max_fit}`"
+	if m.kind != mapNode || len(m.entries) == 0 {
+		p.e.at(m.pos, "%s, got %s", want, m.describe())
+		return
+	}
+	for _, se := range m.entries {
+		if se.key != "batch_per_device" {
+			p.e.at(se.keyPos, "%s; %q cannot be searched%s", want, se.key, didYouMean(se.key, []string{"batch_per_device"}))
+			continue
+		}
+		mode, _ := se.val.val.(string)
+		if se.val.kind != scalarNode || mode != SearchMaxFit {
+			p.e.at(se.val.pos, "unknown search mode %s for batch_per_device (allowed: max_fit%s)", se.val.describe(), didYouMean(mode, []string{SearchMaxFit}))
+			continue
+		}
+		sp.search = "batch_per_device"
+	}
+}
+
+func (p *parsing) readOptions(e *entry) map[string]any {
+	switch e.val.kind {
+	case nullNode:
+		return nil
+	case mapNode:
+		return e.val.toAny().(map[string]any)
+	}
+	p.e.at(e.val.pos, "%s must be a mapping of option: value (e.g. %s: {inter_node_bus_bw_gbps: 3}), got %s", e.key, e.key, e.val.describe())
+	return nil
+}
+
+// Defaults returns the settings and axis values a run has when the spec does not
+// give them. World size, global batch and the ID are left for expansion to fill.
+func Defaults() RunConfig {
+	return RunConfig{
+		Backend:          "sim",
+		Launcher:         LauncherLocal,
+		Hardware:         HardwareAuto,
+		Model:            "tiny",
+		SeqLen:           512,
+		Steps:            20,
+		WarmupSteps:      3,
+		Repeats:          1,
+		Timeout:          Duration(30 * time.Minute),
+		BatchPerDevice:   1,
+		GradAccum:        1,
+		Sharding:         FullShard,
+		BackwardPrefetch: BackwardPre,
+		MixedPrecision:   BF16,
+		WrapPolicy:       "transformer",
+	}
+}
