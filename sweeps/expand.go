@@ -23,9 +23,9 @@ type expander struct {
 	baseVals  []value
 	baseMask  mask
 	runs      []RunConfig
-	ids       map[string]int // run ID -> index in runs
-	groups    map[string]int // search group -> index in runs
-	excluded  []int          // points dropped per exclude entry
+	ids       map[string]int  // run ID -> index in runs
+	groups    map[string]int  // search group -> index in runs
+	excluded  []int           // points dropped per exclude entry
 	seen      map[string]bool // problems reported
 	warnings  []string
 	gridCount int

@@ -38,4 +38,3 @@ func searchGroup(rc RunConfig) string {
 	sum := sha256.Sum256(rc.appendTrainingKey(kb[:0]))
 	return slug + "-" + hex.EncodeToString(sum[:4])
 }
-

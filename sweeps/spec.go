@@ -108,9 +108,9 @@ type spec struct {
 	exclude   []excludeEntry
 	include   []includeEntry
 	// excludePos and searchPos are the positions of the exclude: and search: keys.
-	excludePos pos
-	search     string
-	searchPos  pos
+	excludePos                      pos
+	search                          string
+	searchPos                       pos
 	backendOptions, launcherOptions map[string]any
 }
 
