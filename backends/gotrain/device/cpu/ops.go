@@ -1,0 +1,366 @@
+package cpu
+
+import (
+	"math"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+	"gonum.org/v1/gonum/blas/blas64"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+)
+
+// The kernels: each op's forward next to its backward, over plain slices. Lengths
+// were checked by the device methods. Row reductions (norms, softmax sums) are
+// accumulated in float64 whatever T is; the float32 device then loses nothing there
+// to the float64 reference but the final rounding.
+
+// ---- element-wise and reductions ----
+
+func add[T float](dst, src []T, alpha T) {
+	for i, x := range src {
+		dst[i] += alpha * x
+	}
+}
+
+func scale[T float](x []T, alpha T) {
+	for i := range x {
+		x[i] *= alpha
+	}
+}
+
+func sum[T float](x []T) float64 {
+	s := 0.0
+	for _, v := range x {
+		s += float64(v)
+	}
+	return s
+}
+
+func sumSquares[T float](x []T) float64 {
+	s := 0.0
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return s
+}
+
+// ---- matrix product ----
+
+// matmul is C = alpha·op(A)·op(B) + beta·C, row-major, through gonum's BLAS.
+func matmul[T float](c, a, b []T, transA, transB bool, m, n, k int, alpha, beta T) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 { // BLAS wants leading dimensions ≥ 1; the product is empty.
+		scale(c, beta)
+		return
+	}
+	tA, lda := blas.NoTrans, k
+	if transA {
+		tA, lda = blas.Trans, m
+	}
+	tB, ldb := blas.NoTrans, n
+	if transB {
+		tB, ldb = blas.Trans, k
+	}
+	switch cc := any(c).(type) {
+	case []float32:
+		blas32.Implementation().Sgemm(tA, tB, m, n, k, float32(alpha), any(a).([]float32), lda,
+			any(b).([]float32), ldb, float32(beta), cc, n)
+	case []float64:
+		blas64.Implementation().Dgemm(tA, tB, m, n, k, float64(alpha), any(a).([]float64), lda,
+			any(b).([]float64), ldb, float64(beta), cc, n)
+	}
+}
+
+// ---- token embedding ----
+
+// embeddingForward: out[i,:] = table[tokens[i],:].
+func embeddingForward[T float](out, table []T, tokens []int32, dim int) {
+	for i, t := range tokens {
+		copy(out[i*dim:(i+1)*dim], table[int(t)*dim:(int(t)+1)*dim])
+	}
+}
+
+// embeddingBackward: the gather's adjoint is a scatter-add, dtable[tokens[i],:] +=
+// dout[i,:]. Serial in token order, so repeated tokens always add in the same order.
+func embeddingBackward[T float](dtable, dout []T, tokens []int32, dim int) {
+	for i, t := range tokens {
+		add(dtable[int(t)*dim:(int(t)+1)*dim], dout[i*dim:(i+1)*dim], 1)
+	}
+}
+
+// ---- RMSNorm (Zhang & Sennrich 2019) ----
+
+// rmsnormForward: per row, r = (Σ_j x_j²/dim + eps)^(−1/2) and y_j = w_j·(x_j·r),
+// in the order of Hugging Face's LlamaRMSNorm.
+func rmsnormForward[T float](out, rstd, x, w []T, rows, dim int, eps T) {
+	parallelFor(rows, 3*dim, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, yr := x[r*dim:(r+1)*dim], out[r*dim:(r+1)*dim]
+			rs := T(1 / math.Sqrt(sumSquares(xr)/float64(dim)+float64(eps)))
+			rstd[r] = rs
+			for j, v := range xr {
+				yr[j] = w[j] * (v * rs)
+			}
+		}
+	})
+}
+
+// rmsnormBackward: with y_j = w_j·x_j·r and ∂r/∂x_k = −r³·x_k/dim,
+//
+//	dx_k += r·w_k·dy_k − (r³/dim)·x_k·Σ_j w_j·dy_j·x_j
+//	dw_j += Σ_rows dy_j·x_j·r
+//
+// dw is summed per column over rows in row order, so it does not depend on threads.
+func rmsnormBackward[T float](dx, dw, dy, x, w, rstd []T, rows, dim int) {
+	parallelFor(rows, 5*dim, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, dyr, dxr := x[r*dim:(r+1)*dim], dy[r*dim:(r+1)*dim], dx[r*dim:(r+1)*dim]
+			rs := float64(rstd[r])
+			dot := 0.0
+			for j, v := range xr {
+				dot += float64(w[j]) * float64(dyr[j]) * float64(v)
+			}
+			c := T(rs * rs * rs * dot / float64(dim))
+			for j, v := range xr {
+				dxr[j] += T(rs)*w[j]*dyr[j] - c*v
+			}
+		}
+	})
+	parallelFor(dim, 3*rows, func(lo, hi int) {
+		for r := range rows {
+			xr, dyr, rs := x[r*dim:(r+1)*dim], dy[r*dim:(r+1)*dim], rstd[r]
+			for j := lo; j < hi; j++ {
+				dw[j] += dyr[j] * (xr[j] * rs)
+			}
+		}
+	})
+}
+
+// ---- rotary position embedding (Su et al. 2021, RoFormer) ----
+
+// ropeTable returns cos and sin of t·θ^(−2i/headDim) for t < seq, i < headDim/2,
+// row-major [seq, headDim/2], computed in float64 and rounded once.
+func ropeTable[T float](s device.RoPEShape) (cos, sin []T) {
+	half := s.HeadDim / 2
+	cos, sin = make([]T, s.Seq*half), make([]T, s.Seq*half)
+	for i := range half {
+		inv := math.Pow(s.Theta, -float64(2*i)/float64(s.HeadDim))
+		for t := range s.Seq {
+			sn, cs := math.Sincos(float64(t) * inv)
+			cos[t*half+i], sin[t*half+i] = T(cs), T(sn)
+		}
+	}
+	return cos, sin
+}
+
+// ropeForward rotates each pair (x_i, x_{i+half}) of every head by the angle of
+// its position: (x1·cos − x2·sin, x2·cos + x1·sin), i.e. x·cos + rotate_half(x)·sin.
+func ropeForward[T float](x []T, s device.RoPEShape) {
+	cos, sin := ropeTable[T](s)
+	rope(x, s, cos, sin, 1)
+}
+
+// ropeBackward: the rotation is orthogonal, so its adjoint is the rotation by the
+// opposite angle: (dy1·cos + dy2·sin, dy2·cos − dy1·sin).
+func ropeBackward[T float](dx []T, s device.RoPEShape) {
+	cos, sin := ropeTable[T](s)
+	rope(dx, s, cos, sin, -1)
+}
+
+// rope rotates in place by sign·angle.
+func rope[T float](x []T, s device.RoPEShape, cos, sin []T, sign T) {
+	half, hd := s.HeadDim/2, s.HeadDim
+	parallelFor(s.Batch*s.Seq, 4*s.Heads*hd, func(lo, hi int) {
+		for bt := lo; bt < hi; bt++ {
+			t := bt % s.Seq
+			c, sn := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
+			for h := range s.Heads {
+				v := x[(bt*s.Heads+h)*hd : (bt*s.Heads+h+1)*hd]
+				for i := range half {
+					x1, x2, si := v[i], v[i+half], sign*sn[i]
+					v[i] = x1*c[i] - x2*si
+					v[i+half] = x2*c[i] + x1*si
+				}
+			}
+		}
+	})
+}
+
+// ---- causal grouped-query attention (Vaswani et al. 2017; Ainslie et al. 2023) ----
+
+// attentionForward, per sample b and query head h reading kv head g = h/(H/KV):
+//
+//	S_ij = q_i·k_j/sqrt(d) for j ≤ i,  lse_i = log Σ_j exp S_ij,
+//	P_ij = exp(S_ij − lse_i),           o_i = Σ_j P_ij·v_j.
+//
+// Rows are computed with the max subtracted before exp (softmax's usual guard).
+func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
+	H, KV, d, n := s.Heads, s.KVHeads, s.HeadDim, s.Seq
+	rep, sc := H/KV, T(1/math.Sqrt(float64(d)))
+	parallelFor(s.Batch*H, 2*n*n*d, func(lo, hi int) {
+		p := make([]T, n)
+		for item := lo; item < hi; item++ {
+			b, h := item/H, item%H
+			g := h / rep
+			for i := range n {
+				qi := q[((b*n+i)*H+h)*d:][:d]
+				mx := T(math.Inf(-1))
+				for j := 0; j <= i; j++ {
+					p[j] = dot(qi, k[((b*n+j)*KV+g)*d:][:d]) * sc
+					mx = max(mx, p[j])
+				}
+				z := 0.0
+				for j := 0; j <= i; j++ {
+					e := math.Exp(float64(p[j] - mx))
+					p[j] = T(e)
+					z += e
+				}
+				oi := out[((b*n+i)*H+h)*d:][:d]
+				clear(oi)
+				inv := T(1 / z)
+				for j := 0; j <= i; j++ {
+					add(oi, v[((b*n+j)*KV+g)*d:][:d], p[j]*inv)
+				}
+				lse[(b*H+h)*n+i] = mx + T(math.Log(z))
+			}
+		}
+	})
+}
+
+// attentionBackward recomputes P from q, k and lse and applies
+//
+//	dv_j += Σ_i P_ij·do_i,  dP_ij = do_i·v_j,  D_i = Σ_j P_ij·dP_ij = do_i·o_i,
+//	dS_ij = P_ij·(dP_ij − D_i),  dq_i += Σ_j dS_ij·k_j/sqrt(d),  dk_j += Σ_i dS_ij·q_i/sqrt(d)
+//
+// (the softmax Jacobian diag(P) − P·Pᵀ, as FlashAttention's backward, Dao 2022).
+// Work is split by (sample, kv head), so the query heads that share a kv head add
+// into dk and dv from one goroutine, in a fixed order.
+func attentionBackward[T float](dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
+	H, KV, d, n := s.Heads, s.KVHeads, s.HeadDim, s.Seq
+	rep, sc := H/KV, T(1/math.Sqrt(float64(d)))
+	parallelFor(s.Batch*KV, 4*rep*n*n*d, func(lo, hi int) {
+		for item := lo; item < hi; item++ {
+			b, g := item/KV, item%KV
+			for h := g * rep; h < (g+1)*rep; h++ {
+				for i := range n {
+					qOff := ((b*n+i)*H + h) * d
+					qi, doi, dqi := q[qOff:][:d], dout[qOff:][:d], dq[qOff:][:d]
+					di, l := dot(doi, out[qOff:][:d]), lse[(b*H+h)*n+i]
+					for j := 0; j <= i; j++ {
+						kvOff := ((b*n+j)*KV + g) * d
+						kj, vj := k[kvOff:][:d], v[kvOff:][:d]
+						p := T(math.Exp(float64(dot(qi, kj)*sc - l)))
+						ds := p * (dot(doi, vj) - di) * sc
+						add(dv[kvOff:][:d], doi, p)
+						add(dqi, kj, ds)
+						add(dk[kvOff:][:d], qi, ds)
+					}
+				}
+			}
+		}
+	})
+}
+
+func dot[T float](a, b []T) T {
+	var s T
+	for i, x := range a {
+		s += x * b[i]
+	}
+	return s
+}
+
+// ---- SwiGLU (Shazeer 2020) ----
+
+// swigluForward: y = silu(g)·u with silu(g) = g·σ(g), σ(g) = 1/(1+e^−g).
+func swigluForward[T float](out, gate, up []T) {
+	parallelFor(len(out), 20, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			g := float64(gate[i])
+			out[i] = T(g/(1+math.Exp(-g))) * up[i]
+		}
+	})
+}
+
+// swigluBackward: ∂y/∂u = silu(g), ∂y/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
+func swigluBackward[T float](dgate, dup, dout, gate, up []T) {
+	parallelFor(len(dout), 25, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			g := float64(gate[i])
+			sg := 1 / (1 + math.Exp(-g))
+			dgate[i] += dout[i] * up[i] * T(sg*(1+g*(1-sg)))
+			dup[i] += dout[i] * T(g*sg)
+		}
+	})
+}
+
+// ---- cross-entropy over the vocabulary, fused with softmax ----
+
+// logSumExp returns log Σ_j exp(z_j), with the max subtracted first.
+func logSumExp[T float](z []T) float64 {
+	mx := math.Inf(-1)
+	for _, v := range z {
+		mx = max(mx, float64(v))
+	}
+	s := 0.0
+	for _, v := range z {
+		s += math.Exp(float64(v) - mx)
+	}
+	return mx + math.Log(s)
+}
+
+// crossEntropyForward: loss_i = −log softmax(z_i)[t_i] = logsumexp(z_i) − z_i[t_i].
+func crossEntropyForward[T float](losses, logits []T, targets []int32, vocab int) {
+	parallelFor(len(targets), 25*vocab, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			z := logits[i*vocab : (i+1)*vocab]
+			losses[i] = T(logSumExp(z) - float64(z[targets[i]]))
+		}
+	})
+}
+
+// crossEntropyBackward: ∂loss_i/∂z_ij = softmax(z_i)_j − [j = t_i], times scale.
+// Each element is read before it is written, so dlogits may alias logits.
+func crossEntropyBackward[T float](dlogits, logits []T, targets []int32, vocab int, scale T) {
+	parallelFor(len(targets), 25*vocab, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			z, dz := logits[i*vocab:(i+1)*vocab], dlogits[i*vocab:(i+1)*vocab]
+			l := logSumExp(z)
+			for j, v := range z {
+				dz[j] = scale * T(math.Exp(float64(v)-l))
+			}
+			dz[targets[i]] -= scale
+		}
+	})
+}
+
+// ---- AdamW (Loshchilov & Hutter 2019), as torch.optim.AdamW computes it ----
+
+// adamw follows torch's single-tensor AdamW step operation for operation:
+//
+//	p *= 1 − lr·wd
+//	m = lerp(m, g, 1 − β1)            (m + (1−β1)·(g − m))
+//	v = v·β2 + (1 − β2)·g²
+//	p −= lr/(1 − β1^t) · m / (sqrt(v)/sqrt(1 − β2^t) + eps)
+//
+// the scalars computed in float64 on the host, as Python does, then rounded to T.
+func adamw[T float](p, g, m, v []T, c device.AdamWConfig) {
+	decay := T(1 - c.LR*c.WeightDecay)
+	b1, b2 := T(1-c.Beta1), T(c.Beta2)
+	omb2 := T(1 - c.Beta2)
+	stepSize := T(c.LR / (1 - math.Pow(c.Beta1, float64(c.Step))))
+	bc2Sqrt := T(math.Sqrt(1 - math.Pow(c.Beta2, float64(c.Step))))
+	eps := T(c.Eps)
+	parallelFor(len(p), 30, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := g[i]
+			p[i] *= decay
+			m[i] += b1 * (gi - m[i])
+			v[i] = v[i]*b2 + omb2*(gi*gi)
+			denom := T(math.Sqrt(float64(v[i])))/bc2Sqrt + eps
+			p[i] -= stepSize * m[i] / denom
+		}
+	})
+}
