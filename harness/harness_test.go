@@ -204,7 +204,10 @@ func TestRunWritesTheResultsTree(t *testing.T) {
 
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 3)
-	assert.Regexp(t, `^\[1/3\] ws2-bs\d-full_shard-ac0-pre-[0-9a-f]{8} ok \d+\.\d s$`, lines[0])
+	// okResult's steps take 0.01 s each: tokens/s per rank = tokens per step / 0.01 / ranks.
+	first := p.Runs[0]
+	wantRate := float64(first.TokensPerStep()) / 0.01 / float64(first.WorldSize)
+	assert.Regexp(t, fmt.Sprintf(`^\[1/3\] %s ok \d+\.\d s tokens/s/rank=%.4g$`, first.ID, wantRate), lines[0])
 	assert.True(t, strings.HasPrefix(lines[2], "[3/3] "))
 }
 

@@ -126,7 +126,8 @@ func newBars(out io.Writer, sweep string, total int) *bars {
 }
 
 func (b *bars) started(rc sweeps.RunConfig) {
-	steps := int64(max(rc.WarmupSteps+rc.Steps, 1) * max(rc.Repeats, 1))
+	// Backends report measured steps only (results.Step), not the warm-up.
+	steps := int64(max(rc.Steps, 1) * max(rc.Repeats, 1))
 	bar := b.p.AddBar(steps,
 		mpb.BarRemoveOnComplete(),
 		mpb.PrependDecorators(decor.Name("  "+rc.ID+" ")),

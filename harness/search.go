@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -97,16 +96,12 @@ func (s *sweep) runTask(ctx context.Context, t task) ([]Outcome, *SearchResult) 
 	return outs, sr
 }
 
-// axisValue reads an integer axis of rc by its canonical (JSON) name.
+// axisValue reads an integer axis of rc by its canonical name.
 func axisValue(rc sweeps.RunConfig, axis string) (int, bool) {
-	b, err := json.Marshal(rc)
+	c, err := results.LookupColumn(axis, results.KindAxis)
 	if err != nil {
 		return 0, false
 	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return 0, false
-	}
-	f, ok := m[axis].(float64)
-	return int(f), ok
+	v, ok := c.Value(&results.Run{Config: rc}).(int64)
+	return int(v), ok
 }

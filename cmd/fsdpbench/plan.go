@@ -44,7 +44,7 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 
 func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error {
 	w := cmd.OutOrStdout()
-	axes := varyingAxes(plan.Runs)
+	axes := plan.Axes
 	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
 	rows := make([][]string, 0, len(plan.Runs))
 	feasible := 0

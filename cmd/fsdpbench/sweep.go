@@ -38,7 +38,7 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if dryRun {
-				return printDryRun(stdout, plan.Name, harness.Preview(plan, opts), opts.ResultsDir)
+				return printDryRun(stdout, plan, harness.Preview(plan, opts), opts.ResultsDir)
 			}
 			opts.Registry = reg
 			opts.Out = stderr // progress is not a result: stdout stays a clean table
@@ -140,12 +140,8 @@ func summaryLine(sum harness.Summary) string {
 	return line
 }
 
-func printDryRun(w io.Writer, sweep string, planned []harness.Planned, resultsDir string) error {
-	cfgs := make([]sweeps.RunConfig, 0, len(planned))
-	for _, p := range planned {
-		cfgs = append(cfgs, p.Config)
-	}
-	axes := varyingAxes(cfgs)
+func printDryRun(w io.Writer, plan *sweeps.Plan, planned []harness.Planned, resultsDir string) error {
+	axes := plan.Axes
 	rows := make([][]string, 0, len(planned))
 	counts := map[string]int{}
 	for _, p := range planned {
@@ -160,7 +156,7 @@ func printDryRun(w io.Writer, sweep string, planned []harness.Planned, resultsDi
 		return err
 	}
 	fmt.Fprintf(w, "%s: %d runs (%d to run, %d to rerun, %d to skip) into %s; nothing was run\n",
-		sweep, len(planned), counts["run"], counts["rerun"], counts["skip"], resultsDir)
+		plan.Name, len(planned), counts["run"], counts["rerun"], counts["skip"], resultsDir)
 	return nil
 }
 

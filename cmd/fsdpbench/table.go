@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"reflect"
-	"strings"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/tw"
 
+	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -23,52 +22,20 @@ func writeTable(w io.Writer, header []string, rows [][]string) error {
 	return t.Render()
 }
 
-// notAxes are RunConfig fields that say how a run is named or launched, not what it
-// trains; they never make a column of their own.
-var notAxes = map[string]bool{
-	"id": true, "slug": true, "sweep": true, "backend": true, "launcher": true, "timeout": true,
-	"backend_options": true, "launcher_options": true, "search": true, "search_group": true,
-}
-
-// varyingAxes lists, in RunConfig order, the axes (JSON names) whose value is not the
-// same in every run: the columns that tell a sweep's runs apart.
-func varyingAxes(runs []sweeps.RunConfig) []string {
-	if len(runs) == 0 {
-		return nil
-	}
-	var axes []string
-	t := reflect.TypeFor[sweeps.RunConfig]()
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name == "" || name == "-" || notAxes[name] {
+// axisValues formats rc's value of each axis (canonical names, as plan.Axes lists
+// them), read through the results column registry so every table agrees.
+func axisValues(rc sweeps.RunConfig, axes []string) []string {
+	run := &results.Run{Config: rc}
+	out := make([]string, len(axes))
+	for i, a := range axes {
+		c, err := results.LookupColumn(a, results.KindAxis)
+		if err != nil {
+			out[i] = "?"
 			continue
 		}
-		first := axisString(runs[0], i)
-		for _, rc := range runs[1:] {
-			if axisString(rc, i) != first {
-				axes = append(axes, name)
-				break
-			}
-		}
-	}
-	return axes
-}
-
-// axisValues formats rc's value of each axis.
-func axisValues(rc sweeps.RunConfig, axes []string) []string {
-	t := reflect.TypeFor[sweeps.RunConfig]()
-	out := make([]string, 0, len(axes))
-	for _, a := range axes {
-		for i := range t.NumField() {
-			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == a {
-				out = append(out, axisString(rc, i))
-				break
-			}
+		if v := c.Value(run); v != nil {
+			out[i] = fmt.Sprint(v)
 		}
 	}
 	return out
-}
-
-func axisString(rc sweeps.RunConfig, field int) string {
-	return fmt.Sprint(reflect.ValueOf(rc).Field(field).Interface())
 }
