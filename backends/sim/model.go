@@ -1,0 +1,621 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Breakdown keys: one rank's memory by category (Prediction.Breakdown and the
+// Result's mem_breakdown_bytes).
+const (
+	MemParams      = "params"      // training copy of the parameters on the device
+	MemGrads       = "grads"       // gradients kept between backward and the optimizer step
+	MemOptimizer   = "optimizer"   // fp32 master copy (mixed precision) and Adam's moments
+	MemActivations = "activations" // saved for backward, per Korthikanti et al. 2022
+	MemLogits      = "logits"      // the LM head's output and its fp32 copy for the loss
+	MemBuffers     = "buffers"     // unsharded units in flight, reduce buffers, DDP buckets
+	MemOverhead    = "overhead"    // CUDA context and NCCL: outside PyTorch's allocator
+)
+
+// Prediction is the analytic model's forecast for one run, per rank unless a name
+// says otherwise.
+type Prediction struct {
+	// PeakMemAllocatedBytes compares with torch.cuda.max_memory_allocated: every
+	// tensor alive at the peak (Breakdown without overhead).
+	PeakMemAllocatedBytes int64 `json:"peak_mem_allocated_bytes"`
+	// PeakMemReservedBytes compares with torch.cuda.max_memory_reserved: allocated
+	// plus the caching allocator's rounding and fragmentation.
+	PeakMemReservedBytes int64 `json:"peak_mem_reserved_bytes"`
+	// PeakDeviceMemBytes compares with what NVML (nvidia-smi) sees: reserved plus the
+	// CUDA context and NCCL's buffers. It is what must fit in DeviceMemBytes.
+	PeakDeviceMemBytes int64 `json:"peak_device_mem_bytes"`
+	// DeviceMemBytes is the capacity of one device (for cpu: the host's RAM, which
+	// all ranks on the host share).
+	DeviceMemBytes int64 `json:"device_mem_bytes"`
+	// HostMemBytes is the host memory one rank's offloaded state takes (cpu_offload).
+	HostMemBytes int64 `json:"host_mem_bytes"`
+	// Breakdown splits the device peak by category (the Mem* keys).
+	Breakdown map[string]int64 `json:"breakdown"`
+	// ModelStateBytes is parameters + gradients + optimizer states, wherever they
+	// live (device or host): ZeRO's figure.
+	ModelStateBytes int64 `json:"model_state_bytes"`
+
+	// StepTimeS = ComputeS + ExposedCommS + OptimizerS + OffloadS.
+	StepTimeS float64 `json:"step_time_s"`
+	// ComputeS is the model FLOPs of every micro-step (× 4/3 with activation
+	// checkpointing) over peak × efficiency.
+	ComputeS float64 `json:"compute_s"`
+	// CommS is the time of every collective if none overlapped compute; ExposedCommS
+	// the part that does not.
+	CommS        float64 `json:"comm_s"`
+	ExposedCommS float64 `json:"exposed_comm_s"`
+	// OptimizerS is the AdamW step over the rank's shard (memory bound).
+	OptimizerS float64 `json:"optimizer_s"`
+	// OffloadS is the host↔device copying of offloaded shards (cpu_offload).
+	OffloadS         float64           `json:"offload_s"`
+	CommBytesPerStep results.CommBytes `json:"comm_bytes_per_step"`
+	TokensPerStep    int64             `json:"tokens_per_step"`
+	// TokensPerS is the tokens of all ranks per second.
+	TokensPerS         float64 `json:"tokens_per_s"`
+	ModelFlopsPerToken float64 `json:"model_flops_per_token"`
+	// PeakFlopsPerS is one rank's dense peak at the run's precision (for MFU).
+	PeakFlopsPerS float64 `json:"peak_flops_per_s"`
+	// MFU is the model FLOPs utilization the prediction implies.
+	MFU float64 `json:"mfu"`
+
+	// Feasible is false when the run is predicted not to fit; Reason then says
+	// predicted against available.
+	Feasible bool   `json:"feasible"`
+	Reason   string `json:"reason,omitempty"`
+	// Strategy is the sharding the model applied (PyTorch runs full_shard and
+	// shard_grad_op on one rank as no_shard).
+	Strategy string           `json:"strategy"`
+	Shape    shapes.Shape     `json:"shape"`
+	Hardware hardware.Profile `json:"hardware"`
+	// Notes are the assumptions the prediction rests on (flash attention, hardware
+	// detection, ...).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Constants of the model that are not hardware figures. Each is a documented
+// assumption that measured runs calibrate later.
+const (
+	mib = 1 << 20
+	gib = 1 << 30
+
+	// cudaContextBytes: a process that has initialized CUDA holds ≈ 0.5 GiB that no
+	// tensor accounts for (the context and loaded kernels, with CUDA's lazy module
+	// loading on), visible in nvidia-smi but not in torch.cuda.memory_reserved.
+	cudaContextBytes = 512 * mib
+	// ncclBytes: NCCL communicators allocate their own buffers (NCCL_BUFFSIZE =
+	// 4 MiB per channel and peer, for each protocol); a few hundred MiB per rank.
+	ncclBytes = 512 * mib
+	// reservedFactor: PyTorch's caching allocator rounds blocks (512 B small, 2 MiB
+	// large segments) and holds freed blocks for reuse, so reserved exceeds
+	// allocated; 10% is the assumption until measured runs calibrate it.
+	reservedFactor = 1.10
+	// ddpBucketBytes is DDP's bucket_cap_mb default (25 MiB): the last bucket's
+	// all-reduce has no backward compute left to hide behind.
+	ddpBucketBytes = 25 * mib
+	// adamBytesPerParam is the memory traffic of one AdamW update per parameter:
+	// read and write the fp32 weight (8), read the gradient (4), read and write both
+	// moments (16).
+	adamBytesPerParam = 28
+	// hostOptimizerBW is what torch.optim.AdamW sustains on a host socket, for the
+	// optimizer step of offloaded shards (nominal).
+	hostOptimizerBW = 20e9
+	// fp32MasterBytes is the precision of gradients accumulated unsharded across
+	// micro-steps under no_sync (FSDP upcasts them to the parameter dtype).
+	fp32MasterBytes = 4
+)
+
+// point is a run config with defaults filled in and its shape and hardware resolved.
+type point struct {
+	rc    sweeps.RunConfig
+	shape shapes.Shape
+	hw    hardware.Profile
+	notes []string
+}
+
+// Predict forecasts one run's memory and step time. The sim's backend_options apply
+// when rc.Backend is "sim" (or empty); other backends' options are not the sim's
+// business, so `plan` can predict every backend's runs.
+func Predict(rc sweeps.RunConfig) (Prediction, error) {
+	var opts Options
+	if rc.Backend == "" || rc.Backend == Name {
+		o, err := ParseOptions(rc.BackendOptions)
+		if err != nil {
+			return Prediction{}, err
+		}
+		opts = o
+	}
+	return predict(rc, opts)
+}
+
+// resolve fills defaults as PyTorch has them (full_shard, backward_pre, transformer
+// wrapping, grad_accum 1) and bf16 (the run IDs' default), checks the config, and
+// looks up the shape and the hardware.
+func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
+	p := point{rc: rc}
+	r := &p.rc
+	if r.Sharding == "" {
+		r.Sharding = sweeps.FullShard
+	}
+	if r.BackwardPrefetch == "" {
+		r.BackwardPrefetch = sweeps.BackwardPre
+	}
+	if r.MixedPrecision == "" {
+		r.MixedPrecision = sweeps.BF16
+	}
+	if r.WrapPolicy == "" {
+		r.WrapPolicy = WrapTransformer
+	}
+	r.GradAccum = max(r.GradAccum, 1)
+	r.Nodes = max(r.Nodes, 1)
+	if r.GPUsPerNode == 0 && r.WorldSize > 0 {
+		r.GPUsPerNode = r.WorldSize / r.Nodes
+	}
+	r.GPUsPerNode = max(r.GPUsPerNode, 1)
+	if r.WorldSize == 0 {
+		r.WorldSize = r.Nodes * r.GPUsPerNode
+	}
+	if r.WorldSize != r.Nodes*r.GPUsPerNode {
+		return p, fmt.Errorf("world_size %d ≠ nodes %d × gpus_per_node %d: give either world_size or gpus_per_node",
+			r.WorldSize, r.Nodes, r.GPUsPerNode)
+	}
+	if r.BatchPerDevice < 1 || r.SeqLen < 1 {
+		return p, fmt.Errorf("batch_per_device (%d) and seq_len (%d) must be at least 1", r.BatchPerDevice, r.SeqLen)
+	}
+	want := r.WorldSize * r.BatchPerDevice * r.GradAccum
+	if r.GlobalBatch == 0 {
+		r.GlobalBatch = want
+	}
+	if r.GlobalBatch != want {
+		return p, fmt.Errorf("global_batch %d ≠ world_size %d × batch_per_device %d × grad_accum %d",
+			r.GlobalBatch, r.WorldSize, r.BatchPerDevice, r.GradAccum)
+	}
+	for _, c := range []struct {
+		axis, v string
+		ok      []string
+	}{
+		{"sharding", r.Sharding, sweeps.ShardingValues},
+		{"backward_prefetch", r.BackwardPrefetch, sweeps.BackwardPrefetchValues},
+		{"mixed_precision", r.MixedPrecision, sweeps.MixedPrecisionValues},
+	} {
+		if !slices.Contains(c.ok, c.v) {
+			return p, fmt.Errorf("%s %q is not one of %v", c.axis, c.v, c.ok)
+		}
+	}
+	if _, _, err := parseWrapPolicy(r.WrapPolicy); err != nil {
+		return p, err
+	}
+	if r.Sharding == sweeps.HybridShard && r.Nodes < 2 {
+		return p, fmt.Errorf("hybrid_shard shards inside a node and replicates across nodes, so it needs nodes ≥ 2 (got %d): use full_shard on one node", r.Nodes)
+	}
+	if r.CPUOffload && (r.Sharding == sweeps.NoShard || r.Sharding == sweeps.DDP) {
+		return p, fmt.Errorf("cpu_offload with %s: DDP has no CPU offload, and FSDP's CPUOffload moves the sharded parameters and gradients (and so the optimizer step) to the host, which needs a sharded strategy: use full_shard, shard_grad_op or hybrid_shard", r.Sharding)
+	}
+
+	var err error
+	if p.shape, err = shapes.Lookup(r.Model); err != nil {
+		return p, err
+	}
+	if p.shape.Arch == shapes.ArchGPT2 && r.SeqLen > p.shape.MaxPositions {
+		return p, fmt.Errorf("seq_len %d exceeds %s's %d learned positions", r.SeqLen, p.shape.Name, p.shape.MaxPositions)
+	}
+	if r.Hardware == "" || r.Hardware == hardware.Auto {
+		var why string
+		p.hw, why = hardware.Detect()
+		p.notes = append(p.notes, "hardware auto: "+why)
+	} else if p.hw, err = hardware.Lookup(r.Hardware); err != nil {
+		return p, err
+	}
+	if r.CPUOffload && !p.hw.IsGPU {
+		return p, fmt.Errorf("cpu_offload moves state from GPU memory to the host; on hardware %s everything is already in host memory: drop cpu_offload", p.hw.Name)
+	}
+	if opts.InterNodeBusBW > 0 {
+		p.hw.InterNodeBusBWBytesPerS = opts.InterNodeBusBW
+	}
+	if opts.IntraNodeBusBW > 0 {
+		p.hw.IntraNodeBusBWBytesPerS = opts.IntraNodeBusBW
+	}
+	if opts.Efficiency > 0 {
+		p.hw.Efficiency = opts.Efficiency
+	}
+	return p, nil
+}
+
+// predict is Predict with the options already parsed.
+func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
+	p, err := resolve(rc, opts)
+	if err != nil {
+		return Prediction{}, err
+	}
+	r, s, hw := p.rc, p.shape, p.hw
+	tree := moduleTree(s)
+	wu, err := tree.units(r.WrapPolicy)
+	if err != nil {
+		return Prediction{}, err
+	}
+	pred := Prediction{Shape: s, Hardware: hw, Notes: p.notes, Strategy: r.Sharding}
+
+	strategy := r.Sharding
+	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) {
+		// torch.distributed.fsdp warns "FSDP is switching to use NO_SHARD instead of
+		// ... since the world size is 1" and does so.
+		strategy = sweeps.NoShard
+		pred.Notes = append(pred.Notes, "world size 1: PyTorch FSDP runs "+r.Sharding+" as no_shard")
+	}
+	pred.Strategy = strategy
+
+	mem := memoryModel(p, strategy, wu, opts, &pred)
+	var allocated int64
+	for k, v := range mem {
+		if k != MemOverhead {
+			allocated += v
+		}
+	}
+	pred.Breakdown = mem
+	pred.PeakMemAllocatedBytes = allocated
+	factor := 1.0
+	if hw.IsGPU {
+		factor = reservedFactor
+	}
+	pred.PeakMemReservedBytes = int64(math.Ceil(float64(allocated) * factor))
+	pred.PeakDeviceMemBytes = pred.PeakMemReservedBytes + mem[MemOverhead]
+	pred.DeviceMemBytes = hw.MemBytes
+
+	if err := timeModel(p, strategy, wu, &pred); err != nil {
+		return Prediction{}, err
+	}
+	pred.Feasible, pred.Reason = feasible(p, pred)
+	return pred, nil
+}
+
+// shardGroup is the number of ranks a strategy shards the model states over: all
+// of them, the ranks of one node (hybrid_shard), or none (1).
+func shardGroup(r sweeps.RunConfig, strategy string) int {
+	switch strategy {
+	case sweeps.FullShard, sweeps.ShardGradOp:
+		return r.WorldSize
+	case sweeps.HybridShard:
+		return r.GPUsPerNode
+	}
+	return 1
+}
+
+// computeBytes is the width of the dtype the forward and backward compute in.
+func computeBytes(precision string) int64 {
+	if precision == sweeps.FP32 {
+		return 4
+	}
+	return 2
+}
+
+// flashAttention says whether the model assumes fused (flash / memory-efficient)
+// attention, which keeps no s×s score matrix: PyTorch's scaled_dot_product_attention
+// picks FlashAttention for bf16/fp16 on Ampere and newer, which every GPU profile
+// is. fp32 and the CPU trainer are assumed to materialize the scores.
+func flashAttention(p point) bool {
+	return p.hw.IsGPU && p.rc.MixedPrecision != sweeps.FP32
+}
+
+// activationBytes is the memory saved for backward by all layers of one
+// micro-batch, from Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+// Large Transformer Models", §4.1, 2-byte activations): per layer s·b·h·(34 +
+// 5·a·s/h) bytes, of which 5·a·s²·b is the attention scores, softmax and dropout
+// mask that fused attention does not keep (34·s·b·h with it). Under full
+// activation checkpointing each layer keeps only its 2-byte input (2·s·b·h) and
+// one layer at a time is recomputed with its full activations. fp32 doubles it.
+// The 34 is derived for GPT's 4h MLP with dropout; for SwiGLU and GQA it is an
+// approximation (Llama 3 8B's own count comes to about the same).
+func activationBytes(p point) (act, logits float64) {
+	s, b := float64(p.rc.SeqLen), float64(p.rc.BatchPerDevice)
+	h, a, L := float64(p.shape.Hidden), float64(p.shape.Heads), float64(p.shape.Layers)
+	perLayer := s * b * h * 34
+	if !flashAttention(p) {
+		perLayer = s * b * h * (34 + 5*a*s/h)
+	}
+	scale := float64(computeBytes(p.rc.MixedPrecision)) / 2
+	if p.rc.ActivationCheckpointing {
+		act = (L*2*s*b*h + perLayer) * scale
+	} else {
+		act = L * perLayer * scale
+	}
+	// The head's logits in the compute dtype plus the fp32 copy the loss upcasts to.
+	logits = b * s * float64(p.shape.Vocab) * float64(computeBytes(p.rc.MixedPrecision)+4)
+	return act, logits
+}
+
+// memoryModel is one rank's peak device memory by category; it also fills the
+// prediction's model-state and host figures.
+func memoryModel(p point, strategy string, wu wrapUnits, opts Options, pred *Prediction) map[string]int64 {
+	r := p.rc
+	P := p.shape.Params()
+	pb := computeBytes(r.MixedPrecision)
+	sb := StateBytes(r.MixedPrecision)
+	prefetch := r.BackwardPrefetch != sweeps.PrefetchNone || r.ForwardPrefetch
+	inFlight := int64(1)
+	if prefetch {
+		inFlight = 2
+	}
+	root, unit := wu.Root, wu.MaxUnit()
+
+	var ms ModelState
+	var buffers int64
+	sharded := false
+	switch strategy {
+	case sweeps.FullShard, sweeps.HybridShard:
+		ms = ModelStates(P, Stage3, shardGroup(r, strategy), sb)
+		// Gathered units: the root (never resharded after forward, as it is needed
+		// first in backward) and the current unit, plus the prefetched next one.
+		buffers = root*pb + inFlight*unit*pb
+		// Unsharded gradients waiting for reduce-scatter: the root's (the head's
+		// gradient arrives first in backward, the embedding's last) and one unit's.
+		buffers += (root + unit) * pb
+		sharded = true
+	case sweeps.ShardGradOp:
+		ms = ModelStates(P, Stage2, r.WorldSize, sb)
+		buffers = (root + unit) * pb
+		sharded = true
+	case sweeps.NoShard:
+		ms = ModelStates(P, Stage0, 1, sb)
+	case sweeps.DDP:
+		// DDP (with torch.autocast for bf16/fp16) trains fp32 parameters and fp32
+		// gradients: 4 + 4 + 8 bytes, and autocast's bf16 copies of the weights are
+		// saved for backward. Its reducer allocates buckets that together hold every
+		// gradient; unless gradient_as_bucket_view=True "the saved memory size will
+		// be equal to the total gradients size" (torch.nn.parallel.
+		// DistributedDataParallel docs), so by default they are a second copy.
+		sb = StateBytes(sweeps.FP32)
+		ms = ModelStates(P, Stage0, 1, sb)
+		if !opts.GradientAsBucketView {
+			buffers += P * sb.Grad
+		}
+		if r.MixedPrecision != sweeps.FP32 {
+			buffers += P * pb
+		}
+	}
+	pred.ModelStateBytes = ms.Total()
+
+	grads := ms.Grads
+	if sharded && r.GradAccum > 1 {
+		// Gradient accumulation runs the first micro-steps under no_sync, which "will
+		// result in higher memory usage because FSDP will accumulate the full model
+		// gradients (instead of gradient shards) until the eventual sync" (FSDP docs).
+		grads += P * fp32MasterBytes
+		pred.Notes = append(pred.Notes, "grad_accum under no_sync: full unsharded gradients are kept across micro-steps")
+	}
+	params, optim := ms.Params, ms.Optimizer
+	if r.CPUOffload {
+		// The sharded parameters, gradients and optimizer states live on the host;
+		// shard_grad_op still keeps its gathered parameters on the device between
+		// forward and backward.
+		pred.HostMemBytes = ModelStateBytes(P, Stage3, shardGroup(r, strategy), sb)
+		grads -= ms.Grads
+		optim = 0
+		params = 0
+		if strategy == sweeps.ShardGradOp {
+			params = P * pb
+		}
+	}
+
+	act, logits := activationBytes(p)
+	if flashAttention(p) {
+		pred.Notes = append(pred.Notes, "fused (flash) attention assumed: bf16/fp16 on an Ampere-or-newer GPU")
+	}
+	var overhead int64
+	if p.hw.IsGPU {
+		overhead = cudaContextBytes
+		if r.WorldSize > 1 {
+			overhead += ncclBytes
+		}
+	}
+	return map[string]int64{
+		MemParams:      params,
+		MemGrads:       grads,
+		MemOptimizer:   optim,
+		MemActivations: int64(math.Ceil(act)),
+		MemLogits:      int64(math.Ceil(logits)),
+		MemBuffers:     buffers,
+		MemOverhead:    overhead,
+	}
+}
+
+// ringTime is the time of one collective of size bytes (nccl-tests' "size": the
+// whole buffer: the gathered output of an all-gather, the input of a reduce-scatter
+// or all-reduce) among n ranks at bus bandwidth bw. nccl-tests defines busbw =
+// algbw × factor, factor (n−1)/n for all-gather and reduce-scatter and 2(n−1)/n
+// for all-reduce, so the time is size × factor / busbw.
+func ringTime(size float64, n int, allReduce bool, bw float64) float64 {
+	if n <= 1 || size == 0 {
+		return 0
+	}
+	f := float64(n-1) / float64(n)
+	if allReduce {
+		f *= 2
+	}
+	return size * f / bw
+}
+
+// timeModel fills the step time, its parts and the communication volumes.
+func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
+	r, s, hw := p.rc, p.shape, p.hw
+	P := float64(s.Params())
+	pb := float64(computeBytes(r.MixedPrecision))
+
+	peak, err := hw.Peak(r.MixedPrecision)
+	if err != nil {
+		return err
+	}
+	if !hw.IsGPU {
+		// The cpu profile is the whole host; ranks on it share its cores.
+		peak /= float64(r.GPUsPerNode)
+		pred.Notes = append(pred.Notes, fmt.Sprintf("cpu: %d ranks share the host's cores", r.GPUsPerNode))
+	}
+	if hw.IsGPU && r.MixedPrecision == sweeps.FP32 {
+		pred.Notes = append(pred.Notes, "fp32 computes at the non-tensor-core FP32 peak: PyTorch leaves TF32 off for matmuls by default")
+	}
+	pred.PeakFlopsPerS = peak
+	pred.ModelFlopsPerToken = s.FlopsPerToken(r.SeqLen)
+	microTokens := float64(r.BatchPerDevice * r.SeqLen)
+	plain := pred.ModelFlopsPerToken * microTokens / (peak * hw.Efficiency)
+	fwdC, micro := plain/3, plain
+	if r.ActivationCheckpointing {
+		micro = plain * 4 / 3 // the forward is run again in backward
+	}
+	bwdC := micro - fwdC
+	ga := float64(r.GradAccum)
+	pred.ComputeS = ga * micro
+
+	// Collective sizes per micro-step (gathers) and per step (reductions), and the
+	// link each crosses: inside a node, or between nodes when the group spans them.
+	bw := hw.IntraNodeBusBWBytesPerS
+	if r.Nodes > 1 {
+		bw = hw.InterNodeBusBWBytesPerS
+	}
+	root, unit := float64(wu.Root), float64(wu.MaxUnit())
+	var agFwd, agBwd, rs, ar float64                               // sizes in bytes
+	var tAgFwd, tAgBwd, tReduce float64                            // times in seconds
+	firstFwdShare, firstBwdShare, lastReduceShare := 1.0, 1.0, 1.0 // parts that cannot overlap
+	if P > 0 {
+		firstFwdShare, lastReduceShare = root/P, root/P
+	}
+	if P > root {
+		firstBwdShare = unit / (P - root)
+	}
+	var gatherOverlap, reduceOverlap float64
+	switch r.BackwardPrefetch {
+	case sweeps.BackwardPre:
+		// The next unit's all-gather is issued before this unit's gradient
+		// computation, so it runs under it, and this unit's reduce-scatter runs under
+		// the next unit's computation.
+		gatherOverlap, reduceOverlap = 1, 1
+	case sweeps.BackwardPost:
+		// The next all-gather is issued only after this unit's gradients: the
+		// next unit's compute waits for it, but the reduce-scatter, issued after
+		// it, overlaps that compute.
+		gatherOverlap, reduceOverlap = 0, 1
+	default:
+		// No prefetch: each unit's all-gather is issued when its backward starts and
+		// queues behind the previous reduce-scatter on the same communicator, so
+		// both are exposed.
+		gatherOverlap, reduceOverlap = 0, 0
+	}
+	// Forward all-gathers: FSDP issues them on their own stream and the CPU runs
+	// ahead of the GPU, so about half hides behind compute without forward_prefetch
+	// (an assumption until calibrated); forward_prefetch issues the next one early.
+	fwdOverlap := 0.5
+	if r.ForwardPrefetch {
+		fwdOverlap = 1
+	}
+
+	switch strategy {
+	case sweeps.FullShard, sweeps.HybridShard:
+		n, sbw := r.WorldSize, bw
+		if strategy == sweeps.HybridShard {
+			n, sbw = r.GPUsPerNode, hw.IntraNodeBusBWBytesPerS
+		}
+		agFwd, agBwd, rs = P*pb, (P-root)*pb, P*pb
+		tAgFwd, tAgBwd = ringTime(agFwd, n, false, sbw), ringTime(agBwd, n, false, sbw)
+		tReduce = ringTime(rs, n, false, sbw)
+		if strategy == sweeps.HybridShard {
+			// Each rank all-reduces its reduced shard with its peers in the other
+			// nodes.
+			ar = P * pb / float64(r.GPUsPerNode)
+			tReduce += ringTime(ar, r.Nodes, true, hw.InterNodeBusBWBytesPerS)
+		}
+		if n == 1 {
+			agFwd, agBwd, rs = 0, 0, 0
+		}
+	case sweeps.ShardGradOp:
+		// Parameters gathered for forward stay gathered through backward.
+		agFwd, rs = P*pb, P*pb
+		tAgFwd = ringTime(agFwd, r.WorldSize, false, bw)
+		tReduce = ringTime(rs, r.WorldSize, false, bw)
+	case sweeps.NoShard, sweeps.DDP:
+		gb := pb
+		if strategy == sweeps.DDP {
+			gb = 4 // DDP's gradients are fp32 (autocast leaves parameters fp32)
+			if P > 0 {
+				lastReduceShare = min(ddpBucketBytes/(P*gb), 1)
+			}
+		}
+		if r.WorldSize > 1 {
+			ar = P * gb
+		}
+		tReduce = ringTime(ar, r.WorldSize, true, bw)
+		// All-reduces are issued per bucket (DDP) or per unit (FSDP) as gradients
+		// become ready, whatever the prefetch setting: there is nothing to prefetch.
+		reduceOverlap = 1
+	}
+	if r.WorldSize == 1 {
+		agFwd, agBwd, rs, ar = 0, 0, 0, 0
+	}
+
+	exposedFwd := tAgFwd - min((tAgFwd-tAgFwd*firstFwdShare)*fwdOverlap, fwdC)
+	exposedBwd := func(reduce float64) float64 {
+		hideable := (tAgBwd-tAgBwd*firstBwdShare)*gatherOverlap + (reduce-reduce*lastReduceShare)*reduceOverlap
+		return tAgBwd + reduce - min(hideable, bwdC)
+	}
+	// Gradient accumulation: gathers every micro-step, reductions on the last only.
+	pred.ExposedCommS = ga*exposedFwd + (ga-1)*exposedBwd(0) + exposedBwd(tReduce)
+	pred.CommS = ga*(tAgFwd+tAgBwd) + tReduce
+	pred.CommBytesPerStep = results.CommBytes{
+		AllGather:     int64(ga * (agFwd + agBwd)),
+		ReduceScatter: int64(rs),
+		AllReduce:     int64(ar),
+	}
+
+	// The optimizer step over the rank's shard, memory bound.
+	shard := P / float64(shardGroup(r, strategy))
+	if r.CPUOffload {
+		pred.OptimizerS = shard * adamBytesPerParam / hostOptimizerBW
+		// Each gather first copies the fp32 shard to the device; the reduced
+		// gradient shard goes back once per step.
+		gathers := 2.0
+		if strategy == sweeps.ShardGradOp {
+			gathers = 1
+		}
+		pred.OffloadS = (ga*gathers*shard*4 + shard*4) / hw.HostLinkBWBytesPerS
+		pred.Notes = append(pred.Notes, "cpu_offload: host↔device copies are not overlapped")
+	} else {
+		pred.OptimizerS = shard * adamBytesPerParam / hw.MemBWBytesPerS
+	}
+
+	pred.StepTimeS = pred.ComputeS + pred.ExposedCommS + pred.OptimizerS + pred.OffloadS
+	pred.TokensPerStep = int64(r.GlobalBatch) * int64(r.SeqLen)
+	pred.TokensPerS = float64(pred.TokensPerStep) / pred.StepTimeS
+	pred.MFU = pred.ModelFlopsPerToken * pred.TokensPerS / float64(r.WorldSize) / peak
+	return nil
+}
+
+// feasible compares the predicted peak with what the device (or, for cpu, the
+// host shared by the ranks on it) has.
+func feasible(p point, pred Prediction) (bool, string) {
+	capacity := pred.DeviceMemBytes
+	if capacity <= 0 {
+		return true, "" // unknown capacity (no /proc/meminfo): cannot refuse
+	}
+	if p.hw.IsGPU {
+		if pred.PeakDeviceMemBytes > capacity {
+			return false, fmt.Sprintf("predicted peak %.1f GiB per GPU (%.1f GiB reserved by PyTorch + %.1f GiB CUDA context and NCCL) > %.1f GiB on %s; shard more (full_shard, more GPUs), lower batch_per_device, or turn on activation_checkpointing",
+				gibs(pred.PeakDeviceMemBytes), gibs(pred.PeakMemReservedBytes), gibs(pred.Breakdown[MemOverhead]), gibs(capacity), p.hw.Name)
+		}
+		return true, ""
+	}
+	ranks := int64(p.rc.GPUsPerNode)
+	if need := pred.PeakDeviceMemBytes * ranks; need > capacity {
+		return false, fmt.Sprintf("predicted %.1f GiB per rank × %d ranks on the host = %.1f GiB > %.1f GiB of RAM; use fewer ranks per node or a smaller batch",
+			gibs(pred.PeakDeviceMemBytes), ranks, gibs(need), gibs(capacity))
+	}
+	return true, ""
+}
+
+func gibs(b int64) float64 { return float64(b) / gib }
