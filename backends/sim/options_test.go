@@ -1,0 +1,73 @@
+package sim
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		in   map[string]any
+		want Options
+	}{
+		{"empty", nil, Options{}},
+		{"yaml ints", map[string]any{"inter_node_bus_bw_gbps": uint64(3), "intra_node_bus_bw_gbps": int64(400)},
+			Options{InterNodeBusBW: 3e9, IntraNodeBusBW: 400e9}},
+		{"json floats", map[string]any{"inter_node_bus_bw_gbps": 12.5, "efficiency": 0.4},
+			Options{InterNodeBusBW: 12.5e9, Efficiency: 0.4}},
+		{"strings from --set", map[string]any{"efficiency": "0.5", "inter_node_bus_bw_gbps": "25"},
+			Options{Efficiency: 0.5, InterNodeBusBW: 25e9}},
+		{"efficiency 1", map[string]any{"efficiency": 1}, Options{Efficiency: 1}},
+		{"sleep", map[string]any{"sleep_per_step": "250ms"}, Options{SleepPerStep: 250 * time.Millisecond}},
+		{"bucket view", map[string]any{"ddp_gradient_as_bucket_view": true}, Options{GradientAsBucketView: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseOptions(tt.in)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestParseOptionsErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		in   map[string]any
+		want string
+	}{
+		{"unknown", map[string]any{"bandwidth": 3}, `unknown sim backend option "bandwidth"`},
+		{"typo", map[string]any{"inter_node_bw_gbps": 3}, `did you mean "inter_node_bus_bw_gbps"?`},
+		{"zero bandwidth", map[string]any{"inter_node_bus_bw_gbps": 0}, "backend_options.inter_node_bus_bw_gbps: 0 must be positive"},
+		{"negative bandwidth", map[string]any{"intra_node_bus_bw_gbps": -1.5}, "-1.5 must be positive"},
+		{"not a number", map[string]any{"efficiency": "fast"}, `"fast" is not a number`},
+		{"a list", map[string]any{"efficiency": []any{0.5}}, "is not a number"},
+		{"nan", map[string]any{"efficiency": math.NaN()}, "not a finite number"},
+		{"efficiency above 1", map[string]any{"efficiency": 1.2}, "1.2 must be in (0, 1]"},
+		{"efficiency zero", map[string]any{"efficiency": 0}, "0 must be in (0, 1]"},
+		{"sleep as number", map[string]any{"sleep_per_step": 5}, "give a Go duration string"},
+		{"sleep negative", map[string]any{"sleep_per_step": "-1s"}, "must not be negative"},
+		{"bool option", map[string]any{"ddp_gradient_as_bucket_view": "yes"}, "must be true or false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseOptions(tt.in)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestOptionNames(t *testing.T) {
+	names := OptionNames()
+	assert.True(t, slices.IsSorted(names))
+	for _, want := range []string{"inter_node_bus_bw_gbps", "intra_node_bus_bw_gbps", "efficiency", "sleep_per_step"} {
+		assert.Contains(t, names, want)
+	}
+}
