@@ -108,8 +108,8 @@ type Result struct {
 	CommBytesPerStep *CommBytes   `json:"comm_bytes_per_step,omitempty"`
 	Env              Env          `json:"env"`
 
-	Started  time.Time `json:"started,omitempty"`
-	Finished time.Time `json:"finished,omitempty"`
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
 
 	// Extra keeps backend-specific keys as they were reported.
 	Extra map[string]any `json:"extra,omitempty"`
@@ -168,8 +168,8 @@ type Metrics struct {
 	Samples map[string][]float64 `json:"samples,omitempty"`
 	CI      map[string]Interval  `json:"ci,omitempty"`
 
-	Started  time.Time `json:"started,omitempty"`
-	Finished time.Time `json:"finished,omitempty"`
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
 
 	Extra map[string]any `json:"extra,omitempty"`
 }

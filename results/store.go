@@ -1,10 +1,9 @@
 package results
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,6 +29,9 @@ const (
 type Run struct {
 	Config  sweeps.RunConfig
 	Metrics Metrics
+	// Derived holds the figures that compare the run with the others loaded with it
+	// (scaling efficiency, memory saving); Load fills it, see Derive.
+	Derived Derived
 	// Dir is the run's directory.
 	Dir string
 }
@@ -103,9 +105,36 @@ func (s *SweepDir) ReadRunArgs(id string) (sweeps.RunConfig, error) {
 }
 
 // WriteMetrics stores the run's normalized metrics (metrics.json). Written last, it
-// marks the run as finished: a run without metrics.json did not finish.
+// marks the run as finished: a run without metrics.json did not finish. It then
+// appends the run to the sweep's index (IndexFile) with the config in
+// run_args.json; the index is only a cache, so failing to update it is not an error.
 func (s *SweepDir) WriteMetrics(id string, m Metrics) error {
-	return writeJSON(filepath.Join(s.RunDir(id), MetricsFile), m)
+	if err := writeJSON(filepath.Join(s.RunDir(id), MetricsFile), m); err != nil {
+		return err
+	}
+	var rc sweeps.RunConfig
+	if err := readJSON(filepath.Join(s.RunDir(id), RunArgsFile), &rc); err == nil {
+		_ = s.appendIndex(id, rc, m) // Load checks every line against metrics.json anyway
+	}
+	return nil
+}
+
+// WriteRank stores what one rank reported (ranks/rank-<r>.json).
+func (s *SweepDir) WriteRank(id string, r RankResult) error {
+	dir := filepath.Join(s.RunDir(id), RanksDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("run %s: %w", id, err)
+	}
+	return writeJSON(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r.Rank)), r)
+}
+
+// WriteSteps stores the run's measured steps (steps.csv, see StepsCSV).
+func (s *SweepDir) WriteSteps(id string, steps []Step) error {
+	var buf bytes.Buffer
+	if err := StepsCSV(&buf, steps); err != nil {
+		return fmt.Errorf("run %s: %w", id, err)
+	}
+	return WriteFileAtomic(filepath.Join(s.RunDir(id), StepsFile), buf.Bytes())
 }
 
 // ReadMetrics reads a stored run's metrics; fs.ErrNotExist if it never finished.
@@ -116,7 +145,9 @@ func (s *SweepDir) ReadMetrics(id string) (Metrics, error) {
 }
 
 // Load reads every finished run under dir, which is either one sweep's directory or
-// a results directory holding several sweeps. Runs are sorted by sweep, then ID.
+// a results directory holding several sweeps. Runs are sorted by sweep, then ID, and
+// carry their Derived figures (computed over all the runs loaded). It reads the
+// sweep's index where it is current and the run directories otherwise (IndexFile).
 func Load(dir string) ([]Run, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -141,30 +172,16 @@ func Load(dir string) ([]Run, error) {
 			}
 		}
 	}
+	if len(sweepDirs) == 0 {
+		return nil, fmt.Errorf("results %s: no sweep found (expected %s/ inside it, as `fsdpbench sweep` writes)", dir, RunsDir)
+	}
 	var runs []Run
 	for _, sd := range sweepDirs {
-		entries, err := os.ReadDir(filepath.Join(sd, RunsDir))
+		rs, err := loadSweep(sd)
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range entries {
-			if !e.IsDir() {
-				continue
-			}
-			rd := filepath.Join(sd, RunsDir, e.Name())
-			var r Run
-			r.Dir = rd
-			if err := readJSON(filepath.Join(rd, MetricsFile), &r.Metrics); err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					continue // not finished
-				}
-				return nil, err
-			}
-			if err := readJSON(filepath.Join(rd, RunArgsFile), &r.Config); err != nil {
-				return nil, err
-			}
-			runs = append(runs, r)
-		}
+		runs = append(runs, rs...)
 	}
 	sort.SliceStable(runs, func(i, j int) bool {
 		if runs[i].Config.Sweep != runs[j].Config.Sweep {
@@ -172,9 +189,7 @@ func Load(dir string) ([]Run, error) {
 		}
 		return runs[i].Config.ID < runs[j].Config.ID
 	})
-	if len(sweepDirs) == 0 {
-		return nil, fmt.Errorf("results %s: no sweep found (expected %s/ inside it, as `fsdpbench sweep` writes)", dir, RunsDir)
-	}
+	Derive(runs)
 	return runs, nil
 }
 

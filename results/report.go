@@ -1,0 +1,648 @@
+package results
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+)
+
+// Report formats.
+const (
+	FormatTable    = "table"    // a terminal table
+	FormatMarkdown = "markdown" // a GitHub-flavoured Markdown table
+	FormatCSV      = "csv"      // the report's cells, plain units, RFC 4180
+	FormatJSON     = "json"     // the report's rows as objects keyed by column name
+)
+
+// Formats lists the report formats, the default first.
+var Formats = []string{FormatTable, FormatMarkdown, FormatCSV, FormatJSON}
+
+// DefaultMetrics are the figures a report shows when none are asked for. Of these,
+// the ones unknown for every run shown are left out (status always stays).
+var DefaultMetrics = []string{"status", "tokens_per_s_per_rank", "mfu", "step_time_s.median",
+	"peak_mem_reserved_bytes", "memory_saving", "scaling_efficiency"}
+
+// DefaultPivotMetric is the cell of a pivot (--rows/--cols) when no metric is asked for.
+const DefaultPivotMetric = "tokens_per_s_per_rank"
+
+// ReportOptions chooses what Report shows; the zero value is the default table.
+type ReportOptions struct {
+	// Rows and Cols are axis names. Both empty: one row per run, with the run ID and
+	// the axes that vary across the runs. Otherwise a pivot: one row per combination
+	// of the row axes, one column per combination of the column axes and metric.
+	// Axes that vary but are named in neither are added to the rows, so no two runs
+	// share a cell.
+	Rows, Cols []string
+	// Metrics are column names (metrics or derived figures); empty = DefaultMetrics,
+	// or DefaultPivotMetric in a pivot.
+	Metrics []string
+	// Format is one of Formats; empty = table.
+	Format string
+}
+
+// Report writes a comparison of runs. Statistics are computed before (Normalize,
+// Derive); Report only selects, orders and formats. A cell that should hold a number
+// holds the run's status instead when the run is not ok (oom, infeasible, ...);
+// figures of runs the analytic model predicted are marked with * and a footnote.
+// Tables show the units in the headers (GiB, %); CSV and JSON keep plain units
+// (bytes, fractions) and use the column names of the registry (Columns).
+func Report(w io.Writer, runs []Run, opt ReportOptions) error {
+	format := opt.Format
+	if format == "" {
+		format = FormatTable
+	}
+	if !contains(Formats, format) {
+		return fmt.Errorf("unknown report format %q; valid formats: %s", opt.Format, strings.Join(Formats, ", "))
+	}
+	var g *grid
+	var err error
+	if len(opt.Rows) == 0 && len(opt.Cols) == 0 {
+		g, err = flatGrid(runs, opt.Metrics)
+	} else {
+		g, err = pivotGrid(runs, opt)
+	}
+	if err != nil {
+		return err
+	}
+	switch format {
+	case FormatCSV:
+		return g.writeCSV(w)
+	case FormatJSON:
+		return g.writeJSON(w)
+	default:
+		return g.writeTable(w, format == FormatMarkdown)
+	}
+}
+
+// grid is a report laid out, before rendering: every reporter prints the same cells.
+type grid struct {
+	title string // what the cells are, in a pivot
+	cols  []gridCol
+	rows  [][]gridCell
+	notes []string
+}
+
+type gridCol struct {
+	key    string // machine name: CSV header, JSON key
+	header string // table heading
+	right  bool   // numbers align right
+}
+
+type gridCell struct {
+	raw       any    // plain value for CSV/JSON; nil = unknown
+	text      string // table text
+	predicted bool
+}
+
+// textColumns hold text or flags, so a non-ok run shows them as they are.
+var textColumns = map[string]bool{"id": true, "status": true, "error": true, "predicted": true, "env.gpu": true,
+	"started": true, "finished": true}
+
+func resolveMetrics(names []string, def []string) ([]Column, error) {
+	if len(names) == 0 {
+		names = def
+	}
+	cols := make([]Column, 0, len(names))
+	for _, n := range names {
+		c, err := LookupColumn(n, KindMetric, KindDerived)
+		if err != nil {
+			return nil, fmt.Errorf("metric: %w", err)
+		}
+		cols = append(cols, c)
+	}
+	return cols, nil
+}
+
+// varyingAxes are the axes whose value is not the same in every run.
+func varyingAxes(runs []Run) []Column {
+	var out []Column
+	for _, c := range ColumnsOf(KindAxis) {
+		if len(runs) == 0 {
+			break
+		}
+		first := c.Value(&runs[0])
+		for i := 1; i < len(runs); i++ {
+			if compareValues(&c, first, c.Value(&runs[i])) != 0 {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// metricCell formats the value of a metric or derived column for run r.
+func metricCell(c *Column, r *Run) gridCell {
+	v := c.Value(r)
+	if textColumns[c.Name] {
+		return gridCell{raw: v, text: displayValue(c, v)}
+	}
+	if r.Metrics.Status != StatusOK {
+		return gridCell{raw: string(r.Metrics.Status), text: string(r.Metrics.Status)}
+	}
+	cell := gridCell{raw: v, text: displayValue(c, v)}
+	if v == nil {
+		return cell
+	}
+	if iv, ok := r.Metrics.CI[c.CI]; ok && c.CI != "" && iv.Center != 0 {
+		pct := math.Max(iv.Hi-iv.Center, iv.Center-iv.Lo) / math.Abs(iv.Center) * 100
+		if pct < 1 {
+			cell.text += fmt.Sprintf(" ±%.1f%%", pct)
+		} else {
+			cell.text += fmt.Sprintf(" ±%.0f%%", pct)
+		}
+	}
+	if r.Metrics.Predicted {
+		cell.text += "*"
+		cell.predicted = true
+	}
+	return cell
+}
+
+// displayValue is the table text of a value in the column's display unit.
+func displayValue(c *Column, v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "-"
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case int64:
+		switch c.Unit {
+		case UnitBytes, UnitBytesMiB:
+			return displayValue(c, float64(x))
+		}
+		return strconv.FormatInt(x, 10)
+	case float64:
+		switch c.Unit {
+		case UnitBytes:
+			return strconv.FormatFloat(x/(1<<30), 'f', 2, 64)
+		case UnitBytesMiB:
+			return strconv.FormatFloat(x/(1<<20), 'f', 1, 64)
+		case UnitFraction:
+			return strconv.FormatFloat(x*100, 'f', 1, 64)
+		}
+		return fourDigits(x)
+	}
+	return fmt.Sprint(v)
+}
+
+// fourDigits shows about four significant digits without exponents for the usual
+// range of step times, rates and losses.
+func fourDigits(x float64) string {
+	a := math.Abs(x)
+	switch {
+	case a >= 1e7:
+		return strconv.FormatFloat(x, 'g', 4, 64)
+	case a >= 1000:
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(x, 'f', 1, 64)
+	case a >= 10:
+		return strconv.FormatFloat(x, 'f', 2, 64)
+	case a >= 1:
+		return strconv.FormatFloat(x, 'f', 3, 64)
+	default:
+		return strconv.FormatFloat(x, 'g', 4, 64)
+	}
+}
+
+// plainValue is the CSV text of a value in the plain unit; empty = unknown.
+func plainValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return ""
+		}
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+// sortRuns orders run indices by the given axes (registry order within the axes).
+func sortRuns(runs []Run, axes []Column) []int {
+	vals := make([][]any, len(runs))
+	for i := range runs {
+		vals[i] = make([]any, len(axes))
+		for j := range axes {
+			vals[i][j] = axes[j].Value(&runs[i])
+		}
+	}
+	idx := make([]int, len(runs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		va, vb := vals[idx[a]], vals[idx[b]]
+		for j := range axes {
+			if d := compareValues(&axes[j], va[j], vb[j]); d != 0 {
+				return d < 0
+			}
+		}
+		return false
+	})
+	return idx
+}
+
+func flatGrid(runs []Run, metricNames []string) (*grid, error) {
+	metrics, err := resolveMetrics(metricNames, DefaultMetrics)
+	if err != nil {
+		return nil, err
+	}
+	if len(metricNames) == 0 {
+		metrics = knownSomewhere(runs, metrics)
+	}
+	axes := varyingAxes(runs)
+	id, _ := LookupColumn("id")
+	lead := append([]Column{id}, axes...)
+
+	g := &grid{}
+	for _, c := range lead {
+		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: isNumericAxis(&c, runs)})
+	}
+	for _, c := range metrics {
+		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !textColumns[c.Name]})
+	}
+	g.rows = make([][]gridCell, 0, len(runs))
+	predicted := map[string]bool{}
+	for _, i := range sortRuns(runs, axes) {
+		r := &runs[i]
+		row := make([]gridCell, 0, len(g.cols))
+		for j := range lead {
+			v := lead[j].Value(r)
+			row = append(row, gridCell{raw: v, text: displayValue(&lead[j], v)})
+		}
+		for j := range metrics {
+			cell := metricCell(&metrics[j], r)
+			if cell.predicted {
+				predicted[r.Config.Backend] = true
+			}
+			row = append(row, cell)
+		}
+		g.rows = append(g.rows, row)
+	}
+	g.notes = predictedNote(predicted)
+	return g, nil
+}
+
+// knownSomewhere drops the default metrics no run has a value for (status stays).
+func knownSomewhere(runs []Run, metrics []Column) []Column {
+	var out []Column
+	for _, c := range metrics {
+		if c.Name == "status" {
+			out = append(out, c)
+			continue
+		}
+		for i := range runs {
+			if c.Value(&runs[i]) != nil {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func isNumericAxis(c *Column, runs []Run) bool {
+	for i := range runs {
+		switch c.Value(&runs[i]).(type) {
+		case int64, float64:
+			return true
+		case nil:
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+func predictedNote(backends map[string]bool) []string {
+	if len(backends) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(backends))
+	for b := range backends {
+		if b == "" {
+			b = "unnamed"
+		}
+		names = append(names, b)
+	}
+	sort.Strings(names)
+	return []string{fmt.Sprintf("* predicted by the analytic model (backend %s), not measured",
+		strings.Join(names, ", "))}
+}
+
+func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
+	metrics, err := resolveMetrics(opt.Metrics, []string{DefaultPivotMetric})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]string{}
+	resolveAxes := func(names []string, where string) ([]Column, error) {
+		var out []Column
+		for _, n := range names {
+			c, err := LookupColumn(n, KindAxis)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", where, err)
+			}
+			if prev, dup := seen[n]; dup {
+				return nil, fmt.Errorf("%s: axis %q is already in %s; name each axis once", where, n, prev)
+			}
+			seen[n] = where
+			out = append(out, c)
+		}
+		return out, nil
+	}
+	rowAxes, err := resolveAxes(opt.Rows, "rows")
+	if err != nil {
+		return nil, err
+	}
+	colAxes, err := resolveAxes(opt.Cols, "cols")
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range varyingAxes(runs) {
+		if _, named := seen[c.Name]; !named {
+			rowAxes = append(rowAxes, c)
+		}
+	}
+
+	rowKeys, rowOf := combos(runs, rowAxes)
+	colKeys, colOf := combos(runs, colAxes)
+	cell := make(map[[2]int]int, len(runs))
+	for i := range runs {
+		k := [2]int{rowOf[i], colOf[i]}
+		if j, dup := cell[k]; dup {
+			return nil, fmt.Errorf("runs %s and %s fall in the same cell: they differ in no axis "+
+				"(only in settings such as timeout); report them separately", runs[j].Config.ID, runs[i].Config.ID)
+		}
+		cell[k] = i
+	}
+
+	g := &grid{}
+	for _, c := range rowAxes {
+		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: isNumericAxis(&c, runs)})
+	}
+	for _, ck := range colKeys {
+		label, key := comboLabel(colAxes, ck, " "), comboLabel(colAxes, ck, ",")
+		for _, m := range metrics {
+			gc := gridCol{key: m.Name, header: m.Header, right: !textColumns[m.Name]}
+			switch {
+			case len(colAxes) > 0 && len(metrics) == 1:
+				gc.key, gc.header = m.Name+"["+key+"]", label
+			case len(colAxes) > 0:
+				gc.key, gc.header = m.Name+"["+key+"]", label+" "+m.Header
+			}
+			g.cols = append(g.cols, gc)
+		}
+	}
+	if len(colAxes) > 0 && len(metrics) == 1 {
+		g.title = metrics[0].Header
+	}
+	predicted := map[string]bool{}
+	for ri, rk := range rowKeys {
+		row := make([]gridCell, 0, len(g.cols))
+		for j := range rowAxes {
+			row = append(row, gridCell{raw: rk[j], text: displayValue(&rowAxes[j], rk[j])})
+		}
+		for ci := range colKeys {
+			i, ok := cell[[2]int{ri, ci}]
+			for j := range metrics {
+				if !ok {
+					row = append(row, gridCell{text: ""})
+					continue
+				}
+				c := metricCell(&metrics[j], &runs[i])
+				if c.predicted {
+					predicted[runs[i].Config.Backend] = true
+				}
+				row = append(row, c)
+			}
+		}
+		g.rows = append(g.rows, row)
+	}
+	g.notes = predictedNote(predicted)
+	return g, nil
+}
+
+// combos returns the distinct value tuples of axes over runs, sorted, and for each
+// run the index of its tuple.
+func combos(runs []Run, axes []Column) ([][]any, []int) {
+	order := sortRuns(runs, axes)
+	var keys [][]any
+	of := make([]int, len(runs))
+	var prev []any
+	for _, i := range order {
+		k := make([]any, len(axes))
+		for j := range axes {
+			k[j] = axes[j].Value(&runs[i])
+		}
+		if prev == nil || !sameTuple(axes, prev, k) {
+			keys = append(keys, k)
+			prev = k
+		}
+		of[i] = len(keys) - 1
+	}
+	if len(keys) == 0 {
+		keys = [][]any{{}}
+	}
+	return keys, of
+}
+
+func sameTuple(axes []Column, a, b []any) bool {
+	for j := range axes {
+		if compareValues(&axes[j], a[j], b[j]) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func comboLabel(axes []Column, k []any, sep string) string {
+	parts := make([]string, len(axes))
+	for j := range axes {
+		parts[j] = axes[j].Name + "=" + plainValue(k[j])
+	}
+	return strings.Join(parts, sep)
+}
+
+func (g *grid) writeTable(w io.Writer, markdown bool) error {
+	aligns := make([]tw.Align, len(g.cols))
+	headers := make([]string, len(g.cols))
+	for j, c := range g.cols {
+		aligns[j] = tw.AlignLeft
+		if c.right {
+			aligns[j] = tw.AlignRight
+		}
+		headers[j] = c.header
+	}
+	opts := []tablewriter.Option{
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithHeaderAlignmentConfig(tw.CellAlignment{PerColumn: aligns}),
+		tablewriter.WithRowAlignmentConfig(tw.CellAlignment{PerColumn: aligns}),
+	}
+	if markdown {
+		opts = append(opts, tablewriter.WithRenderer(renderer.NewMarkdown()))
+	}
+	var buf bytes.Buffer
+	if g.title != "" {
+		fmt.Fprintf(&buf, "%s\n", g.title)
+		if markdown {
+			buf.WriteByte('\n')
+		}
+	}
+	t := tablewriter.NewTable(&buf, opts...)
+	if markdown {
+		for j := range headers {
+			headers[j] = markdownEscape(headers[j])
+		}
+	}
+	t.Header(headers)
+	for _, row := range g.rows {
+		texts := make([]string, len(row))
+		for j, c := range row {
+			texts[j] = c.text
+			if markdown {
+				texts[j] = markdownEscape(texts[j])
+			}
+		}
+		if err := t.Append(texts); err != nil {
+			return fmt.Errorf("render table: %w", err)
+		}
+	}
+	if err := t.Render(); err != nil {
+		return fmt.Errorf("render table: %w", err)
+	}
+	for _, n := range g.notes {
+		if markdown {
+			buf.WriteByte('\n')
+			n = markdownEscape(n)
+		}
+		fmt.Fprintf(&buf, "%s\n", n)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// markdownEscape keeps a cell's text from ending the cell or turning into emphasis.
+func markdownEscape(s string) string {
+	if !strings.ContainsAny(s, `|*\`) {
+		return s
+	}
+	return markdownEscaper.Replace(s)
+}
+
+var markdownEscaper = strings.NewReplacer(`\`, `\\`, `|`, `\|`, `*`, `\*`)
+
+func (g *grid) writeCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	rec := make([]string, len(g.cols))
+	for j, c := range g.cols {
+		rec[j] = c.key
+	}
+	if err := cw.Write(rec); err != nil {
+		return err
+	}
+	for _, row := range g.rows {
+		for j, c := range row {
+			rec[j] = plainValue(c.raw)
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// writeJSON writes an array with one object per row, keys in column order (a Go map
+// would sort them).
+func (g *grid) writeJSON(w io.Writer) error {
+	keys := make([][]byte, len(g.cols))
+	for j, c := range g.cols {
+		k, err := json.Marshal(c.key)
+		if err != nil {
+			return err
+		}
+		keys[j] = k
+	}
+	var buf bytes.Buffer
+	buf.WriteString("[")
+	for i, row := range g.rows {
+		if i > 0 {
+			buf.WriteString(",")
+		}
+		buf.WriteString("\n  {")
+		for j, c := range row {
+			if j > 0 {
+				buf.WriteString(", ")
+			}
+			buf.Write(keys[j])
+			buf.WriteString(": ")
+			if err := appendJSONValue(&buf, c.raw); err != nil {
+				return fmt.Errorf("column %s: %w", g.cols[j].key, err)
+			}
+		}
+		buf.WriteString("}")
+	}
+	if len(g.rows) > 0 {
+		buf.WriteString("\n")
+	}
+	buf.WriteString("]\n")
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func appendJSONValue(buf *bytes.Buffer, v any) error {
+	switch x := v.(type) {
+	case nil:
+		buf.WriteString("null")
+	case int64:
+		buf.WriteString(strconv.FormatInt(x, 10))
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			buf.WriteString("null")
+			return nil
+		}
+		buf.WriteString(strconv.FormatFloat(x, 'g', -1, 64))
+	case bool:
+		buf.WriteString(strconv.FormatBool(x))
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
