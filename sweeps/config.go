@@ -5,6 +5,7 @@ package sweeps
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -46,6 +47,9 @@ var MixedPrecisionValues = []string{BF16, FP16, FP32}
 
 // Duration is a time.Duration that reads and writes as a Go duration string ("10m").
 type Duration time.Duration
+
+// String formats the duration as time.Duration does ("10m0s").
+func (d Duration) String() string { return time.Duration(d).String() }
 
 // MarshalJSON writes the duration as a string such as "10m0s".
 func (d Duration) MarshalJSON() ([]byte, error) {
@@ -281,9 +285,13 @@ func (rc *RunConfig) appendSlug(b []byte) []byte {
 	return b
 }
 
-// AssignID fills Slug and ID from the config. Slug shares ID's memory (one
-// allocation per run), which matters when a grid has a million points.
-func (rc *RunConfig) AssignID() {
+// AssignID fills Slug and ID from the config.
+func (rc *RunConfig) AssignID() { rc.assignID() }
+
+// assignID is AssignID, returning the hash's 32 bits for the caller's index. Slug
+// shares ID's memory (one allocation per run), which matters when a grid has a
+// million points.
+func (rc *RunConfig) assignID() uint32 {
 	var buf [160]byte
 	b := rc.appendSlug(buf[:0])
 	n := len(b)
@@ -293,6 +301,7 @@ func (rc *RunConfig) AssignID() {
 	b = hex.AppendEncode(b, sum[:4])
 	rc.ID = string(b)
 	rc.Slug = rc.ID[:n]
+	return binary.BigEndian.Uint32(sum[:4])
 }
 
 func b01(b bool) string {

@@ -2,6 +2,7 @@ package sweeps
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -20,10 +21,13 @@ type expander struct {
 	sp   *spec
 	base RunConfig
 	// baseVals are the axis values every point starts from (top level and base:).
-	baseVals  []value
-	baseMask  mask
-	runs      []RunConfig
-	ids       map[string]int  // run ID -> index in runs
+	baseVals []value
+	baseMask mask
+	runs     []RunConfig
+	// hashes holds, per grid run, its ID hash (high 32 bits) and index in runs;
+	// included finds include runs by ID.
+	hashes    []uint64
+	included  map[string]int
 	groups    map[string]int  // search group -> index in runs
 	excluded  []int           // points dropped per exclude entry
 	seen      map[string]bool // problems reported
@@ -66,8 +70,10 @@ func (p *parsing) expand(sp *spec) *Plan {
 	}
 	x.gridCount = total
 	x.runs = make([]RunConfig, 0, total+len(sp.include))
-	x.ids = make(map[string]int, total+len(sp.include))
+	x.hashes = make([]uint64, 0, total)
+	x.included = map[string]int{}
 	x.expandGrid()
+	x.checkGridIDs()
 	if p.e.failed() {
 		return nil
 	}
@@ -78,7 +84,11 @@ func (p *parsing) expand(sp *spec) *Plan {
 		return nil
 	}
 	if len(x.runs) == 0 {
-		p.e.at(sp.excludePos, "exclude drops all %d points of the grid and there is no include, so there is nothing to run; remove or narrow an exclude entry", total)
+		what := fmt.Sprintf("all %d points of the grid", total)
+		if total == 1 {
+			what = "the grid's only point"
+		}
+		p.e.at(sp.excludePos, "exclude drops %s and there is no include, so there is nothing to run; remove or narrow an exclude entry", what)
 		return nil
 	}
 	plan := &Plan{
@@ -134,6 +144,9 @@ func (x *expander) expandGrid() {
 		return x.baseSource(f)
 	}
 	describe := func() string {
+		if len(grid) == 0 {
+			return ""
+		}
 		parts := make([]string, len(grid))
 		for i, g := range grid {
 			parts[i] = g.d.name + ": " + g.vals[idx[i]].String()
@@ -141,22 +154,27 @@ func (x *expander) expandGrid() {
 		return "grid point {" + strings.Join(parts, ", ") + "}"
 	}
 	for n := 0; n < x.gridCount; n++ {
-		rc := x.base
+		// Build the point in its slot of x.runs: a RunConfig is a few hundred bytes,
+		// and a million copies of it would be most of the work.
+		x.runs = append(x.runs, x.base)
+		rc := &x.runs[len(x.runs)-1]
 		for i := range grid {
-			grid[i].vals[idx[i]].apply(&rc)
+			grid[i].vals[idx[i]].apply(rc)
 		}
-		prob := derive(&rc, m)
-		if !x.isExcluded(&rc) {
+		prob := derive(rc, m)
+		keep := false
+		if !x.isExcluded(rc) {
 			if prob == nil {
-				prob = checkPoint(&rc)
+				prob = checkPoint(rc)
 			}
-			if prob != nil {
-				if !x.report(prob, src, describe, true) {
-					return
-				}
-			} else {
-				x.add(rc, pos{})
+			if prob == nil {
+				keep = x.keep(rc, pos{})
+			} else if !x.report(prob, src, describe, true) {
+				return
 			}
+		}
+		if !keep {
+			x.runs = x.runs[:len(x.runs)-1]
 		}
 		for i := len(idx) - 1; i >= 0; i-- {
 			idx[i]++
@@ -169,10 +187,11 @@ func (x *expander) expandGrid() {
 }
 
 func (x *expander) expandInclude(in *includeEntry) {
-	rc := x.base
+	x.runs = append(x.runs, x.base)
+	rc := &x.runs[len(x.runs)-1]
 	m := x.baseMask
 	for _, v := range in.vals {
-		v.apply(&rc)
+		v.apply(rc)
 		m |= 1 << v.f
 	}
 	src := func(f field) (value, bool) {
@@ -183,15 +202,16 @@ func (x *expander) expandInclude(in *includeEntry) {
 		}
 		return x.baseSource(f)
 	}
-	prob := derive(&rc, m)
+	prob := derive(rc, m)
 	if prob == nil {
-		prob = checkPoint(&rc)
+		prob = checkPoint(rc)
 	}
 	if prob != nil {
 		x.report(prob, src, func() string { return fmt.Sprintf("include entry at %s", in.pos) }, false)
-		return
 	}
-	x.add(rc, in.pos)
+	if prob != nil || !x.keep(rc, in.pos) {
+		x.runs = x.runs[:len(x.runs)-1]
+	}
 }
 
 // baseSource returns the value of f shared by every point, if the spec gave one.
@@ -231,56 +251,93 @@ func matchesAll(rc *RunConfig, conds []excludeCond) bool {
 	return true
 }
 
-// add assigns the run's ID and appends it, merging it into an identical earlier
-// point. from is the include entry's position (zero for a grid point).
-func (x *expander) add(rc RunConfig, from pos) {
+// keep assigns the ID of the run in the last slot of x.runs and says whether it
+// stays there as a new run (false: it was merged into an identical earlier point,
+// or in a search, into the group's run). from is the include entry's position
+// (zero for a grid point).
+//
+// Grid points are distinct configurations by construction (every point differs
+// from the others in a value it gives), so their IDs are only recorded here, and
+// checkGridIDs looks for hash collisions once, by sorting: over a million points
+// that is several times cheaper than a hash map. Include points, few, are looked up.
+func (x *expander) keep(rc *RunConfig, from pos) bool {
 	if x.groups != nil {
-		x.addSearch(rc)
-		return
+		return x.keepSearch(rc)
 	}
-	rc.AssignID()
-	if i, dup := x.ids[rc.ID]; dup {
-		x.merge(&x.runs[i], &rc, from)
-		return
+	idx := len(x.runs) - 1
+	h := rc.assignID()
+	if from.line == 0 {
+		x.hashes = append(x.hashes, uint64(h)<<32|uint64(idx))
+		return true
 	}
-	x.ids[rc.ID] = len(x.runs)
-	x.runs = append(x.runs, rc)
+	prev := -1
+	lo, _ := slices.BinarySearch(x.hashes, uint64(h)<<32)
+	for i := lo; i < len(x.hashes) && uint32(x.hashes[i]>>32) == h; i++ {
+		if j := int(uint32(x.hashes[i])); x.runs[j].ID == rc.ID {
+			prev = j
+		}
+	}
+	if j, ok := x.included[rc.ID]; ok {
+		prev = j
+	}
+	if prev < 0 {
+		x.included[rc.ID] = idx
+		return true
+	}
+	if x.runs[prev].trainingKey() != rc.trainingKey() {
+		x.collision(&x.runs[prev], rc, from)
+		return false
+	}
+	x.warnings = append(x.warnings, from.errorf("this include entry gives the same run as an earlier point (%s); it is merged", rc.ID).Error())
+	return false
 }
 
-// addSearch keeps one run per search group: the point with the smallest
+// checkGridIDs reports grid points whose IDs collide.
+func (x *expander) checkGridIDs() {
+	slices.Sort(x.hashes)
+	for i := 1; i < len(x.hashes); i++ {
+		if x.hashes[i]>>32 != x.hashes[i-1]>>32 {
+			continue
+		}
+		// Equal hashes (about one pair per four billion); compare the IDs, slug included.
+		for k := i - 1; k >= 0 && x.hashes[k]>>32 == x.hashes[i]>>32; k-- {
+			a, b := &x.runs[uint32(x.hashes[k])], &x.runs[uint32(x.hashes[i])]
+			if a.ID == b.ID {
+				x.collision(a, b, x.sp.namePos)
+			}
+		}
+	}
+}
+
+func (x *expander) collision(a, b *RunConfig, at pos) {
+	// Two configurations share a slug and 32 bits of SHA-256. Refuse rather than let
+	// one overwrite the other's results.
+	x.p.e.at(at, "two different runs get the same ID %s (a hash collision: about one chance in four billion per pair); change seed or split the sweep, and report this", a.ID)
+}
+
+// keepSearch keeps one run per search group: the point with the smallest
 // batch_per_device, where the search starts.
-func (x *expander) addSearch(rc RunConfig) {
-	rc.SearchGroup = searchGroup(rc)
+func (x *expander) keepSearch(rc *RunConfig) bool {
+	rc.SearchGroup = searchGroup(*rc)
 	rc.AssignID()
 	i, ok := x.groups[rc.SearchGroup]
 	if !ok {
-		x.groups[rc.SearchGroup] = len(x.runs)
-		x.runs = append(x.runs, rc)
-		return
+		x.groups[rc.SearchGroup] = len(x.runs) - 1
+		return true
 	}
 	if rc.BatchPerDevice < x.runs[i].BatchPerDevice {
-		x.runs[i] = rc
+		x.runs[i] = *rc
 	}
-}
-
-func (x *expander) merge(prev, rc *RunConfig, from pos) {
-	if prev.trainingKey() != rc.trainingKey() {
-		// Two configurations share 32 bits of SHA-256: about one chance in four
-		// billion per pair. Refuse rather than let one overwrite the other's results.
-		x.p.e.at(from, "runs %s and %s differ but their IDs collide (%s); change seed or split the sweep, and report this", prev.Slug, rc.Slug, rc.ID)
-		return
-	}
-	if from.line > 0 {
-		x.warnings = append(x.warnings, from.errorf("this include entry gives the same run as an earlier point (%s); it is merged", rc.ID).Error())
-	}
+	return false
 }
 
 // problem is why a point is invalid: a message about field f of the point.
 type problem struct {
 	f   field
 	msg func(src func(field) (value, bool)) string
-	// combo is set when removing the point with an exclude entry is a fix.
-	combo string
+	// fix says what to do when f has one value for every run; when f is a grid axis
+	// and combo is set, the fix is to exclude the combination.
+	fix, combo string
 }
 
 // report records a point's problem at the position of the value it is about. It
@@ -297,12 +354,27 @@ func (x *expander) report(prob *problem, src func(field) (value, bool), point fu
 		return true
 	}
 	x.seen[key] = true
-	fix := ""
-	if prob.combo != "" && inGrid {
-		fix = "; drop such points with `exclude: [" + prob.combo + "]`"
+	fix := prob.fix
+	if inGrid && prob.combo != "" && x.isGridAxis(prob.f) {
+		fix = "drop such points with `exclude: [" + prob.combo + "]`"
 	}
-	x.p.e.at(at, "%s (%s)%s", msg, point(), fix)
+	if where := point(); where != "" {
+		msg += " (" + where + ")"
+	}
+	if fix != "" {
+		msg += "; " + fix
+	}
+	x.p.e.at(at, "%s", msg)
 	return len(x.p.e.list) < maxErrors
+}
+
+func (x *expander) isGridAxis(f field) bool {
+	for _, g := range x.sp.grid {
+		if g.d.f == f {
+			return true
+		}
+	}
+	return false
 }
 
 // origin says where the value of f in a point came from, for messages.
@@ -310,9 +382,24 @@ func origin(src func(field) (value, bool), f field) string {
 	if v, ok := src(f); ok {
 		return "at " + v.pos.String()
 	}
-	switch f {
-	case fNodes, fGPUsPerNode, fWorldSize, fGradAccum, fGlobalBatch:
+	_, ws := src(fWorldSize)
+	_, gpn := src(fGPUsPerNode)
+	switch {
+	case f == fNodes && ws && gpn:
+		return "world_size / gpus_per_node"
+	case f == fNodes && ws:
+		return "world_size alone means one node"
+	case f == fNodes && gpn:
+		return "gpus_per_node alone means one node"
+	case f == fNodes:
+		return "the default"
+	case f == fGPUsPerNode || f == fWorldSize || f == fGlobalBatch:
 		return "derived"
+	}
+	_, gb := src(fGlobalBatch)
+	_, ga := src(fGradAccum)
+	if gb && (f == fGradAccum || f == fBatchPerDevice && ga) {
+		return "derived from global_batch"
 	}
 	return "the default"
 }
@@ -407,9 +494,12 @@ func derive(rc *RunConfig, m mask) *problem {
 func checkPoint(rc *RunConfig) *problem {
 	if rc.Sharding == HybridShard && rc.Nodes < 2 {
 		nodes := rc.Nodes
-		return &problem{f: fSharding, combo: "{sharding: hybrid_shard, nodes: 1}", msg: func(src func(field) (value, bool)) string {
-			return fmt.Sprintf("hybrid_shard needs nodes >= 2 (it shards inside a node and replicates across nodes), but this point has nodes %d (%s); use full_shard on one node, or give nodes >= 2", nodes, origin(src, fNodes))
-		}}
+		return &problem{f: fSharding,
+			combo: "{sharding: hybrid_shard, nodes: 1}",
+			fix:   "use full_shard on one node, or give nodes >= 2 (e.g. nodes: 2 with gpus_per_node: 8)",
+			msg: func(src func(field) (value, bool)) string {
+				return fmt.Sprintf("hybrid_shard needs nodes >= 2 (it shards inside a node and replicates across nodes), but this point has nodes %d (%s)", nodes, origin(src, fNodes))
+			}}
 	}
 	return nil
 }
@@ -471,12 +561,7 @@ func (x *expander) varyingAxes() []string {
 	var vary [numFields]bool
 	first := &x.runs[0]
 	for i := 1; i < len(x.runs); i++ {
-		rc := &x.runs[i]
-		for f := field(0); f < fName; f++ {
-			if !vary[f] && !fieldValue(rc, f).equal(fieldValue(first, f)) {
-				vary[f] = true
-			}
-		}
+		markDifferent(&vary, first, &x.runs[i])
 	}
 	var out []string
 	for _, g := range x.sp.grid {
@@ -491,6 +576,29 @@ func (x *expander) varyingAxes() []string {
 		}
 	}
 	return out
+}
+
+// markDifferent sets vary[f] for every axis f where a and b differ. It compares the
+// fields directly: it runs once per run of a grid that may have a million.
+func markDifferent(vary *[numFields]bool, a, b *RunConfig) {
+	vary[fNodes] = vary[fNodes] || a.Nodes != b.Nodes
+	vary[fGPUsPerNode] = vary[fGPUsPerNode] || a.GPUsPerNode != b.GPUsPerNode
+	vary[fWorldSize] = vary[fWorldSize] || a.WorldSize != b.WorldSize
+	vary[fBatchPerDevice] = vary[fBatchPerDevice] || a.BatchPerDevice != b.BatchPerDevice
+	vary[fGradAccum] = vary[fGradAccum] || a.GradAccum != b.GradAccum
+	vary[fGlobalBatch] = vary[fGlobalBatch] || a.GlobalBatch != b.GlobalBatch
+	vary[fSeqLen] = vary[fSeqLen] || a.SeqLen != b.SeqLen
+	vary[fModel] = vary[fModel] || a.Model != b.Model
+	vary[fSharding] = vary[fSharding] || a.Sharding != b.Sharding
+	vary[fActivationCheckpointing] = vary[fActivationCheckpointing] || a.ActivationCheckpointing != b.ActivationCheckpointing
+	vary[fBackwardPrefetch] = vary[fBackwardPrefetch] || a.BackwardPrefetch != b.BackwardPrefetch
+	vary[fForwardPrefetch] = vary[fForwardPrefetch] || a.ForwardPrefetch != b.ForwardPrefetch
+	vary[fCPUOffload] = vary[fCPUOffload] || a.CPUOffload != b.CPUOffload
+	vary[fMixedPrecision] = vary[fMixedPrecision] || a.MixedPrecision != b.MixedPrecision
+	vary[fWrapPolicy] = vary[fWrapPolicy] || a.WrapPolicy != b.WrapPolicy
+	vary[fCompile] = vary[fCompile] || a.Compile != b.Compile
+	vary[fHardware] = vary[fHardware] || a.Hardware != b.Hardware
+	vary[fSeed] = vary[fSeed] || a.Seed != b.Seed
 }
 
 // fieldValue reads axis f of rc as a value.

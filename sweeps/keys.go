@@ -286,8 +286,13 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 		s, ok := n.val.(string)
 		if !ok {
 			hint := ""
-			if d.kind != kindEnum {
+			switch d.kind {
+			case kindString, kindName:
 				hint = " (quote it if you mean a name)"
+			case kindDuration:
+				if i, isInt := n.val.(int64); isInt {
+					hint = fmt.Sprintf(" (add a unit: %ds or %dm)", i, i)
+				}
 			}
 			p.e.at(n.pos, "%s must be %s, got %s%s", d.name, d.expect(), n.describe(), hint)
 			return v, false

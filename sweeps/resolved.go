@@ -18,15 +18,18 @@ func resolvedYAML(root *node, file string, sets []string) ([]byte, error) {
 		"seq_len": int64(d.SeqLen), "steps": int64(d.Steps), "warmup_steps": int64(d.WarmupSteps),
 		"repeats": int64(d.Repeats), "timeout": "30m", "seed": d.Seed,
 	}
-	base := root.get(keyBase)
+	given := func(section, k string) bool {
+		e := root.get(section)
+		return e != nil && e.val.kind == mapNode && e.val.get(k) != nil
+	}
 	var out yaml.MapSlice
 	for _, k := range TopLevelKeys {
 		if e := root.get(k); e != nil {
 			out = append(out, yaml.MapItem{Key: k, Value: e.val.toYAML()})
 			continue
 		}
-		if base != nil && base.val.kind == mapNode && base.val.get(k) != nil {
-			continue // the spec sets it under base:
+		if given(keyBase, k) || given(keyGrid, k) {
+			continue
 		}
 		if v, ok := defaults[k]; ok {
 			out = append(out, yaml.MapItem{Key: k, Value: v})

@@ -175,7 +175,7 @@ func (p *parsing) read(root *node) *spec {
 			}
 		}
 	}
-	if sp.top[fName] == nil {
+	if root.get("name") == nil {
 		p.e.at(sp.namePos, "the spec needs a name (results go to <results-dir>/<name>/); add e.g. `name: %s`", suggestName(strings.TrimSuffix(baseName(p.file), ".yaml")))
 	}
 	for f, b := range sp.base {
@@ -426,7 +426,7 @@ func (p *parsing) readSearch(sp *spec, e *entry) {
 		}
 		mode, _ := se.val.val.(string)
 		if se.val.kind != scalarNode || mode != SearchMaxFit {
-			p.e.at(se.val.pos, "unknown search mode %s for batch_per_device (allowed: max_fit%s)", se.val.describe(), didYouMean(mode, []string{SearchMaxFit}))
+			p.e.at(se.val.pos, "unknown search mode %s for batch_per_device (allowed: max_fit%s)", quoted(se.val), didYouMean(mode, []string{SearchMaxFit}))
 			continue
 		}
 		sp.search = "batch_per_device"

@@ -116,6 +116,14 @@ func (n *node) describe() string {
 	}
 }
 
+// quoted renders a scalar as written in messages: strings in quotes.
+func quoted(n *node) string {
+	if s, ok := n.val.(string); ok && n.kind == scalarNode {
+		return strconv.Quote(s)
+	}
+	return n.describe()
+}
+
 // toAny converts the tree to plain Go values (map[string]any, []any, int64, ...),
 // for backend_options and launcher_options.
 func (n *node) toAny() any {

@@ -1,0 +1,62 @@
+package sweeps
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzParse feeds arbitrary bytes (seeded with the examples and a few broken specs)
+// to Parse: it must never panic, every error must be a *SpecError, and a spec that
+// parses must give unique IDs and a resolved form that parses to the same runs.
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("examples", "*.yaml"))
+	for _, file := range files {
+		if data, err := os.ReadFile(file); err == nil {
+			f.Add(data)
+		}
+	}
+	for _, s := range []string{
+		"name: x\ngrid: [1, 2\n",
+		"name: x\nbase: &a {world_size: 8}\ninclude: [*a, {<<: *a, sharding: ddp}]\n",
+		"name: x\nbase: {nodes: 2, gpus_per_node: 8, global_batch: 48}\n",
+		"name: x\nsearch: {batch_per_device: max_fit}\ngrid: {batch_per_device: [4, 2]}\n",
+		"a: &a [*a]\n",
+		"name: x\nseq_len: !!str 5\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		plan, err := Parse(data, "fuzz.yaml", Options{})
+		if err != nil {
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("error is not a *SpecError: %T %v", err, err)
+			}
+			return
+		}
+		if len(plan.Runs) > 100_000 {
+			return // a valid but huge grid: checking it would only slow the fuzzer
+		}
+		ids := map[string]bool{}
+		for _, rc := range plan.Runs {
+			if rc.ID == "" || ids[rc.ID] {
+				t.Fatalf("missing or duplicate ID %q", rc.ID)
+			}
+			ids[rc.ID] = true
+		}
+		again, err := Parse(plan.Resolved, "resolved.yaml", Options{})
+		if err != nil {
+			t.Fatalf("the resolved spec does not parse: %v\n%s", err, plan.Resolved)
+		}
+		if len(again.Runs) != len(plan.Runs) {
+			t.Fatalf("the resolved spec gives %d runs, the spec %d\n%s", len(again.Runs), len(plan.Runs), plan.Resolved)
+		}
+		for i := range plan.Runs {
+			if again.Runs[i].ID != plan.Runs[i].ID {
+				t.Fatalf("run %d: resolved ID %s, spec ID %s\n%s", i, again.Runs[i].ID, plan.Runs[i].ID, plan.Resolved)
+			}
+		}
+	})
+}
