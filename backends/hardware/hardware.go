@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 )
@@ -174,7 +175,7 @@ const (
 // (runtime.NumCPU, which honours the process's CPU affinity).
 func cpuProfile() Profile {
 	peak := cpuPeakPerCore * float64(runtime.NumCPU())
-	mem, _ := hostMemBytes()
+	mem, _ := hostMem()
 	return Profile{
 		Name:                    "cpu",
 		PeakFLOPS:               map[string]float64{"bf16": peak, "fp16": peak, "fp32": peak},
@@ -185,6 +186,9 @@ func cpuProfile() Profile {
 		Efficiency:              cpuEfficiency,
 	}
 }
+
+// hostMem is hostMemBytes, read once: the sim looks the cpu profile up per run.
+var hostMem = sync.OnceValues(hostMemBytes)
 
 // hostMemBytes reads MemTotal from /proc/meminfo; 0 and an error where there is none
 // (not Linux), and callers treat 0 as unknown.

@@ -198,6 +198,9 @@ func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
 	if r.Sharding == sweeps.HybridShard && r.Nodes < 2 {
 		return p, fmt.Errorf("hybrid_shard shards inside a node and replicates across nodes, so it needs nodes ≥ 2 (got %d): use full_shard on one node", r.Nodes)
 	}
+	if r.Sharding == sweeps.HybridShard && r.GPUsPerNode < 2 {
+		return p, fmt.Errorf("hybrid_shard with gpus_per_node 1: PyTorch FSDP turns a one-rank shard group into NO_SHARD on that group and then skips the all-reduce across nodes (pytorch/pytorch#154888), so replicas diverge: use ddp or no_shard")
+	}
 	if r.CPUOffload && (r.Sharding == sweeps.NoShard || r.Sharding == sweeps.DDP) {
 		return p, fmt.Errorf("cpu_offload with %s: DDP has no CPU offload, and FSDP's CPUOffload moves the sharded parameters and gradients (and so the optimizer step) to the host, which needs a sharded strategy: use full_shard, shard_grad_op or hybrid_shard", r.Sharding)
 	}
@@ -238,8 +241,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 		return Prediction{}, err
 	}
 	r, s, hw := p.rc, p.shape, p.hw
-	tree := moduleTree(s)
-	wu, err := tree.units(r.WrapPolicy)
+	wu, err := unitsFor(s, r.WrapPolicy)
 	if err != nil {
 		return Prediction{}, err
 	}
@@ -247,8 +249,8 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 
 	strategy := r.Sharding
 	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) {
-		// torch.distributed.fsdp warns "FSDP is switching to use NO_SHARD instead of
-		// ... since the world size is 1" and does so.
+		// torch/distributed/fsdp/_init_utils.py warns "FSDP is switching to use
+		// NO_SHARD instead of ... since the world size is 1" and does so.
 		strategy = sweeps.NoShard
 		pred.Notes = append(pred.Notes, "world size 1: PyTorch FSDP runs "+r.Sharding+" as no_shard")
 	}
@@ -353,8 +355,10 @@ func memoryModel(p point, strategy string, wu wrapUnits, opts Options, pred *Pre
 	switch strategy {
 	case sweeps.FullShard, sweeps.HybridShard:
 		ms = ModelStates(P, Stage3, shardGroup(r, strategy), sb)
-		// Gathered units: the root (never resharded after forward, as it is needed
-		// first in backward) and the current unit, plus the prefetched next one.
+		// Gathered units: the root (FSDP's _post_forward_reshard: "Do not free the
+		// root's parameters in the post-forward for FULL_SHARD with the intention
+		// that they are immediately used for backward") and the current unit, plus
+		// the prefetched next one.
 		buffers = root*pb + inFlight*unit*pb
 		// Unsharded gradients waiting for reduce-scatter: the root's (the head's
 		// gradient arrives first in backward, the embedding's last) and one unit's.

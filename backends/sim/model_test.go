@@ -317,6 +317,9 @@ func TestPredictErrors(t *testing.T) {
 		{"unknown model", func(rc *sweeps.RunConfig) { rc.Model = "llama3-7b" }, `did you mean "llama3-8b"`},
 		{"unknown hardware", func(rc *sweeps.RunConfig) { rc.Hardware = "h100" }, `unknown hardware "h100"`},
 		{"hybrid on one node", func(rc *sweeps.RunConfig) { rc.Sharding = sweeps.HybridShard }, "needs nodes ≥ 2 (got 1)"},
+		{"hybrid with one gpu per node", func(rc *sweeps.RunConfig) {
+			rc.Sharding, rc.Nodes, rc.GPUsPerNode = sweeps.HybridShard, 8, 1
+		}, "pytorch/pytorch#154888"},
 		{"offload with ddp", func(rc *sweeps.RunConfig) { rc.Sharding, rc.CPUOffload = sweeps.DDP, true }, "DDP has no CPU offload"},
 		{"offload with no_shard", func(rc *sweeps.RunConfig) { rc.Sharding, rc.CPUOffload = sweeps.NoShard, true }, "needs a sharded strategy"},
 		{"offload on cpu", func(rc *sweeps.RunConfig) { rc.Hardware, rc.CPUOffload = "cpu", true }, "drop cpu_offload"},

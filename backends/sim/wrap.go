@@ -153,6 +153,20 @@ func (m *module) units(policy string) (wrapUnits, error) {
 	return w, nil
 }
 
+// unitsFor is moduleTree(s).units(policy), without building the tree for the
+// transformer policy, whose units follow from the shape: a unit per layer.
+func unitsFor(s shapes.Shape, policy string) (wrapUnits, error) {
+	if _, transformer, err := parseWrapPolicy(policy); err != nil || !transformer {
+		return moduleTree(s).units(policy)
+	}
+	w := wrapUnits{Units: make([]int64, s.Layers)}
+	for i := range w.Units {
+		w.Units[i] = s.BlockParams()
+	}
+	w.Root = s.Params() - int64(s.Layers)*s.BlockParams()
+	return w, nil
+}
+
 // sizeWrap returns the units wrapped inside m and how many parameters they hold.
 func sizeWrap(m *module, minParams int64) (units []int64, wrapped int64) {
 	total := m.total()

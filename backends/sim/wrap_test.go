@@ -43,6 +43,9 @@ func TestTransformerWrap(t *testing.T) {
 		}
 		assert.Equal(t, s.Params()-int64(s.Layers)*s.BlockParams(), w.Root, "root: embeddings, final norm, head")
 		assert.Equal(t, s.BlockParams(), w.MaxUnit())
+		direct, err := unitsFor(s, WrapTransformer)
+		require.NoError(t, err)
+		assert.Equal(t, w, direct, "the shortcut agrees with walking the tree")
 	}
 }
 
