@@ -47,36 +47,45 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 	axes := plan.Axes
 	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
 	rows := make([][]string, 0, len(plan.Runs))
+	// Reasons are long: they go under the table, one line per refused run.
+	var reasons []string
 	feasible := 0
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
 		pred, perr := sim.Predict(rc)
 		if perr != nil {
-			row = append(row, "-", "-", "-", "-", "no prediction: "+perr.Error())
+			row = append(row, "-", "-", "-", "-")
 		} else {
 			row = append(row,
 				fmt.Sprintf("%.1f", float64(pred.PeakMemReservedBytes)/gib),
 				fmt.Sprintf("%.1f", float64(pred.DeviceMemBytes)/gib),
 				fmt.Sprintf("%.3g", pred.StepTimeS),
-				fmt.Sprintf("%.4g", pred.TokensPerS),
+				fmt.Sprintf("%.0f", pred.TokensPerS),
 			)
 		}
-		verdict := "feasible"
-		if err := be.Validate(cmd.Context(), rc); err != nil {
-			verdict = "infeasible: " + err.Error()
-		} else if perr == nil && !pred.Feasible {
-			verdict = "infeasible: " + pred.Reason
+		reason := ""
+		switch err := be.Validate(cmd.Context(), rc); {
+		case err != nil:
+			reason = err.Error()
+		case perr != nil:
+			reason = "no prediction: " + perr.Error()
+		case !pred.Feasible:
+			reason = pred.Reason
 		}
-		if perr == nil {
-			row = append(row, verdict)
-		}
-		if verdict == "feasible" {
+		if reason == "" {
 			feasible++
+			row = append(row, "feasible")
+		} else {
+			row = append(row, "infeasible")
+			reasons = append(reasons, fmt.Sprintf("%s: infeasible: %s", rc.ID, reason))
 		}
 		rows = append(rows, row)
 	}
 	if err := writeTable(w, header, rows); err != nil {
 		return err
+	}
+	for _, r := range reasons {
+		fmt.Fprintln(w, r)
 	}
 	if err := printSearchPrediction(w, plan); err != nil {
 		return err
