@@ -169,3 +169,16 @@ func TestDetect(t *testing.T) {
 	assert.Equal(t, why, why2)
 	assert.NotEqual(t, -1.0, q.PeakFLOPS["bf16"])
 }
+
+func FuzzFromNvidiaSMI(f *testing.F) {
+	f.Add("NVIDIA H100 80GB HBM3, 81559 MiB\n")
+	f.Add("NVIDIA A100-SXM4-80GB, 40326 MiB\nNVIDIA A100-SXM4-80GB, 40326 MiB\n")
+	f.Add("Tesla T4, 15360 MiB")
+	f.Add("NVIDIA H200, -5 MiB")
+	f.Fuzz(func(t *testing.T, out string) {
+		p, why := fromNvidiaSMI(out, nil)
+		if why == "" || !slices.Contains(Names(), p.Name) || p.MemBytes < 0 {
+			t.Fatalf("%q gave %q, %+v", out, why, p)
+		}
+	})
+}

@@ -71,3 +71,23 @@ func TestOptionNames(t *testing.T) {
 		assert.Contains(t, names, want)
 	}
 }
+
+func FuzzParseOptions(f *testing.F) {
+	for _, n := range OptionNames() {
+		f.Add(n, "1")
+	}
+	f.Add("sleep_per_step", "50ms")
+	f.Add("efficiency", "NaN")
+	f.Add("inter_node_bus_bw_gbps", "-Inf")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		o, err := ParseOptions(map[string]any{key: value})
+		if err != nil {
+			return
+		}
+		// Whatever is accepted is usable: no negative bandwidth, sleep or efficiency.
+		if o.InterNodeBusBW < 0 || o.IntraNodeBusBW < 0 || o.Efficiency < 0 || o.Efficiency > 1 || o.SleepPerStep < 0 ||
+			math.IsNaN(o.InterNodeBusBW+o.IntraNodeBusBW+o.Efficiency) {
+			t.Fatalf("accepted %q=%q as %+v", key, value, o)
+		}
+	})
+}
