@@ -110,9 +110,9 @@ const (
 	// hostOptimizerBW is what torch.optim.AdamW sustains on a host socket, for the
 	// optimizer step of offloaded shards (nominal).
 	hostOptimizerBW = 20e9
-	// fp32MasterBytes is the precision of gradients accumulated unsharded across
+	// noSyncGradBytes is the precision of gradients accumulated unsharded across
 	// micro-steps under no_sync (FSDP upcasts them to the parameter dtype).
-	fp32MasterBytes = 4
+	noSyncGradBytes = 4
 )
 
 // point is a run config with defaults filled in and its shape and hardware resolved.
@@ -316,7 +316,7 @@ func flashAttention(p point) bool {
 // activation checkpointing each layer keeps only its 2-byte input (2·s·b·h) and
 // one layer at a time is recomputed with its full activations. fp32 doubles it.
 // The 34 is derived for GPT's 4h MLP with dropout; for SwiGLU and GQA it is an
-// approximation (Llama 3 8B's own count comes to about the same).
+// approximation (counting Llama 3 8B's SwiGLU and GQA tensors the same way gives about 34 too).
 func activationBytes(p point) (act, logits float64) {
 	s, b := float64(p.rc.SeqLen), float64(p.rc.BatchPerDevice)
 	h, a, L := float64(p.shape.Hidden), float64(p.shape.Heads), float64(p.shape.Layers)
@@ -393,7 +393,7 @@ func memoryModel(p point, strategy string, wu wrapUnits, opts Options, pred *Pre
 		// Gradient accumulation runs the first micro-steps under no_sync, which "will
 		// result in higher memory usage because FSDP will accumulate the full model
 		// gradients (instead of gradient shards) until the eventual sync" (FSDP docs).
-		grads += P * fp32MasterBytes
+		grads += P * noSyncGradBytes
 		pred.Notes = append(pred.Notes, "grad_accum under no_sync: full unsharded gradients are kept across micro-steps")
 	}
 	params, optim := ms.Params, ms.Optimizer
