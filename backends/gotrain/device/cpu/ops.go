@@ -47,30 +47,44 @@ func sumSquares[T float](x []T) float64 {
 
 // ---- matrix product ----
 
-// matmul is C = alpha·op(A)·op(B) + beta·C, row-major, through gonum's BLAS.
+// matmul is C = alpha·op(A)·op(B) + beta·C on contiguous row-major matrices.
 func matmul[T float](c, a, b []T, transA, transB bool, m, n, k int, alpha, beta T) {
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, n)
+}
+
+// gemm is BLAS's row-major GEMM through gonum, with leading dimensions, so that
+// attention can multiply one head's rows out of [seq, heads, headDim] in place.
+func gemm[T float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
 	if k == 0 { // BLAS wants leading dimensions ≥ 1; the product is empty.
-		scale(c, beta)
+		for i := range m {
+			scale(c[i*ldc:i*ldc+n], beta)
+		}
 		return
 	}
-	tA, lda := blas.NoTrans, k
+	tA, tB := blas.NoTrans, blas.NoTrans
 	if transA {
-		tA, lda = blas.Trans, m
+		tA = blas.Trans
 	}
-	tB, ldb := blas.NoTrans, n
 	if transB {
-		tB, ldb = blas.Trans, k
+		tB = blas.Trans
 	}
 	switch cc := any(c).(type) {
 	case []float32:
 		blas32.Implementation().Sgemm(tA, tB, m, n, k, float32(alpha), any(a).([]float32), lda,
-			any(b).([]float32), ldb, float32(beta), cc, n)
+			any(b).([]float32), ldb, float32(beta), cc, ldc)
 	case []float64:
 		blas64.Implementation().Dgemm(tA, tB, m, n, k, float64(alpha), any(a).([]float64), lda,
-			any(b).([]float64), ldb, float64(beta), cc, n)
+			any(b).([]float64), ldb, float64(beta), cc, ldc)
 	}
 }
 
@@ -191,40 +205,56 @@ func rope[T float](x []T, s device.RoPEShape, cos, sin []T, sign T) {
 
 // ---- causal grouped-query attention (Vaswani et al. 2017; Ainslie et al. 2023) ----
 
+// attnBlock is the number of query rows attention handles at once: its score
+// scratch is attnBlock × seq per goroutine, and the product of a query block with
+// the keys up to its last row wastes at most half a block on masked scores.
+const attnBlock = 64
+
+// attnViews returns where sample b's head h (of heads) starts in a [batch, seq,
+// heads, headDim] tensor, and its row stride: a head is a strided matrix [seq, headDim].
+func attnView(b, h, heads int, s device.AttnShape) (off, stride int) {
+	return (b*s.Seq*heads + h) * s.HeadDim, heads * s.HeadDim
+}
+
 // attentionForward, per sample b and query head h reading kv head g = h/(H/KV):
 //
 //	S_ij = q_i·k_j/sqrt(d) for j ≤ i,  lse_i = log Σ_j exp S_ij,
 //	P_ij = exp(S_ij − lse_i),           o_i = Σ_j P_ij·v_j.
 //
-// Rows are computed with the max subtracted before exp (softmax's usual guard).
+// For a block of query rows [i0, i1) it computes S = Q·Kᵀ for keys [0, i1) with
+// one GEMM, the masked softmax row by row (max subtracted before exp), and O = P·V
+// with another.
 func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
-	H, KV, d, n := s.Heads, s.KVHeads, s.HeadDim, s.Seq
-	rep, sc := H/KV, T(1/math.Sqrt(float64(d)))
-	parallelFor(s.Batch*H, 2*n*n*d, func(lo, hi int) {
-		p := make([]T, n)
+	H, n := s.Heads, s.Seq
+	rep, sc := H/s.KVHeads, T(1/math.Sqrt(float64(s.HeadDim)))
+	parallelFor(s.Batch*H, 2*n*n*s.HeadDim, func(lo, hi int) {
+		scores := make([]T, min(attnBlock, n)*n)
 		for item := lo; item < hi; item++ {
 			b, h := item/H, item%H
-			g := h / rep
-			for i := range n {
-				qi := q[((b*n+i)*H+h)*d:][:d]
-				mx := T(math.Inf(-1))
-				for j := 0; j <= i; j++ {
-					p[j] = dot(qi, k[((b*n+j)*KV+g)*d:][:d]) * sc
-					mx = max(mx, p[j])
+			qOff, qStride := attnView(b, h, H, s)
+			kOff, kStride := attnView(b, h/rep, s.KVHeads, s)
+			for i0 := 0; i0 < n; i0 += attnBlock {
+				i1 := min(i0+attnBlock, n)
+				rows, cols := i1-i0, i1
+				S := scores[:rows*cols]
+				gemm(false, true, rows, cols, s.HeadDim, sc, q[qOff+i0*qStride:], qStride, k[kOff:], kStride, 0, S, cols)
+				for r := range rows {
+					i, row := i0+r, S[r*cols:(r+1)*cols]
+					mx := T(math.Inf(-1))
+					for _, x := range row[:i+1] {
+						mx = max(mx, x)
+					}
+					z := 0.0
+					for j, x := range row[:i+1] {
+						e := math.Exp(float64(x - mx))
+						row[j] = T(e)
+						z += e
+					}
+					scale(row[:i+1], T(1/z))
+					clear(row[i+1:])
+					lse[(b*H+h)*n+i] = mx + T(math.Log(z))
 				}
-				z := 0.0
-				for j := 0; j <= i; j++ {
-					e := math.Exp(float64(p[j] - mx))
-					p[j] = T(e)
-					z += e
-				}
-				oi := out[((b*n+i)*H+h)*d:][:d]
-				clear(oi)
-				inv := T(1 / z)
-				for j := 0; j <= i; j++ {
-					add(oi, v[((b*n+j)*KV+g)*d:][:d], p[j]*inv)
-				}
-				lse[(b*H+h)*n+i] = mx + T(math.Log(z))
+				gemm(false, false, rows, s.HeadDim, cols, 1, S, cols, v[kOff:], kStride, 0, out[qOff+i0*qStride:], qStride)
 			}
 		}
 	})
@@ -235,29 +265,44 @@ func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
 //	dv_j += Σ_i P_ij·do_i,  dP_ij = do_i·v_j,  D_i = Σ_j P_ij·dP_ij = do_i·o_i,
 //	dS_ij = P_ij·(dP_ij − D_i),  dq_i += Σ_j dS_ij·k_j/sqrt(d),  dk_j += Σ_i dS_ij·q_i/sqrt(d)
 //
-// (the softmax Jacobian diag(P) − P·Pᵀ, as FlashAttention's backward, Dao 2022).
-// Work is split by (sample, kv head), so the query heads that share a kv head add
-// into dk and dv from one goroutine, in a fixed order.
+// (the softmax Jacobian diag(P) − P·Pᵀ, as FlashAttention's backward, Dao 2022),
+// by query blocks as the forward, each product a GEMM. Work is split by (sample,
+// kv head), so the query heads that share a kv head add into dk and dv from one
+// goroutine, in a fixed order.
 func attentionBackward[T float](dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
 	H, KV, d, n := s.Heads, s.KVHeads, s.HeadDim, s.Seq
 	rep, sc := H/KV, T(1/math.Sqrt(float64(d)))
 	parallelFor(s.Batch*KV, 4*rep*n*n*d, func(lo, hi int) {
+		blk := min(attnBlock, n)
+		P, dP := make([]T, blk*n), make([]T, blk*n)
 		for item := lo; item < hi; item++ {
 			b, g := item/KV, item%KV
+			kOff, kStride := attnView(b, g, KV, s)
 			for h := g * rep; h < (g+1)*rep; h++ {
-				for i := range n {
-					qOff := ((b*n+i)*H + h) * d
-					qi, doi, dqi := q[qOff:][:d], dout[qOff:][:d], dq[qOff:][:d]
-					di, l := dot(doi, out[qOff:][:d]), lse[(b*H+h)*n+i]
-					for j := 0; j <= i; j++ {
-						kvOff := ((b*n+j)*KV + g) * d
-						kj, vj := k[kvOff:][:d], v[kvOff:][:d]
-						p := T(math.Exp(float64(dot(qi, kj)*sc - l)))
-						ds := p * (dot(doi, vj) - di) * sc
-						add(dv[kvOff:][:d], doi, p)
-						add(dqi, kj, ds)
-						add(dk[kvOff:][:d], qi, ds)
+				qOff, qStride := attnView(b, h, H, s)
+				for i0 := 0; i0 < n; i0 += attnBlock {
+					i1 := min(i0+attnBlock, n)
+					rows, cols := i1-i0, i1
+					qb, ob := qOff+i0*qStride, qOff+i0*qStride
+					p, dp := P[:rows*cols], dP[:rows*cols]
+					gemm(false, true, rows, cols, d, sc, q[qb:], qStride, k[kOff:], kStride, 0, p, cols)
+					gemm(false, true, rows, cols, d, 1, dout[ob:], qStride, v[kOff:], kStride, 0, dp, cols)
+					for r := range rows {
+						i := i0 + r
+						prow, dprow := p[r*cols:(r+1)*cols], dp[r*cols:(r+1)*cols]
+						l := float64(lse[(b*H+h)*n+i])
+						di := dot(dout[ob+r*qStride:][:d], out[ob+r*qStride:][:d])
+						for j, x := range prow[:i+1] {
+							pj := T(math.Exp(float64(x) - l))
+							prow[j] = pj
+							dprow[j] = pj * (dprow[j] - di) * sc // dS/sqrt(d), ready for dq and dk
+						}
+						clear(prow[i+1:])
+						clear(dprow[i+1:])
 					}
+					gemm(true, false, cols, d, rows, 1, p, cols, dout[ob:], qStride, 1, dv[kOff:], kStride)
+					gemm(false, false, rows, d, cols, 1, dp, cols, k[kOff:], kStride, 1, dq[qb:], qStride)
+					gemm(true, false, cols, d, rows, 1, dp, cols, q[qb:], qStride, 1, dk[kOff:], kStride)
 				}
 			}
 		}
