@@ -119,8 +119,9 @@ func newBars(out io.Writer, sweep string, total int) *bars {
 	p := mpb.New(mpb.WithOutput(out), mpb.WithWidth(40), mpb.WithAutoRefresh())
 	b := &bars{p: p, runs: map[string]*mpb.Bar{}, total: total}
 	b.overall = p.AddBar(int64(total),
-		mpb.PrependDecorators(decor.Name(sweep+" "), decor.CountersNoUnit("%d/%d runs")),
-		mpb.AppendDecorators(decor.Elapsed(decor.ET_STYLE_GO), decor.Name(" "), decor.Percentage()),
+		// Only the name precedes the bar, so that every bar starts in the same column.
+		mpb.PrependDecorators(decor.Name(sweep+" ", decor.WCSyncSpaceR)),
+		mpb.AppendDecorators(decor.CountersNoUnit("%d/%d runs "), decor.Elapsed(decor.ET_STYLE_GO)),
 	)
 	return b
 }
@@ -130,7 +131,7 @@ func (b *bars) started(rc sweeps.RunConfig) {
 	steps := int64(max(rc.Steps, 1) * max(rc.Repeats, 1))
 	bar := b.p.AddBar(steps,
 		mpb.BarRemoveOnComplete(),
-		mpb.PrependDecorators(decor.Name("  "+rc.ID+" ")),
+		mpb.PrependDecorators(decor.Name("  "+rc.ID+" ", decor.WCSyncSpaceR)),
 		mpb.AppendDecorators(decor.CountersNoUnit("%d/%d steps")),
 	)
 	b.mu.Lock()
