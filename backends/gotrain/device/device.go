@@ -122,7 +122,8 @@ type Device interface {
 	AdamW(params, grads, m, v Buffer, c AdamWConfig)
 }
 
-// Buffer is an opaque span of device memory, owned by one Device.
+// Buffer is an opaque span of device memory, owned by one Device. Implementations
+// are pointers, so buffers compare by identity and can be map keys.
 type Buffer interface {
 	// Len is the length in elements.
 	Len() int

@@ -53,10 +53,13 @@ func (m *Model) NewPass(inputs, targets []int32, seqLen int) (*Pass, error) {
 	case len(targets) != len(inputs):
 		return nil, fmt.Errorf("model: %d targets for %d inputs; give one target per input token", len(targets), len(inputs))
 	}
-	for name, toks := range map[string][]int32{"input": inputs, "target": targets} {
-		for i, t := range toks {
+	for _, toks := range []struct {
+		name string
+		ids  []int32
+	}{{"input", inputs}, {"target", targets}} {
+		for i, t := range toks.ids {
 			if t < 0 || int(t) >= s.Vocab {
-				return nil, fmt.Errorf("model: %s token %d at %d is outside the vocabulary of %d", name, t, i, s.Vocab)
+				return nil, fmt.Errorf("model: %s token %d at %d is outside the vocabulary of %d", toks.name, t, i, s.Vocab)
 			}
 		}
 	}

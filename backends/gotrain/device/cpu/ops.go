@@ -210,7 +210,7 @@ func rope[T float](x []T, s device.RoPEShape, cos, sin []T, sign T) {
 // the keys up to its last row wastes at most half a block on masked scores.
 const attnBlock = 64
 
-// attnViews returns where sample b's head h (of heads) starts in a [batch, seq,
+// attnView returns where sample b's head h (of heads) starts in a [batch, seq,
 // heads, headDim] tensor, and its row stride: a head is a strided matrix [seq, headDim].
 func attnView(b, h, heads int, s device.AttnShape) (off, stride int) {
 	return (b*s.Seq*heads + h) * s.HeadDim, heads * s.HeadDim

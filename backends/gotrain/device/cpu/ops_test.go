@@ -157,10 +157,14 @@ func opCases() []opCase {
 			},
 		})
 	}
-	for _, kv := range []int{4, 2, 1} { // multi-head, grouped-query, multi-query
-		s := device.AttnShape{Batch: 2, Seq: 5, Heads: 4, KVHeads: kv, HeadDim: 3}
+	for _, s := range []device.AttnShape{
+		{Batch: 2, Seq: 5, Heads: 4, KVHeads: 4, HeadDim: 3},             // multi-head
+		{Batch: 2, Seq: 5, Heads: 4, KVHeads: 2, HeadDim: 3},             // grouped-query
+		{Batch: 2, Seq: 5, Heads: 4, KVHeads: 1, HeadDim: 3},             // multi-query
+		{Batch: 1, Seq: attnBlock + 6, Heads: 2, KVHeads: 1, HeadDim: 2}, // two query blocks
+	} {
 		cases = append(cases, opCase{
-			name: fmt.Sprintf("attention-kv%d", kv),
+			name: fmt.Sprintf("attention-seq%d-kv%d", s.Seq, s.KVHeads),
 			inputs: map[string][]float64{
 				"q": randoms(rng, s.QLen(), 1), "k": randoms(rng, s.KVLen(), 1), "v": randoms(rng, s.KVLen(), 1),
 			},
@@ -295,13 +299,17 @@ func TestOpForwardReference(t *testing.T) {
 	})
 
 	t.Run("attention", func(t *testing.T) {
-		s := device.AttnShape{Batch: 2, Seq: 4, Heads: 4, KVHeads: 2, HeadDim: 3}
-		q, k, v := randoms(rng, s.QLen(), 1), randoms(rng, s.KVLen(), 1), randoms(rng, s.KVLen(), 1)
-		out, lse := alloc(d, s.QLen()), alloc(d, s.LSELen())
-		d.AttentionForward(out, lse, write(d, q), write(d, k), write(d, v), s)
-		wantOut, wantLSE := naiveAttention(q, k, v, s)
-		assertClose(t, wantOut, read(out), 1e-13, "attention output")
-		assertClose(t, wantLSE, read(lse), 1e-13, "attention log-sum-exp")
+		for _, s := range []device.AttnShape{
+			{Batch: 2, Seq: 4, Heads: 4, KVHeads: 2, HeadDim: 3},
+			{Batch: 2, Seq: 2*attnBlock + 3, Heads: 4, KVHeads: 2, HeadDim: 3}, // three query blocks
+		} {
+			q, k, v := randoms(rng, s.QLen(), 1), randoms(rng, s.KVLen(), 1), randoms(rng, s.KVLen(), 1)
+			out, lse := alloc(d, s.QLen()), alloc(d, s.LSELen())
+			d.AttentionForward(out, lse, write(d, q), write(d, k), write(d, v), s)
+			wantOut, wantLSE := naiveAttention(q, k, v, s)
+			assertClose(t, wantOut, read(out), 1e-13, fmt.Sprintf("attention output, seq %d", s.Seq))
+			assertClose(t, wantLSE, read(lse), 1e-13, fmt.Sprintf("attention log-sum-exp, seq %d", s.Seq))
+		}
 	})
 
 	t.Run("swiglu", func(t *testing.T) {
