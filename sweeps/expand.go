@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// MaxRuns bounds the number of grid points a spec may expand to, so a typo such as
-// an extra zero cannot exhaust memory before anything runs.
-const MaxRuns = 10_000_000
+// MaxRuns bounds the number of grid points a spec may expand to (2^20, a little
+// over a million), so a typo such as an extra axis value cannot exhaust memory
+// before anything runs.
+const MaxRuns = 1 << 20
 
 // maxProduct bounds world_size and global_batch, far beyond any cluster, so the
 // products below cannot overflow.
