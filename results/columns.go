@@ -159,9 +159,9 @@ var registry = []Column{
 	axis("warmup_steps", "unmeasured warm-up steps", func(c *sweeps.RunConfig) any { return int64(c.WarmupSteps) }),
 	axis("repeats", "whole-run repetitions asked for", func(c *sweeps.RunConfig) any { return int64(c.Repeats) }),
 	axis("seed", "data and init seed", func(c *sweeps.RunConfig) any { return c.Seed }),
+	axis("world_size", "ranks in all", func(c *sweeps.RunConfig) any { return int64(c.WorldSize) }),
 	axis("nodes", "nodes", func(c *sweeps.RunConfig) any { return int64(c.Nodes) }),
 	axis("gpus_per_node", "ranks per node", func(c *sweeps.RunConfig) any { return int64(c.GPUsPerNode) }),
-	axis("world_size", "ranks in all", func(c *sweeps.RunConfig) any { return int64(c.WorldSize) }),
 	axis("batch_per_device", "micro-batch per rank (samples)", func(c *sweeps.RunConfig) any { return int64(c.BatchPerDevice) }),
 	axis("grad_accum", "micro-steps per optimizer step", func(c *sweeps.RunConfig) any { return int64(c.GradAccum) }),
 	axis("global_batch", "samples per optimizer step, all ranks", func(c *sweeps.RunConfig) any { return int64(c.GlobalBatch) }),
@@ -240,7 +240,7 @@ var registryIndex = func() map[string]int {
 //
 //	id
 //	axes:    sweep backend launcher hardware model seq_len steps warmup_steps repeats
-//	         seed nodes gpus_per_node world_size batch_per_device grad_accum
+//	         seed world_size nodes gpus_per_node batch_per_device grad_accum
 //	         global_batch sharding activation_checkpointing backward_prefetch
 //	         forward_prefetch cpu_offload mixed_precision wrap_policy compile
 //	         backend_options

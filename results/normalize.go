@@ -61,7 +61,7 @@ const (
 // repeatFigures are one repeat's figures; nil = unknown.
 type repeatFigures struct {
 	tokensPerS, tokensPerSPerRank, stepMedian, mfu, tflops, lossFirst, lossLast *float64
-	peaks                                                                     peaks
+	peaks                                                                       peaks
 }
 
 type peaks struct{ allocated, reserved, device, rss *int64 }

@@ -40,8 +40,8 @@ type ReportOptions struct {
 	// Rows and Cols are axis names. Both empty: one row per run, with the run ID and
 	// the axes that vary across the runs. Otherwise a pivot: one row per combination
 	// of the row axes, one column per combination of the column axes and metric.
-	// Axes that vary but are named in neither are added to the rows, so no two runs
-	// share a cell.
+	// Axes that vary but are named in neither are added to the rows where they are
+	// needed to keep two runs out of one cell (see separatingAxes).
 	Rows, Cols []string
 	// Metrics are column names (metrics or derived figures); empty = DefaultMetrics,
 	// or DefaultPivotMetric in a pivot.
@@ -347,8 +347,7 @@ func predictedNote(backends map[string]bool) []string {
 		names = append(names, b)
 	}
 	sort.Strings(names)
-	return []string{fmt.Sprintf("* predicted by the analytic model (backend %s), not measured",
-		strings.Join(names, ", "))}
+	return []string{fmt.Sprintf("* predicted (backend %s), not measured", strings.Join(names, ", "))}
 }
 
 func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
@@ -380,11 +379,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range varyingAxes(runs) {
-		if _, named := seen[c.Name]; !named {
-			rowAxes = append(rowAxes, c)
-		}
-	}
+	rowAxes = append(rowAxes, separatingAxes(runs, append(append([]Column(nil), rowAxes...), colAxes...), seen)...)
 
 	rowKeys, rowOf := combos(runs, rowAxes)
 	colKeys, colOf := combos(runs, colAxes)
@@ -442,6 +437,51 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 	}
 	g.notes = predictedNote(predicted)
 	return g, nil
+}
+
+// separatingAxes are the axes, beyond the named ones, needed to tell the runs apart:
+// in registry order, an axis is added when two runs agree on every axis so far but
+// not on it. Axes that follow from the others (gpus_per_node and global_batch when
+// world_size is named) are left out, so they do not split the pivot's rows.
+func separatingAxes(runs []Run, named []Column, skip map[string]string) []Column {
+	keys := make([]string, len(runs))
+	for i := range runs {
+		keys[i] = tupleKey(named, &runs[i])
+	}
+	var out []Column
+	for _, c := range varyingAxes(runs) {
+		if _, ok := skip[c.Name]; ok {
+			continue
+		}
+		first := make(map[string]any, len(runs))
+		splits := false
+		for i := range runs {
+			v := c.Value(&runs[i])
+			if prev, ok := first[keys[i]]; !ok {
+				first[keys[i]] = v
+			} else if compareValues(&c, prev, v) != 0 {
+				splits = true
+				break
+			}
+		}
+		if !splits {
+			continue
+		}
+		out = append(out, c)
+		for i := range runs {
+			keys[i] += "\x00" + plainValue(c.Value(&runs[i]))
+		}
+	}
+	return out
+}
+
+func tupleKey(axes []Column, r *Run) string {
+	var b strings.Builder
+	for j := range axes {
+		b.WriteString("\x00")
+		b.WriteString(plainValue(axes[j].Value(r)))
+	}
+	return b.String()
 }
 
 // combos returns the distinct value tuples of axes over runs, sorted, and for each

@@ -1,0 +1,139 @@
+package results
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// fullRun is a run with every figure known, so every column has a value.
+func fullRun(t *testing.T) Run {
+	t.Helper()
+	rc := fixtureConfig(2, sweeps.FullShard)
+	rc.BackendOptions = map[string]any{"threads": 2}
+	var repeats []Result
+	for i := 0; i < 6; i++ {
+		r := fixtureResult(rc)
+		r.MeasuredWallS *= 1 + 0.01*float64(i)
+		r.PeakDeviceMemBytes, r.PeakRSSBytes, r.DeviceMemBytes = I64(20<<30), I64(3<<30), I64(80<<30)
+		r.CommBytesPerStep = &CommBytes{AllGather: 1 << 20, ReduceScatter: 1 << 20, AllReduce: 0}
+		r.Started = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Minute)
+		r.Finished = r.Started.Add(30 * time.Second)
+		repeats = append(repeats, r)
+	}
+	base := fixtureConfig(2, sweeps.NoShard)
+	base.BackendOptions = rc.BackendOptions
+	runs := []Run{{Config: rc, Metrics: Normalize(rc, repeats)}, {Config: base}}
+	runs[1].Metrics = Normalize(runs[1].Config, []Result{fixtureResult(runs[1].Config)})
+	Derive(runs)
+	// Fill in what an ok, measured run alone at its world size lacks, for the path check.
+	runs[0].Derived.ScalingEfficiency = F64(1)
+	runs[0].Metrics.Error, runs[0].Metrics.Predicted = "a note", true
+	return runs[0]
+}
+
+// lookupPath follows a dotted path through decoded JSON.
+func lookupPath(doc map[string]any, path string) (any, bool) {
+	var cur any = doc
+	for _, part := range strings.Split(path, ".") {
+		obj, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = obj[part]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func decode(t *testing.T, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(b, &doc))
+	return doc
+}
+
+func TestColumnNamesAreJSONPaths(t *testing.T) {
+	r := fullRun(t)
+	docs := map[ColumnKind]map[string]any{KindID: decode(t, r.Config), KindAxis: decode(t, r.Config),
+		KindMetric: decode(t, r.Metrics), KindDerived: decode(t, r.Derived)}
+	seen := map[string]bool{}
+	lastKind := KindID
+	for _, c := range Columns() {
+		assert.False(t, seen[c.Name], "duplicate column %s", c.Name)
+		seen[c.Name] = true
+		assert.GreaterOrEqual(t, c.Kind, lastKind, "%s: columns are grouped by kind, in order", c.Name)
+		lastKind = c.Kind
+		assert.NotEmpty(t, c.Header, c.Name)
+		assert.NotEmpty(t, c.Doc, c.Name)
+
+		want, ok := lookupPath(docs[c.Kind], c.Name)
+		require.True(t, ok, "column %s is not a JSON path of the %s record", c.Name, c.Kind)
+		got := c.Value(&r)
+		require.NotNil(t, got, "column %s: no value in a fully known run", c.Name)
+		switch g := got.(type) {
+		case string:
+			if c.Name == "backend_options" {
+				b, _ := json.Marshal(want)
+				assert.JSONEq(t, string(b), g)
+				continue
+			}
+			assert.Equal(t, want, g, c.Name)
+		case bool:
+			assert.Equal(t, want, g, c.Name)
+		case int64:
+			assert.InDelta(t, want, float64(g), 0, c.Name)
+		case float64:
+			assert.InDelta(t, want, g, 0, c.Name)
+		default:
+			t.Errorf("column %s: value of type %T; want string, bool, int64 or float64", c.Name, got)
+		}
+	}
+}
+
+func TestColumnUnknownIsNil(t *testing.T) {
+	r := Run{Config: fixtureConfig(1, sweeps.FullShard), Metrics: Metrics{Status: StatusOK}}
+	for _, c := range ColumnsOf(KindMetric) {
+		switch c.Name {
+		case "status", "predicted":
+			assert.NotNil(t, c.Value(&r), c.Name)
+		default:
+			assert.Nil(t, c.Value(&r), "%s: unknown must be nil, never a zero", c.Name)
+		}
+	}
+	for _, c := range ColumnsOf(KindDerived) {
+		assert.Nil(t, c.Value(&r), c.Name)
+	}
+}
+
+func TestLookupColumn(t *testing.T) {
+	c, err := LookupColumn("tokens_per_s_per_rank")
+	require.NoError(t, err)
+	assert.Equal(t, "tokens/s/rank", c.Header)
+
+	_, err = LookupColumn("world_size", KindMetric, KindDerived)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown metric or derived "world_size"`)
+	assert.Contains(t, err.Error(), "tokens_per_s_per_rank")
+	assert.NotContains(t, err.Error(), "batch_per_device")
+
+	_, err = LookupColumn("wrld_size", KindAxis)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "world_size")
+}
+
+func TestCSVHeader(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, WriteCSV(&buf, nil))
+	golden(t, "csv_header", buf.Bytes())
+}
