@@ -87,7 +87,7 @@ func predictedRuns() []Run {
 		rc.AssignID()
 		res := Result{Status: StatusOK, Predicted: true, WorldSize: ws, TokensPerStep: rc.TokensPerStep(),
 			MeasuredWallS: 0.4 + 0.01*float64(ws), ModelFlopsPerToken: 1.2e9, PeakFlopsPerS: 989e12,
-			Steps: []Step{{Step: 1, StepTimeS: 0.1}, {Step: 2, StepTimeS: 0.1}, {Step: 3, StepTimeS: 0.1}, {Step: 4, StepTimeS: 0.1 + 0.01*float64(ws)}},
+			Steps:                []Step{{Step: 1, StepTimeS: 0.1}, {Step: 2, StepTimeS: 0.1}, {Step: 3, StepTimeS: 0.1}, {Step: 4, StepTimeS: 0.1 + 0.01*float64(ws)}},
 			PeakMemReservedBytes: I64(int64(16<<30) / int64(ws))}
 		if ws == 8 {
 			res = Result{Status: StatusInfeasible, Predicted: true, WorldSize: ws,
