@@ -546,6 +546,22 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+func TestResultReachedWhileInterruptedStands(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	be := &fake{name: "fake"}
+	be.run = func(context.Context, sweeps.RunConfig, backends.RunEnv, func(backends.Event)) (results.Result, error) {
+		cancel() // Ctrl-C just as the backend finds the memory wall
+		return results.Result{Status: results.StatusOOM, Error: "out of memory"}, nil
+	}
+	opts, _ := options(t, be)
+	sum, err := Run(ctx, plan("wall", 2), opts)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, sum.Runs, 1)
+	assert.Equal(t, results.StatusOOM, sum.Runs[0].Status)
+	assert.Equal(t, 1, sum.NotStarted)
+}
+
 func TestCancelBeforeStart(t *testing.T) {
 	be := &fake{name: "fake"}
 	opts, _ := options(t, be)

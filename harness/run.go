@@ -201,10 +201,11 @@ func classify(sweepCtx, runCtx context.Context, rc sweeps.RunConfig, res results
 		logs.line("stderr", fmt.Sprintf("fsdpbench: backend panicked: %v\n%s", pe.value, pe.stack))
 		return results.StatusFailed, fmt.Sprintf("backend panicked: %v (stack in %s)", pe.value, results.StderrFile)
 	}
-	finished := err == nil && res.Status == results.StatusOK
 	switch {
-	case finished:
-		return results.StatusOK, ""
+	case err == nil && res.Status.Final():
+		// A result the backend reached (ok, oom, infeasible) stands even if the
+		// sweep was interrupted meanwhile.
+		return res.Status, res.Error
 	case sweepCtx.Err() != nil:
 		return results.StatusCanceled, "interrupted; running the sweep again reruns this run"
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
