@@ -69,6 +69,11 @@ func (p *parsing) expand(sp *spec) *Plan {
 		}
 		total *= len(g.vals)
 	}
+	if len(sp.grid) == 0 && len(sp.include) > 0 {
+		// Without a grid, the include entries are the sweep (as in a GitHub Actions
+		// matrix); the base point is not a run of its own.
+		total = 0
+	}
 	x.gridCount = total
 	x.runs = make([]RunConfig, 0, total+len(sp.include))
 	x.hashes = make([]uint64, 0, total)

@@ -323,6 +323,19 @@ include:
 	assert.Len(t, first.Runs, 2*4*4*2*2+1)
 }
 
+func TestIncludeWithoutGrid(t *testing.T) {
+	spec := `name: only-includes
+base: {gpus_per_node: 8, sharding: hybrid_shard}
+include:
+  - {nodes: 1, sharding: full_shard}
+  - {nodes: 2}
+`
+	plan := parse(t, spec)
+	require.Len(t, plan.Runs, 2, "the include entries are the runs; the base point alone would be invalid")
+	assert.Equal(t, "ws8-bs1-full_shard-ac0-pre", plan.Runs[0].Slug)
+	assert.Equal(t, "ws16-n2-bs1-hybrid_shard-ac0-pre", plan.Runs[1].Slug)
+}
+
 func TestAnchorsAndMergeKeys(t *testing.T) {
 	spec := `name: anchors
 base: &common
@@ -334,8 +347,9 @@ include:
   - *common
 `
 	plan := parse(t, spec)
-	require.Len(t, plan.Runs, 2, "the second include repeats the base point: merged")
-	assert.Equal(t, FP32, plan.Runs[1].MixedPrecision)
-	assert.Equal(t, DDP, plan.Runs[1].Sharding)
-	assert.Equal(t, 8, plan.Runs[1].WorldSize)
+	require.Len(t, plan.Runs, 2)
+	assert.Equal(t, FP32, plan.Runs[0].MixedPrecision)
+	assert.Equal(t, DDP, plan.Runs[0].Sharding)
+	assert.Equal(t, 8, plan.Runs[0].WorldSize)
+	assert.Equal(t, FullShard, plan.Runs[1].Sharding, "an alias of base is the base point")
 }

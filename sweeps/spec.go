@@ -34,7 +34,9 @@ type Plan struct {
 	Backend  string
 	Launcher string
 	// Runs are the runs in a deterministic order: grid points in the order of the
-	// axes as written (last axis fastest), then include entries. IDs are assigned and
+	// axes as written (last axis fastest), then include entries. A spec without a
+	// grid is one run (the base point), or only its include entries when it has
+	// some. IDs are assigned and
 	// unique; points that come out identical are merged (the first one stays).
 	// Runs share their BackendOptions and LauncherOptions maps: treat them as
 	// read-only.
