@@ -42,7 +42,8 @@ type headActs struct {
 }
 
 // NewPass starts a micro-batch of len(inputs)/seqLen samples of seqLen tokens
-// each, inputs and targets laid out [batch, seqLen] (as Batch returns them).
+// each, inputs and targets laid out [batch, seqLen] (as Batch returns them). The
+// pass keeps the slices, so they must not change until it ends.
 func (m *Model) NewPass(inputs, targets []int32, seqLen int) (*Pass, error) {
 	s := m.Shape
 	switch {
