@@ -57,8 +57,7 @@ type result struct {
 // fsdpbench runs the binary in dir and waits for it.
 func fsdpbench(t *testing.T, dir string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
+	cmd := command(dir, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -67,6 +66,15 @@ func fsdpbench(t *testing.T, dir string, args ...string) result {
 		require.NoError(t, err)
 	}
 	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+// command prepares the binary to run in dir. A race-enabled binary exits at once
+// (the race runtime otherwise sleeps a second at exit) and fails on the first race.
+func command(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0 halt_on_error=1")
+	return cmd
 }
 
 // writeSpec writes a sweep spec into dir and returns its path.
@@ -85,7 +93,7 @@ func expectedRuns(t *testing.T, spec string) *sweeps.Plan {
 	return plan
 }
 
-// slowSpec is a sweep of six sim runs that each take about 0.3 s (6 steps of 50 ms),
+// slowSpec is a sweep of six sim runs that each take about 0.2 s (6 steps of 30 ms),
 // long enough to be interrupted in the middle.
 const slowSpec = `name: slow
 backend: sim
@@ -100,10 +108,11 @@ grid:
   batch_per_device: [1, 2, 4]
   sharding: [full_shard, shard_grad_op]
 backend_options:
-  sleep_per_step: 50ms
+  sleep_per_step: 30ms
 `
 
 func TestSweepWritesTheTreeAndReports(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, `name: small
 backend: sim
@@ -195,6 +204,7 @@ grid:
 }
 
 func TestPlanShowsInfeasibleRuns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// Unsharded Llama 3 8B keeps 16 bytes per parameter on every GPU: no H100 holds it.
 	spec := writeSpec(t, dir, `name: planned
@@ -230,6 +240,7 @@ grid:
 }
 
 func TestSpecErrorsExitWithUsage(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, `name: bad
 backend: sim
@@ -255,6 +266,7 @@ grid:
 }
 
 func TestSweepJobs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, slowSpec)
 	res := fsdpbench(t, dir, "sweep", spec, "--jobs", "2")
@@ -263,6 +275,7 @@ func TestSweepJobs(t *testing.T) {
 }
 
 func TestMaxFitSearch(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, `name: wall
 backend: sim
@@ -320,6 +333,7 @@ search:
 }
 
 func TestBackendsAndVersion(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	res := fsdpbench(t, dir, "backends")
 	require.Equal(t, 0, res.code, res.stderr)

@@ -24,8 +24,7 @@ import (
 // startSweep starts `fsdpbench sweep spec` in dir without waiting for it.
 func startSweep(t *testing.T, dir, spec string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command(bin, "sweep", spec, "--progress", "plain")
-	cmd.Dir = dir
+	cmd := command(dir, "sweep", spec, "--progress", "plain")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
@@ -61,6 +60,7 @@ func assertResumed(t *testing.T, sweepDir string, ids []string) {
 }
 
 func TestKillThenResumeLosesAndRepeatsNoRun(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, slowSpec)
 	plan := expectedRuns(t, spec)
@@ -96,6 +96,7 @@ func TestKillThenResumeLosesAndRepeatsNoRun(t *testing.T) {
 }
 
 func TestInterruptThenResume(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, slowSpec)
 	plan := expectedRuns(t, spec)
