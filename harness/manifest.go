@@ -77,6 +77,20 @@ func (m *manifest) record(e results.ManifestEntry) {
 	m.writeLocked()
 }
 
+// recordSkipped notes a run a previous invocation finished. The file is rewritten
+// only when its entry is missing or differs, so resuming a large sweep costs no
+// rewrite per skipped run.
+func (m *manifest) recordSkipped(e results.ManifestEntry) {
+	m.mu.Lock()
+	if i, ok := m.index[e.ID]; ok && m.f.Runs[i].Status == e.Status && m.f.Runs[i].Error == e.Error {
+		m.touched[e.ID] = true
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	m.record(e)
+}
+
 // search adds or updates one search group's outcome and rewrites the file.
 func (m *manifest) search(sr SearchResult) {
 	m.mu.Lock()

@@ -33,7 +33,7 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	if !s.opts.Rerun {
 		if m, ok := done(s.dir, rc); ok {
 			o := Outcome{Config: rc, Status: m.Status, Error: m.Error, Skipped: true, Metrics: m}
-			s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: m.Status, Error: m.Error, Started: m.Started, Finished: m.Finished})
+			s.manifest.recordSkipped(results.ManifestEntry{ID: rc.ID, Status: m.Status, Error: m.Error, Started: m.Started, Finished: m.Finished})
 			s.progress.finished(o)
 			return o
 		}
