@@ -88,6 +88,8 @@ func (p *Pass) Loss() float64 { return p.loss }
 // Forward runs unit u on params, the unit's flat parameters (at least Units[u].Size
 // elements; any more, FSDP's padding, are ignored). Units run in order 0, 1, ...
 // With save false the unit keeps only its input and Backward recomputes the rest.
+// No call keeps a reference to params or grads, so FSDP may free or reuse the
+// gathered buffer as soon as it returns.
 // An allocation over the device's limit returns an error wrapping
 // device.ErrOutOfMemory; call Free to release the pass's activations then.
 func (p *Pass) Forward(u int, params device.Buffer, save bool) (err error) {
