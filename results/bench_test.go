@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,28 +95,63 @@ func writeSynthSweep(dir string, n int) error {
 
 var big struct {
 	once sync.Once
-	dir  string
+	path string // the sweep directory
+	tmp  string // the temporary directory to remove, if any
 	err  error
 }
 
-// bigSweep is a 100,000-run sweep, written once per test binary (TestMain removes it).
+// benchDirEnv names a directory that keeps the 100,000-run sweep between benchmark
+// runs (writing it takes a minute); without it the sweep goes to a temporary
+// directory that TestMain removes.
+const benchDirEnv = "FSDPBENCH_BENCH_DIR"
+
+// bigSweep is a 100,000-run sweep, written once per test binary.
 func bigSweep(b *testing.B) string {
 	big.once.Do(func() {
-		big.dir, big.err = os.MkdirTemp("", "fsdpbench-bench-")
+		if keep := os.Getenv(benchDirEnv); keep != "" {
+			dir := filepath.Join(keep, "big")
+			if _, err := os.Stat(filepath.Join(dir, IndexFile)); err == nil {
+				big.path = dir
+				return
+			}
+			big.path, big.err = dir, writeSynthSweep(dir, 100_000)
+			return
+		}
+		big.tmp, big.err = os.MkdirTemp("", "fsdpbench-bench-")
 		if big.err == nil {
-			big.err = writeSynthSweep(filepath.Join(big.dir, "big"), 100_000)
+			big.path = filepath.Join(big.tmp, "big")
+			big.err = writeSynthSweep(big.path, 100_000)
 		}
 	})
 	require.NoError(b, big.err)
-	return filepath.Join(big.dir, "big")
+	return big.path
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if big.dir != "" {
-		os.RemoveAll(big.dir)
+	if big.tmp != "" {
+		os.RemoveAll(big.tmp)
 	}
 	os.Exit(code)
+}
+
+// cpuSeconds is the CPU time this process has used (user + system). The machine is
+// shared, so benchmarks report it beside wall time: it moves less with the load.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// loop runs f b.N times and reports CPU seconds per op.
+func loop(b *testing.B, f func()) {
+	start := cpuSeconds()
+	for b.Loop() {
+		f()
+	}
+	b.ReportMetric((cpuSeconds()-start)/float64(b.N), "cpu-s/op")
 }
 
 // BenchmarkLoad100k loads a 100,000-run sweep: through the index (the normal case)
@@ -123,21 +159,21 @@ func TestMain(m *testing.M) {
 func BenchmarkLoad100k(b *testing.B) {
 	dir := bigSweep(b)
 	b.Run("index", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, func() {
 			runs, err := Load(dir)
 			require.NoError(b, err)
 			require.Len(b, runs, 100_000)
-		}
+		})
 	})
 	b.Run("scan", func(b *testing.B) {
 		idx := filepath.Join(dir, IndexFile)
 		require.NoError(b, os.Rename(idx, idx+".off"))
 		defer os.Rename(idx+".off", idx)
-		for b.Loop() {
+		loop(b, func() {
 			runs, err := Load(dir)
 			require.NoError(b, err)
 			require.Len(b, runs, 100_000)
-		}
+		})
 	})
 }
 
@@ -148,19 +184,15 @@ func BenchmarkReport100k(b *testing.B) {
 	require.NoError(b, err)
 	for _, format := range Formats {
 		b.Run(format, func(b *testing.B) {
-			for b.Loop() {
-				require.NoError(b, Report(io.Discard, runs, ReportOptions{Format: format}))
-			}
+			loop(b, func() { require.NoError(b, Report(io.Discard, runs, ReportOptions{Format: format})) })
 		})
 	}
 	b.Run("pivot", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, func() {
 			require.NoError(b, Report(io.Discard, runs, ReportOptions{Rows: []string{"sharding"}, Cols: []string{"world_size"}}))
-		}
+		})
 	})
 	b.Run("export-csv", func(b *testing.B) {
-		for b.Loop() {
-			require.NoError(b, WriteCSV(io.Discard, runs))
-		}
+		loop(b, func() { require.NoError(b, WriteCSV(io.Discard, runs)) })
 	})
 }

@@ -4,6 +4,9 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"io"
+	"strings"
+
+	"golang.org/x/perf/benchfmt"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -51,4 +54,110 @@ func WriteJSON(w io.Writer, runs []Run) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// benchfmtAxes name a run in benchfmt output: the training axes, as benchstat's
+// sub-benchmark keys (so `benchstat -col /sharding` works). Where and how a run was
+// launched goes to file configuration lines instead.
+var benchfmtAxes = []string{"world_size", "nodes", "gpus_per_node", "batch_per_device", "grad_accum", "global_batch",
+	"seq_len", "sharding", "activation_checkpointing", "backward_prefetch", "forward_prefetch", "cpu_offload",
+	"mixed_precision", "wrap_policy", "compile"}
+
+// benchfmtUnits are the figures WriteBenchfmt writes: the per-repeat sample name,
+// the benchfmt unit, which direction is better, and the run's headline value.
+var benchfmtUnits = []struct {
+	sample, unit, better string
+	headline             func(*Metrics) *float64
+}{
+	{SampleTokensPerSPerRank, "tokens/s/rank", "higher", func(m *Metrics) *float64 { return m.TokensPerSPerRank }},
+	{SampleStepTimeS, "sec/step", "lower", func(m *Metrics) *float64 {
+		if m.StepTimeS == nil {
+			return nil
+		}
+		return F64(m.StepTimeS.Median)
+	}},
+	{SampleMFU, "mfu", "higher", func(m *Metrics) *float64 { return m.MFU }},
+	{SamplePeakReserved, "peak-reserved-B", "lower", func(m *Metrics) *float64 {
+		if m.PeakMemReservedBytes == nil {
+			return nil
+		}
+		return F64(float64(*m.PeakMemReservedBytes))
+	}},
+}
+
+// WriteBenchfmt writes the ok runs in the Go benchmark format
+// (golang.org/x/perf/benchfmt), one line per repeat, so benchstat can compare two
+// sweeps: `benchstat -col .file a.txt b.txt`. A run's name is "Train" with its
+// training axes as keys (/world_size=4/sharding=full_shard/...); sweep, backend,
+// hardware, model and GPU are file configuration. Runs that are not ok are left out
+// (the format has no status); so are figures that are unknown.
+func WriteBenchfmt(w io.Writer, runs []Run) error {
+	bw := benchfmt.NewWriter(w)
+	for _, u := range benchfmtUnits {
+		md := &benchfmt.UnitMetadata{UnitMetadataKey: benchfmt.UnitMetadataKey{Unit: u.unit, Key: "better"},
+			OrigUnit: u.unit, Value: u.better}
+		if err := bw.Write(md); err != nil {
+			return err
+		}
+	}
+	var axes []Column
+	for _, name := range benchfmtAxes {
+		c, err := LookupColumn(name, KindAxis)
+		if err != nil {
+			return err
+		}
+		axes = append(axes, c)
+	}
+	for i := range runs {
+		r := &runs[i]
+		if r.Metrics.Status != StatusOK {
+			continue
+		}
+		var name strings.Builder
+		name.WriteString("Train")
+		for j := range axes {
+			name.WriteString("/" + axes[j].Name + "=" + benchfmtText(plainValue(axes[j].Value(r))))
+		}
+		res := &benchfmt.Result{Name: benchfmt.Name(name.String()), Iters: max(r.Metrics.StepsMeasured, 1)}
+		for _, kv := range [][2]string{{"sweep", r.Config.Sweep}, {"backend", r.Config.Backend},
+			{"hardware", r.Config.Hardware}, {"model", r.Config.Model}, {"gpu", r.Metrics.Env.GPU}} {
+			res.Config = append(res.Config, benchfmt.Config{Key: kv[0], Value: []byte(kv[1]), File: true})
+		}
+		lines := 1
+		for _, u := range benchfmtUnits {
+			lines = max(lines, len(r.Metrics.Samples[u.sample]))
+		}
+		for line := 0; line < lines; line++ {
+			res.Values = res.Values[:0]
+			for _, u := range benchfmtUnits {
+				var v *float64
+				if s := r.Metrics.Samples[u.sample]; len(s) > 0 {
+					if line < len(s) {
+						v = F64(s[line])
+					}
+				} else if line == 0 {
+					v = u.headline(&r.Metrics)
+				}
+				if v != nil {
+					res.Values = append(res.Values, benchfmt.Value{Value: *v, Unit: u.unit})
+				}
+			}
+			if len(res.Values) == 0 {
+				continue
+			}
+			if err := bw.Write(res); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// benchfmtText keeps a value from breaking a benchmark name (spaces end it, slashes
+// split it).
+func benchfmtText(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return strings.NewReplacer(" ", "_", "/", "_").Replace(s)
 }

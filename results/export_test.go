@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/perf/benchfmt"
 )
 
 func exportRuns(t *testing.T) []Run {
@@ -63,4 +64,53 @@ func TestWriteJSON(t *testing.T) {
 	buf.Reset()
 	require.NoError(t, WriteJSON(&buf, nil))
 	assert.JSONEq(t, "[]", buf.String(), "no runs: an empty array, not null")
+}
+
+func TestWriteBenchfmt(t *testing.T) {
+	runs := exportRuns(t)
+	var buf bytes.Buffer
+	require.NoError(t, WriteBenchfmt(&buf, runs))
+	golden(t, "export_benchfmt", buf.Bytes())
+
+	rd := benchfmt.NewReader(bytes.NewReader(buf.Bytes()), "export.txt")
+	type line struct {
+		name  string
+		sweep string
+		tps   float64
+	}
+	var got []line
+	for rd.Scan() {
+		switch rec := rd.Result().(type) {
+		case *benchfmt.Result:
+			tps, ok := rec.Value("tokens/s/rank")
+			require.True(t, ok, rec.Name.String())
+			got = append(got, line{rec.Name.String(), rec.GetConfig("sweep"), tps})
+		case *benchfmt.SyntaxError:
+			t.Fatalf("benchfmt cannot read its own output: %v", rec)
+		}
+	}
+	require.NoError(t, rd.Err())
+	assert.Equal(t, 1, rd.Units().GetBetter("tokens/s/rank"))
+	assert.Equal(t, -1, rd.Units().GetBetter("sec/step"))
+
+	var want []line
+	for i := range runs {
+		r := &runs[i]
+		if r.Metrics.Status != StatusOK {
+			continue
+		}
+		if s := r.Metrics.Samples[SampleTokensPerSPerRank]; len(s) > 0 {
+			for _, v := range s {
+				want = append(want, line{"", r.Config.Sweep, v})
+			}
+			continue
+		}
+		want = append(want, line{"", r.Config.Sweep, *r.Metrics.TokensPerSPerRank})
+	}
+	require.Len(t, got, len(want), "one line per repeat of each ok run")
+	for i := range want {
+		assert.Contains(t, got[i].name, "/sharding=")
+		assert.Equal(t, want[i].sweep, got[i].sweep)
+		assert.InDelta(t, want[i].tps, got[i].tps, 1e-9)
+	}
 }

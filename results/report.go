@@ -123,24 +123,6 @@ func resolveMetrics(names []string, def []string) ([]Column, error) {
 	return cols, nil
 }
 
-// varyingAxes are the axes whose value is not the same in every run.
-func varyingAxes(runs []Run) []Column {
-	var out []Column
-	for _, c := range ColumnsOf(KindAxis) {
-		if len(runs) == 0 {
-			break
-		}
-		first := c.Value(&runs[0])
-		for i := 1; i < len(runs); i++ {
-			if compareValues(&c, first, c.Value(&runs[i])) != 0 {
-				out = append(out, c)
-				break
-			}
-		}
-	}
-	return out
-}
-
 // metricCell formats the value of a metric or derived column for run r.
 func metricCell(c *Column, r *Run) gridCell {
 	v := c.Value(r)
@@ -238,31 +220,6 @@ func plainValue(v any) string {
 	return fmt.Sprint(v)
 }
 
-// sortRuns orders run indices by the given axes (registry order within the axes).
-func sortRuns(runs []Run, axes []Column) []int {
-	vals := make([][]any, len(runs))
-	for i := range runs {
-		vals[i] = make([]any, len(axes))
-		for j := range axes {
-			vals[i][j] = axes[j].Value(&runs[i])
-		}
-	}
-	idx := make([]int, len(runs))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool {
-		va, vb := vals[idx[a]], vals[idx[b]]
-		for j := range axes {
-			if d := compareValues(&axes[j], va[j], vb[j]); d != 0 {
-				return d < 0
-			}
-		}
-		return false
-	})
-	return idx
-}
-
 func flatGrid(runs []Run, metricNames []string) (*grid, error) {
 	metrics, err := resolveMetrics(metricNames, DefaultMetrics)
 	if err != nil {
@@ -271,25 +228,27 @@ func flatGrid(runs []Run, metricNames []string) (*grid, error) {
 	if len(metricNames) == 0 {
 		metrics = knownSomewhere(runs, metrics)
 	}
-	axes := varyingAxes(runs)
+	set := newAxisSet(runs)
+	axes := set.varying()
 	id, _ := LookupColumn("id")
-	lead := append([]Column{id}, axes...)
 
-	g := &grid{}
-	for _, c := range lead {
-		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: isNumericAxis(&c, runs)})
+	g := &grid{cols: []gridCol{{key: id.Name, header: id.Header}}}
+	for _, a := range axes {
+		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric()})
 	}
 	for _, c := range metrics {
 		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !textColumns[c.Name]})
 	}
 	g.rows = make([][]gridCell, 0, len(runs))
 	predicted := map[string]bool{}
-	for _, i := range sortRuns(runs, axes) {
+	for _, i := range set.order(axes) {
 		r := &runs[i]
 		row := make([]gridCell, 0, len(g.cols))
-		for j := range lead {
-			v := lead[j].Value(r)
-			row = append(row, gridCell{raw: v, text: displayValue(&lead[j], v)})
+		v := id.Value(r)
+		row = append(row, gridCell{raw: v, text: displayValue(&id, v)})
+		for _, a := range axes {
+			k := a.rank[i]
+			row = append(row, gridCell{raw: a.values[k], text: a.text[k]})
 		}
 		for j := range metrics {
 			cell := metricCell(&metrics[j], r)
@@ -320,19 +279,6 @@ func knownSomewhere(runs []Run, metrics []Column) []Column {
 		}
 	}
 	return out
-}
-
-func isNumericAxis(c *Column, runs []Run) bool {
-	for i := range runs {
-		switch c.Value(&runs[i]).(type) {
-		case int64, float64:
-			return true
-		case nil:
-		default:
-			return false
-		}
-	}
-	return false
 }
 
 func predictedNote(backends map[string]bool) []string {
@@ -371,21 +317,29 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		}
 		return out, nil
 	}
-	rowAxes, err := resolveAxes(opt.Rows, "rows")
+	rowCols, err := resolveAxes(opt.Rows, "rows")
 	if err != nil {
 		return nil, err
 	}
-	colAxes, err := resolveAxes(opt.Cols, "cols")
+	colCols, err := resolveAxes(opt.Cols, "cols")
 	if err != nil {
 		return nil, err
 	}
-	rowAxes = append(rowAxes, separatingAxes(runs, append(append([]Column(nil), rowAxes...), colAxes...), seen)...)
+	set := newAxisSet(runs)
+	var rowAxes, colAxes []*axisValues
+	for _, c := range rowCols {
+		rowAxes = append(rowAxes, set.get(c))
+	}
+	for _, c := range colCols {
+		colAxes = append(colAxes, set.get(c))
+	}
+	rowAxes = append(rowAxes, set.separating(append(append([]*axisValues(nil), rowAxes...), colAxes...))...)
 
-	rowKeys, rowOf := combos(runs, rowAxes)
-	colKeys, colOf := combos(runs, colAxes)
-	cell := make(map[[2]int]int, len(runs))
+	rowOf, rowFirst := set.groups(rowAxes)
+	colOf, colFirst := set.groups(colAxes)
+	cell := make(map[[2]int32]int, len(runs))
 	for i := range runs {
-		k := [2]int{rowOf[i], colOf[i]}
+		k := [2]int32{rowOf[i], colOf[i]}
 		if j, dup := cell[k]; dup {
 			return nil, fmt.Errorf("runs %s and %s fall in the same cell: they differ in no axis "+
 				"(only in settings such as timeout); report them separately", runs[j].Config.ID, runs[i].Config.ID)
@@ -394,11 +348,11 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 	}
 
 	g := &grid{}
-	for _, c := range rowAxes {
-		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: isNumericAxis(&c, runs)})
+	for _, a := range rowAxes {
+		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric()})
 	}
-	for _, ck := range colKeys {
-		label, key := comboLabel(colAxes, ck, " "), comboLabel(colAxes, ck, ",")
+	for _, first := range colFirst {
+		label, key := comboLabel(colAxes, first, " "), comboLabel(colAxes, first, ",")
 		for _, m := range metrics {
 			gc := gridCol{key: m.Name, header: m.Header, right: !textColumns[m.Name]}
 			switch {
@@ -414,16 +368,17 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		g.title = metrics[0].Header
 	}
 	predicted := map[string]bool{}
-	for ri, rk := range rowKeys {
+	for ri, first := range rowFirst {
 		row := make([]gridCell, 0, len(g.cols))
-		for j := range rowAxes {
-			row = append(row, gridCell{raw: rk[j], text: displayValue(&rowAxes[j], rk[j])})
+		for _, a := range rowAxes {
+			k := a.rank[first]
+			row = append(row, gridCell{raw: a.values[k], text: a.text[k]})
 		}
-		for ci := range colKeys {
-			i, ok := cell[[2]int{ri, ci}]
+		for ci := range colFirst {
+			i, ok := cell[[2]int32{int32(ri), int32(ci)}]
 			for j := range metrics {
 				if !ok {
-					row = append(row, gridCell{text: ""})
+					row = append(row, gridCell{})
 					continue
 				}
 				c := metricCell(&metrics[j], &runs[i])
@@ -439,88 +394,11 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 	return g, nil
 }
 
-// separatingAxes are the axes, beyond the named ones, needed to tell the runs apart:
-// in registry order, an axis is added when two runs agree on every axis so far but
-// not on it. Axes that follow from the others (gpus_per_node and global_batch when
-// world_size is named) are left out, so they do not split the pivot's rows.
-func separatingAxes(runs []Run, named []Column, skip map[string]string) []Column {
-	keys := make([]string, len(runs))
-	for i := range runs {
-		keys[i] = tupleKey(named, &runs[i])
-	}
-	var out []Column
-	for _, c := range varyingAxes(runs) {
-		if _, ok := skip[c.Name]; ok {
-			continue
-		}
-		first := make(map[string]any, len(runs))
-		splits := false
-		for i := range runs {
-			v := c.Value(&runs[i])
-			if prev, ok := first[keys[i]]; !ok {
-				first[keys[i]] = v
-			} else if compareValues(&c, prev, v) != 0 {
-				splits = true
-				break
-			}
-		}
-		if !splits {
-			continue
-		}
-		out = append(out, c)
-		for i := range runs {
-			keys[i] += "\x00" + plainValue(c.Value(&runs[i]))
-		}
-	}
-	return out
-}
-
-func tupleKey(axes []Column, r *Run) string {
-	var b strings.Builder
-	for j := range axes {
-		b.WriteString("\x00")
-		b.WriteString(plainValue(axes[j].Value(r)))
-	}
-	return b.String()
-}
-
-// combos returns the distinct value tuples of axes over runs, sorted, and for each
-// run the index of its tuple.
-func combos(runs []Run, axes []Column) ([][]any, []int) {
-	order := sortRuns(runs, axes)
-	var keys [][]any
-	of := make([]int, len(runs))
-	var prev []any
-	for _, i := range order {
-		k := make([]any, len(axes))
-		for j := range axes {
-			k[j] = axes[j].Value(&runs[i])
-		}
-		if prev == nil || !sameTuple(axes, prev, k) {
-			keys = append(keys, k)
-			prev = k
-		}
-		of[i] = len(keys) - 1
-	}
-	if len(keys) == 0 {
-		keys = [][]any{{}}
-	}
-	return keys, of
-}
-
-func sameTuple(axes []Column, a, b []any) bool {
-	for j := range axes {
-		if compareValues(&axes[j], a[j], b[j]) != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func comboLabel(axes []Column, k []any, sep string) string {
+// comboLabel names a tuple of axis values by the run that has it ("world_size=2").
+func comboLabel(axes []*axisValues, run int, sep string) string {
 	parts := make([]string, len(axes))
-	for j := range axes {
-		parts[j] = axes[j].Name + "=" + plainValue(k[j])
+	for j, a := range axes {
+		parts[j] = a.col.Name + "=" + plainValue(a.values[a.rank[run]])
 	}
 	return strings.Join(parts, sep)
 }

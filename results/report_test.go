@@ -122,6 +122,18 @@ func TestReportErrors(t *testing.T) {
 	})
 }
 
+func TestReportNoRuns(t *testing.T) {
+	for _, format := range Formats {
+		for _, opt := range []ReportOptions{{Format: format}, {Format: format, Rows: []string{"sharding"}, Cols: []string{"world_size"}}} {
+			var buf bytes.Buffer
+			require.NoError(t, Report(&buf, nil, opt), "%+v", opt)
+			if format == FormatCSV {
+				assert.True(t, strings.HasPrefix(buf.String(), "sharding\n") || strings.HasPrefix(buf.String(), "id,status\n"), buf.String())
+			}
+		}
+	}
+}
+
 func TestReportPivotAddsVaryingAxesToRows(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, Report(&buf, fixtureRuns(), ReportOptions{Cols: []string{"sharding"}, Format: FormatCSV}))
