@@ -346,11 +346,15 @@ func (c *ring) allGatherRecords(ctx context.Context, seq uint64, mine []byte) ([
 		return out, nil
 	}
 	readDeadline, hardCap := c.deadlines(ctx)
-	if err := errors.Join(c.next.SetWriteDeadline(hardCap), c.prev.SetReadDeadline(readDeadline)); err != nil {
-		return nil, c.fail(ctx, KindSplit, seq, outcome{recvErr: err})
-	}
 	p := newProgress(c.stallInterval(), hardCap)
 	defer p.finish()
+	failed := func(o outcome) error {
+		p.finish()
+		return c.fail(ctx, KindSplit, seq, o)
+	}
+	if err := errors.Join(c.next.SetWriteDeadline(hardCap), c.prev.SetReadDeadline(readDeadline)); err != nil {
+		return nil, failed(outcome{recvErr: err})
+	}
 	unwatch := context.AfterFunc(ctx, func() {
 		p.force(c.prev.SetReadDeadline)
 		p.force(c.next.SetWriteDeadline)
@@ -368,19 +372,19 @@ func (c *ring) allGatherRecords(ctx context.Context, seq uint64, mine []byte) ([
 			err = c.w.Flush()
 		}
 		if err != nil {
-			return nil, c.fail(ctx, KindSplit, seq, outcome{sendErr: err, sendDirty: true, forced: p.wasForced()})
+			return nil, failed(outcome{sendErr: err, sendDirty: true, forced: p.wasForced()})
 		}
 		h, err := c.nextHeader(p)
 		if err != nil {
-			return nil, c.fail(ctx, KindSplit, seq, outcome{recvErr: err, forced: p.wasForced()})
+			return nil, failed(outcome{recvErr: err, forced: p.wasForced()})
 		}
 		want := header{kind: KindSplit, payload: min(h.payload, maxRecord), seq: seq, frame: uint32(s)}
 		if h != want {
-			return nil, c.fail(ctx, KindSplit, seq, outcome{recvErr: &desyncError{got: h, want: want}})
+			return nil, failed(outcome{recvErr: &desyncError{got: h, want: want}})
 		}
 		rec := make([]byte, h.payload)
 		if _, err := io.ReadFull(c.r, rec); err != nil {
-			return nil, c.fail(ctx, KindSplit, seq, outcome{recvErr: err, forced: p.wasForced()})
+			return nil, failed(outcome{recvErr: err, forced: p.wasForced()})
 		}
 		out[mod(c.rank-s-1, c.size)] = rec
 		cur = rec

@@ -217,6 +217,7 @@ func (c *ring) execute(ctx context.Context, kind Kind, seq, total uint64, aux ui
 	if rerr == nil && sres.err == nil {
 		return nil
 	}
+	p.finish() // before fail starts draining: no late timer may touch prev's deadline
 	return c.fail(ctx, kind, seq, outcome{recvErr: rerr, sendErr: sres.err, sendDirty: sres.dirty, forced: p.wasForced()})
 }
 
