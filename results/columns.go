@@ -19,6 +19,7 @@ const (
 	KindDerived                   // a figure computed over the set of runs (Derived)
 )
 
+// String names the kind as error messages do ("unknown axis ...").
 func (k ColumnKind) String() string {
 	switch k {
 	case KindID:
