@@ -21,68 +21,94 @@ func requirePeerError(t *testing.T, err error, rank int, msg string) *PeerError 
 	return pe
 }
 
-func TestPeerDiesMidCollective(t *testing.T) {
-	for _, size := range []int{2, 4} {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			const victim = 1
-			comms := newGroup(t, size, Options{ChunkBytes: 64 << 10})
-			started := make(chan struct{}, size)
-			killed := make(chan time.Time, 1)
-			go func() {
-				for range size {
-					<-started
+func TestPeerFailsMidCollective(t *testing.T) {
+	for _, how := range []string{"dies", "cancels"} {
+		for _, size := range []int{2, 4} {
+			t.Run(fmt.Sprintf("%s/ws%d", how, size), func(t *testing.T) {
+				const victim = 1
+				comms := newGroup(t, size, Options{ChunkBytes: 64 << 10})
+				ctxs := make([]context.Context, size)
+				for r := range ctxs {
+					ctxs[r] = context.Background()
 				}
-				time.Sleep(20 * time.Millisecond)
-				killed <- time.Now()
-				comms[victim].Close() // to its peers, the same as the process dying: its sockets close
-			}()
-			ended := make([]time.Time, size)
-			errs := eachRank(size, func(r int) error {
-				buf := rankData(r, 1<<18)
-				started <- struct{}{}
-				for {
-					if err := comms[r].AllReduce(context.Background(), buf, Sum); err != nil {
-						ended[r] = time.Now()
-						return err
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if how == "cancels" {
+					ctxs[victim] = ctx
+				}
+				started := make(chan struct{}, size)
+				failedAt := make(chan time.Time, 1)
+				go func() {
+					for range size {
+						<-started
 					}
+					time.Sleep(20 * time.Millisecond)
+					failedAt <- time.Now()
+					if how == "dies" {
+						comms[victim].Close() // to its peers, the same as the process dying: its sockets close
+					} else {
+						cancel()
+					}
+				}()
+				ended := make([]time.Time, size)
+				errs := eachRank(size, func(r int) error {
+					buf := rankData(r, 1<<18)
+					started <- struct{}{}
+					for {
+						if err := comms[r].AllReduce(ctxs[r], buf, Sum); err != nil {
+							ended[r] = time.Now()
+							return err
+						}
+					}
+				})
+				at := <-failedAt
+				for r, err := range errs {
+					if r == victim {
+						if how == "dies" {
+							assert.ErrorIs(t, err, ErrClosed)
+						} else {
+							assert.ErrorIs(t, err, context.Canceled)
+						}
+						continue
+					}
+					pe := requirePeerError(t, err, victim, fmt.Sprintf("rank %d", r))
+					if how == "cancels" {
+						assert.Contains(t, pe.Reason, "gave up on the collective: context canceled")
+					}
+					assert.Less(t, ended[r].Sub(at), 5*time.Second, "rank %d noticed within seconds", r)
+					// The communicator is now unusable, and says why.
+					err = comms[r].Barrier(context.Background())
+					requirePeerError(t, err, victim, "later call")
+					assert.Contains(t, err.Error(), "unusable after an earlier failure")
 				}
 			})
-			at := <-killed
-			for r, err := range errs {
-				if r == victim {
-					assert.ErrorIs(t, err, ErrClosed)
-					continue
-				}
-				requirePeerError(t, err, victim, fmt.Sprintf("rank %d", r))
-				assert.Less(t, ended[r].Sub(at), 5*time.Second, "rank %d noticed within seconds", r)
-				// The communicator is now unusable, and says why.
-				err = comms[r].Barrier(context.Background())
-				requirePeerError(t, err, victim, "later call")
-				assert.Contains(t, err.Error(), "unusable after an earlier failure")
-			}
-		})
+		}
 	}
 }
 
 func TestHungPeerTimesOut(t *testing.T) {
-	const size, hung = 3, 2
-	comms := newGroup(t, size, Options{OpTimeout: 300 * time.Millisecond})
-	start := time.Now()
-	errs := eachRank(size, func(r int) error {
-		if r == hung {
-			return nil // never joins the collective
-		}
-		return comms[r].AllReduce(context.Background(), rankData(r, 100), Sum)
-	})
-	for r, err := range errs {
-		if r == hung {
-			continue
-		}
-		pe := requirePeerError(t, err, hung, fmt.Sprintf("rank %d", r))
-		assert.Equal(t, 0, pe.ReportedBy)
-		assert.Contains(t, pe.Reason, "sent rank 0 nothing for 300ms", "the rank after the hung one noticed, and its abort frame told the others")
+	for _, tt := range []struct{ size, hung int }{{2, 1}, {3, 2}, {4, 3}, {4, 1}} {
+		t.Run(fmt.Sprintf("ws%d-hung%d", tt.size, tt.hung), func(t *testing.T) {
+			comms := newGroup(t, tt.size, Options{OpTimeout: 300 * time.Millisecond})
+			detector := mod(tt.hung+1, tt.size)
+			start := time.Now()
+			errs := eachRank(tt.size, func(r int) error {
+				if r == tt.hung {
+					return nil // never joins the collective
+				}
+				return comms[r].AllReduce(context.Background(), rankData(r, 100), Sum)
+			})
+			for r, err := range errs {
+				if r == tt.hung {
+					continue
+				}
+				pe := requirePeerError(t, err, tt.hung, fmt.Sprintf("rank %d", r))
+				assert.Equal(t, detector, pe.ReportedBy, "the rank after the hung one noticed, and its abort frame told the others")
+				assert.Contains(t, pe.Reason, fmt.Sprintf("sent rank %d nothing for 300ms", detector))
+			}
+			assert.Less(t, time.Since(start), 5*time.Second)
+		})
 	}
-	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
 func TestCancelledRankAbortsPeers(t *testing.T) {
