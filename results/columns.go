@@ -63,12 +63,28 @@ type Column struct {
 	CI string
 	// Doc says what the field is, for `fsdpbench report --help` and COLUMNS docs.
 	Doc string
-	get func(*Run) any
+	// text marks columns of text or flags: a non-ok run shows them as they are,
+	// where a figure's cell shows the run's status.
+	text bool
+	get  func(*Run) any
+}
+
+// textual marks c as holding text or flags.
+func textual(c Column) Column {
+	c.text = true
+	return c
 }
 
 // Value returns the run's value of the column: string, bool, int64 or float64 in the
 // plain unit, or nil when unknown (never a zero standing in for unknown).
 func (c Column) Value(r *Run) any { return c.get(r) }
+
+// Text is the run's value as tables show it: in the display unit of the header
+// (GiB, %), "-" when unknown.
+func (c Column) Text(r *Run) string { return displayValue(&c, c.get(r)) }
+
+// Plain is the run's value as CSV holds it: plain units, empty when unknown.
+func (c Column) Plain(r *Run) string { return plainValue(c.get(r)) }
 
 func optF(p *float64) any {
 	if p == nil {
@@ -147,7 +163,7 @@ func metric(name, header string, unit Unit, doc string, get func(*Metrics) any) 
 
 // registry is every column, in the documented order (see Columns).
 var registry = []Column{
-	{Name: "id", Kind: KindID, Header: "run", Doc: "run ID: readable slug + hash of the training config",
+	{Name: "id", Kind: KindID, Header: "run", Doc: "run ID: readable slug + hash of the training config", text: true,
 		get: func(r *Run) any { return optS(r.Config.ID) }},
 
 	axis("sweep", "sweep name", func(c *sweeps.RunConfig) any { return optS(c.Sweep) }),
@@ -179,9 +195,9 @@ var registry = []Column{
 	axis("compile", "torch.compile", func(c *sweeps.RunConfig) any { return c.Compile }),
 	axis("backend_options", "backend-specific options (JSON)", func(c *sweeps.RunConfig) any { return optS(optionsText(c.BackendOptions)) }),
 
-	metric("status", "status", UnitNone, "ok, oom, failed, timeout, canceled or infeasible", func(m *Metrics) any { return optS(string(m.Status)) }),
-	metric("error", "error", UnitNone, "why the run is not ok", func(m *Metrics) any { return optS(m.Error) }),
-	metric("predicted", "predicted", UnitNone, "figures come from the analytic model, not a measurement", func(m *Metrics) any { return m.Predicted }),
+	textual(metric("status", "status", UnitNone, "ok, oom, failed, timeout, canceled or infeasible", func(m *Metrics) any { return optS(string(m.Status)) })),
+	textual(metric("error", "error", UnitNone, "why the run is not ok", func(m *Metrics) any { return optS(m.Error) })),
+	textual(metric("predicted", "predicted", UnitNone, "figures come from the analytic model, not a measurement", func(m *Metrics) any { return m.Predicted })),
 	metric("steps_measured", "steps", UnitNone, "measured steps per repeat", func(m *Metrics) any { return nonZero(int64(m.StepsMeasured)) }),
 	metric("tokens_per_step", "tokens/step", UnitNone, "tokens per optimizer step, all ranks", func(m *Metrics) any { return nonZero(m.TokensPerStep) }),
 	{Name: "step_time_s.median", Kind: KindMetric, Header: "step median (s)", Unit: UnitSeconds, CI: SampleStepTimeS,
@@ -216,9 +232,9 @@ var registry = []Column{
 		Doc: "reduce-scatter payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.ReduceScatter })},
 	{Name: "comm_bytes_per_step.all_reduce", Kind: KindMetric, Header: "all-reduce/step (MiB)", Unit: UnitBytesMiB,
 		Doc: "all-reduce payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.AllReduce })},
-	metric("env.gpu", "GPU", UnitNone, "device model", func(m *Metrics) any { return optS(m.Env.GPU) }),
-	metric("started", "started", UnitNone, "start of the first repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Started) }),
-	metric("finished", "finished", UnitNone, "end of the last repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Finished) }),
+	textual(metric("env.gpu", "GPU", UnitNone, "device model", func(m *Metrics) any { return optS(m.Env.GPU) })),
+	textual(metric("started", "started", UnitNone, "start of the first repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Started) })),
+	textual(metric("finished", "finished", UnitNone, "end of the last repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Finished) })),
 
 	{Name: "scaling_efficiency", Kind: KindDerived, Header: "scaling eff. (%)", Unit: UnitFraction,
 		Doc: "tokens/s/rank over that of the same config at the smallest world size",

@@ -101,6 +101,23 @@ func TestColumnNamesAreJSONPaths(t *testing.T) {
 	}
 }
 
+func TestColumnText(t *testing.T) {
+	r := fixtureRuns()[0]
+	tests := []struct{ column, text, plain string }{
+		{"peak_mem_reserved_bytes", "18.00", "19327352832"},
+		{"memory_saving", "0.0", "0"},
+		{"sharding", "full_shard", "full_shard"},
+		{"world_size", "1", "1"},
+		{"peak_device_mem_bytes", "-", ""},
+	}
+	for _, tt := range tests {
+		c, err := LookupColumn(tt.column)
+		require.NoError(t, err)
+		assert.Equal(t, tt.text, c.Text(&r), tt.column)
+		assert.Equal(t, tt.plain, c.Plain(&r), tt.column)
+	}
+}
+
 func TestColumnUnknownIsNil(t *testing.T) {
 	r := Run{Config: fixtureConfig(1, sweeps.FullShard), Metrics: Metrics{Status: StatusOK}}
 	for _, c := range ColumnsOf(KindMetric) {

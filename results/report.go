@@ -41,7 +41,7 @@ type ReportOptions struct {
 	// the axes that vary across the runs. Otherwise a pivot: one row per combination
 	// of the row axes, one column per combination of the column axes and metric.
 	// Axes that vary but are named in neither are added to the rows where they are
-	// needed to keep two runs out of one cell (see separatingAxes).
+	// needed to keep two runs out of one cell (axisSet.separating).
 	Rows, Cols []string
 	// Metrics are column names (metrics or derived figures); empty = DefaultMetrics,
 	// or DefaultPivotMetric in a pivot.
@@ -104,10 +104,6 @@ type gridCell struct {
 	predicted bool
 }
 
-// textColumns hold text or flags, so a non-ok run shows them as they are.
-var textColumns = map[string]bool{"id": true, "status": true, "error": true, "predicted": true, "env.gpu": true,
-	"started": true, "finished": true}
-
 func resolveMetrics(names []string, def []string) ([]Column, error) {
 	if len(names) == 0 {
 		names = def
@@ -126,7 +122,7 @@ func resolveMetrics(names []string, def []string) ([]Column, error) {
 // metricCell formats the value of a metric or derived column for run r.
 func metricCell(c *Column, r *Run) gridCell {
 	v := c.Value(r)
-	if textColumns[c.Name] {
+	if c.text {
 		return gridCell{raw: v, text: displayValue(c, v)}
 	}
 	if r.Metrics.Status != StatusOK {
@@ -237,7 +233,7 @@ func flatGrid(runs []Run, metricNames []string) (*grid, error) {
 		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric()})
 	}
 	for _, c := range metrics {
-		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !textColumns[c.Name]})
+		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !c.text})
 	}
 	g.rows = make([][]gridCell, 0, len(runs))
 	predicted := map[string]bool{}
@@ -354,7 +350,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 	for _, first := range colFirst {
 		label, key := comboLabel(colAxes, first, " "), comboLabel(colAxes, first, ",")
 		for _, m := range metrics {
-			gc := gridCol{key: m.Name, header: m.Header, right: !textColumns[m.Name]}
+			gc := gridCol{key: m.Name, header: m.Header, right: !m.text}
 			switch {
 			case len(colAxes) > 0 && len(metrics) == 1:
 				gc.key, gc.header = m.Name+"["+key+"]", label
