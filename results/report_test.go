@@ -158,3 +158,30 @@ func TestFourDigits(t *testing.T) {
 		assert.Equal(t, tt.want, fourDigits(tt.in), "%v", tt.in)
 	}
 }
+
+func TestChunkedTableIsOneTable(t *testing.T) {
+	var synth []Run
+	for i := 0; i < 50; i++ {
+		rc, m := synthRun("synth", i*37)
+		synth = append(synth, Run{Config: rc, Metrics: m})
+	}
+	Derive(synth)
+	defer func(n int) { tableChunkRows = n }(tableChunkRows)
+	for _, set := range []struct {
+		name string
+		runs []Run
+	}{{"fixture", fixtureRuns()}, {"predicted", predictedRuns()}, {"synth", synth}} {
+		for _, opt := range []ReportOptions{{}, {Format: FormatMarkdown}, {Rows: []string{"sharding"}, Cols: []string{"world_size"}},
+			{Rows: []string{"sharding"}, Cols: []string{"world_size"}, Format: FormatMarkdown}} {
+			tableChunkRows = 1 << 20
+			var whole bytes.Buffer
+			require.NoError(t, Report(&whole, set.runs, opt))
+			for _, n := range []int{1, 2, 7} {
+				tableChunkRows = n
+				var chunked bytes.Buffer
+				require.NoError(t, Report(&chunked, set.runs, opt))
+				assert.Equal(t, whole.String(), chunked.String(), "%s %+v in chunks of %d rows", set.name, opt, n)
+			}
+		}
+	}
+}
