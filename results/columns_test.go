@@ -3,6 +3,7 @@ package results
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,26 @@ func TestCSVHeader(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, WriteCSV(&buf, nil))
 	golden(t, "csv_header", buf.Bytes())
+}
+
+// TestColumnsDocOrder keeps the order written in Columns' doc comment the order of
+// the registry.
+func TestColumnsDocOrder(t *testing.T) {
+	src, err := os.ReadFile("columns.go")
+	require.NoError(t, err)
+	_, doc, ok := strings.Cut(string(src), "// tables follow:\n//\n")
+	require.True(t, ok)
+	doc, _, ok = strings.Cut(doc, "\n//\n")
+	require.True(t, ok)
+	var names []string
+	for _, f := range strings.Fields(strings.ReplaceAll(doc, "//", "")) {
+		if !strings.HasSuffix(f, ":") {
+			names = append(names, f)
+		}
+	}
+	var want []string
+	for _, c := range Columns() {
+		want = append(want, c.Name)
+	}
+	assert.Equal(t, want, names)
 }
