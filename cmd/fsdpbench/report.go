@@ -44,7 +44,7 @@ func newExportCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "export DIR",
-		Short: "Write every stored run (config and metrics) as CSV or JSON",
+		Short: "Write every stored run (config and metrics) as CSV, JSON or Go benchmark format",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var write func(io.Writer, []results.Run) error
@@ -53,8 +53,10 @@ func newExportCmd() *cobra.Command {
 				write = results.WriteCSV
 			case "json":
 				write = results.WriteJSON
+			case "benchfmt":
+				write = results.WriteBenchfmt
 			default:
-				return usageError(fmt.Errorf("--format %q: use csv or json", format))
+				return usageError(fmt.Errorf("--format %q: use csv, json or benchfmt", format))
 			}
 			runs, err := results.Load(args[0])
 			if err != nil {
@@ -77,7 +79,7 @@ func newExportCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "csv", "csv or json")
+	cmd.Flags().StringVar(&format, "format", "csv", "csv, json, or benchfmt (Go benchmark format, for benchstat)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: stdout)")
 	return cmd
 }
