@@ -1,0 +1,614 @@
+// Package fsdp is the Go trainer's data-parallel engine for one rank: Fully Sharded
+// Data Parallel as PyTorch defines it (full_shard, shard_grad_op, hybrid_shard,
+// no_shard) and DDP, over model/'s units, device/'s buffers and comm/'s collectives.
+//
+// Every wrap unit of the model (the embedding, each block, the head) is one flat
+// parameter, padded at its end to a multiple of the shard group's size and split
+// evenly: this rank holds its shard (category params), the shard's gradient
+// (grads) and AdamW's m and v (optimizer). Around each unit's compute the unit's
+// full flat parameter is all-gathered into a transient buffer (category params):
+// full_shard gathers before forward and again before backward and frees after each;
+// shard_grad_op keeps the forward's gather until the unit's backward. The unit's
+// full gradient (category grads) is reduce-scattered (averaged) into the gradient
+// shard right after the unit's backward; hybrid_shard then all-reduces the shard
+// across the replicas (the same local rank on every node). no_shard and ddp keep
+// full parameters on every rank and all-reduce (average) each unit's gradient
+// after its backward; this trainer runs them identically (DDP's bucketing is the
+// unit).
+//
+// Prefetch is real overlap: the next unit's all-gather runs on its own goroutine,
+// on a second communicator (a Split of the shard group with one color), while this
+// goroutine computes; gradient reduction stays on the first communicator, so the
+// two streams of collectives are each in the same order on every rank.
+//
+// Gradient accumulation follows PyTorch's no_sync: micro-steps before the last add
+// into full (unsharded) unit gradients kept across micro-steps, with no
+// communication, so sharded strategies hold a full gradient per unit until the last
+// micro-step reduces it (the memory cost no_sync documents).
+//
+// Data is synthetic and indexed by global sample (model.Batch): rank r's
+// micro-batch k of step s is samples [s·G + k·W·B + r·B, +B), G = W·B·GradAccum the
+// global batch, so a step's global batch, and its loss, do not depend on the world
+// size or the strategy.
+package fsdp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Config is one rank's training setup. Every rank of a run passes the same Config.
+type Config struct {
+	// Shape is the model's shape.
+	Shape shapes.Shape
+	// Sharding is sweeps.FullShard, ShardGradOp, HybridShard, NoShard or DDP.
+	Sharding string
+	// GPUsPerNode is the size of a node for hybrid_shard: the shard group is
+	// GPUsPerNode consecutive ranks, the replicate group the ranks with the same
+	// local rank on every node. It must divide the world size. Ignored otherwise.
+	GPUsPerNode int
+	// BackwardPrefetch is sweeps.BackwardPre, BackwardPost or PrefetchNone ("" is
+	// none): when the previous unit's all-gather is issued during full_shard's
+	// backward, before or after the current unit's gradient computation.
+	BackwardPrefetch string
+	// ForwardPrefetch issues the next unit's all-gather before the current unit's
+	// forward.
+	ForwardPrefetch bool
+	// ActivationCheckpointing recomputes each block's forward in its backward.
+	ActivationCheckpointing bool
+	// GradAccum is the number of micro-steps per optimizer step (0 means 1).
+	GradAccum int
+	// BatchPerDevice is the samples per rank per micro-step.
+	BatchPerDevice int
+	// SeqLen is the tokens per sample.
+	SeqLen int
+	// Seed seeds the initial parameters and the synthetic data.
+	Seed uint64
+	// LR, Beta1, Beta2, Eps and WeightDecay are AdamW's (torch.optim.AdamW's names);
+	// zero Beta1, Beta2 and Eps default to torch's 0.9, 0.999 and 1e-8.
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	// GradClip, when positive, scales the gradients so that their global L2 norm
+	// (over every shard of every unit) is at most GradClip, as
+	// torch.nn.utils.clip_grad_norm_ / FSDP.clip_grad_norm_ do.
+	GradClip float64
+}
+
+// StepReport is one optimizer step, the same on every rank.
+type StepReport struct {
+	// Step counts optimizer steps from 1.
+	Step int
+	// Loss is the mean cross-entropy over the step's global batch.
+	Loss float64
+	// GradNorm is the global gradient norm before clipping (0 when GradClip is off).
+	GradNorm float64
+	// Time is this rank's wall time for the step.
+	Time time.Duration
+	// Tokens is the global batch's tokens (every rank's, all micro-steps).
+	Tokens int
+}
+
+// RankReport is what one rank used.
+type RankReport struct {
+	Rank int
+	// Memory is the device's accounting: Memory.Peak holds the peak bytes per
+	// category (params, grads, optimizer, activations, comm).
+	Memory device.Stats
+	// Comm sums this rank's communicators: the world (the loss, and the shard or
+	// replicate group when that is the world) and the groups the trainer split.
+	Comm comm.Stats
+}
+
+// UnitLayout is one unit's flat parameter as FSDP splits it.
+type UnitLayout struct {
+	// Name is the model unit's name ("embedding", "layers.0", "head").
+	Name string
+	// Size is the unit's elements; Padded is Size rounded up to a multiple of the
+	// shard group's size; ShardLen = Padded / shard group size, each rank's part.
+	Size, Padded, ShardLen int
+}
+
+// Layout is how the units of shape s split over a shard group of shardSize ranks
+// (1 for no_shard and ddp).
+func Layout(s shapes.Shape, shardSize int) ([]UnitLayout, error) {
+	if shardSize <= 0 {
+		return nil, fmt.Errorf("fsdp: shard group size %d must be positive", shardSize)
+	}
+	units, err := model.Layout(s)
+	if err != nil {
+		return nil, fmt.Errorf("fsdp: %w", err)
+	}
+	out := make([]UnitLayout, len(units))
+	for i, u := range units {
+		padded := (u.Size + shardSize - 1) / shardSize * shardSize
+		out[i] = UnitLayout{Name: u.Name, Size: u.Size, Padded: padded, ShardLen: padded / shardSize}
+	}
+	return out, nil
+}
+
+// unit is one wrap unit's state on this rank.
+type unit struct {
+	size, padded, shardLen int
+	// shard, gradShard, m, v: this rank's part (the whole unit when replicated).
+	shard, gradShard, m, v device.Buffer
+	// full is the gathered flat parameter while it is held; owned is false when it
+	// is shard itself (a shard group of one, or a replicated strategy).
+	full  device.Buffer
+	owned bool
+	// pending delivers the result of an all-gather in flight into full.
+	pending chan error
+	// accum is the full gradient of a sharded strategy, from the unit's first
+	// backward of a step to its reduction on the last micro-step.
+	accum device.Buffer
+}
+
+// Trainer trains the model on one rank. It is used from one goroutine.
+type Trainer struct {
+	cfg        Config
+	dev        device.Device
+	model      *model.Model
+	world      comm.Communicator
+	shard      comm.Communicator // nil: a group of one
+	gather     comm.Communicator // the prefetch stream; nil: a group of one
+	replicate  comm.Communicator // nil: a group of one
+	owned      []comm.Communicator
+	units      []*unit
+	replicated bool // no_shard, ddp
+	step       int
+	broken     error
+}
+
+// New builds rank world.Rank()'s trainer: it splits the communicators the strategy
+// needs (a collective: every rank calls New together), allocates the shards and
+// initializes them. The device's buffers must be host float32 (the cpu device in
+// float32 mode), since the communicator reads them in place.
+func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Config) (*Trainer, error) {
+	if dev == nil || world == nil {
+		return nil, errors.New("fsdp: New needs a device and a world communicator")
+	}
+	cfg, err := cfg.withDefaults(world.Size())
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.New(dev, cfg.Shape)
+	if err != nil {
+		return nil, fmt.Errorf("fsdp: %w", err)
+	}
+	t := &Trainer{cfg: cfg, dev: dev, model: m, world: world}
+	if err := t.groups(ctx); err != nil {
+		t.Close()
+		return nil, err
+	}
+	if err := t.allocate(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// withDefaults validates c for a world of ws ranks and fills in defaults.
+func (c Config) withDefaults(ws int) (Config, error) {
+	switch c.Sharding {
+	case sweeps.FullShard, sweeps.ShardGradOp, sweeps.NoShard, sweeps.DDP:
+	case sweeps.HybridShard:
+		if c.GPUsPerNode <= 0 || ws%c.GPUsPerNode != 0 {
+			return c, fmt.Errorf("fsdp: hybrid_shard needs gpus_per_node that divides the world size %d, got %d", ws, c.GPUsPerNode)
+		}
+	default:
+		return c, fmt.Errorf("fsdp: sharding %q is not one of %v", c.Sharding, sweeps.ShardingValues)
+	}
+	switch c.BackwardPrefetch {
+	case "":
+		c.BackwardPrefetch = sweeps.PrefetchNone
+	case sweeps.BackwardPre, sweeps.BackwardPost, sweeps.PrefetchNone:
+	default:
+		return c, fmt.Errorf("fsdp: backward_prefetch %q is not one of %v", c.BackwardPrefetch, sweeps.BackwardPrefetchValues)
+	}
+	if c.GradAccum == 0 {
+		c.GradAccum = 1
+	}
+	if c.Beta1 == 0 {
+		c.Beta1 = 0.9
+	}
+	if c.Beta2 == 0 {
+		c.Beta2 = 0.999
+	}
+	if c.Eps == 0 {
+		c.Eps = 1e-8
+	}
+	switch {
+	case c.GradAccum < 0 || c.BatchPerDevice <= 0 || c.SeqLen <= 0:
+		return c, fmt.Errorf("fsdp: grad_accum %d, batch_per_device %d and seq_len %d must be positive", c.GradAccum, c.BatchPerDevice, c.SeqLen)
+	case !(c.LR > 0) || c.WeightDecay < 0 || c.GradClip < 0:
+		return c, fmt.Errorf("fsdp: lr %g must be positive, weight_decay %g and grad_clip %g not negative", c.LR, c.WeightDecay, c.GradClip)
+	}
+	return c, nil
+}
+
+// groups splits the shard, prefetch and replicate communicators.
+func (t *Trainer) groups(ctx context.Context) error {
+	rank, ws := t.world.Rank(), t.world.Size()
+	split := func(parent comm.Communicator, color int, what string) (comm.Communicator, error) {
+		c, err := parent.Split(ctx, color, parent.Rank())
+		if err != nil {
+			return nil, fmt.Errorf("fsdp: rank %d: split the %s group: %w", rank, what, err)
+		}
+		t.owned = append(t.owned, c)
+		if c.Size() == 1 {
+			return nil, nil
+		}
+		return c, nil
+	}
+	var err error
+	switch t.cfg.Sharding {
+	case sweeps.FullShard, sweeps.ShardGradOp:
+		t.shard = t.world
+	case sweeps.NoShard, sweeps.DDP:
+		t.replicated, t.replicate = true, t.world
+	case sweeps.HybridShard:
+		gpn := t.cfg.GPUsPerNode
+		if t.shard, err = split(t.world, rank/gpn, "hybrid shard"); err != nil {
+			return err
+		}
+		if t.replicate, err = split(t.world, rank%gpn, "hybrid replicate"); err != nil {
+			return err
+		}
+	}
+	if ws == 1 {
+		t.shard, t.replicate = nil, nil
+	}
+	if t.shard != nil {
+		if t.gather, err = split(t.shard, 0, "prefetch"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shardSize is the number of ranks a unit is split over.
+func (t *Trainer) shardSize() int {
+	if t.shard == nil {
+		return 1
+	}
+	return t.shard.Size()
+}
+
+// allocate creates and initializes every unit's shard, gradient shard and moments.
+func (t *Trainer) allocate() error {
+	n, rank := t.shardSize(), 0
+	if t.shard != nil {
+		rank = t.shard.Rank()
+	}
+	layout, err := Layout(t.cfg.Shape, n)
+	if err != nil {
+		return err
+	}
+	for i, mu := range t.model.Units {
+		u := &unit{size: mu.Size, padded: layout[i].Padded, shardLen: layout[i].ShardLen}
+		t.units = append(t.units, u)
+		for _, b := range []struct {
+			dst *device.Buffer
+			cat device.Category
+		}{{&u.shard, device.Params}, {&u.gradShard, device.Grads}, {&u.m, device.Optimizer}, {&u.v, device.Optimizer}} {
+			buf, err := t.dev.Alloc(u.shardLen, b.cat)
+			if err != nil {
+				return fmt.Errorf("fsdp: allocate the %s shard of unit %s (%d elements): %w", b.cat, mu.Name, u.shardLen, err)
+			}
+			if host(buf) == nil {
+				t.dev.Free(buf)
+				return fmt.Errorf("fsdp: device %s does not keep float32 buffers in host memory, which the TCP communicator needs; use the cpu device in float32 mode", t.dev.Name())
+			}
+			*b.dst = buf
+		}
+		init := make([]float32, u.shardLen)
+		if err := mu.Init(t.cfg.Seed, rank*u.shardLen, init); err != nil {
+			return fmt.Errorf("fsdp: %w", err)
+		}
+		t.dev.CopyFromHost(u.shard, init)
+		if t.replicated || n == 1 {
+			u.full = u.shard
+		}
+	}
+	return nil
+}
+
+// host is b's host memory, nil when it has none.
+func host(b device.Buffer) []float32 {
+	if h, ok := b.(device.HostBuffer); ok {
+		return h.Host()
+	}
+	return nil
+}
+
+// GlobalBatch is the samples per optimizer step over every rank.
+func (t *Trainer) GlobalBatch() int {
+	return t.world.Size() * t.cfg.BatchPerDevice * t.cfg.GradAccum
+}
+
+// Model is the model the trainer runs.
+func (t *Trainer) Model() *model.Model { return t.model }
+
+// Step runs one optimizer step: GradAccum micro-steps of forward and backward, the
+// gradient reduction, clipping and AdamW. After an error the trainer is unusable.
+func (t *Trainer) Step(ctx context.Context) (StepReport, error) {
+	if t.broken != nil {
+		return StepReport{}, fmt.Errorf("fsdp: trainer is unusable after an earlier error: %w", t.broken)
+	}
+	rep, err := t.runStep(ctx)
+	if err != nil {
+		t.broken = err
+		t.release()
+		return StepReport{}, fmt.Errorf("fsdp: rank %d step %d: %w", t.world.Rank(), t.step+1, err)
+	}
+	return rep, nil
+}
+
+func (t *Trainer) runStep(ctx context.Context) (StepReport, error) {
+	start := time.Now()
+	c := t.cfg
+	ws, rank := t.world.Size(), t.world.Rank()
+	if t.replicated {
+		for _, u := range t.units {
+			t.dev.Zero(u.gradShard)
+		}
+	}
+	var loss float64
+	for k := range c.GradAccum {
+		first := t.step*t.GlobalBatch() + k*ws*c.BatchPerDevice + rank*c.BatchPerDevice
+		inputs, targets, err := model.Batch(c.Seed, first, c.BatchPerDevice, c.SeqLen, c.Shape.Vocab)
+		if err != nil {
+			return StepReport{}, err
+		}
+		p, err := t.model.NewPass(inputs, targets, c.SeqLen)
+		if err != nil {
+			return StepReport{}, err
+		}
+		p.LossScale = 1 / float32(c.GradAccum*len(inputs))
+		err = t.microStep(ctx, p, k == c.GradAccum-1)
+		p.Free()
+		if err != nil {
+			return StepReport{}, err
+		}
+		loss += p.Loss()
+	}
+	norm, err := t.clip(ctx)
+	if err != nil {
+		return StepReport{}, err
+	}
+	t.step++
+	opt := device.AdamWConfig{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, Step: t.step}
+	for _, u := range t.units {
+		t.dev.AdamW(u.shard, u.gradShard, u.m, u.v, opt)
+	}
+	lossBuf := []float32{float32(loss / float64(c.GradAccum))}
+	if ws > 1 {
+		if err := t.world.AllReduce(ctx, lossBuf, comm.Average); err != nil {
+			return StepReport{}, fmt.Errorf("all-reduce the loss: %w", err)
+		}
+	}
+	if err := t.dev.Sync(); err != nil {
+		return StepReport{}, err
+	}
+	return StepReport{Step: t.step, Loss: float64(lossBuf[0]), GradNorm: norm, Time: time.Since(start),
+		Tokens: t.GlobalBatch() * c.SeqLen}, nil
+}
+
+// microStep runs one micro-batch forward and backward; on the last micro-step of a
+// step it reduces each unit's gradient right after the unit's backward.
+func (t *Trainer) microStep(ctx context.Context, p *model.Pass, last bool) error {
+	n := len(t.units)
+	fullShard := t.cfg.Sharding == sweeps.FullShard || t.cfg.Sharding == sweeps.HybridShard
+	for i := range n {
+		if err := t.gathered(ctx, i); err != nil {
+			return err
+		}
+		if t.cfg.ForwardPrefetch && i+1 < n {
+			if err := t.startGather(ctx, i+1); err != nil {
+				return err
+			}
+		}
+		save := !t.cfg.ActivationCheckpointing || i == 0 || i == n-1
+		if err := p.Forward(i, t.units[i].full, save); err != nil {
+			return err
+		}
+		if fullShard {
+			t.reshard(i)
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		u := t.units[i]
+		if err := t.gathered(ctx, i); err != nil {
+			return err
+		}
+		prefetch := fullShard && i > 0
+		if prefetch && t.cfg.BackwardPrefetch == sweeps.BackwardPre {
+			if err := t.startGather(ctx, i-1); err != nil {
+				return err
+			}
+		}
+		grads := u.gradShard
+		if !t.replicated {
+			if u.accum == nil {
+				b, err := t.dev.Alloc(u.padded, device.Grads)
+				if err != nil {
+					return fmt.Errorf("allocate the full gradient of unit %s: %w", t.model.Units[i].Name, err)
+				}
+				u.accum = b
+			}
+			grads = u.accum
+		}
+		if err := p.Backward(i, u.full, grads); err != nil {
+			return err
+		}
+		t.reshard(i)
+		if prefetch && t.cfg.BackwardPrefetch == sweeps.BackwardPost {
+			if err := t.startGather(ctx, i-1); err != nil {
+				return err
+			}
+		}
+		if last {
+			if err := t.reduce(ctx, i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// startGather issues unit i's all-gather on its own goroutine, unless its full
+// parameters are already held or on their way.
+func (t *Trainer) startGather(ctx context.Context, i int) error {
+	u := t.units[i]
+	if u.full != nil || u.pending != nil {
+		return nil
+	}
+	// Allocation stays on this goroutine: the device's accounting is not shared.
+	full, err := t.dev.Alloc(u.padded, device.Params)
+	if err != nil {
+		return fmt.Errorf("allocate the gathered parameters of unit %s: %w", t.model.Units[i].Name, err)
+	}
+	u.full, u.owned = full, true
+	done := make(chan error, 1)
+	u.pending = done
+	dst, src := host(full), host(u.shard)
+	go func() { done <- t.gather.AllGather(ctx, dst, src) }()
+	return nil
+}
+
+// gathered makes sure unit i's full parameters are held: it waits for a prefetch
+// in flight or gathers now.
+func (t *Trainer) gathered(ctx context.Context, i int) error {
+	if err := t.startGather(ctx, i); err != nil {
+		return err
+	}
+	u := t.units[i]
+	if u.pending == nil {
+		return nil
+	}
+	err := <-u.pending
+	u.pending = nil
+	if err != nil {
+		return fmt.Errorf("all-gather unit %s: %w", t.model.Units[i].Name, err)
+	}
+	return nil
+}
+
+// reshard frees unit i's gathered parameters.
+func (t *Trainer) reshard(i int) {
+	u := t.units[i]
+	if u.owned {
+		t.dev.Free(u.full)
+		u.full, u.owned = nil, false
+	}
+}
+
+// reduce averages unit i's gradient over every rank into its gradient shard.
+func (t *Trainer) reduce(ctx context.Context, i int) error {
+	u, name := t.units[i], t.model.Units[i].Name
+	if u.accum != nil {
+		if t.shard != nil {
+			if err := t.shard.ReduceScatter(ctx, host(u.gradShard), host(u.accum), comm.Average); err != nil {
+				return fmt.Errorf("reduce-scatter the gradient of unit %s: %w", name, err)
+			}
+		} else {
+			t.dev.Copy(u.gradShard, u.accum)
+		}
+		t.dev.Free(u.accum)
+		u.accum = nil
+	}
+	if t.replicate != nil {
+		if err := t.replicate.AllReduce(ctx, host(u.gradShard), comm.Average); err != nil {
+			return fmt.Errorf("all-reduce the gradient of unit %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// clip scales the gradient shards to a global norm of at most GradClip and returns
+// the norm before clipping; replicas hold the same shards, so the squares are
+// summed over the shard group only.
+func (t *Trainer) clip(ctx context.Context) (float64, error) {
+	if t.cfg.GradClip <= 0 {
+		return 0, nil
+	}
+	var ss float64
+	for _, u := range t.units {
+		ss += t.dev.SumSquares(u.gradShard)
+	}
+	if t.shard != nil {
+		buf := []float32{float32(ss)}
+		if err := t.shard.AllReduce(ctx, buf, comm.Sum); err != nil {
+			return 0, fmt.Errorf("all-reduce the gradient norm: %w", err)
+		}
+		ss = float64(buf[0])
+	}
+	norm := math.Sqrt(ss)
+	if norm > t.cfg.GradClip {
+		// torch.nn.utils.clip_grad_norm_'s coefficient, eps included.
+		coef := float32(t.cfg.GradClip / (norm + 1e-6))
+		for _, u := range t.units {
+			t.dev.Scale(u.gradShard, coef)
+		}
+	}
+	return norm, nil
+}
+
+// release waits for gathers in flight and frees every transient buffer, so a
+// failed step leaves only the shards allocated.
+func (t *Trainer) release() {
+	for i, u := range t.units {
+		if u.pending != nil {
+			<-u.pending
+			u.pending = nil
+		}
+		t.reshard(i)
+		if u.accum != nil {
+			t.dev.Free(u.accum)
+			u.accum = nil
+		}
+	}
+}
+
+// Report is this rank's memory and communication so far.
+func (t *Trainer) Report() RankReport {
+	r := RankReport{Rank: t.world.Rank(), Memory: t.dev.Memory(), Comm: t.world.Stats()}
+	for _, c := range t.owned {
+		r.Comm = r.Comm.Add(c.Stats())
+	}
+	return r
+}
+
+// Params copies unit i's shard of the parameters (padding included) to the host.
+func (t *Trainer) Params(i int) []float32 {
+	out := make([]float32, t.units[i].shardLen)
+	t.dev.CopyToHost(out, t.units[i].shard)
+	return out
+}
+
+// Close frees every buffer and closes the communicators the trainer split (not the
+// world communicator, which the caller owns).
+func (t *Trainer) Close() error {
+	t.release()
+	for _, u := range t.units {
+		for _, b := range []device.Buffer{u.shard, u.gradShard, u.m, u.v} {
+			if b != nil {
+				t.dev.Free(b)
+			}
+		}
+	}
+	t.units = nil
+	var errs []error
+	for _, c := range t.owned {
+		errs = append(errs, c.Close())
+	}
+	t.owned = nil
+	return errors.Join(errs...)
+}
