@@ -103,16 +103,27 @@ func (e *errs) err() error {
 	}
 }
 
-// closest returns the candidate nearest to s (case-insensitive, optimal string
-// alignment distance), or "" when none is near enough to be a likely typo.
-func closest(s string, candidates []string) string {
+// Closest returns the candidate nearest to s (case-insensitive, optimal string
+// alignment distance), or "" when none is near enough to be a likely typo. A
+// candidate that s is a prefix of ("gpt2" for "gpt2-124m") is a likely intent even
+// when far in edits. Every "did you mean" in fsdpbench (spec keys and values, model
+// presets, hardware profiles, backend options) comes from here, so all suggest alike.
+func Closest(s string, candidates []string) string {
 	ls := strings.ToLower(s)
 	best, bestD := "", 1<<30
+	prefix, prefixD := "", 1<<30
 	for _, c := range candidates {
-		d := editDistance(ls, strings.ToLower(c))
+		lc := strings.ToLower(c)
+		d := editDistance(ls, lc)
 		if d < bestD {
 			best, bestD = c, d
 		}
+		if ls != "" && ls != lc && strings.HasPrefix(lc, ls) && d < prefixD {
+			prefix, prefixD = c, d
+		}
+	}
+	if prefix != "" {
+		return prefix
 	}
 	limit := max(2, len(s)/3)
 	if bestD > limit || (bestD == 0 && best == s) {
@@ -156,7 +167,7 @@ func editDistance(a, b string) int {
 
 // didYouMean formats the suggestion part of an error: "; did you mean X?" or "".
 func didYouMean(s string, candidates []string) string {
-	if c := closest(s, candidates); c != "" {
+	if c := Closest(s, candidates); c != "" {
 		return "; did you mean " + c + "?"
 	}
 	return ""

@@ -435,6 +435,6 @@ func TestClosest(t *testing.T) {
 	cands := append(append([]string{}, ShardingValues...), Axes...)
 	cands = append(cands, "sharding")
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, closest(tt.in, cands), tt.in)
+		assert.Equal(t, tt.want, Closest(tt.in, cands), tt.in)
 	}
 }

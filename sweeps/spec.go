@@ -207,7 +207,7 @@ func baseName(path string) string {
 func (p *parsing) unknownTopKey(e *entry) {
 	cands := append(append([]string{}, TopLevelKeys...), Axes...)
 	hint := ""
-	if c := closest(e.key, cands); c != "" {
+	if c := Closest(e.key, cands); c != "" {
 		if d, ok := keyByName[c]; ok && d.where&inTop == 0 {
 			hint = fmt.Sprintf("; did you mean %s? (an axis: put it under base: or grid:)", c)
 		} else {

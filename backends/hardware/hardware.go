@@ -14,7 +14,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // Auto is the hardware value that asks for detection (see Detect).
@@ -238,7 +238,7 @@ func Lookup(name string) (Profile, error) {
 		}
 	}
 	msg := fmt.Sprintf("unknown hardware %q", name)
-	if c := shapes.Closest(name, Names()); c != "" {
+	if c := sweeps.Closest(name, Names()); c != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", c)
 	}
 	return Profile{}, fmt.Errorf("%s: profiles are %s, or auto to detect", msg, strings.Join(Names(), ", "))

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // presets are the built-in shapes. Dimensions come from each model's published
@@ -75,7 +77,7 @@ func Lookup(nameOrPath string) (Shape, error) {
 		return s, nil
 	}
 	msg := fmt.Sprintf("unknown model %q", nameOrPath)
-	if c := Closest(nameOrPath, Presets()); c != "" {
+	if c := sweeps.Closest(nameOrPath, Presets()); c != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", c)
 	}
 	return Shape{}, fmt.Errorf("%s: presets are %s, or give the path of a Hugging Face config.json",
@@ -86,53 +88,4 @@ func Lookup(nameOrPath string) (Shape, error) {
 func Check(nameOrPath string) error {
 	_, err := Lookup(nameOrPath)
 	return err
-}
-
-// Closest returns the name in known nearest to name by edit distance (case
-// insensitive), or "" when none is near enough to be a likely typo. The hardware
-// profiles use it too, so both lookups suggest the same way.
-func Closest(name string, known []string) string {
-	lower := strings.ToLower(name)
-	best, bestD := "", -1
-	prefix, prefixD := "", -1
-	for _, k := range known {
-		d := editDistance(lower, strings.ToLower(k))
-		if bestD < 0 || d < bestD {
-			best, bestD = k, d
-		}
-		// A prefix ("gpt2" for "gpt2-124m") is a likely intent even when far in edits.
-		if lower != "" && strings.HasPrefix(strings.ToLower(k), lower) && (prefixD < 0 || d < prefixD) {
-			prefix, prefixD = k, d
-		}
-	}
-	switch {
-	case prefix != "":
-		return prefix
-	case bestD < 0 || bestD > max(2, len(name)/3):
-		return ""
-	default:
-		return best
-	}
-}
-
-// editDistance is the Levenshtein distance between a and b, over bytes (names are
-// ASCII).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // Options are the sim's backend_options. The zero value keeps the hardware profile's
@@ -102,7 +102,7 @@ func ParseOptions(m map[string]any) (Options, error) {
 		opt, ok := optionTable[k]
 		if !ok {
 			msg := fmt.Sprintf("unknown sim backend option %q", k)
-			if c := shapes.Closest(k, OptionNames()); c != "" {
+			if c := sweeps.Closest(k, OptionNames()); c != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", c)
 			}
 			return Options{}, fmt.Errorf("backend_options: %s; the sim accepts %s", msg, describeOptions())
