@@ -124,10 +124,13 @@ func train(t testing.TB, ws int, cfg Config, n int) outcome {
 func requireRelClose(t testing.TB, want, got []float64, tol float64, msg string) {
 	t.Helper()
 	require.Len(t, got, len(want), msg)
+	worst := 0.0
 	for i := range want {
 		rel := math.Abs(got[i]-want[i]) / math.Abs(want[i])
 		require.LessOrEqual(t, rel, tol, "%s: step %d loss %.9g, reference %.9g", msg, i+1, got[i], want[i])
+		worst = max(worst, rel)
 	}
+	t.Logf("%s: largest relative difference %.2g", msg, worst)
 }
 
 // TestLossParity checks that the per-step losses of every strategy, world size,
@@ -223,6 +226,10 @@ func TestMemoryShards(t *testing.T) {
 	four := train(t, 4, cfg, 1)
 	for r := range 4 {
 		ratio := float64(four.state[r]) / float64(one.state[0])
+		t.Logf("rank %d: model state %d bytes, %.3f of one rank's %d; peak params %d grads %d optimizer %d activations %d",
+			r, four.state[r], ratio, one.state[0], four.reports[r].Memory.Peak[device.Params],
+			four.reports[r].Memory.Peak[device.Grads], four.reports[r].Memory.Peak[device.Optimizer],
+			four.reports[r].Memory.Peak[device.Activations])
 		assert.LessOrEqual(t, ratio, 0.3, "rank %d holds %d bytes of model state, one rank alone %d", r, four.state[r], one.state[0])
 		peak := four.reports[r].Memory.Peak
 		assert.Positive(t, peak[device.Activations], "rank %d activations", r)
@@ -294,4 +301,31 @@ func TestConfigErrors(t *testing.T) {
 			assert.Zero(t, dev.Memory().Total, "a refused trainer must free what it allocated")
 		})
 	}
+}
+
+// TestOutOfMemoryReleases checks that a step that runs out of device memory
+// reports it and leaves only the shards allocated.
+func TestOutOfMemoryReleases(t *testing.T) {
+	cfg := baseConfig(t)
+	cfg.Sharding = sweeps.FullShard
+	units, err := Layout(cfg.Shape, 1)
+	require.NoError(t, err)
+	var elems int64
+	for _, u := range units {
+		elems += int64(u.Padded)
+	}
+	state := 4 * 4 * elems
+	// Room for the model state and one unit's gradient, not the activations.
+	dev := cpu.New(cpu.Options{LimitBytes: state + 4*int64(units[1].Padded)})
+	world := newWorld(t, 1)
+	tr, err := New(context.Background(), dev, world[0], cfg)
+	require.NoError(t, err)
+	defer tr.Close()
+	_, err = tr.Step(context.Background())
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	assert.Equal(t, state, dev.Memory().Total, "a failed step must free its transient buffers")
+	_, err = tr.Step(context.Background())
+	require.ErrorContains(t, err, "unusable")
+	require.NoError(t, tr.Close())
+	assert.Zero(t, dev.Memory().Total)
 }
