@@ -242,6 +242,9 @@ var registry = []Column{
 	{Name: "memory_saving", Kind: KindDerived, Header: "memory saving (%)", Unit: UnitFraction,
 		Doc: "1 - peak / peak of no_shard (else ddp) at the same point",
 		get: func(r *Run) any { return optF(r.Derived.MemorySaving) }},
+	{Name: "model_state_bytes", Kind: KindDerived, Header: "model states (GiB)", Unit: UnitBytes,
+		Doc: "parameters + gradients + optimizer state of one rank, from mem_breakdown_bytes",
+		get: func(r *Run) any { return optI(r.Derived.ModelStateBytes) }},
 }
 
 var registryIndex = func() map[string]int {
@@ -269,7 +272,7 @@ var registryIndex = func() map[string]int {
 //	         peak_rss_bytes device_mem_bytes loss_first loss_last
 //	         comm_bytes_per_step.all_gather comm_bytes_per_step.reduce_scatter
 //	         comm_bytes_per_step.all_reduce env.gpu started finished
-//	derived: scaling_efficiency memory_saving
+//	derived: scaling_efficiency memory_saving model_state_bytes
 //
 // New columns are appended within their kind; names never change once released.
 func Columns() []Column { return append([]Column(nil), registry...) }

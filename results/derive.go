@@ -19,6 +19,9 @@ type Derived struct {
 	MemorySaving   *float64 `json:"memory_saving,omitempty"`
 	MemoryBaseline string   `json:"memory_baseline,omitempty"`
 	MemorySavingOf string   `json:"memory_saving_of,omitempty"`
+	// ModelStateBytes is the ZeRO paper's "model states" of one rank (parameters +
+	// gradients + optimizer state) from the backend's memory breakdown.
+	ModelStateBytes *int64 `json:"model_state_bytes,omitempty"`
 }
 
 // pointKey is the comparable form of every axis of a RunConfig (RunConfig itself
@@ -79,7 +82,7 @@ func Derive(runs []Run) {
 	scaling := map[pointKey][]int{}
 	memory := map[pointKey]map[string]int{}
 	for i := range runs {
-		runs[i].Derived = Derived{}
+		runs[i].Derived = Derived{ModelStateBytes: modelStateBytes(runs[i].Metrics.MemBreakdownBytes)}
 		rc := &runs[i].Config
 		k := keyOf(rc)
 		sk := k
@@ -174,4 +177,16 @@ func Derive(runs []Run) {
 		r.Derived.MemoryBaseline = b.Config.ID
 		r.Derived.MemorySavingOf = of
 	}
+}
+
+// modelStateBytes sums the parameters, gradients and optimizer state a backend
+// reported in its memory breakdown; nil when any is missing (unknown, not zero).
+func modelStateBytes(b map[string]int64) *int64 {
+	p, okP := b["params"]
+	g, okG := b["grads"]
+	o, okO := b["optimizer"]
+	if !okP || !okG || !okO {
+		return nil
+	}
+	return I64(p + g + o)
 }
