@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain"
 	"github.com/fsdpbench/fsdpbench/backends/sim"
 )
 
@@ -11,7 +12,7 @@ import (
 // New backends are registered here.
 func newRegistry() (*backends.Registry, error) {
 	reg := &backends.Registry{}
-	for _, b := range []backends.Backend{sim.New()} {
+	for _, b := range []backends.Backend{sim.New(), gotrain.New()} {
 		if err := reg.Register(b); err != nil {
 			return nil, fmt.Errorf("registering built-in backends: %w", err)
 		}

@@ -1,0 +1,556 @@
+// Package gotrain is the Go trainer as a backend: Run starts one worker process per
+// rank (this executable's `worker` subcommand, torchrun's environment), each
+// training the model with fsdp/ on the cpu device over comm/'s TCP ring, and turns
+// what the workers print and write into a results.Result. A rank that dies takes
+// the others down with it: every worker has its own process group, and the backend
+// kills every group (SIGTERM, then SIGKILL) on the first failure or cancellation.
+package gotrain
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Name is the backend's name in specs and the registry.
+const Name = "gotrain"
+
+// PIDFile is the file in the run directory where Run lists its workers, one
+// "rank pid" line each, so that an operator (or a test) can find them.
+const PIDFile = "workers.pid"
+
+// configFile is the RunConfig the workers read, in the run directory.
+const configFile = "gotrain-run-config.json"
+
+// killGrace is how long a worker has between SIGTERM and SIGKILL.
+const killGrace = 2 * time.Second
+
+// stderrTail is how many of a rank's last stderr lines a failure reports.
+const stderrTail = 5
+
+// Options are the gotrain backend_options.
+type Options struct {
+	// LR, WeightDecay and GradClip are AdamW's and the clipping norm (torch's
+	// defaults: lr 1e-3, weight_decay 0.01; no clipping).
+	LR          float64
+	WeightDecay float64
+	GradClip    float64
+	// StepDelay sleeps before each step (outside its timing), so a run lasts long
+	// enough to be interrupted in tests.
+	StepDelay time.Duration
+	// MemLimitBytes caps each rank's device memory (0: none), so out-of-memory is
+	// reproducible on cpu.
+	MemLimitBytes int64
+}
+
+// ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
+// duration such as "200ms") and mem_limit_bytes. Unknown keys are errors.
+func ParseOptions(m map[string]any) (Options, error) {
+	o := Options{LR: 1e-3, WeightDecay: 0.01}
+	num := func(k string, v any) (float64, error) {
+		switch x := v.(type) {
+		case float64:
+			return x, nil
+		case int:
+			return float64(x), nil
+		case int64:
+			return float64(x), nil
+		case uint64:
+			return float64(x), nil
+		}
+		return 0, fmt.Errorf("gotrain: backend_options.%s must be a number, got %v", k, v)
+	}
+	for k, v := range m {
+		var err error
+		switch k {
+		case "lr":
+			o.LR, err = num(k, v)
+		case "weight_decay":
+			o.WeightDecay, err = num(k, v)
+		case "grad_clip":
+			o.GradClip, err = num(k, v)
+		case "mem_limit_bytes":
+			var f float64
+			f, err = num(k, v)
+			o.MemLimitBytes = int64(f)
+		case "step_delay":
+			s, ok := v.(string)
+			if !ok {
+				return o, fmt.Errorf("gotrain: backend_options.step_delay must be a duration such as \"200ms\", got %v", v)
+			}
+			o.StepDelay, err = time.ParseDuration(s)
+			if err != nil {
+				err = fmt.Errorf("gotrain: backend_options.step_delay: %w", err)
+			}
+		default:
+			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes)", k)
+		}
+		if err != nil {
+			return o, err
+		}
+	}
+	if !(o.LR > 0) || o.WeightDecay < 0 || o.GradClip < 0 || o.StepDelay < 0 || o.MemLimitBytes < 0 {
+		return o, fmt.Errorf("gotrain: backend_options: lr must be positive; weight_decay, grad_clip, step_delay and mem_limit_bytes not negative")
+	}
+	return o, nil
+}
+
+// Backend runs the Go trainer in worker processes on this host.
+type Backend struct {
+	// executable returns the program started as the workers, with `worker` as its
+	// argument: os.Executable by default.
+	executable func() (string, error)
+}
+
+// New returns the gotrain backend.
+func New() *Backend { return &Backend{executable: os.Executable} }
+
+var _ backends.Backend = (*Backend)(nil)
+
+// Name returns "gotrain".
+func (*Backend) Name() string { return Name }
+
+// Describe says the backend trains on cpu here, in fp32.
+func (*Backend) Describe(context.Context) (backends.Description, error) {
+	return backends.Description{
+		Name: Name,
+		Summary: "the Go trainer: one worker process per rank on this host, FSDP strategies and DDP " +
+			"over a TCP ring, measured on the cpu device",
+		Available: true,
+		Axes: map[string][]string{
+			"mixed_precision": {sweeps.FP32},
+			"hardware":        {"cpu", hardware.Auto},
+		},
+		Source: "builtin",
+	}, nil
+}
+
+// Validate refuses what the cpu trainer cannot run: a model that is not a llama-arch
+// shape the model package builds, any precision but fp32, cpu_offload, compile, and
+// a world size that is not nodes × gpus_per_node.
+func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
+	if _, err := ParseOptions(rc.BackendOptions); err != nil {
+		return err
+	}
+	if rc.Hardware != "cpu" && rc.Hardware != hardware.Auto {
+		return fmt.Errorf("gotrain runs on the cpu device only; hardware %q needs the cuda device (set hardware: cpu)", rc.Hardware)
+	}
+	switch rc.MixedPrecision {
+	case sweeps.FP32:
+	case sweeps.BF16, sweeps.FP16:
+		return fmt.Errorf("mixed_precision %s: the cpu device trains in fp32; bf16 comes with the cuda device (set mixed_precision: fp32)", rc.MixedPrecision)
+	default:
+		return fmt.Errorf("mixed_precision %q: the cpu device trains in fp32 (set mixed_precision: fp32)", rc.MixedPrecision)
+	}
+	if rc.CPUOffload {
+		return errors.New("cpu_offload: the cpu device already holds everything in host memory; there is nothing to offload (set cpu_offload: false)")
+	}
+	if rc.Compile {
+		return errors.New("compile: the Go trainer has no compiler (torch.compile is a torchrun feature; set compile: false)")
+	}
+	if rc.WorldSize <= 0 || rc.Nodes <= 0 || rc.GPUsPerNode <= 0 || rc.Nodes*rc.GPUsPerNode != rc.WorldSize {
+		return fmt.Errorf("world_size %d must be nodes %d × gpus_per_node %d (gotrain runs every rank on this host)", rc.WorldSize, rc.Nodes, rc.GPUsPerNode)
+	}
+	if rc.SeqLen <= 0 || rc.BatchPerDevice <= 0 || rc.Steps <= 0 || rc.WarmupSteps < 0 {
+		return fmt.Errorf("seq_len %d, batch_per_device %d and steps %d must be positive, warmup_steps %d not negative",
+			rc.SeqLen, rc.BatchPerDevice, rc.Steps, rc.WarmupSteps)
+	}
+	shape, err := shapes.Lookup(rc.Model)
+	if err != nil {
+		return err
+	}
+	if _, err := model.Layout(shape); err != nil {
+		return fmt.Errorf("gotrain: model %s: %w", rc.Model, err)
+	}
+	if shape.MaxPositions > 0 && rc.SeqLen > shape.MaxPositions {
+		return fmt.Errorf("seq_len %d exceeds model %s's max_positions %d", rc.SeqLen, rc.Model, shape.MaxPositions)
+	}
+	return nil
+}
+
+// worker is one started rank.
+type worker struct {
+	rank int
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	tail []string // the last stderr lines
+}
+
+func (w *worker) addTail(line string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tail = append(w.tail, line)
+	if len(w.tail) > stderrTail {
+		w.tail = w.tail[len(w.tail)-stderrTail:]
+	}
+}
+
+func (w *worker) lastLines() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.tail, "\n")
+}
+
+// exit is how one worker ended.
+type exit struct {
+	rank int
+	err  error
+	// killed is true when the backend had already signalled every worker.
+	killed bool
+}
+
+// Run starts world_size workers, waits for them and builds the Result. A worker
+// that fails (or the context ending) kills every worker's process group.
+func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
+		TokensPerStep: rc.TokensPerStep(), Started: time.Now()}
+	res.Env.Go = runtime.Version()
+	res.Env.Hardware = "cpu"
+	if host, err := os.Hostname(); err == nil {
+		res.Env.Hosts = []string{host}
+	}
+	if err := b.Validate(ctx, rc); err != nil {
+		res.Status, res.Error, res.Finished = results.StatusInfeasible, err.Error(), time.Now()
+		return res, nil
+	}
+	if emit == nil {
+		emit = func(backends.Event) {}
+	}
+	stdout, stderr := env.Stdout, env.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	exe, err := b.executable()
+	if err != nil {
+		return res, fmt.Errorf("gotrain: find this executable to start the workers: %w", err)
+	}
+	if err := os.MkdirAll(env.RunDir, 0o755); err != nil {
+		return res, fmt.Errorf("gotrain: %w", err)
+	}
+	cfgPath := filepath.Join(env.RunDir, configFile)
+	data, err := json.MarshalIndent(rc, "", "  ")
+	if err != nil {
+		return res, fmt.Errorf("gotrain: encode the run config: %w", err)
+	}
+	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
+		return res, fmt.Errorf("gotrain: %w", err)
+	}
+	_ = os.RemoveAll(filepath.Join(env.RunDir, "ranks"))
+	port, err := freePort()
+	if err != nil {
+		return res, fmt.Errorf("gotrain: find a free port for the rendezvous: %w", err)
+	}
+
+	var outMu sync.Mutex // one line at a time into each shared writer
+	writeLine := func(w io.Writer, rank int, line string) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(w, "[rank %d] %s\n", rank, line)
+	}
+	var steps []results.Step
+	var stepsMu sync.Mutex
+
+	workers := make([]*worker, 0, rc.WorldSize)
+	exits := make(chan exit, rc.WorldSize)
+	var killOnce sync.Once
+	killed := make(chan struct{})
+	killAll := func() {
+		killOnce.Do(func() {
+			close(killed)
+			for _, w := range workers {
+				_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGTERM)
+			}
+		})
+	}
+	var pids strings.Builder
+	var readers sync.WaitGroup
+	for r := 0; r < rc.WorldSize; r++ {
+		cmd := exec.Command(exe, "worker")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Env = append(os.Environ(),
+			"MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT="+strconv.Itoa(port),
+			"RANK="+strconv.Itoa(r),
+			"WORLD_SIZE="+strconv.Itoa(rc.WorldSize),
+			"LOCAL_RANK="+strconv.Itoa(r%rc.GPUsPerNode),
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(rc.GPUsPerNode),
+			"GROUP_RANK="+strconv.Itoa(r/rc.GPUsPerNode),
+			EnvRunConfig+"="+cfgPath,
+		)
+		outPipe, err := cmd.StdoutPipe()
+		if err == nil {
+			var errPipe io.ReadCloser
+			errPipe, err = cmd.StderrPipe()
+			if err == nil {
+				err = cmd.Start()
+			}
+			if err == nil {
+				w := &worker{rank: r, cmd: cmd}
+				workers = append(workers, w)
+				fmt.Fprintf(&pids, "%d %d\n", r, cmd.Process.Pid)
+				readers.Add(1)
+				go func() {
+					defer readers.Done()
+					var wg sync.WaitGroup
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						sc := bufio.NewScanner(errPipe)
+						sc.Buffer(make([]byte, 64<<10), 1<<20)
+						for sc.Scan() {
+							w.addTail(sc.Text())
+							writeLine(stderr, w.rank, sc.Text())
+						}
+						_, _ = io.Copy(io.Discard, errPipe)
+					}()
+					go func() {
+						defer wg.Done()
+						sc := bufio.NewScanner(outPipe)
+						sc.Buffer(make([]byte, 64<<10), 1<<20)
+						for sc.Scan() {
+							line := sc.Text()
+							writeLine(stdout, w.rank, line)
+							ev, ok := strings.CutPrefix(line, EventPrefix)
+							if !ok {
+								continue
+							}
+							var we workerEvent
+							if json.Unmarshal([]byte(ev), &we) != nil || we.Event != "step" || we.Warmup {
+								continue
+							}
+							loss := we.Loss
+							stepsMu.Lock()
+							steps = append(steps, results.Step{Step: len(steps) + 1, Loss: &loss, StepTimeS: we.StepTimeS, Tokens: we.Tokens})
+							n := len(steps)
+							stepsMu.Unlock()
+							emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: w.rank,
+								Step: n, Loss: &loss, StepTimeS: we.StepTimeS, Tokens: we.Tokens})
+						}
+						_, _ = io.Copy(io.Discard, outPipe)
+					}()
+					wg.Wait()
+					err := w.cmd.Wait()
+					select {
+					case <-killed:
+						exits <- exit{rank: w.rank, err: err, killed: true}
+					default:
+						exits <- exit{rank: w.rank, err: err}
+					}
+				}()
+			}
+		}
+		if err != nil {
+			killAll()
+			b.reap(workers, exits, len(workers))
+			return res, fmt.Errorf("gotrain: start rank %d (%s worker): %w", r, exe, err)
+		}
+	}
+	_ = os.WriteFile(filepath.Join(env.RunDir, PIDFile), []byte(pids.String()), 0o644)
+	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
+
+	var first *exit // the first worker to end badly on its own
+	oom := -1
+	canceled := false
+	done := 0
+	var hardKill <-chan time.Time
+	ctxDone := ctx.Done()
+	for done < rc.WorldSize {
+		select {
+		case e := <-exits:
+			done++
+			if e.err == nil {
+				continue
+			}
+			var ee *exec.ExitError
+			if errors.As(e.err, &ee) && ee.ExitCode() == ExitOOM && oom < 0 {
+				oom = e.rank
+			}
+			if first == nil && !e.killed {
+				first = &e
+			} else if !e.killed && first != nil && !signaled(first.err) && signaled(e.err) {
+				// A rank killed from outside is the cause; a rank that exited with an
+				// error on its own at about the same time most likely lost that peer.
+				first = &e
+			}
+			if hardKill == nil {
+				killAll()
+				hardKill = time.After(killGrace)
+			}
+		case <-ctxDone:
+			ctxDone = nil // a closed channel would spin this loop
+			if hardKill == nil {
+				canceled = true
+				killAll()
+				hardKill = time.After(killGrace)
+			}
+		case <-hardKill:
+			for _, w := range workers {
+				_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+			}
+			hardKill = nil
+		}
+	}
+	// A worker's own children (none today) die with its group.
+	for _, w := range workers {
+		_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	readers.Wait()
+	res.Finished = time.Now()
+	switch {
+	case oom >= 0:
+		res.Status = results.StatusOOM
+		res.Error = fmt.Sprintf("rank %d ran out of device memory", oom)
+		if tail := workers[oom].lastLines(); tail != "" {
+			res.Error += ":\n" + tail
+		}
+	case first != nil:
+		res.Status = results.StatusFailed
+		res.Error = fmt.Sprintf("rank %d exited: %v", first.rank, first.err)
+		if tail := workers[first.rank].lastLines(); tail != "" {
+			res.Error += "; its last stderr lines:\n" + tail
+		}
+	case canceled:
+		res.Status = results.StatusCanceled
+		res.Error = fmt.Sprintf("canceled: %v; every worker was stopped", context.Cause(ctx))
+	default:
+		if err := b.collect(&res, rc, env.RunDir, steps); err != nil {
+			res.Status, res.Error = results.StatusFailed, err.Error()
+		}
+	}
+	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
+	return res, nil
+}
+
+// reap waits for n started workers after killAll, with SIGKILL after the grace.
+func (b *Backend) reap(workers []*worker, exits <-chan exit, n int) {
+	deadline := time.After(killGrace)
+	for n > 0 {
+		select {
+		case <-exits:
+			n--
+		case <-deadline:
+			for _, w := range workers {
+				_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+			}
+			deadline = nil
+		}
+	}
+}
+
+// signaled reports whether err is the exit of a process killed by a signal.
+func signaled(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
+}
+
+// collect fills res from the ranks' files.
+func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir string, steps []results.Step) error {
+	files := make([]RankFile, rc.WorldSize)
+	for r := range files {
+		path := filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("gotrain: rank %d exited cleanly but its report is missing: %w", r, err)
+		}
+		if err := json.Unmarshal(data, &files[r]); err != nil {
+			return fmt.Errorf("gotrain: rank %d's report %s: %w", r, path, err)
+		}
+		if len(files[r].StepTimesS) != rc.Steps {
+			return fmt.Errorf("gotrain: rank %d reported %d measured steps, want %d", r, len(files[r].StepTimesS), rc.Steps)
+		}
+	}
+	shape, err := shapes.Lookup(rc.Model)
+	if err != nil {
+		return err
+	}
+	prof, err := hardware.Lookup("cpu")
+	if err != nil {
+		return err
+	}
+	peak, err := prof.Peak(sweeps.FP32)
+	if err != nil {
+		return err
+	}
+	// Rank 0's losses (every rank computes the same global loss); a step lasts as
+	// long as its slowest rank.
+	res.Steps = make([]results.Step, rc.Steps)
+	r0 := files[0]
+	for i := range res.Steps {
+		loss := r0.Losses[i]
+		st := results.Step{Step: i + 1, Loss: &loss, StepTimeS: r0.StepTimesS[i], Tokens: rc.TokensPerStep()}
+		if i < len(steps) && steps[i].Tokens > 0 {
+			st.Tokens = steps[i].Tokens
+		}
+		for _, f := range files[1:] {
+			st.StepTimeS = max(st.StepTimeS, f.StepTimesS[i])
+		}
+		res.Steps[i] = st
+	}
+	var peakAlloc, peakRSS int64
+	comm := &results.CommBytes{}
+	for _, f := range files {
+		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
+		if f.PeakMemAllocatedBytes > peakAlloc {
+			peakAlloc = f.PeakMemAllocatedBytes
+			res.MemBreakdownBytes = f.PeakBytes
+		}
+		peakRSS = max(peakRSS, f.PeakRSSBytes)
+		comm.AllGather = max(comm.AllGather, f.CommBytesPerStep.AllGather)
+		comm.ReduceScatter = max(comm.ReduceScatter, f.CommBytesPerStep.ReduceScatter)
+		comm.AllReduce = max(comm.AllReduce, f.CommBytesPerStep.AllReduce)
+		loss := f.Losses[len(f.Losses)-1]
+		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, Host: f.Host,
+			MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens,
+			PeakMemAllocatedBytes: results.I64(f.PeakMemAllocatedBytes),
+			PeakRSSBytes:          results.I64(f.PeakRSSBytes), LossLast: &loss})
+	}
+	res.Status = results.StatusOK
+	res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)
+	res.PeakFlopsPerS = peak
+	res.PeakMemAllocatedBytes = results.I64(peakAlloc)
+	res.PeakRSSBytes = results.I64(peakRSS)
+	if prof.MemBytes > 0 {
+		res.DeviceMemBytes = results.I64(prof.MemBytes)
+	}
+	res.CommBytesPerStep = comm
+	res.Env.ModelParams = shape.Params()
+	return nil
+}
+
+// freePort asks the kernel for a free TCP port on loopback. Another process may take
+// it before rank 0 listens; rank 0 then fails with an error that says so.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,289 @@
+package gotrain
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// TestMain makes the test binary its own worker: the backend starts os.Executable()
+// with the argument `worker`, as it starts `fsdpbench worker`.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		err := Worker(context.Background(), WorkerEnv{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+		}
+		os.Exit(ExitCode(err))
+	}
+	os.Exit(m.Run())
+}
+
+// tinyRun is a small run of the tiny model.
+func tinyRun(ws, nodes int, sharding string) sweeps.RunConfig {
+	rc := sweeps.RunConfig{Backend: Name, Hardware: "cpu", Model: "tiny", SeqLen: 16, Steps: 3, WarmupSteps: 0,
+		Seed: 1, Nodes: nodes, GPUsPerNode: ws / nodes, WorldSize: ws, BatchPerDevice: 1, GradAccum: 1,
+		Sharding: sharding, BackwardPrefetch: sweeps.BackwardPre, MixedPrecision: sweeps.FP32}
+	// The global batch is fixed across world sizes (grad accumulation makes up the
+	// difference), so the same samples are trained on and the losses must agree.
+	rc.GradAccum = 2 / ws
+	rc.GlobalBatch = ws * rc.BatchPerDevice * rc.GradAccum
+	rc.AssignID()
+	return rc
+}
+
+// syncBuffer is a bytes.Buffer safe for the backend's concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
+	b := New()
+	var ref []float64
+	for _, tc := range []struct {
+		ws, nodes int
+		sharding  string
+	}{
+		{1, 1, sweeps.FullShard},
+		{2, 1, sweeps.FullShard},
+		{2, 1, sweeps.DDP},
+		{2, 1, sweeps.ShardGradOp},
+	} {
+		t.Run(fmt.Sprintf("ws%d-%s", tc.ws, tc.sharding), func(t *testing.T) {
+			rc := tinyRun(tc.ws, tc.nodes, tc.sharding)
+			require.NoError(t, b.Validate(context.Background(), rc))
+			var mu sync.Mutex
+			var events []backends.Event
+			var stdout, stderr syncBuffer
+			res, err := b.Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir(), Stdout: &stdout, Stderr: &stderr},
+				func(e backends.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+			require.NoError(t, err)
+			require.Equal(t, results.StatusOK, res.Status, "error: %s\nstderr:\n%s", res.Error, stderr.String())
+
+			require.Len(t, res.Steps, rc.Steps)
+			var losses []float64
+			var stepEvents int
+			for _, e := range events {
+				if e.Kind == backends.EventStep {
+					stepEvents++
+				}
+			}
+			assert.Equal(t, rc.Steps, stepEvents, "one step event per measured step")
+			var wall float64
+			for i, s := range res.Steps {
+				require.NotNil(t, s.Loss)
+				assert.Equal(t, i+1, s.Step)
+				assert.Positive(t, s.StepTimeS)
+				assert.Equal(t, rc.TokensPerStep(), s.Tokens)
+				losses = append(losses, *s.Loss)
+				wall += s.StepTimeS
+			}
+			if ref == nil {
+				ref = losses
+			} else {
+				for i := range ref {
+					assert.InEpsilon(t, ref[i], losses[i], 1e-5, "step %d loss", i+1)
+				}
+			}
+			shape, err := shapes.Lookup("tiny")
+			require.NoError(t, err)
+			assert.Equal(t, shape.FlopsPerToken(rc.SeqLen), res.ModelFlopsPerToken)
+			assert.Positive(t, res.PeakFlopsPerS)
+			assert.InDelta(t, wall, res.MeasuredWallS, wall, "slowest rank's wall is about the steps' sum")
+			require.NotNil(t, res.PeakMemAllocatedBytes)
+			require.NotNil(t, res.PeakRSSBytes)
+			assert.Positive(t, *res.PeakMemAllocatedBytes)
+			assert.Greater(t, *res.PeakRSSBytes, *res.PeakMemAllocatedBytes, "the process holds more than its tensors")
+			for _, cat := range []string{"params", "grads", "optimizer", "activations"} {
+				assert.Positive(t, res.MemBreakdownBytes[cat], cat)
+			}
+			require.Len(t, res.PerRank, tc.ws)
+			require.NotNil(t, res.CommBytesPerStep)
+			if tc.ws > 1 {
+				switch tc.sharding {
+				case sweeps.DDP:
+					assert.Positive(t, res.CommBytesPerStep.AllReduce)
+					assert.Zero(t, res.CommBytesPerStep.AllGather)
+				default:
+					assert.Positive(t, res.CommBytesPerStep.AllGather)
+					assert.Positive(t, res.CommBytesPerStep.ReduceScatter)
+				}
+			}
+			assert.Contains(t, stdout.String(), "[rank 0] "+EventPrefix)
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*sweeps.RunConfig)
+		want string
+	}{
+		{"bf16", func(rc *sweeps.RunConfig) { rc.MixedPrecision = sweeps.BF16 }, "bf16 comes with the cuda device"},
+		{"offload", func(rc *sweeps.RunConfig) { rc.CPUOffload = true }, "cpu_offload"},
+		{"compile", func(rc *sweeps.RunConfig) { rc.Compile = true }, "compile"},
+		{"gpt2", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "gpt2"},
+		{"world", func(rc *sweeps.RunConfig) { rc.WorldSize = 3 }, "nodes 1 × gpus_per_node 2"},
+		{"gpu hardware", func(rc *sweeps.RunConfig) { rc.Hardware = "h100-sxm" }, "cpu device only"},
+		{"option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"lrr": 1.0} }, `unknown backend_options key "lrr"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := tinyRun(2, 1, sweeps.FullShard)
+			tc.edit(&rc)
+			err := New().Validate(context.Background(), rc)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, results.StatusInfeasible, res.Status)
+		})
+	}
+}
+
+// readPIDs reads the backend's PIDFile once it lists every rank.
+func readPIDs(t *testing.T, dir string, ws int) map[int]int {
+	t.Helper()
+	pids := map[int]int{}
+	require.Eventually(t, func() bool {
+		f, err := os.Open(filepath.Join(dir, PIDFile))
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 2 {
+				r, _ := strconv.Atoi(fields[0])
+				p, _ := strconv.Atoi(fields[1])
+				pids[r] = p
+			}
+		}
+		return len(pids) == ws
+	}, 20*time.Second, 20*time.Millisecond)
+	return pids
+}
+
+// gone reports whether no process with this pid exists (a zombie counts as gone:
+// its parent, the backend, reaps it).
+func gone(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesized command name.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func TestRunFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		kill       func(pids map[int]int, cancel context.CancelFunc)
+		wantStatus results.Status
+		wantError  string
+	}{
+		{"worker killed", func(pids map[int]int, _ context.CancelFunc) {
+			_ = syscall.Kill(pids[1], syscall.SIGKILL)
+		}, results.StatusFailed, "rank 1 exited: signal: killed"},
+		{"canceled", func(_ map[int]int, cancel context.CancelFunc) { cancel() },
+			results.StatusCanceled, "canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := tinyRun(2, 1, sweeps.FullShard)
+			rc.Steps = 1000
+			rc.BackendOptions = map[string]any{"step_delay": "200ms"}
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stepped := make(chan struct{})
+			var once sync.Once
+			type outcome struct {
+				res results.Result
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := New().Run(ctx, rc, backends.RunEnv{RunDir: dir}, func(e backends.Event) {
+					if e.Kind == backends.EventStep {
+						once.Do(func() { close(stepped) })
+					}
+				})
+				done <- outcome{res, err}
+			}()
+			select {
+			case <-stepped:
+			case o := <-done:
+				t.Fatalf("run ended before its first step: %+v %v", o.res, o.err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("no step within 30 s")
+			}
+			pids := readPIDs(t, dir, rc.WorldSize)
+			tc.kill(pids, cancel)
+			var o outcome
+			select {
+			case o = <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the run did not end within 15 s of the failure")
+			}
+			require.NoError(t, o.err)
+			assert.Equal(t, tc.wantStatus, o.res.Status)
+			assert.Contains(t, o.res.Error, tc.wantError)
+			for r, pid := range pids {
+				assert.True(t, gone(pid), "rank %d (pid %d) is still running", r, pid)
+			}
+		})
+	}
+}
+
+func TestRunOOM(t *testing.T) {
+	rc := tinyRun(2, 1, sweeps.FullShard)
+	// Far less than the tiny model's parameters and optimizer state need.
+	rc.BackendOptions = map[string]any{"mem_limit_bytes": 4096}
+	res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusOOM, res.Status, res.Error)
+	assert.Contains(t, res.Error, "out of device memory")
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := ParseOptions(map[string]any{"lr": 0.01, "step_delay": "5ms", "mem_limit_bytes": 1024, "grad_clip": 1})
+	require.NoError(t, err)
+	assert.Equal(t, Options{LR: 0.01, WeightDecay: 0.01, GradClip: 1, StepDelay: 5 * time.Millisecond, MemLimitBytes: 1024}, o)
+	for _, bad := range []map[string]any{{"lr": -1.0}, {"step_delay": 5}, {"lr": "x"}, {"step_delay": "soon"}} {
+		_, err := ParseOptions(bad)
+		assert.Error(t, err, "%v", bad)
+	}
+}

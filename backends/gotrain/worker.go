@@ -1,0 +1,211 @@
+package gotrain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// EnvRunConfig names the environment variable that holds the path of the run's
+// RunConfig (JSON) for a worker.
+const EnvRunConfig = "FSDPBENCH_RUN_CONFIG"
+
+// EventPrefix starts every line of a worker's stdout that the backend parses; the
+// rest of the line is one JSON workerEvent.
+const EventPrefix = "FSDPBENCH "
+
+// ExitOOM is a worker's exit code when its device ran out of memory, so the backend
+// can report the run as oom rather than failed.
+const ExitOOM = 3
+
+// WorkerEnv is what a worker process reads and writes: its environment (os.Getenv
+// in the real command) and its output streams.
+type WorkerEnv struct {
+	Getenv func(string) string
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// ExitCode is the process exit code for Worker's error: 0, ExitOOM for
+// device.ErrOutOfMemory, 1 otherwise.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, device.ErrOutOfMemory):
+		return ExitOOM
+	default:
+		return 1
+	}
+}
+
+// workerEvent is one FSDPBENCH line.
+type workerEvent struct {
+	Event     string  `json:"event"`
+	Rank      int     `json:"rank"`
+	Step      int     `json:"step,omitempty"`
+	Warmup    bool    `json:"warmup,omitempty"`
+	Loss      float64 `json:"loss,omitempty"`
+	StepTimeS float64 `json:"step_time_s,omitempty"`
+	Tokens    int64   `json:"tokens,omitempty"`
+}
+
+// RankFile is what a worker writes to ranks/rank-<r>.json in the run directory at
+// the end of a successful run; the backend builds the Result from these files.
+type RankFile struct {
+	Rank int    `json:"rank"`
+	Host string `json:"host,omitempty"`
+	// Tokens is the global tokens of the measured steps.
+	Tokens        int64     `json:"tokens"`
+	MeasuredWallS float64   `json:"measured_wall_s"`
+	StepTimesS    []float64 `json:"step_times_s"`
+	Losses        []float64 `json:"losses"`
+	// PeakMemAllocatedBytes is the device's peak total; PeakBytes its peak per
+	// category (params, grads, optimizer, activations, comm, other).
+	PeakMemAllocatedBytes int64            `json:"peak_mem_allocated_bytes"`
+	PeakBytes             map[string]int64 `json:"peak_bytes"`
+	PeakRSSBytes          int64            `json:"peak_rss_bytes"`
+	// CommBytesPerStep is the payload this rank sent per measured step, per collective.
+	CommBytesPerStep results.CommBytes `json:"comm_bytes_per_step"`
+}
+
+// Worker runs one rank of a gotrain run: it reads the RunConfig named by
+// FSDPBENCH_RUN_CONFIG and its place from torchrun's (or Slurm's) variables, trains
+// warmup_steps + steps steps, prints rank 0's steps as FSDPBENCH lines and writes
+// ranks/rank-<r>.json next to the config file. `fsdpbench worker` calls it.
+func Worker(ctx context.Context, env WorkerEnv) error {
+	path := env.Getenv(EnvRunConfig)
+	if path == "" {
+		return fmt.Errorf("gotrain worker: %s is not set; the worker is started by the gotrain backend, not by hand", EnvRunConfig)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: read the run config: %w", err)
+	}
+	var rc sweeps.RunConfig
+	if err := json.Unmarshal(data, &rc); err != nil {
+		return fmt.Errorf("gotrain worker: run config %s: %w", path, err)
+	}
+	opts, err := ParseOptions(rc.BackendOptions)
+	if err != nil {
+		return err
+	}
+	shape, err := shapes.Lookup(rc.Model)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: %w", err)
+	}
+	info, err := rendezvous.FromEnv(env.Getenv)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: %w", err)
+	}
+	world, err := comm.Dial(ctx, info, comm.Options{})
+	if err != nil {
+		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
+	}
+	defer world.Close()
+	dev := cpu.New(cpu.Options{LimitBytes: opts.MemLimitBytes})
+	tr, err := fsdp.New(ctx, dev, world, fsdp.Config{
+		Shape: shape, Sharding: rc.Sharding, GPUsPerNode: rc.GPUsPerNode,
+		BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
+		ActivationCheckpointing: rc.ActivationCheckpointing, GradAccum: rc.GradAccum,
+		BatchPerDevice: rc.BatchPerDevice, SeqLen: rc.SeqLen, Seed: uint64(rc.Seed),
+		LR: opts.LR, WeightDecay: opts.WeightDecay, GradClip: opts.GradClip,
+	})
+	if err != nil {
+		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
+	}
+	defer tr.Close()
+
+	out := RankFile{Rank: info.Rank}
+	out.Host, _ = os.Hostname()
+	enc := json.NewEncoder(env.Stdout)
+	var before comm.Stats
+	for i := 1; i <= rc.WarmupSteps+rc.Steps; i++ {
+		warmup := i <= rc.WarmupSteps
+		if i == rc.WarmupSteps+1 {
+			before = tr.Report().Comm
+		}
+		if opts.StepDelay > 0 {
+			// A test knob: it makes a run last, outside the measured step.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(opts.StepDelay):
+			}
+		}
+		rep, err := tr.Step(ctx)
+		if err != nil {
+			return fmt.Errorf("gotrain worker: %w", err)
+		}
+		if info.Rank == 0 {
+			if _, err := io.WriteString(env.Stdout, EventPrefix); err != nil {
+				return err
+			}
+			if err := enc.Encode(workerEvent{Event: "step", Rank: 0, Step: rep.Step, Warmup: warmup,
+				Loss: rep.Loss, StepTimeS: rep.Time.Seconds(), Tokens: int64(rep.Tokens)}); err != nil {
+				return err
+			}
+		}
+		if warmup {
+			continue
+		}
+		out.StepTimesS = append(out.StepTimesS, rep.Time.Seconds())
+		out.Losses = append(out.Losses, rep.Loss)
+		out.MeasuredWallS += rep.Time.Seconds()
+		out.Tokens += int64(rep.Tokens)
+	}
+	rr := tr.Report()
+	out.PeakMemAllocatedBytes = rr.Memory.PeakTotal
+	out.PeakBytes = map[string]int64{}
+	for c := device.Category(0); c < device.NumCategories; c++ {
+		if v := rr.Memory.Peak[c]; v != 0 || c != device.Other {
+			out.PeakBytes[c.String()] = v
+		}
+	}
+	out.PeakRSSBytes = peakRSS()
+	if n := int64(rc.Steps); n > 0 {
+		d := rr.Comm
+		out.CommBytesPerStep = results.CommBytes{
+			AllGather:     (d.AllGather.BytesSent - before.AllGather.BytesSent) / n,
+			ReduceScatter: (d.ReduceScatter.BytesSent - before.ReduceScatter.BytesSent) / n,
+			AllReduce:     (d.AllReduce.BytesSent - before.AllReduce.BytesSent) / n,
+		}
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(filepath.Dir(path), "ranks")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("gotrain worker: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rank-"+strconv.Itoa(info.Rank)+".json"), b, 0o644); err != nil {
+		return fmt.Errorf("gotrain worker: %w", err)
+	}
+	return nil
+}
+
+// peakRSS is this process's peak resident set; Linux reports ru_maxrss in KiB.
+func peakRSS() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return int64(ru.Maxrss) * 1024
+}
