@@ -43,7 +43,7 @@ func tinyRun(ws, nodes int, sharding string) sweeps.RunConfig {
 		Sharding: sharding, BackwardPrefetch: sweeps.BackwardPre, MixedPrecision: sweeps.FP32}
 	// The global batch is fixed across world sizes (grad accumulation makes up the
 	// difference), so the same samples are trained on and the losses must agree.
-	rc.GradAccum = 2 / ws
+	rc.GradAccum = 4 / ws
 	rc.GlobalBatch = ws * rc.BatchPerDevice * rc.GradAccum
 	rc.AssignID()
 	return rc
@@ -78,8 +78,9 @@ func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 		{2, 1, sweeps.FullShard},
 		{2, 1, sweeps.DDP},
 		{2, 1, sweeps.ShardGradOp},
+		{4, 2, sweeps.HybridShard},
 	} {
-		t.Run(fmt.Sprintf("ws%d-%s", tc.ws, tc.sharding), func(t *testing.T) {
+		t.Run(fmt.Sprintf("ws%d-n%d-%s", tc.ws, tc.nodes, tc.sharding), func(t *testing.T) {
 			rc := tinyRun(tc.ws, tc.nodes, tc.sharding)
 			require.NoError(t, b.Validate(context.Background(), rc))
 			var mu sync.Mutex
