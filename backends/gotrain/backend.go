@@ -526,8 +526,10 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		comm.ReduceScatter = max(comm.ReduceScatter, f.CommBytesPerStep.ReduceScatter)
 		comm.AllReduce = max(comm.AllReduce, f.CommBytesPerStep.AllReduce)
 		loss := f.Losses[len(f.Losses)-1]
+		// A rank file counts the global batch's tokens; results sums RankResult.Tokens
+		// over ranks, so each rank reports its own share (global_batch divides evenly).
 		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, Host: f.Host,
-			MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens,
+			MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens / int64(rc.WorldSize),
 			PeakMemAllocatedBytes: results.I64(f.PeakMemAllocatedBytes),
 			PeakRSSBytes:          results.I64(f.PeakRSSBytes), LossLast: &loss})
 	}

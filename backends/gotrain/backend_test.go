@@ -128,6 +128,16 @@ func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 			for _, cat := range []string{"params", "grads", "optimizer", "activations"} {
 				assert.Positive(t, res.MemBreakdownBytes[cat], cat)
 			}
+			// The normalized throughput counts each global batch once, however many
+			// ranks shared it (ranks report their own share of the tokens).
+			var rankTokens int64
+			for _, pr := range res.PerRank {
+				rankTokens += pr.Tokens
+			}
+			assert.Equal(t, rc.TokensPerStep()*int64(rc.Steps), rankTokens, "tokens of all ranks over the measured steps")
+			m := results.Normalize(rc, []results.Result{res})
+			require.NotNil(t, m.TokensPerS)
+			assert.InEpsilon(t, float64(rc.TokensPerStep()*int64(rc.Steps))/res.MeasuredWallS, *m.TokensPerS, 1e-9)
 			require.Len(t, res.PerRank, tc.ws)
 			require.NotNil(t, res.CommBytesPerStep)
 			if tc.ws > 1 {
