@@ -91,20 +91,9 @@ type Outcome struct {
 }
 
 // SearchResult is the outcome of one max_fit search: the largest value of the
-// searched axis that ran (fit), for one point of the other axes.
-type SearchResult struct {
-	Group string `json:"group"`
-	Axis  string `json:"axis"`
-	// MaxFit is the largest value that fit; 0 when none did.
-	MaxFit int `json:"max_fit"`
-	// MaxFitRun is the ID of the run at MaxFit.
-	MaxFitRun string `json:"max_fit_run,omitempty"`
-	// Tried lists the values tried, in order.
-	Tried []int `json:"tried"`
-	// StoppedBy is the status that ended the search (oom, infeasible, failed, ...),
-	// or "exhausted" when the axis had no larger value to try.
-	StoppedBy string `json:"stopped_by"`
-}
+// searched axis that ran (fit), for one point of the other axes. The manifest
+// stores it, so it lives in results.
+type SearchResult = results.SearchResult
 
 // Summary counts the outcomes of a sweep. Status counts include skipped runs, by
 // their stored status; Skipped says how many of them were skipped.

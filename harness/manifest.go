@@ -10,18 +10,12 @@ import (
 	"github.com/fsdpbench/fsdpbench/results"
 )
 
-// manifestFile is manifest.json: the results schema plus the searches' outcomes.
-type manifestFile struct {
-	results.Manifest
-	Search []SearchResult `json:"search,omitempty"`
-}
-
 // manifest keeps manifest.json current: it is rewritten (atomically, one writer at
 // a time) after every run, so a killed sweep leaves an accurate one behind.
 type manifest struct {
 	mu      sync.Mutex
 	path    string
-	f       manifestFile
+	f       results.Manifest
 	index   map[string]int
 	touched map[string]bool
 	// searched marks the search groups this invocation reported.

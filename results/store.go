@@ -44,6 +44,24 @@ type Manifest struct {
 	Started  time.Time       `json:"started"`
 	Finished time.Time       `json:"finished,omitzero"`
 	Runs     []ManifestEntry `json:"runs"`
+	// Search holds the outcome of each max_fit search of the sweep.
+	Search []SearchResult `json:"search,omitempty"`
+}
+
+// SearchResult is the outcome of one adaptive search (search: {batch_per_device:
+// max_fit}) for one point of the other axes.
+type SearchResult struct {
+	Group string `json:"group"`
+	Axis  string `json:"axis"`
+	// MaxFit is the largest value that fit; 0 when none did.
+	MaxFit int `json:"max_fit"`
+	// MaxFitRun is the ID of the run at MaxFit.
+	MaxFitRun string `json:"max_fit_run,omitempty"`
+	// Tried lists the values tried, in order.
+	Tried []int `json:"tried"`
+	// StoppedBy is the status that ended the search (oom, infeasible, failed, ...),
+	// or "exhausted" when the axis had no larger value to try.
+	StoppedBy string `json:"stopped_by"`
 }
 
 // ManifestEntry records one run's status in the manifest.
