@@ -258,23 +258,197 @@ def train(s, seed, seq_len, global_batch, steps, lr, weight_decay):
     return losses, times
 
 
+# ---- distributed runs under torchrun (the backend's contract) ----
+
+# EXIT_INFEASIBLE tells the Go backend that the configuration cannot run here (not a
+# crash): it records the run as infeasible with the message printed on stderr.
+EXIT_INFEASIBLE = 3
+# EXIT_OOM tells the Go backend that the run ran out of memory.
+EXIT_OOM = 4
+
+SHARDED = ("full_shard", "shard_grad_op", "hybrid_shard")
+
+
+class Infeasible(Exception):
+    """The configuration cannot run with this torch on this machine."""
+
+
+class ParamModule(torch.nn.Module):
+    """Holds the named leaf tensors as nn.Parameters so DDP/FSDP can wrap them; the
+    forward is the functional one above over the same tensors."""
+
+    def __init__(self, s, params):
+        super().__init__()
+        self.s = s
+        self.names = list(params)
+        self.plist = torch.nn.ParameterList([torch.nn.Parameter(params[n].detach().clone()) for n in self.names])
+
+    def forward(self, inputs, targets):
+        return forward(self.s, dict(zip(self.names, self.plist)), inputs, targets)
+
+
+def peak_memory(device):
+    """Peak memory figures of this process, in bytes."""
+    out = {}
+    if device.type == "cuda":
+        out["peak_mem_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        out["peak_mem_reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
+    import resource
+    # ru_maxrss is KiB on Linux.
+    out["peak_rss_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return out
+
+
+def wrap(model, sharding, device, dist):
+    """DDP for ddp/no_shard; FSDP2 (fully_shard) when torch has it, FSDP1 on CUDA
+    otherwise, for sharded strategies."""
+    if sharding in ("ddp", "no_shard"):
+        if dist is None:
+            return model
+        ids = [device.index] if device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if device.type != "cuda":
+        raise Infeasible(f"torch {torch.__version__} on CPU cannot run FSDP ({sharding}); use ddp/no_shard or a CUDA machine")
+    try:
+        from torch.distributed.fsdp import fully_shard  # torch >= 2.6
+    except ImportError:
+        fully_shard = None
+    if fully_shard is not None and sharding != "hybrid_shard":
+        fully_shard(model, reshard_after_forward=(sharding == "full_shard"))
+        return model
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    strategy = {"full_shard": ShardingStrategy.FULL_SHARD, "shard_grad_op": ShardingStrategy.SHARD_GRAD_OP,
+                "hybrid_shard": ShardingStrategy.HYBRID_SHARD}[sharding]
+    return FSDP(model, sharding_strategy=strategy, device_id=device, use_orig_params=True)
+
+
+def emit(obj):
+    """One FSDPBENCH line on stdout, which the Go backend parses as an event."""
+    print("FSDPBENCH " + json.dumps(obj), flush=True)
+
+
+def run_distributed(a, s):
+    """Trains under torchrun's environment (or alone when WORLD_SIZE is unset) and
+    writes rank-<r>.json to $FSDPBENCH_METRICS_DIR."""
+    import os
+    ws = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and os.environ.get("FSDPBENCH_DEVICE", "") != "cpu"
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if a.sharding in SHARDED and not use_cuda:
+        raise Infeasible(f"torch {torch.__version__} on CPU cannot run FSDP ({a.sharding}); use ddp/no_shard or a CUDA machine")
+    if a.mixed_precision != "fp32":
+        raise Infeasible(f"mixed precision {a.mixed_precision} is not implemented by the reference script; use fp32")
+    dist = None
+    if ws > 1:
+        import torch.distributed as dist
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    model = ParamModule(s, build_params(s, a.seed & MASK64)).to(device)
+    model = wrap(model, a.sharding, device, dist)
+    opt = AdamW(model.parameters(), a.lr, a.weight_decay)
+    bpd, accum = a.batch_per_device, a.grad_accum
+    G = ws * bpd * accum
+    steps = []
+    measured_start = None
+    for step in range(a.warmup_steps + a.steps):
+        if step == a.warmup_steps:
+            if dist is not None:
+                dist.barrier()
+            if use_cuda:
+                torch.cuda.synchronize()
+            measured_start = time.perf_counter()
+        start = time.perf_counter()
+        opt.zero_grad()
+        local = 0.0
+        for k in range(accum):
+            first = step * G + k * ws * bpd + rank * bpd
+            inputs, targets = batch(a.seed & MASK64, first, bpd, a.seq_len, s["vocab"])
+            inputs, targets = inputs.to(device), targets.to(device)
+            ctx = model.no_sync() if (k < accum - 1 and hasattr(model, "no_sync")) else _null()
+            with ctx:
+                loss = model(inputs, targets) / accum
+                loss.backward()
+            local += loss.detach()
+        opt.step()
+        lt = torch.as_tensor(local, dtype=torch.float32, device=device).reshape(1)
+        if dist is not None:
+            dist.all_reduce(lt)
+            lt /= ws
+        if use_cuda:
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - start
+        if step >= a.warmup_steps:
+            rec = {"step": step - a.warmup_steps + 1, "loss": float(lt.item()), "step_time_s": dt,
+                   "tokens": bpd * accum * a.seq_len}
+            steps.append(rec)
+            if rank == 0:
+                emit(dict(rec, rank=rank))
+    wall = time.perf_counter() - measured_start
+    out = {"rank": rank, "world_size": ws, "sharding": a.sharding, "device": device.type,
+           "tokens": bpd * accum * a.seq_len * a.steps, "measured_wall_s": wall,
+           "steps": steps, "torch": torch.__version__}
+    out.update(peak_memory(device))
+    d = os.environ.get("FSDPBENCH_METRICS_DIR")
+    if d:
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"rank-{rank}.json")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+        os.replace(path + ".tmp", path)
+    if dist is not None:
+        dist.destroy_process_group()
+    return 0
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-json", required=True, help="shapes.Shape as JSON, inline or a file path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seq-len", type=int, required=True)
-    ap.add_argument("--batch", type=int, required=True, help="global batch, samples per step")
-    ap.add_argument("--steps", type=int, required=True)
-    ap.add_argument("--lr", type=float, required=True)
+    ap.add_argument("--batch", type=int, help="single-process mode: global batch, samples per step")
+    ap.add_argument("--steps", type=int, required=True, help="measured steps")
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=0.0)
-    ap.add_argument("--out", required=True, help="where to write the JSON result")
+    ap.add_argument("--out", help="single-process mode: where to write the JSON result")
+    ap.add_argument("--sharding", choices=("ddp", "no_shard") + SHARDED,
+                    help="distributed mode (under torchrun): the strategy")
+    ap.add_argument("--batch-per-device", type=int, default=1)
+    ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--warmup-steps", type=int, default=0)
+    ap.add_argument("--mixed-precision", default="fp32", choices=("fp32", "bf16", "fp16"))
     a = ap.parse_args(argv)
-    if a.seq_len <= 0 or a.batch <= 0 or a.steps <= 0 or not a.lr > 0 or a.weight_decay < 0 or a.seed < 0:
-        ap.error("seq-len, batch, steps and lr must be positive; weight-decay and seed not negative")
+    if a.seq_len <= 0 or a.steps <= 0 or not a.lr > 0 or a.weight_decay < 0 or a.seed < 0:
+        ap.error("seq-len, steps and lr must be positive; weight-decay and seed not negative")
     try:
         s = load_shape(a.model_json)
     except (OSError, ValueError, KeyError) as e:
         ap.error(f"--model-json: {e}")
+    if a.sharding is not None:
+        if a.batch_per_device <= 0 or a.grad_accum <= 0 or a.warmup_steps < 0:
+            ap.error("batch-per-device and grad-accum must be positive, warmup-steps not negative")
+        try:
+            return run_distributed(a, s)
+        except Infeasible as e:
+            print(f"fsdpbench: infeasible: {e}", file=sys.stderr, flush=True)
+            return EXIT_INFEASIBLE
+        except RuntimeError as e:
+            if "out of memory" in str(e):
+                print(f"fsdpbench: out of memory: {e}", file=sys.stderr, flush=True)
+                return EXIT_OOM
+            raise
+    if a.batch is None or a.batch <= 0 or a.out is None:
+        ap.error("single-process mode needs a positive --batch and --out (or give --sharding)")
     losses, times = train(s, a.seed & MASK64, a.seq_len, a.batch, a.steps, a.lr, a.weight_decay)
     result = {
         "model": s.get("name", ""),
