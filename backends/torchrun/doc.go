@@ -1,8 +1,11 @@
-// Package torchrun will be the backend that launches PyTorch training under
-// torchrun (DDP and FSDP) and reads its metrics back into results; that backend
-// comes next. For now it holds python/, the project's PyTorch script:
-// python/fsdpbench_train.py is the reference model, initialization, synthetic data
-// and AdamW step of the Go trainer (backends/gotrain) written in PyTorch, so that
-// the two engines train the same model on the same data and their per-step losses
-// can be compared (TestCrossEngineParity).
+// Package torchrun is the backend that launches PyTorch training under torchrun
+// (DDP everywhere; FSDP on CUDA) and reads its metrics back into results.
+//
+// python/fsdpbench_train.py, embedded in the binary and written to each run's
+// directory, is the reference model, initialization, synthetic data and AdamW step
+// of the Go trainer (backends/gotrain) written in PyTorch, so that the two engines
+// train the same model on the same data and their per-step losses can be compared
+// (TestCrossEngineParity, TestRunMatchesGoTrainer). Under torchrun each rank writes
+// ranks/rank-<r>.json (tokens, measured wall time, per-step losses and times, peak
+// memory, torch version) and rank 0 prints "FSDPBENCH {json}" step lines.
 package torchrun
