@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
-	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -47,90 +45,31 @@ const (
 //go:embed python/fsdpbench_train.py
 var trainScript []byte
 
-// Options are the torchrun backend_options.
-type Options struct {
-	// Python is the interpreter that has torch (default /usr/bin/python3).
-	Python string
-	// Script replaces the embedded fsdpbench_train.py (a path).
-	Script string
-	// ExtraArgs are appended to the script's arguments.
-	ExtraArgs []string
-	// LR and WeightDecay are AdamW's, with the Go trainer's defaults (1e-3, 0.01) so
-	// the two engines train alike unless told otherwise.
-	LR, WeightDecay float64
-}
-
-// ParseOptions reads backend_options: python, script, extra_args (a list of
-// strings), lr, weight_decay. Unknown keys are errors.
-func ParseOptions(m map[string]any) (Options, error) {
-	o := Options{Python: DefaultPython, LR: 1e-3, WeightDecay: 0.01}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := m[k]
-		switch k {
-		case "python", "script":
-			s, ok := v.(string)
-			if !ok || s == "" {
-				return o, fmt.Errorf("torchrun: backend_options.%s must be a non-empty string, got %v", k, v)
-			}
-			if k == "python" {
-				o.Python = s
-			} else {
-				o.Script = s
-			}
-		case "extra_args":
-			list, ok := v.([]any)
-			if !ok {
-				return o, fmt.Errorf("torchrun: backend_options.extra_args must be a list of strings, got %T", v)
-			}
-			for i, a := range list {
-				s, ok := a.(string)
-				if !ok {
-					return o, fmt.Errorf("torchrun: backend_options.extra_args[%d] must be a string, got %T", i, a)
-				}
-				o.ExtraArgs = append(o.ExtraArgs, s)
-			}
-		case "lr", "weight_decay":
-			var x float64
-			switch n := v.(type) {
-			case float64:
-				x = n
-			case int:
-				x = float64(n)
-			case int64:
-				x = float64(n)
-			case uint64:
-				x = float64(n)
-			default:
-				return o, fmt.Errorf("torchrun: backend_options.%s must be a number, got %T", k, v)
-			}
-			if k == "lr" {
-				if !(x > 0) {
-					return o, fmt.Errorf("torchrun: backend_options.lr must be positive, got %g", x)
-				}
-				o.LR = x
-			} else {
-				if !(x >= 0) {
-					return o, fmt.Errorf("torchrun: backend_options.weight_decay must not be negative, got %g", x)
-				}
-				o.WeightDecay = x
-			}
-		default:
-			return o, fmt.Errorf("torchrun: unknown backend_options key %q (known: python, script, extra_args, lr, weight_decay)", k)
-		}
-	}
-	return o, nil
-}
-
 // torchInfo is what the configured python's torch says about itself.
 type torchInfo struct {
-	Version string `json:"version"`
-	CUDA    bool   `json:"cuda"`
+	Version      string `json:"version"`
+	CUDA         bool   `json:"cuda"`
+	FSDP2        bool   `json:"fsdp2"` // torch.distributed.fsdp.fully_shard (torch >= 2.6)
+	Transformers bool   `json:"transformers"`
+	Accelerate   bool   `json:"accelerate"`
 }
+
+// probeScript prints torchInfo. Importing FSDP can fail on old torch (1.13 on
+// Python 3.11 raises at import), which only means "no FSDP2".
+const probeScript = `import json, importlib.util, torch, numpy
+def has(m):
+    try:
+        return importlib.util.find_spec(m) is not None
+    except Exception:
+        return False
+try:
+    from torch.distributed.fsdp import fully_shard
+    fsdp2 = True
+except Exception:
+    fsdp2 = False
+print(json.dumps({"version": torch.__version__, "cuda": torch.cuda.is_available(), "fsdp2": fsdp2,
+                  "transformers": has("transformers"), "accelerate": has("accelerate")}))
+`
 
 // Backend launches the project's PyTorch script under torchrun.
 type Backend struct {
@@ -158,12 +97,19 @@ func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c",
-		"import json, torch, numpy; print(json.dumps({'version': torch.__version__, 'cuda': torch.cuda.is_available()}))").CombinedOutput()
+	out, err := exec.CommandContext(ctx, python, "-c", probeScript).Output()
 	var p probe
 	if err != nil {
+		var ee *exec.ExitError
+		msg := ""
+		if errors.As(err, &ee) {
+			msg = strings.TrimSpace(string(ee.Stderr))
+			if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+				msg = msg[i+1:]
+			}
+		}
 		p.err = fmt.Errorf("torchrun: %s cannot import torch and numpy (%v: %s); install them with `apt install python3-torch python3-numpy` or set backend_options.python",
-			python, err, strings.TrimSpace(string(out)))
+			python, err, msg)
 	} else if jerr := json.Unmarshal(out[strings.LastIndexByte(strings.TrimSpace(string(out)), '\n')+1:], &p.info); jerr != nil {
 		p.err = fmt.Errorf("torchrun: %s printed an unreadable torch probe %q: %w", python, out, jerr)
 	}
@@ -177,7 +123,7 @@ func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	d := backends.Description{
 		Name:    Name,
-		Summary: "PyTorch under torchrun: the project's reference trainer with DDP, and FSDP on CUDA",
+		Summary: "PyTorch under torchrun or accelerate launch: the project's reference trainer (DDP; FSDP on CUDA) or your own script",
 		Source:  "builtin",
 	}
 	info, err := b.torch(ctx, DefaultPython)
@@ -195,81 +141,103 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	return d, nil
 }
 
-// Validate refuses what this torch cannot run here, and what the script does not
-// implement yet.
+// Validate refuses what cannot run: bad options or templates, several nodes without
+// a launcher that starts them, and, for the project's script, what the installed
+// torch cannot do here.
 func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	o, err := ParseOptions(rc.BackendOptions)
 	if err != nil {
 		return err
 	}
-	if rc.WorldSize <= 0 || rc.Nodes != 1 || rc.GPUsPerNode != rc.WorldSize {
-		return fmt.Errorf("torchrun: world_size %d over %d nodes: this backend runs one node (--standalone); set nodes: 1", rc.WorldSize, rc.Nodes)
+	if rc.WorldSize <= 0 || rc.Nodes <= 0 || rc.Nodes*rc.GPUsPerNode != rc.WorldSize {
+		return fmt.Errorf("torchrun: world_size %d must be nodes %d x gpus_per_node %d", rc.WorldSize, rc.Nodes, rc.GPUsPerNode)
+	}
+	if rc.Nodes > 1 && rc.Launcher != "slurm" {
+		return fmt.Errorf("torchrun: %d nodes: the local launcher starts one node; use launcher: slurm (torchrun on every node, c10d rendezvous on the first) or nodes: 1", rc.Nodes)
 	}
 	if rc.SeqLen <= 0 || rc.BatchPerDevice <= 0 || rc.Steps <= 0 || rc.WarmupSteps < 0 {
 		return fmt.Errorf("torchrun: seq_len %d, batch_per_device %d and steps %d must be positive, warmup_steps %d not negative",
 			rc.SeqLen, rc.BatchPerDevice, rc.Steps, rc.WarmupSteps)
 	}
-	if rc.ActivationCheckpointing || rc.CPUOffload || rc.Compile {
-		return errors.New("torchrun: activation_checkpointing, cpu_offload and compile are not implemented by the reference script yet; set them to false")
+	vars := Vars(rc, Paths{RunDir: "run", MetricsDir: "ranks", OutputDir: "output", ModelJSON: "model.json"})
+	if o.Args != nil {
+		if _, err := Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
+			return err
+		}
 	}
-	if _, err := shapes.Lookup(rc.Model); err != nil {
-		return err
+	if o.MetricsFile != "" {
+		if _, err := Expand("torchrun: backend_options.metrics_file", []string{o.MetricsFile}, vars); err != nil {
+			return err
+		}
+	}
+	if o.Script != "" {
+		if _, err := os.Stat(o.Script); err != nil {
+			return fmt.Errorf("torchrun: backend_options.script: %w", err)
+		}
+	}
+	if o.Launcher == LauncherAccelerate {
+		if _, err := AccelerateConfig(rc, o, nil); err != nil {
+			return err
+		}
 	}
 	info, err := b.torch(ctx, o.Python)
 	if err != nil {
 		return err
 	}
-	cpu := !info.CUDA || rc.Hardware == "cpu"
-	switch {
-	case cpu && rc.Sharding != sweeps.DDP && rc.Sharding != sweeps.NoShard:
-		return fmt.Errorf("torchrun: sharding %s: torch %s on CPU cannot run FSDP; use ddp/no_shard or a CUDA machine", rc.Sharding, info.Version)
-	case rc.MixedPrecision != sweeps.FP32:
-		return fmt.Errorf("torchrun: mixed_precision %s: the reference script trains in fp32 only; set mixed_precision: fp32", rc.MixedPrecision)
+	if o.Launcher == LauncherAccelerate && !info.Accelerate {
+		return fmt.Errorf("torchrun: launcher accelerate: %s has no accelerate package; install it there or use launcher: torchrun", o.Python)
+	}
+	if o.Script == "" {
+		return b.validateOwnScript(rc, o, info)
 	}
 	return nil
 }
 
-// rankFile is what the script writes to ranks/rank-<r>.json.
-type rankFile struct {
-	Rank                  int            `json:"rank"`
-	WorldSize             int            `json:"world_size"`
-	Device                string         `json:"device"`
-	Tokens                int64          `json:"tokens"`
-	MeasuredWallS         float64        `json:"measured_wall_s"`
-	Steps                 []results.Step `json:"steps"`
-	Torch                 string         `json:"torch"`
-	PeakMemAllocatedBytes *int64         `json:"peak_mem_allocated_bytes"`
-	PeakMemReservedBytes  *int64         `json:"peak_mem_reserved_bytes"`
-	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
-}
-
-// Args is the torchrun command line for rc (argv, no shell): python, then
-// torch.distributed.run's flags, then the script and its flags.
-func Args(rc sweeps.RunConfig, o Options, script, modelJSON string) []string {
-	accum := max(rc.GradAccum, 1)
-	args := []string{o.Python, "-m", "torch.distributed.run", "--standalone",
-		// torch 1.13 knows only the underscore spelling; torch 2 accepts both.
-		"--nproc_per_node", strconv.Itoa(rc.WorldSize),
-		// Python 3.11 breaks torch 1.13's default log capture; redirect and tee stderr.
-		"--redirects", "2", "--tee", "2",
-		script,
-		"--model-json", modelJSON,
-		"--seed", strconv.FormatInt(rc.Seed, 10),
-		"--seq-len", strconv.Itoa(rc.SeqLen),
-		"--batch-per-device", strconv.Itoa(rc.BatchPerDevice),
-		"--grad-accum", strconv.Itoa(accum),
-		"--steps", strconv.Itoa(rc.Steps),
-		"--warmup-steps", strconv.Itoa(rc.WarmupSteps),
-		"--sharding", rc.Sharding,
-		"--mixed-precision", rc.MixedPrecision,
-		"--lr", strconv.FormatFloat(o.LR, 'g', -1, 64),
-		"--weight-decay", strconv.FormatFloat(o.WeightDecay, 'g', -1, 64),
+// validateOwnScript refuses what the project's script cannot run with this torch.
+func (b *Backend) validateOwnScript(rc sweeps.RunConfig, o Options, info torchInfo) error {
+	if o.ModelImpl == ModelTransformers {
+		if !info.Transformers {
+			return fmt.Errorf("torchrun: model_impl transformers: %s has no transformers package; install it there or use the built-in model", o.Python)
+		}
+	} else {
+		shape, err := shapes.Lookup(rc.Model)
+		if err != nil {
+			return err
+		}
+		if shape.Arch != shapes.ArchLlama || shape.TiedEmbeddings || shape.QKVBias || shape.OutBias || shape.MLPBias {
+			return fmt.Errorf("torchrun: model %s: the built-in model is the Go trainer's (llama, no biases, untied embeddings); set backend_options.model_impl: transformers with a config.json for other models", rc.Model)
+		}
 	}
-	return append(args, o.ExtraArgs...)
+	cpu := !info.CUDA || rc.Hardware == "cpu"
+	sharded := rc.Sharding != sweeps.DDP && rc.Sharding != sweeps.NoShard
+	v2 := !strings.HasPrefix(info.Version, "1.")
+	switch {
+	case cpu && sharded:
+		return fmt.Errorf("torchrun: sharding %s: torch %s on CPU cannot run FSDP; use ddp/no_shard or a CUDA machine", rc.Sharding, info.Version)
+	case cpu && rc.MixedPrecision != sweeps.FP32:
+		return fmt.Errorf("torchrun: mixed_precision %s on CPU: the script benchmarks fp32 on CPU; set mixed_precision: fp32", rc.MixedPrecision)
+	case rc.CPUOffload && !sharded:
+		return fmt.Errorf("torchrun: cpu_offload with %s: offload needs a sharded strategy (DDP keeps every state on the device)", rc.Sharding)
+	case rc.Compile && !v2:
+		return fmt.Errorf("torchrun: compile: torch %s has no torch.compile; set compile: false", info.Version)
+	case o.FSDPAPI == 2 && sharded && !info.FSDP2:
+		return fmt.Errorf("torchrun: fsdp_api 2: torch %s has no FSDP2 (fully_shard); set backend_options.fsdp_api: 1", info.Version)
+	}
+	fsdp2 := sharded && info.FSDP2 && o.FSDPAPI != 1
+	if fsdp2 {
+		switch {
+		case rc.BackwardPrefetch == sweeps.BackwardPost:
+			return errors.New("torchrun: backward_prefetch backward_post: FSDP2 has none; use backward_pre/none or backend_options.fsdp_api: 1")
+		case rc.WrapPolicy != "" && rc.WrapPolicy != "transformer":
+			return fmt.Errorf("torchrun: wrap_policy %s: FSDP2 shards per module (transformer); use backend_options.fsdp_api: 1 for size-based wrapping", rc.WrapPolicy)
+		}
+	}
+	return nil
 }
 
-// Run launches torchrun in its own process group, streams step events from rank 0's
-// FSDPBENCH lines, and reads every rank's report into the Result.
+// Run launches the run's ranks (torchrun or accelerate launch) in their own process
+// group, streams step events from rank 0's FSDPBENCH lines, and reads what the
+// script reported into the Result (collect.go).
 func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
 	if emit == nil {
 		emit = func(backends.Event) {}
@@ -280,43 +248,74 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	if err != nil {
 		return res, err
 	}
-	shape, err := shapes.Lookup(rc.Model)
-	if err != nil {
-		return res, err
-	}
 	if env.RunDir == "" {
 		return res, errors.New("torchrun: the run has no directory (RunEnv.RunDir is empty)")
 	}
-	ranksDir := filepath.Join(env.RunDir, "ranks")
-	if err := os.MkdirAll(ranksDir, 0o755); err != nil {
-		return res, fmt.Errorf("torchrun: creating %s: %w", ranksDir, err)
-	}
-	script := o.Script
-	if script == "" {
-		script = filepath.Join(env.RunDir, "fsdpbench_train.py")
-		if err := os.WriteFile(script, trainScript, 0o644); err != nil {
-			return res, fmt.Errorf("torchrun: writing the script: %w", err)
-		}
-	}
-	modelJSON := filepath.Join(env.RunDir, "model.json")
-	mj, err := json.Marshal(shape)
+	runDir, err := filepath.Abs(env.RunDir)
 	if err != nil {
 		return res, err
 	}
-	if err := os.WriteFile(modelJSON, mj, 0o644); err != nil {
-		return res, fmt.Errorf("torchrun: writing %s: %w", modelJSON, err)
+	p := Paths{RunDir: runDir, MetricsDir: filepath.Join(runDir, "ranks"), OutputDir: filepath.Join(runDir, "output"),
+		ModelJSON: filepath.Join(runDir, "model.json")}
+	// A repeat starts clean: a previous repeat's files must not pass for this one's.
+	for _, d := range []string{p.MetricsDir, p.OutputDir} {
+		if err := os.RemoveAll(d); err != nil {
+			return res, fmt.Errorf("torchrun: clearing %s: %w", d, err)
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return res, fmt.Errorf("torchrun: creating %s: %w", d, err)
+		}
+	}
+	script, err := b.script(o, runDir)
+	if err != nil {
+		return res, err
+	}
+	if shape, err := shapes.Lookup(rc.Model); err == nil {
+		mj, err := json.Marshal(shape)
+		if err != nil {
+			return res, err
+		}
+		if err := os.WriteFile(p.ModelJSON, mj, 0o644); err != nil {
+			return res, fmt.Errorf("torchrun: writing %s: %w", p.ModelJSON, err)
+		}
 	}
 	info, err := b.torch(ctx, o.Python)
 	if err != nil {
 		return res, err
 	}
 	res.Env.Torch = info.Version
-	res.Env.ModelParams = shape.Params()
 
-	argv := Args(rc, o, script, modelJSON)
+	vars := Vars(rc, p)
+	scriptArgs := ScriptArgs(rc, o, p)
+	if o.Args != nil {
+		if scriptArgs, err = Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
+			return res, err
+		}
+	}
+	scriptArgs = append(scriptArgs, o.ExtraArgs...)
+	var argv []string
+	if o.Launcher == LauncherAccelerate {
+		cfg, err := AccelerateConfig(rc, o, nil)
+		if err != nil {
+			return res, err
+		}
+		cfgPath := filepath.Join(runDir, "accelerate_config.yaml")
+		if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+			return res, fmt.Errorf("torchrun: writing %s: %w", cfgPath, err)
+		}
+		argv = AccelerateArgv(o, nil, cfgPath, script, scriptArgs)
+	} else {
+		argv = TorchrunArgv(rc, o, nil, script, scriptArgs)
+	}
+	if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
+		return res, err
+	}
+
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = p.OutputDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(), "FSDPBENCH_METRICS_DIR="+ranksDir)
+	cmd.Env = append(os.Environ(), "FSDPBENCH_METRICS_DIR="+p.MetricsDir, "FSDPBENCH_RUN_DIR="+runDir,
+		"FSDPBENCH_OUTPUT_DIR="+p.OutputDir, "FSDPBENCH_RUN_ID="+rc.ID)
 	if rc.Hardware == "cpu" {
 		cmd.Env = append(cmd.Env, "FSDPBENCH_DEVICE=cpu")
 	}
@@ -341,46 +340,26 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
 
 	var (
-		wg                  sync.WaitGroup
-		mu                  sync.Mutex
-		lastErr, infeasible string
-		oom                 bool
+		wg        sync.WaitGroup
+		out       outcome
+		stepLines []results.Step
 	)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		scan(stdout, env.Stdout, func(line string) {
-			i := strings.Index(line, stepPrefix)
-			if i < 0 {
+			st, ok := parseStepLine(line)
+			if !ok {
 				return
 			}
-			var st struct {
-				results.Step
-				Rank int `json:"rank"`
-			}
-			if json.Unmarshal([]byte(line[i+len(stepPrefix):]), &st) != nil {
-				return
-			}
-			loss := st.Loss
+			stepLines = append(stepLines, st.Step)
 			emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
-				Loss: loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
+				Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 		})
 	}()
 	go func() {
 		defer wg.Done()
-		scan(stderr, env.Stderr, func(line string) {
-			mu.Lock()
-			defer mu.Unlock()
-			if i := strings.Index(line, infeasibleMarker); i >= 0 && infeasible == "" {
-				infeasible = line[i+len(infeasibleMarker):]
-			}
-			if strings.Contains(line, oomMarker) || strings.Contains(line, "CUDA out of memory") || strings.Contains(line, "OutOfMemoryError") {
-				oom = true
-			}
-			if t := strings.TrimSpace(line); t != "" && (strings.Contains(t, "Error") || strings.Contains(t, "error") || strings.HasPrefix(t, "fsdpbench:")) {
-				lastErr = t
-			}
-		})
+		scan(stderr, env.Stderr, out.line)
 	}()
 
 	done := make(chan struct{})
@@ -403,8 +382,6 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	res.Finished = time.Now()
 
-	mu.Lock()
-	defer mu.Unlock()
 	switch {
 	case ctx.Err() != nil:
 		res.Status = results.StatusCanceled
@@ -412,20 +389,147 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			res.Status = results.StatusTimeout
 		}
 		res.Error = ctx.Err().Error()
-	case infeasible != "":
-		res.Status, res.Error = results.StatusInfeasible, infeasible
-	case oom:
-		res.Status, res.Error = results.StatusOOM, lastErr
+	case out.infeasible != "":
+		res.Status, res.Error = results.StatusInfeasible, out.infeasible
+	case out.oom:
+		res.Status, res.Error = results.StatusOOM, out.oomLine
 	case waitErr != nil:
 		res.Status = results.StatusFailed
-		res.Error = fmt.Sprintf("torchrun exited with %v: %s (see stderr.log)", waitErr, lastErr)
+		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)", filepath.Base(argv[2]), waitErr, out.reason())
 	default:
-		if err := collect(&res, rc, ranksDir, shape); err != nil {
+		c := collector{rc: rc, o: o, paths: p, vars: vars, stepLines: stepLines, warn: func(s string) {
+			if env.Stderr != nil {
+				_, _ = io.WriteString(env.Stderr, s+"\n")
+			}
+		}}
+		if err := c.collect(&res); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
 		}
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
+}
+
+// script is the path of the script to run: the user's (made absolute, since the
+// script runs in the output directory) or the embedded one, written to the run.
+func (b *Backend) script(o Options, runDir string) (string, error) {
+	if o.Script != "" {
+		abs, err := filepath.Abs(o.Script)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("torchrun: backend_options.script: %w", err)
+		}
+		return abs, nil
+	}
+	path := filepath.Join(runDir, "fsdpbench_train.py")
+	if err := os.WriteFile(path, trainScript, 0o644); err != nil {
+		return "", fmt.Errorf("torchrun: writing the script: %w", err)
+	}
+	return path, nil
+}
+
+// writeCommand records the exact argv in the run directory, so the run can be
+// reproduced by hand.
+func writeCommand(path string, argv []string) error {
+	data, err := json.MarshalIndent(argv, "", "  ")
+	if err != nil {
+		return err
+	}
+	return results.WriteFileAtomic(path, append(data, '\n'))
+}
+
+// stepLine is one FSDPBENCH line.
+type stepLine struct {
+	results.Step
+	Rank int `json:"rank"`
+}
+
+// parseStepLine reads a "FSDPBENCH {json}" line (anywhere in the line: torchrun's
+// --tee prefixes "[rank]:").
+func parseStepLine(line string) (stepLine, bool) {
+	var st stepLine
+	i := strings.Index(line, stepPrefix)
+	if i < 0 {
+		return st, false
+	}
+	if json.Unmarshal([]byte(line[i+len(stepPrefix):]), &st) != nil || st.Step.Step <= 0 {
+		return st, false
+	}
+	return st, true
+}
+
+// outcome is what the run's stderr said about how it ended. torchrun exits 1
+// whatever its children's codes were, so the status is read from the text.
+type outcome struct {
+	mu                  sync.Mutex
+	infeasible, oomLine string
+	oom                 bool
+	firstErr, lastErr   string
+}
+
+// line takes one stderr line.
+func (o *outcome) line(line string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := strings.TrimSpace(line)
+	if t == "" {
+		return
+	}
+	if i := strings.Index(t, infeasibleMarker); i >= 0 && o.infeasible == "" {
+		o.infeasible = t[i+len(infeasibleMarker):]
+	}
+	if strings.Contains(t, oomMarker) || strings.Contains(t, "CUDA out of memory") || strings.Contains(t, "OutOfMemoryError") {
+		if !o.oom {
+			o.oomLine = stripRankPrefix(t)
+		}
+		o.oom = true
+	}
+	// The first exception a rank raised says why; torchrun's own summary
+	// (ChildFailedError) comes last and only says that a child failed.
+	if isErrorLine(t) {
+		if o.firstErr == "" && !strings.Contains(t, "ChildFailedError") {
+			o.firstErr = stripRankPrefix(t)
+		}
+		o.lastErr = stripRankPrefix(t)
+	}
+}
+
+func (o *outcome) reason() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.firstErr != "" {
+		return o.firstErr
+	}
+	if o.lastErr != "" {
+		return o.lastErr
+	}
+	return "no error line on stderr"
+}
+
+// isErrorLine matches an exception line ("RuntimeError: ...", "[1]:ValueError: ..."),
+// NCCL's watchdog timeouts and our own "fsdpbench:" lines.
+func isErrorLine(t string) bool {
+	t = stripRankPrefix(t)
+	if strings.HasPrefix(t, "fsdpbench:") || strings.Contains(t, "Watchdog caught collective operation timeout") {
+		return true
+	}
+	head, _, ok := strings.Cut(t, ": ")
+	if !ok || strings.ContainsAny(head, " \t") {
+		return false
+	}
+	return strings.HasSuffix(head, "Error") || strings.HasSuffix(head, "Exception") || strings.HasSuffix(head, "Interrupt")
+}
+
+// stripRankPrefix drops torchrun's "[r]:" tee prefix.
+func stripRankPrefix(t string) string {
+	if strings.HasPrefix(t, "[") {
+		if i := strings.Index(t, "]:"); i > 0 && i < 8 {
+			return strings.TrimSpace(t[i+2:])
+		}
+	}
+	return t
 }
 
 // scan copies r to sink (when set) line by line and hands each line to f.
@@ -442,58 +546,3 @@ func scan(r io.Reader, sink io.Writer, f func(string)) {
 	_, _ = io.Copy(io.Discard, r)
 }
 
-// collect reads every rank's report into res.
-func collect(res *results.Result, rc sweeps.RunConfig, dir string, shape shapes.Shape) error {
-	files := make([]rankFile, rc.WorldSize)
-	for r := range files {
-		path := filepath.Join(dir, "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("torchrun: rank %d exited cleanly but its report is missing: %w", r, err)
-		}
-		if err := json.Unmarshal(data, &files[r]); err != nil {
-			return fmt.Errorf("torchrun: rank %d's report %s: %w", r, path, err)
-		}
-		if len(files[r].Steps) != rc.Steps {
-			return fmt.Errorf("torchrun: rank %d reported %d measured steps, want %d", r, len(files[r].Steps), rc.Steps)
-		}
-	}
-	res.Steps = make([]results.Step, rc.Steps)
-	for i := range res.Steps {
-		st := files[0].Steps[i]
-		st.Tokens = rc.TokensPerStep()
-		for _, f := range files[1:] {
-			st.StepTimeS = max(st.StepTimeS, f.Steps[i].StepTimeS)
-		}
-		res.Steps[i] = st
-	}
-	maxPtr := func(cur, v *int64) *int64 {
-		if v == nil || (cur != nil && *cur >= *v) {
-			return cur
-		}
-		return results.I64(*v)
-	}
-	for _, f := range files {
-		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
-		res.PeakMemAllocatedBytes = maxPtr(res.PeakMemAllocatedBytes, f.PeakMemAllocatedBytes)
-		res.PeakMemReservedBytes = maxPtr(res.PeakMemReservedBytes, f.PeakMemReservedBytes)
-		res.PeakRSSBytes = maxPtr(res.PeakRSSBytes, f.PeakRSSBytes)
-		loss := f.Steps[len(f.Steps)-1].Loss
-		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, MeasuredWallS: f.MeasuredWallS,
-			Tokens: f.Tokens, PeakMemAllocatedBytes: f.PeakMemAllocatedBytes, PeakMemReservedBytes: f.PeakMemReservedBytes,
-			PeakRSSBytes: f.PeakRSSBytes, LossLast: loss})
-	}
-	res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)
-	if files[0].Device == "cpu" {
-		prof, err := hardware.Lookup("cpu")
-		if err != nil {
-			return err
-		}
-		if res.PeakFlopsPerS, err = prof.Peak(sweeps.FP32); err != nil {
-			return err
-		}
-		res.Env.Hardware = "cpu"
-	}
-	res.Status = results.StatusOK
-	return nil
-}

@@ -111,17 +111,22 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 		want string
 	}{
 		{"full_shard on cpu", func(rc *sweeps.RunConfig) { rc.Sharding = sweeps.FullShard }, "cannot run FSDP"},
-		{"bf16", func(rc *sweeps.RunConfig) { rc.MixedPrecision = sweeps.BF16 }, "fp32 only"},
-		{"checkpointing", func(rc *sweeps.RunConfig) { rc.ActivationCheckpointing = true }, "not implemented"},
-		{"unknown option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"nope": 1} }, "unknown backend_options"},
-		{"two nodes", func(rc *sweeps.RunConfig) { rc.Nodes, rc.GPUsPerNode = 2, 1 }, "one node"},
+		{"bf16", func(rc *sweeps.RunConfig) { rc.MixedPrecision = sweeps.BF16 }, "fp32 on CPU"},
+		{"offload with ddp", func(rc *sweeps.RunConfig) { rc.CPUOffload = true }, "offload needs a sharded strategy"},
+		{"unknown option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"nope": 1} }, "backend_options.nope: unknown key"},
+		{"two nodes", func(rc *sweeps.RunConfig) { rc.Nodes, rc.GPUsPerNode = 2, 1 }, "use launcher: slurm"},
+		{"bad template", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"args": "--bs {batch_per_devce}"} },
+			"did you mean {batch_per_device}"},
+		{"missing script", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"script": "/nonexistent/train.py"} },
+			"backend_options.script"},
+		{"gpt2 on the built-in model", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "model_impl: transformers"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := runConfig(2, sweeps.DDP)
 			tc.edit(&rc)
 			err := b.Validate(context.Background(), rc)
-			if tc.name == "full_shard on cpu" && info.CUDA {
+			if (tc.name == "full_shard on cpu" || tc.name == "bf16") && info.CUDA {
 				require.NoError(t, err)
 				return
 			}

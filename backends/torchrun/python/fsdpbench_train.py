@@ -183,26 +183,42 @@ def attention(q, k, v, heads, kv_heads):
     return out.transpose(1, 2).reshape(b, t, heads * hd)
 
 
-def forward(s, params, inputs, targets):
-    """Mean cross-entropy over the batch's tokens."""
-    b, t = inputs.shape
+def embed_forward(s, p, inputs):
+    """Token embeddings [b, t, hidden]."""
+    return F.embedding(inputs, p["model.embed_tokens.weight"])
+
+
+def block_forward(s, p, i, h, cos, sin):
+    """Transformer block i (pre-norm attention and SwiGLU MLP, both residual)."""
+    b, t, _ = h.shape
     heads, kv_heads, hd = s["heads"], s["kv_heads"], s["hidden"] // s["heads"]
     eps = s["norm_eps"]
-    cos, sin = rope_table(t, hd, s["rope_theta"])
-    h = F.embedding(inputs, params["model.embed_tokens.weight"])
+    w = lambda n: p[f"model.layers.{i}.{n}.weight"]  # noqa: E731
+    xn = rmsnorm(h, w("input_layernorm"), eps)
+    q = (xn @ w("self_attn.q_proj").t()).view(b, t, heads, hd)
+    k = (xn @ w("self_attn.k_proj").t()).view(b, t, kv_heads, hd)
+    v = (xn @ w("self_attn.v_proj").t()).view(b, t, kv_heads, hd)
+    att = attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, heads, kv_heads)
+    h = h + att @ w("self_attn.o_proj").t()
+    xn = rmsnorm(h, w("post_attention_layernorm"), eps)
+    act = F.silu(xn @ w("mlp.gate_proj").t()) * (xn @ w("mlp.up_proj").t())
+    return h + act @ w("mlp.down_proj").t()
+
+
+def head_forward(s, p, h, targets):
+    """Final norm, LM head and mean cross-entropy (computed in float32 whatever the
+    activations' dtype, as mixed-precision trainers do)."""
+    logits = rmsnorm(h, p["model.norm.weight"], s["norm_eps"]) @ p["lm_head.weight"].t()
+    return F.cross_entropy(logits.float().view(-1, s["vocab"]), targets.reshape(-1))
+
+
+def forward(s, params, inputs, targets):
+    """Mean cross-entropy over the batch's tokens."""
+    cos, sin = rope_table(inputs.shape[1], s["hidden"] // s["heads"], s["rope_theta"])
+    h = embed_forward(s, params, inputs)
     for i in range(s["layers"]):
-        p = lambda n: params[f"model.layers.{i}.{n}.weight"]  # noqa: E731
-        xn = rmsnorm(h, p("input_layernorm"), eps)
-        q = (xn @ p("self_attn.q_proj").t()).view(b, t, heads, hd)
-        k = (xn @ p("self_attn.k_proj").t()).view(b, t, kv_heads, hd)
-        v = (xn @ p("self_attn.v_proj").t()).view(b, t, kv_heads, hd)
-        att = attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, heads, kv_heads)
-        h = h + att @ p("self_attn.o_proj").t()
-        xn = rmsnorm(h, p("post_attention_layernorm"), eps)
-        act = F.silu(xn @ p("mlp.gate_proj").t()) * (xn @ p("mlp.up_proj").t())
-        h = h + act @ p("mlp.down_proj").t()
-    logits = rmsnorm(h, params["model.norm.weight"], eps) @ params["lm_head.weight"].t()
-    return F.cross_entropy(logits.view(-1, s["vocab"]), targets.reshape(-1))
+        h = block_forward(s, params, i, h, cos, sin)
+    return head_forward(s, params, h, targets)
 
 
 # ---- optimizer (device/cpu/ops.go adamw) ----
@@ -273,53 +289,205 @@ class Infeasible(Exception):
     """The configuration cannot run with this torch on this machine."""
 
 
-class ParamModule(torch.nn.Module):
-    """Holds the named leaf tensors as nn.Parameters so DDP/FSDP can wrap them; the
-    forward is the functional one above over the same tensors."""
+class Unit(torch.nn.Module):
+    """One wrap unit of the Go trainer (embedding, a transformer block, or the final
+    norm with the LM head): its named leaf tensors as nn.Parameters, so DDP and FSDP
+    can wrap each unit, and a forward that is the functional one above."""
 
-    def __init__(self, s, params):
+    def __init__(self, s, params, names):
         super().__init__()
         self.s = s
-        self.names = list(params)
-        self.plist = torch.nn.ParameterList([torch.nn.Parameter(params[n].detach().clone()) for n in self.names])
+        self.names = names
+        self.plist = torch.nn.ParameterList([torch.nn.Parameter(params[n].detach().clone()) for n in names])
+
+    def p(self):
+        return dict(zip(self.names, self.plist))
+
+
+class Embed(Unit):
+    def forward(self, inputs):
+        return embed_forward(self.s, self.p(), inputs)
+
+
+class Block(Unit):
+    def __init__(self, s, params, names, i):
+        super().__init__(s, params, names)
+        self.i = i
+
+    def forward(self, h, cos, sin):
+        return block_forward(self.s, self.p(), self.i, h, cos, sin)
+
+
+class Head(Unit):
+    def forward(self, h, targets):
+        return head_forward(self.s, self.p(), h, targets)
+
+
+class Model(torch.nn.Module):
+    """The Go trainer's model as modules: embed, layers[i], head (its wrap units, in
+    the order FSDP flattens them). With checkpointing, each block's activations are
+    recomputed in backward (torch.utils.checkpoint, non-reentrant)."""
+
+    def __init__(self, s, params, checkpointing=False):
+        super().__init__()
+        units = [[n for n, _, _ in u] for u in layout(s)]
+        self.s = s
+        self.checkpointing = checkpointing
+        self.embed = Embed(s, params, units[0])
+        self.layers = torch.nn.ModuleList(Block(s, params, u, i) for i, u in enumerate(units[1:-1]))
+        self.head = Head(s, params, units[-1])
 
     def forward(self, inputs, targets):
-        return forward(self.s, dict(zip(self.names, self.plist)), inputs, targets)
+        cos, sin = rope_table(inputs.shape[1], self.s["hidden"] // self.s["heads"], self.s["rope_theta"])
+        cos, sin = cos.to(inputs.device), sin.to(inputs.device)
+        h = self.embed(inputs)
+        for blk in self.layers:
+            if self.checkpointing:
+                from torch.utils.checkpoint import checkpoint
+                h = checkpoint(blk, h, cos, sin, use_reentrant=False)
+            else:
+                h = blk(h, cos, sin)
+        return self.head(h, targets)
+
+
+class HFModel(torch.nn.Module):
+    """Any Hugging Face causal LM built from a config.json with random weights
+    (nothing is downloaded); its decoder layers are the wrap units."""
+
+    def __init__(self, config_path, checkpointing=False):
+        super().__init__()
+        try:
+            import transformers
+        except ImportError as e:
+            raise Infeasible("model_impl transformers needs the transformers package in this python") from e
+        import os
+        cfg = transformers.AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(config_path)))
+        self.model = transformers.AutoModelForCausalLM.from_config(cfg)
+        if checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.vocab = cfg.vocab_size
+        inner = getattr(self.model, "model", None) or getattr(self.model, "transformer", None)
+        self.layers = getattr(inner, "layers", None) or getattr(inner, "h", None)
+        if self.layers is None:
+            raise Infeasible(f"{config_path}: cannot find the decoder layers of {type(self.model).__name__} to wrap")
+
+    def forward(self, inputs, targets):
+        logits = self.model(input_ids=inputs).logits
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def peak_memory(device):
-    """Peak memory figures of this process, in bytes."""
+    """Peak memory figures of this process, in bytes, and the CUDA caching
+    allocator's retries and OOMs (a run that only fits by flushing the cache is
+    slower than its peak suggests)."""
     out = {}
     if device.type == "cuda":
         out["peak_mem_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
         out["peak_mem_reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
+        stats = torch.cuda.memory_stats(device)
+        out["alloc_retries"] = int(stats.get("num_alloc_retries", 0))
+        out["cuda_ooms"] = int(stats.get("num_ooms", 0))
     import resource
     # ru_maxrss is KiB on Linux.
     out["peak_rss_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
     return out
 
 
-def wrap(model, sharding, device, dist):
-    """DDP for ddp/no_shard; FSDP2 (fully_shard) when torch has it, FSDP1 on CUDA
-    otherwise, for sharded strategies."""
-    if sharding in ("ddp", "no_shard"):
+def fsdp2_api():
+    """torch's fully_shard and its policies, or None before torch 2.6 exported them."""
+    try:
+        from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy
+    except ImportError:
+        return None
+    return fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def wrap(model, a, device, dist):
+    """DDP for ddp/no_shard; FSDP2 (fully_shard per block, then the root) when torch
+    has it and fsdp_api is not 1, FSDP1 otherwise. FSDP needs CUDA (torch's CPU
+    FSDP is not what anyone benchmarks, and torch 1.13 refuses it)."""
+    units = list(model.layers)
+    if a.compile:
+        if not hasattr(torch, "compile"):
+            raise Infeasible(f"torch {torch.__version__} has no torch.compile; set compile: false")
+        for i, blk in enumerate(units):
+            units[i] = torch.compile(blk)
+            model.layers[i] = units[i]
+    if a.sharding in ("ddp", "no_shard"):
+        if a.cpu_offload:
+            raise Infeasible("cpu_offload needs a sharded strategy (FSDP); DDP keeps every state on the device")
         if dist is None:
             return model
         ids = [device.index] if device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     if device.type != "cuda":
-        raise Infeasible(f"torch {torch.__version__} on CPU cannot run FSDP ({sharding}); use ddp/no_shard or a CUDA machine")
-    try:
-        from torch.distributed.fsdp import fully_shard  # torch >= 2.6
-    except ImportError:
-        fully_shard = None
-    if fully_shard is not None and sharding != "hybrid_shard":
-        fully_shard(model, reshard_after_forward=(sharding == "full_shard"))
-        return model
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+        raise Infeasible(f"torch {torch.__version__} on CPU cannot run FSDP ({a.sharding}); use ddp/no_shard or a CUDA machine")
+    api = fsdp2_api() if a.fsdp_api != 1 else None
+    if a.fsdp_api == 2 and api is None:
+        raise Infeasible(f"torch {torch.__version__} has no FSDP2 (fully_shard); set backend_options.fsdp_api: 1")
+    if api is not None:
+        return wrap_fsdp2(model, units, a, api)
+    return wrap_fsdp1(model, units, a, device)
+
+
+def wrap_fsdp2(model, units, a, api):
+    fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy = api
+    if a.backward_prefetch == "backward_post":
+        raise Infeasible("FSDP2 has no backward_post prefetch; use backward_pre/none or backend_options.fsdp_api: 1")
+    if a.wrap_policy != "transformer":
+        raise Infeasible(f"wrap_policy {a.wrap_policy}: FSDP2 shards per module; use wrap_policy: transformer or fsdp_api: 1")
+    from torch.distributed.device_mesh import init_device_mesh
+    ws = int(__import__("os").environ.get("WORLD_SIZE", "1"))
+    if a.sharding == "hybrid_shard":
+        # Replicate across nodes, shard inside a node (HSDP through a 2-D mesh).
+        mesh = init_device_mesh("cuda", (ws // a.gpus_per_node, a.gpus_per_node), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh("cuda", (ws,))
+    kw = {"mesh": mesh, "reshard_after_forward": a.sharding != "shard_grad_op"}
+    if a.mixed_precision in DTYPES:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=DTYPES[a.mixed_precision], reduce_dtype=torch.float32)
+    if a.cpu_offload:
+        kw["offload_policy"] = CPUOffloadPolicy()
+    for blk in units:
+        fully_shard(blk, **kw)
+    fully_shard(model, **kw)
+    # Explicit prefetch: the next block's all-gather is issued before this one's
+    # compute (forward) and the previous block's before this one's backward.
+    for i, blk in enumerate(units):
+        if a.forward_prefetch and i + 1 < len(units):
+            blk.set_modules_to_forward_prefetch([units[i + 1]])
+        if a.backward_prefetch == "none":
+            blk.set_modules_to_backward_prefetch([])
+        elif i > 0:
+            blk.set_modules_to_backward_prefetch([units[i - 1]])
+    return model
+
+
+def wrap_fsdp1(model, units, a, device):
+    import functools
+    from torch.distributed.fsdp import (FullyShardedDataParallel as FSDP, ShardingStrategy, BackwardPrefetch,
+                                        MixedPrecision, CPUOffload)
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
     strategy = {"full_shard": ShardingStrategy.FULL_SHARD, "shard_grad_op": ShardingStrategy.SHARD_GRAD_OP,
-                "hybrid_shard": ShardingStrategy.HYBRID_SHARD}[sharding]
-    return FSDP(model, sharding_strategy=strategy, device_id=device, use_orig_params=True)
+                "hybrid_shard": ShardingStrategy.HYBRID_SHARD}[a.sharding]
+    if a.wrap_policy == "transformer":
+        # Each decoder layer is a unit (and, for the built-in model, the embedding
+        # and the head, as the Go trainer wraps them).
+        policy = ModuleWrapPolicy({type(u) for u in units} | ({Embed, Head} if isinstance(model, Model) else set()))
+    else:
+        policy = functools.partial(size_based_auto_wrap_policy, min_num_params=int(a.wrap_policy.split(":", 1)[1]))
+    prefetch = {"backward_pre": BackwardPrefetch.BACKWARD_PRE, "backward_post": BackwardPrefetch.BACKWARD_POST,
+                "none": None}[a.backward_prefetch]
+    mp = None
+    if a.mixed_precision in DTYPES:
+        d = DTYPES[a.mixed_precision]
+        mp = MixedPrecision(param_dtype=d, reduce_dtype=torch.float32, buffer_dtype=d)
+    return FSDP(model, sharding_strategy=strategy, auto_wrap_policy=policy, backward_prefetch=prefetch,
+                forward_prefetch=a.forward_prefetch, mixed_precision=mp, cpu_offload=CPUOffload(offload_params=a.cpu_offload),
+                device_id=device, use_orig_params=True, limit_all_gathers=True)
 
 
 def emit(obj):
@@ -327,9 +495,24 @@ def emit(obj):
     print("FSDPBENCH " + json.dumps(obj), flush=True)
 
 
+def optimizer(model, a, device):
+    """On CPU, the Go trainer's AdamW operation for operation (the parity runs); on
+    CUDA, torch's own AdamW (fused where it can), which is what a benchmark of
+    PyTorch should time."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if device.type == "cpu":
+        return AdamW(params, a.lr, a.weight_decay)
+    kw = {"lr": a.lr, "weight_decay": a.weight_decay}
+    try:
+        return torch.optim.AdamW(params, fused=True, **kw)
+    except (TypeError, RuntimeError):
+        return torch.optim.AdamW(params, foreach=True, **kw)
+
+
 def run_distributed(a, s):
     """Trains under torchrun's environment (or alone when WORLD_SIZE is unset) and
     writes rank-<r>.json to $FSDPBENCH_METRICS_DIR."""
+    import contextlib
     import os
     ws = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -340,15 +523,28 @@ def run_distributed(a, s):
         torch.cuda.set_device(device)
     if a.sharding in SHARDED and not use_cuda:
         raise Infeasible(f"torch {torch.__version__} on CPU cannot run FSDP ({a.sharding}); use ddp/no_shard or a CUDA machine")
-    if a.mixed_precision != "fp32":
-        raise Infeasible(f"mixed precision {a.mixed_precision} is not implemented by the reference script; use fp32")
+    if a.mixed_precision != "fp32" and not use_cuda:
+        raise Infeasible(f"mixed precision {a.mixed_precision} on CPU is not what this script benchmarks; use fp32")
+    if a.sharding == "hybrid_shard" and ws % a.gpus_per_node:
+        raise Infeasible(f"hybrid_shard: world size {ws} is not a multiple of gpus_per_node {a.gpus_per_node}")
     dist = None
     if ws > 1:
         import torch.distributed as dist
         dist.init_process_group("nccl" if use_cuda else "gloo")
-    model = ParamModule(s, build_params(s, a.seed & MASK64)).to(device)
-    model = wrap(model, a.sharding, device, dist)
-    opt = AdamW(model.parameters(), a.lr, a.weight_decay)
+    if a.model_impl == "transformers":
+        model = HFModel(a.hf_config, a.activation_checkpointing)
+        vocab = model.vocab
+    else:
+        model = Model(s, build_params(s, a.seed & MASK64), a.activation_checkpointing)
+        vocab = s["vocab"]
+    model = wrap(model.to(device), a, device, dist)
+    opt = optimizer(model, a, device)
+    # DDP under bf16/fp16 is autocast (fp32 weights, low-precision compute); FSDP casts
+    # parameters itself (MixedPrecisionPolicy / MixedPrecision).
+    autocast = contextlib.nullcontext
+    if a.mixed_precision in DTYPES and a.sharding in ("ddp", "no_shard"):
+        autocast = lambda: torch.autocast("cuda", dtype=DTYPES[a.mixed_precision])  # noqa: E731
+    scaler = torch.cuda.amp.GradScaler() if a.mixed_precision == "fp16" and a.sharding in ("ddp", "no_shard") else None
     bpd, accum = a.batch_per_device, a.grad_accum
     G = ws * bpd * accum
     steps = []
@@ -359,20 +555,30 @@ def run_distributed(a, s):
                 dist.barrier()
             if use_cuda:
                 torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats(device)
             measured_start = time.perf_counter()
         start = time.perf_counter()
         opt.zero_grad()
         local = 0.0
         for k in range(accum):
             first = step * G + k * ws * bpd + rank * bpd
-            inputs, targets = batch(a.seed & MASK64, first, bpd, a.seq_len, s["vocab"])
+            inputs, targets = batch(a.seed & MASK64, first, bpd, a.seq_len, vocab)
             inputs, targets = inputs.to(device), targets.to(device)
-            ctx = model.no_sync() if (k < accum - 1 and hasattr(model, "no_sync")) else _null()
-            with ctx:
+            last = k == accum - 1
+            sync = contextlib.nullcontext()
+            if not last and hasattr(model, "no_sync"):
+                sync = model.no_sync()
+            elif hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+                model.set_requires_gradient_sync(last)
+            with sync, autocast():
                 loss = model(inputs, targets) / accum
-                loss.backward()
+            (scaler.scale(loss) if scaler else loss).backward()
             local += loss.detach()
-        opt.step()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         lt = torch.as_tensor(local, dtype=torch.float32, device=device).reshape(1)
         if dist is not None:
             dist.all_reduce(lt)
@@ -390,6 +596,12 @@ def run_distributed(a, s):
     out = {"rank": rank, "world_size": ws, "sharding": a.sharding, "device": device.type,
            "tokens": bpd * accum * a.seq_len * a.steps, "measured_wall_s": wall,
            "steps": steps, "torch": torch.__version__}
+    if use_cuda:
+        out["gpu"] = torch.cuda.get_device_name(device)
+        out["cuda"] = torch.version.cuda
+        if hasattr(torch.cuda, "nccl"):
+            v = torch.cuda.nccl.version()
+            out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     out.update(peak_memory(device))
     d = os.environ.get("FSDPBENCH_METRICS_DIR")
     if d:
@@ -403,17 +615,9 @@ def run_distributed(a, s):
     return 0
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-json", required=True, help="shapes.Shape as JSON, inline or a file path")
+    ap.add_argument("--model-json", help="shapes.Shape as JSON, inline or a file path (the built-in model)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seq-len", type=int, required=True)
     ap.add_argument("--batch", type=int, help="single-process mode: global batch, samples per step")
@@ -427,23 +631,42 @@ def main(argv=None):
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--warmup-steps", type=int, default=0)
     ap.add_argument("--mixed-precision", default="fp32", choices=("fp32", "bf16", "fp16"))
+    ap.add_argument("--gpus-per-node", type=int, default=0, help="hybrid_shard's shard group size (default: world size)")
+    ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--backward-prefetch", default="backward_pre", choices=("backward_pre", "backward_post", "none"))
+    ap.add_argument("--forward-prefetch", action="store_true")
+    ap.add_argument("--cpu-offload", action="store_true")
+    ap.add_argument("--wrap-policy", default="transformer", help="transformer, or size:<min params> (FSDP1)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each block")
+    ap.add_argument("--fsdp-api", type=int, default=0, choices=(0, 1, 2), help="0: FSDP2 when torch has it, else FSDP1")
+    ap.add_argument("--model-impl", default="builtin", choices=("builtin", "transformers"))
+    ap.add_argument("--hf-config", help="with --model-impl transformers: the config.json")
     a = ap.parse_args(argv)
     if a.seq_len <= 0 or a.steps <= 0 or not a.lr > 0 or a.weight_decay < 0 or a.seed < 0:
         ap.error("seq-len, steps and lr must be positive; weight-decay and seed not negative")
-    try:
-        s = load_shape(a.model_json)
-    except (OSError, ValueError, KeyError) as e:
-        ap.error(f"--model-json: {e}")
+    s = None
+    if a.model_impl == "builtin":
+        if not a.model_json:
+            ap.error("--model-json is required for the built-in model")
+        try:
+            s = load_shape(a.model_json)
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--model-json: {e}")
     if a.sharding is not None:
         if a.batch_per_device <= 0 or a.grad_accum <= 0 or a.warmup_steps < 0:
             ap.error("batch-per-device and grad-accum must be positive, warmup-steps not negative")
+        if a.gpus_per_node <= 0:
+            import os
+            a.gpus_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+        if a.model_impl == "transformers" and not a.hf_config:
+            ap.error("--model-impl transformers needs --hf-config")
         try:
             return run_distributed(a, s)
         except Infeasible as e:
             print(f"fsdpbench: infeasible: {e}", file=sys.stderr, flush=True)
             return EXIT_INFEASIBLE
         except RuntimeError as e:
-            if "out of memory" in str(e):
+            if "out of memory" in str(e):  # torch.OutOfMemoryError is a RuntimeError
                 print(f"fsdpbench: out of memory: {e}", file=sys.stderr, flush=True)
                 return EXIT_OOM
             raise

@@ -1,0 +1,363 @@
+package torchrun
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// LegacyMetricsFile is the name of the metrics file existing scripts write.
+const LegacyMetricsFile = "metrics.json"
+
+// rankFile is the metrics contract: what a script writes to
+// $FSDPBENCH_METRICS_DIR/rank-<r>.json. Only rank, tokens, measured_wall_s and
+// steps are required; the rest is reported when known.
+type rankFile struct {
+	Rank                  int            `json:"rank"`
+	WorldSize             int            `json:"world_size"`
+	Device                string         `json:"device"`
+	Tokens                int64          `json:"tokens"`
+	MeasuredWallS         float64        `json:"measured_wall_s"`
+	Steps                 []results.Step `json:"steps"`
+	Torch                 string         `json:"torch"`
+	GPU                   string         `json:"gpu"`
+	CUDA                  string         `json:"cuda"`
+	NCCL                  string         `json:"nccl"`
+	Host                  string         `json:"host"`
+	PeakMemAllocatedBytes *int64         `json:"peak_mem_allocated_bytes"`
+	PeakMemReservedBytes  *int64         `json:"peak_mem_reserved_bytes"`
+	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
+	AllocRetries          *int64         `json:"alloc_retries"`
+	CUDAOOMs              *int64         `json:"cuda_ooms"`
+}
+
+// collector gathers what a finished run left behind, in the order of trust: the
+// metrics contract's rank files, then a metrics.json of the existing-scripts kind,
+// then the FSDPBENCH step lines rank 0 printed.
+type collector struct {
+	rc        sweeps.RunConfig
+	o         Options
+	paths     Paths
+	vars      map[string]string
+	stepLines []results.Step // from stdout, in order
+	warn      func(string)   // a line for the run's stderr.log
+}
+
+// collect fills res from the run's outputs, or says why it cannot.
+func (c *collector) collect(res *results.Result) error {
+	ranks, err := filepath.Glob(filepath.Join(c.paths.MetricsDir, "rank-*.json"))
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(ranks) > 0:
+		if err := c.fromRankFiles(res); err != nil {
+			return err
+		}
+	default:
+		path, err := c.findLegacy()
+		if err != nil {
+			return err
+		}
+		switch {
+		case path != "":
+			if err := c.fromLegacy(res, path); err != nil {
+				return err
+			}
+		case len(c.stepLines) > 0:
+			c.fromStepLines(res)
+		default:
+			return fmt.Errorf("torchrun: the script exited cleanly but reported nothing: no %s/rank-<r>.json, no %s, no FSDPBENCH lines on stdout; see the metrics contract in the README",
+				c.paths.MetricsDir, LegacyMetricsFile)
+		}
+	}
+	c.flops(res)
+	res.Status = results.StatusOK
+	return nil
+}
+
+func (c *collector) fromRankFiles(res *results.Result) error {
+	rc := c.rc
+	files := make([]rankFile, rc.WorldSize)
+	for r := range files {
+		path := filepath.Join(c.paths.MetricsDir, "rank-"+strconv.Itoa(r)+".json")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("torchrun: rank %d exited cleanly but its report is missing: %w", r, err)
+		}
+		if err := json.Unmarshal(data, &files[r]); err != nil {
+			return fmt.Errorf("torchrun: rank %d's report %s: %w", r, path, err)
+		}
+		if files[r].Rank != r {
+			return fmt.Errorf("torchrun: %s says rank %d", path, files[r].Rank)
+		}
+		if len(files[r].Steps) != rc.Steps {
+			return fmt.Errorf("torchrun: rank %d reported %d measured steps, want %d", r, len(files[r].Steps), rc.Steps)
+		}
+	}
+	res.Steps = make([]results.Step, rc.Steps)
+	for i := range res.Steps {
+		st := files[0].Steps[i]
+		st.Tokens = rc.TokensPerStep()
+		for _, f := range files[1:] {
+			st.StepTimeS = max(st.StepTimeS, f.Steps[i].StepTimeS)
+		}
+		res.Steps[i] = st
+	}
+	maxPtr := func(cur, v *int64) *int64 {
+		if v == nil || (cur != nil && *cur >= *v) {
+			return cur
+		}
+		return results.I64(*v)
+	}
+	var retries, ooms *int64
+	for _, f := range files {
+		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
+		res.PeakMemAllocatedBytes = maxPtr(res.PeakMemAllocatedBytes, f.PeakMemAllocatedBytes)
+		res.PeakMemReservedBytes = maxPtr(res.PeakMemReservedBytes, f.PeakMemReservedBytes)
+		res.PeakRSSBytes = maxPtr(res.PeakRSSBytes, f.PeakRSSBytes)
+		retries = maxPtr(retries, f.AllocRetries)
+		ooms = maxPtr(ooms, f.CUDAOOMs)
+		var loss *float64
+		if n := len(f.Steps); n > 0 {
+			loss = f.Steps[n-1].Loss
+		}
+		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, Host: f.Host, MeasuredWallS: f.MeasuredWallS,
+			Tokens: f.Tokens, PeakMemAllocatedBytes: f.PeakMemAllocatedBytes, PeakMemReservedBytes: f.PeakMemReservedBytes,
+			PeakRSSBytes: f.PeakRSSBytes, LossLast: loss})
+	}
+	if retries != nil || ooms != nil {
+		res.Extra = map[string]any{}
+		if retries != nil {
+			res.Extra["alloc_retries"] = *retries
+		}
+		if ooms != nil {
+			res.Extra["cuda_ooms"] = *ooms
+		}
+	}
+	f0 := files[0]
+	res.Env.GPU, res.Env.CUDA, res.Env.NCCL = f0.GPU, f0.CUDA, f0.NCCL
+	if f0.Torch != "" {
+		res.Env.Torch = f0.Torch
+	}
+	if f0.Device == "cpu" {
+		res.Env.Hardware = "cpu"
+	}
+	return nil
+}
+
+// findLegacy returns the metrics.json a script wrote: metrics_file when set, else
+// the one metrics.json under the run's output directory (or "" when none is).
+func (c *collector) findLegacy() (string, error) {
+	if c.o.MetricsFile != "" {
+		p, err := Expand("backend_options.metrics_file", []string{c.o.MetricsFile}, c.vars)
+		if err != nil {
+			return "", err
+		}
+		path := p[0]
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(c.paths.OutputDir, path)
+		}
+		if _, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("torchrun: backend_options.metrics_file %s: %w", path, err)
+		}
+		return path, nil
+	}
+	var found []string
+	err := filepath.WalkDir(c.paths.OutputDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && d.Name() == LegacyMetricsFile {
+			found = append(found, path)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	switch len(found) {
+	case 0:
+		return "", nil
+	case 1:
+		return found[0], nil
+	default:
+		sort.Strings(found)
+		return "", fmt.Errorf("torchrun: the script wrote %d metrics.json files (%s); set backend_options.metrics_file to the one that holds the run's figures",
+			len(found), strings.Join(found, ", "))
+	}
+}
+
+// legacyKeys are the metrics.json keys existing scripts use (DESIGN.md, results).
+var legacyKeys = []string{"wall_time_s", "approx_tokens_per_rank", "approx_tokens_per_s_per_rank", "world_size",
+	"gpu0", "torch", "model", "dataset", "fsdp", "bf16"}
+
+// fromLegacy maps a metrics.json with the existing scripts' key names onto the
+// result: wall_time_s is the measured wall time, approx_tokens_per_rank each rank's
+// tokens (or approx_tokens_per_s_per_rank x wall_time_s), and world_size, fsdp
+// and bf16 must agree with the run's axes: a script that ignored the template
+// would otherwise file its figures under the wrong configuration.
+func (c *collector) fromLegacy(res *results.Result, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("torchrun: %s is not a JSON object: %w", path, err)
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("torchrun: %s: %s", path, fmt.Sprintf(format, a...))
+	}
+	number := func(k string) (float64, bool, error) {
+		v, ok := m[k]
+		if !ok || v == nil {
+			return 0, false, nil
+		}
+		x, isNum := v.(float64)
+		if !isNum || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+			return 0, false, bad("%s must be a non-negative number, got %v", k, v)
+		}
+		return x, true, nil
+	}
+	wall, hasWall, err := number("wall_time_s")
+	if err != nil {
+		return err
+	}
+	tokens, hasTokens, err := number("approx_tokens_per_rank")
+	if err != nil {
+		return err
+	}
+	tps, hasTPS, err := number("approx_tokens_per_s_per_rank")
+	if err != nil {
+		return err
+	}
+	switch {
+	case hasWall && hasTokens:
+		if hasTPS && wall > 0 && math.Abs(tokens/wall-tps) > 0.01*tps {
+			c.warn(fmt.Sprintf("fsdpbench: %s: approx_tokens_per_s_per_rank %.4g differs from approx_tokens_per_rank/wall_time_s = %.4g; the table uses the latter (DESIGN.md normalization); the script's figure is kept as extra.script_tokens_per_s_per_rank",
+				path, tps, tokens/wall))
+		}
+	case hasWall && hasTPS:
+		tokens = tps * wall
+	case hasTokens && hasTPS && tps > 0:
+		wall = tokens / tps
+	default:
+		return bad("needs two of wall_time_s, approx_tokens_per_rank, approx_tokens_per_s_per_rank to give a throughput; it has %s", presentKeys(m))
+	}
+	if !(wall > 0) {
+		return bad("wall_time_s is %g; a throughput needs a positive wall time", wall)
+	}
+	if v, ok := m["world_size"]; ok {
+		if ws, isNum := v.(float64); !isNum || int(ws) != c.rc.WorldSize {
+			return bad("world_size is %v but the run has %d ranks: the script did not run this configuration", v, c.rc.WorldSize)
+		}
+	}
+	if v, ok := m["fsdp"].(bool); ok {
+		// no_shard is FSDP's NO_SHARD as well as DDP-like, so it agrees with either.
+		if c.rc.Sharding != sweeps.NoShard && v != (c.rc.Sharding != sweeps.DDP) {
+			return bad("fsdp is %v but the run's sharding is %s: map the sharding axis in backend_options.args (e.g. {fsdp?--fsdp})", v, c.rc.Sharding)
+		}
+	}
+	if v, ok := m["bf16"].(bool); ok && v != (c.rc.MixedPrecision == sweeps.BF16) {
+		return bad("bf16 is %v but the run's mixed_precision is %s: map it in backend_options.args (e.g. {bf16?--bf16})", v, c.rc.MixedPrecision)
+	}
+	res.MeasuredWallS = wall
+	res.Steps = c.stepLines
+	for i := range res.Steps {
+		res.Steps[i].Tokens = c.rc.TokensPerStep()
+	}
+	for r := range c.rc.WorldSize {
+		res.PerRank = append(res.PerRank, results.RankResult{Rank: r, MeasuredWallS: wall, Tokens: int64(math.Round(tokens))})
+	}
+	switch g := m["gpu0"].(type) {
+	case string:
+		res.Env.GPU = g
+	case map[string]any:
+		if name, ok := g["name"].(string); ok {
+			res.Env.GPU = name
+		}
+	}
+	if t, ok := m["torch"].(string); ok && t != "" {
+		res.Env.Torch = t
+	}
+	res.Extra = map[string]any{"metrics_file": path}
+	for k, v := range m {
+		switch k {
+		case "wall_time_s", "approx_tokens_per_rank", "world_size", "torch":
+		case "approx_tokens_per_s_per_rank":
+			res.Extra["script_tokens_per_s_per_rank"] = v
+		default:
+			res.Extra[k] = v // model, dataset, gpu0, fsdp, bf16 and the script's own keys, as they are
+		}
+	}
+	return nil
+}
+
+func presentKeys(m map[string]any) string {
+	var have []string
+	for _, k := range legacyKeys {
+		if _, ok := m[k]; ok {
+			have = append(have, k)
+		}
+	}
+	if len(have) == 0 {
+		return "none of " + strings.Join(legacyKeys, ", ")
+	}
+	return strings.Join(have, ", ")
+}
+
+// fromStepLines uses rank 0's FSDPBENCH lines alone: the wall time is the sum of
+// the step times, and every rank is assumed to have done rank 0's share.
+func (c *collector) fromStepLines(res *results.Result) {
+	res.Steps = c.stepLines
+	for i := range res.Steps {
+		res.Steps[i].Tokens = c.rc.TokensPerStep()
+		res.MeasuredWallS += res.Steps[i].StepTimeS
+	}
+}
+
+// flops sets the model FLOPs per token (a preset or config.json the shapes package
+// knows) and the device's peak (the hardware profile), which together give MFU.
+func (c *collector) flops(res *results.Result) {
+	if shape, err := shapes.Lookup(c.rc.Model); err == nil {
+		res.ModelFlopsPerToken = shape.FlopsPerToken(c.rc.SeqLen)
+		res.Env.ModelParams = shape.Params()
+	}
+	name := c.rc.Hardware
+	if res.Env.Hardware == "cpu" {
+		name = "cpu"
+	}
+	var prof hardware.Profile
+	if name == hardware.Auto || name == "" {
+		p, _ := hardware.Detect()
+		if p.Name == "" || p.Name == "cpu" {
+			// A GPU we have no profile for, or detection without a driver: the
+			// peak is unknown, so MFU stays absent rather than wrong.
+			return
+		}
+		prof = p
+	} else {
+		p, err := hardware.Lookup(name)
+		if err != nil {
+			return
+		}
+		prof = p
+	}
+	if peak, err := prof.Peak(c.rc.MixedPrecision); err == nil {
+		res.PeakFlopsPerS = peak
+		res.Env.Hardware = prof.Name
+	}
+}

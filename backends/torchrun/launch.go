@@ -1,0 +1,245 @@
+package torchrun
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Node places one launcher invocation in a multi-node run: every node runs the same
+// command with its own Rank, and the ranks meet at Endpoint (c10d rendezvous).
+// Rank may be a shell variable ("$SLURM_NODEID") when a job script runs the command.
+type Node struct {
+	Nodes    int
+	Rank     string
+	Endpoint string // host:port of the rendezvous (the first node)
+	ID       string // the rendezvous ID, shared by the run's nodes
+}
+
+// ScriptArgs are the project script's flags for rc.
+func ScriptArgs(rc sweeps.RunConfig, o Options, p Paths) []string {
+	args := []string{
+		"--seed", strconv.FormatInt(rc.Seed, 10),
+		"--seq-len", strconv.Itoa(rc.SeqLen),
+		"--batch-per-device", strconv.Itoa(rc.BatchPerDevice),
+		"--grad-accum", strconv.Itoa(max(rc.GradAccum, 1)),
+		"--steps", strconv.Itoa(rc.Steps),
+		"--warmup-steps", strconv.Itoa(rc.WarmupSteps),
+		"--sharding", rc.Sharding,
+		"--mixed-precision", rc.MixedPrecision,
+		"--gpus-per-node", strconv.Itoa(rc.GPUsPerNode),
+		"--backward-prefetch", orDefault(rc.BackwardPrefetch, sweeps.BackwardPre),
+		"--wrap-policy", orDefault(rc.WrapPolicy, "transformer"),
+		"--lr", strconv.FormatFloat(o.LR, 'g', -1, 64),
+		"--weight-decay", strconv.FormatFloat(o.WeightDecay, 'g', -1, 64),
+	}
+	if o.ModelImpl == ModelTransformers {
+		args = append(args, "--model-impl", ModelTransformers, "--hf-config", rc.Model)
+	} else {
+		args = append(args, "--model-json", p.ModelJSON)
+	}
+	if o.FSDPAPI != 0 {
+		args = append(args, "--fsdp-api", strconv.Itoa(o.FSDPAPI))
+	}
+	for _, f := range []struct {
+		on   bool
+		flag string
+	}{
+		{rc.ActivationCheckpointing, "--activation-checkpointing"},
+		{rc.ForwardPrefetch, "--forward-prefetch"},
+		{rc.CPUOffload, "--cpu-offload"},
+		{rc.Compile, "--compile"},
+	} {
+		if f.on {
+			args = append(args, f.flag)
+		}
+	}
+	return args
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// TorchrunArgv is the command line that starts rc's ranks on one node under
+// torchrun (python -m torch.distributed.run, so the interpreter that has torch is
+// the one that runs it): --standalone on one node, c10d rendezvous at node's
+// endpoint otherwise. Flags are spelled with underscores, which torch 1.13 needs
+// and torch 2 still accepts.
+func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, script string, scriptArgs []string) []string {
+	argv := []string{o.Python, "-m", "torch.distributed.run"}
+	if node == nil || node.Nodes <= 1 {
+		argv = append(argv, "--standalone", "--nnodes", "1")
+	} else {
+		argv = append(argv, "--nnodes", strconv.Itoa(node.Nodes), "--node_rank", node.Rank,
+			"--rdzv_backend", "c10d", "--rdzv_endpoint", node.Endpoint, "--rdzv_id", node.ID)
+	}
+	argv = append(argv, "--nproc_per_node", strconv.Itoa(rc.GPUsPerNode),
+		// Python 3.11 breaks torch 1.13's default log capture; redirect and tee stderr.
+		"--redirects", "2", "--tee", "2",
+		script)
+	return append(argv, scriptArgs...)
+}
+
+// AccelerateArgv is the command line of accelerate launch with the generated
+// config file. Every setting is in the file, which is the same on every node; a
+// node's rank is given on the command line (--machine_rank), so that a job script
+// can pass $SLURM_NODEID.
+func AccelerateArgv(o Options, node *Node, configFile, script string, scriptArgs []string) []string {
+	argv := []string{o.Python, "-m", "accelerate.commands.launch", "--config_file", configFile}
+	if node != nil && node.Nodes > 1 {
+		argv = append(argv, "--machine_rank", node.Rank)
+	}
+	argv = append(argv, script)
+	return append(argv, scriptArgs...)
+}
+
+// layerClasses are the Hugging Face decoder layer classes by architecture, which
+// accelerate's transformer wrap policy names.
+var layerClasses = map[string]string{
+	"llama":   "LlamaDecoderLayer",
+	"mistral": "MistralDecoderLayer",
+	"qwen2":   "Qwen2DecoderLayer",
+	"gpt2":    "GPT2Block",
+}
+
+// family is the Hugging Face model family of a shape: config.json's model_type, or
+// for a preset its name's prefix (mistral-7b) or architecture.
+func family(s shapes.Shape) string {
+	if s.ModelType != "" {
+		return s.ModelType
+	}
+	for f := range layerClasses {
+		if strings.HasPrefix(s.Name, f) {
+			return f
+		}
+	}
+	return s.Arch
+}
+
+// AccelerateConfig is the accelerate config file (accelerate's own YAML format) for
+// rc: distributed_type FSDP with the run's sharding strategy, wrap policy and layer
+// class, prefetch, offload, state dict type and activation checkpointing, or
+// MULTI_GPU/MULTI_CPU for ddp. fsdp_version 2 spells the strategy as
+// fsdp_reshard_after_forward and has no prefetch settings; it refuses what it
+// cannot express rather than silently run something else.
+func AccelerateConfig(rc sweeps.RunConfig, o Options, node *Node) ([]byte, error) {
+	cpu := rc.Hardware == "cpu"
+	mp := "no"
+	switch rc.MixedPrecision {
+	case sweeps.BF16, sweeps.FP16:
+		mp = rc.MixedPrecision
+	}
+	nodes, ip, port := 1, "", 0
+	if node != nil && node.Nodes > 1 {
+		host, p, ok := strings.Cut(node.Endpoint, ":")
+		n, err := strconv.Atoi(p)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("torchrun: rendezvous endpoint %q is not host:port", node.Endpoint)
+		}
+		nodes, ip, port = node.Nodes, host, n
+	}
+	cfg := yaml.MapSlice{
+		{Key: "compute_environment", Value: "LOCAL_MACHINE"},
+		{Key: "debug", Value: false},
+	}
+	switch {
+	case rc.Sharding == sweeps.DDP && cpu:
+		cfg = append(cfg, yaml.MapItem{Key: "distributed_type", Value: "MULTI_CPU"})
+	case rc.Sharding == sweeps.DDP:
+		cfg = append(cfg, yaml.MapItem{Key: "distributed_type", Value: "MULTI_GPU"})
+	default:
+		fc, err := fsdpConfig(rc, o)
+		if err != nil {
+			return nil, err
+		}
+		cfg = append(cfg, yaml.MapItem{Key: "distributed_type", Value: "FSDP"}, yaml.MapItem{Key: "fsdp_config", Value: fc})
+	}
+	cfg = append(cfg,
+		// Each node's own rank is AccelerateArgv's --machine_rank.
+		yaml.MapItem{Key: "machine_rank", Value: 0},
+		yaml.MapItem{Key: "main_training_function", Value: "main"},
+		yaml.MapItem{Key: "mixed_precision", Value: mp},
+		yaml.MapItem{Key: "num_machines", Value: nodes},
+		yaml.MapItem{Key: "num_processes", Value: rc.WorldSize},
+	)
+	if nodes > 1 {
+		cfg = append(cfg,
+			yaml.MapItem{Key: "main_process_ip", Value: ip},
+			yaml.MapItem{Key: "main_process_port", Value: port},
+			yaml.MapItem{Key: "rdzv_backend", Value: "c10d"},
+			yaml.MapItem{Key: "same_network", Value: true})
+	} else {
+		cfg = append(cfg, yaml.MapItem{Key: "rdzv_backend", Value: "static"}, yaml.MapItem{Key: "same_network", Value: true})
+	}
+	cfg = append(cfg, yaml.MapItem{Key: "use_cpu", Value: cpu})
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// A header says where the file comes from; accelerate ignores comments.
+	head := fmt.Sprintf("# accelerate config generated by fsdpbench for run %s\n", rc.ID)
+	return append([]byte(head), out...), nil
+}
+
+func fsdpConfig(rc sweeps.RunConfig, o Options) (yaml.MapSlice, error) {
+	layer := o.LayerClass
+	if layer == "" {
+		if s, err := shapes.Lookup(rc.Model); err == nil {
+			layer = layerClasses[family(s)]
+		}
+		if layer == "" {
+			return nil, fmt.Errorf("torchrun: model %s: no known decoder layer class to wrap; set backend_options.layer_class", rc.Model)
+		}
+	}
+	fc := yaml.MapSlice{}
+	if wp := orDefault(rc.WrapPolicy, "transformer"); wp == "transformer" {
+		fc = append(fc, yaml.MapItem{Key: "fsdp_auto_wrap_policy", Value: "TRANSFORMER_BASED_WRAP"},
+			yaml.MapItem{Key: "fsdp_transformer_layer_cls_to_wrap", Value: layer})
+	} else {
+		n, err := strconv.ParseInt(strings.TrimPrefix(wp, "size:"), 10, 64)
+		if err != nil || !strings.HasPrefix(wp, "size:") {
+			return nil, fmt.Errorf("torchrun: wrap_policy %q: use transformer or size:<min params>", wp)
+		}
+		fc = append(fc, yaml.MapItem{Key: "fsdp_auto_wrap_policy", Value: "SIZE_BASED_WRAP"},
+			yaml.MapItem{Key: "fsdp_min_num_params", Value: n})
+	}
+	fc = append(fc, yaml.MapItem{Key: "fsdp_activation_checkpointing", Value: rc.ActivationCheckpointing},
+		yaml.MapItem{Key: "fsdp_cpu_ram_efficient_loading", Value: false},
+		yaml.MapItem{Key: "fsdp_offload_params", Value: rc.CPUOffload},
+		yaml.MapItem{Key: "fsdp_state_dict_type", Value: o.StateDictType})
+	if o.AccelerateFSDPVersion == 2 {
+		switch {
+		case rc.Sharding != sweeps.FullShard && rc.Sharding != sweeps.ShardGradOp:
+			return nil, fmt.Errorf("torchrun: accelerate fsdp_version 2 expresses full_shard and shard_grad_op only, not %s; set backend_options.accelerate_fsdp_version: 1", rc.Sharding)
+		case rc.ForwardPrefetch || rc.BackwardPrefetch == sweeps.BackwardPost || rc.BackwardPrefetch == sweeps.PrefetchNone:
+			return nil, fmt.Errorf("torchrun: accelerate fsdp_version 2 has no prefetch settings (it always prefetches backward_pre); set backward_prefetch: backward_pre, forward_prefetch: false, or accelerate_fsdp_version: 1")
+		}
+		fc = append(fc, yaml.MapItem{Key: "fsdp_reshard_after_forward", Value: rc.Sharding == sweeps.FullShard},
+			yaml.MapItem{Key: "fsdp_version", Value: 2})
+		return fc, nil
+	}
+	prefetch := "NO_PREFETCH"
+	switch rc.BackwardPrefetch {
+	case sweeps.BackwardPre, "":
+		prefetch = "BACKWARD_PRE"
+	case sweeps.BackwardPost:
+		prefetch = "BACKWARD_POST"
+	}
+	fc = append(fc,
+		yaml.MapItem{Key: "fsdp_backward_prefetch", Value: prefetch},
+		yaml.MapItem{Key: "fsdp_forward_prefetch", Value: rc.ForwardPrefetch},
+		yaml.MapItem{Key: "fsdp_sharding_strategy", Value: strings.ToUpper(rc.Sharding)},
+		yaml.MapItem{Key: "fsdp_sync_module_states", Value: true},
+		yaml.MapItem{Key: "fsdp_use_orig_params", Value: true},
+		yaml.MapItem{Key: "fsdp_version", Value: 1})
+	return fc, nil
+}

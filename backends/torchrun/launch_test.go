@@ -1,0 +1,150 @@
+package torchrun
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goccy/go-yaml"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// golden compares got with testdata/<name>, or rewrites it under -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run `go test ./backends/torchrun -run %s -update` to create it", t.Name())
+	assert.Equal(t, string(want), got)
+}
+
+func gpuRun() sweeps.RunConfig {
+	return sweeps.RunConfig{ID: "ws8-bs2-full_shard-ac1-pre-0123abcd", Backend: Name, Hardware: "h100-sxm", Model: "llama-1b",
+		SeqLen: 2048, Steps: 20, WarmupSteps: 3, Seed: 0, Nodes: 1, GPUsPerNode: 8, WorldSize: 8, BatchPerDevice: 2,
+		GradAccum: 1, GlobalBatch: 16, Sharding: sweeps.FullShard, ActivationCheckpointing: true,
+		BackwardPrefetch: sweeps.BackwardPre, MixedPrecision: sweeps.BF16, WrapPolicy: "transformer"}
+}
+
+func TestExpand(t *testing.T) {
+	rc := gpuRun()
+	vars := Vars(rc, Paths{RunDir: "/r", MetricsDir: "/r/ranks", OutputDir: "/r/output", ModelJSON: "/r/model.json"})
+	tests := []struct {
+		tmpl []string
+		want []string
+	}{
+		{[]string{"--batch_size_per_device", "{batch_per_device}", "--seq={seq_len}"}, []string{"--batch_size_per_device", "2", "--seq=2048"}},
+		{[]string{"{activation_checkpointing?--gradient_checkpointing}", "{cpu_offload?--offload}", "x"}, []string{"--gradient_checkpointing", "x"}},
+		{[]string{"--strategy", "{sharding_upper}", "--out", "{output_dir}/m.json"}, []string{"--strategy", "FULL_SHARD", "--out", "/r/output/m.json"}},
+		{[]string{"{{literal}}", "{bf16?--bf16}{fsdp?--fsdp}"}, []string{"{literal}", "--bf16--fsdp"}},
+		{[]string{"--steps", "{total_steps}", "--ga", "{grad_accum}"}, []string{"--steps", "23", "--ga", "1"}},
+	}
+	for _, tc := range tests {
+		got, err := Expand("args", tc.tmpl, vars)
+		require.NoError(t, err, "%q", tc.tmpl)
+		assert.Equal(t, tc.want, got, "%q", tc.tmpl)
+	}
+
+	bad := []struct {
+		tmpl []string
+		want string
+	}{
+		{[]string{"--bs", "{batch_per_devce}"}, `args[1] "{batch_per_devce}": column 1: unknown placeholder {batch_per_devce} (did you mean {batch_per_device}?)`},
+		{[]string{"--x={seq_len"}, `args[0] "--x={seq_len": column 5: '{' is never closed`},
+		{[]string{"a}"}, `column 2: unmatched '}'`},
+		{[]string{"{sharding?--x}"}, `{sharding?...} needs a boolean, and sharding is "full_shard"`},
+	}
+	for _, tc := range bad {
+		_, err := Expand("args", tc.tmpl, vars)
+		require.Error(t, err, "%q", tc.tmpl)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := ParseOptions(map[string]any{"launcher": "accelerate", "args": "--a {seq_len}  --b", "extra_args": []any{"--c", 3},
+		"lr": 0.5, "fsdp_api": uint64(1), "rdzv_port": 1234, "state_dict_type": "full_state_dict"})
+	require.NoError(t, err)
+	assert.Equal(t, LauncherAccelerate, o.Launcher)
+	assert.Equal(t, []string{"--a", "{seq_len}", "--b"}, o.Args)
+	assert.Equal(t, []string{"--c", "3"}, o.ExtraArgs)
+	assert.Equal(t, 0.5, o.LR)
+	assert.Equal(t, 1, o.FSDPAPI)
+	assert.Equal(t, 1234, o.RdzvPort)
+	assert.Equal(t, "FULL_STATE_DICT", o.StateDictType)
+	assert.Equal(t, DefaultPython, o.Python)
+
+	for opts, want := range map[string]map[string]any{
+		"backend_options.launcher: unknown launcher \"deepspeed\"": {"launcher": "deepspeed"},
+		"backend_options.fsdp_api: must be 0":                      {"fsdp_api": 3},
+		"backend_options.lr: must be positive":                     {"lr": -1.0},
+		"backend_options.args: must be a list of strings":          {"args": 3},
+		"backend_options.bogus: unknown key (known: launcher":      {"bogus": true},
+		"backend_options.rdzv_port: must be a whole number":        {"rdzv_port": 1.5},
+	} {
+		_, err := ParseOptions(want)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), opts)
+	}
+}
+
+// TestCommandLines pins the launcher command lines and the generated accelerate
+// configs in golden files: single node, a two-node torchrun as a job script runs
+// it, and accelerate's FSDP1/FSDP2/DDP configs.
+func TestCommandLines(t *testing.T) {
+	rc := gpuRun()
+	o, err := ParseOptions(nil)
+	require.NoError(t, err)
+	p := Paths{RunDir: "/results/s/runs/x", MetricsDir: "/results/s/runs/x/ranks", OutputDir: "/results/s/runs/x/output",
+		ModelJSON: "/results/s/runs/x/model.json"}
+	args := ScriptArgs(rc, o, p)
+	var sb strings.Builder
+	sb.WriteString("# one node\n" + strings.Join(TorchrunArgv(rc, o, nil, "train.py", args), " ") + "\n")
+	two := rc
+	two.Nodes, two.GPUsPerNode, two.WorldSize, two.Sharding = 2, 8, 16, sweeps.HybridShard
+	node := &Node{Nodes: 2, Rank: "$SLURM_NODEID", Endpoint: "gpu-001:29500", ID: "fsdpbench-x"}
+	sb.WriteString("# two nodes, hybrid_shard\n" + strings.Join(TorchrunArgv(two, o, node, "train.py", ScriptArgs(two, o, p)), " ") + "\n")
+	sb.WriteString("# accelerate\n" + strings.Join(AccelerateArgv(o, nil, "/results/s/runs/x/accelerate_config.yaml", "train.py", []string{"--bs", "2"}), " ") + "\n")
+	sb.WriteString("# accelerate, two nodes\n" + strings.Join(AccelerateArgv(o, node, "/results/s/runs/x/accelerate_config.yaml", "train.py", []string{"--bs", "2"}), " ") + "\n")
+	golden(t, "argv.golden", sb.String())
+
+	cfg, err := AccelerateConfig(rc, o, nil)
+	require.NoError(t, err)
+	golden(t, "accelerate_fsdp1.golden", string(cfg))
+	var parsed map[string]any
+	require.NoError(t, yaml.Unmarshal(cfg, &parsed), "the config must be valid YAML")
+	assert.Equal(t, "FSDP", parsed["distributed_type"])
+
+	cfg, err = AccelerateConfig(two, o, node)
+	require.NoError(t, err)
+	golden(t, "accelerate_hybrid_2nodes.golden", string(cfg))
+
+	o2 := o
+	o2.AccelerateFSDPVersion = 2
+	cfg, err = AccelerateConfig(rc, o2, nil)
+	require.NoError(t, err)
+	golden(t, "accelerate_fsdp2.golden", string(cfg))
+	_, err = AccelerateConfig(two, o2, node)
+	assert.ErrorContains(t, err, "fsdp_version 2 expresses full_shard and shard_grad_op only")
+
+	ddp := rc
+	ddp.Sharding, ddp.Hardware, ddp.MixedPrecision, ddp.ActivationCheckpointing = sweeps.DDP, "cpu", sweeps.FP32, false
+	cfg, err = AccelerateConfig(ddp, o, nil)
+	require.NoError(t, err)
+	golden(t, "accelerate_ddp_cpu.golden", string(cfg))
+
+	unknown := rc
+	unknown.Model = "/nonexistent/config.json"
+	_, err = AccelerateConfig(unknown, o, nil)
+	assert.ErrorContains(t, err, "set backend_options.layer_class")
+}

@@ -1,0 +1,233 @@
+package torchrun
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Launchers the backend can start a run with.
+const (
+	LauncherTorchrun   = "torchrun"
+	LauncherAccelerate = "accelerate"
+)
+
+// Model implementations of the project's script.
+const (
+	ModelBuiltin      = "builtin"      // the Go trainer's model, identical to gotrain's
+	ModelTransformers = "transformers" // a Hugging Face config.json through transformers
+)
+
+// DefaultRdzvPort is the c10d rendezvous port of multi-node runs (torchrun's default).
+const DefaultRdzvPort = 29500
+
+// Options are the torchrun backend_options.
+type Options struct {
+	// Launcher is "torchrun" (default) or "accelerate" (accelerate launch with a
+	// generated FSDP config file).
+	Launcher string
+	// Python is the interpreter that has torch (default /usr/bin/python3).
+	Python string
+	// Script replaces the embedded fsdpbench_train.py (a path, relative to the
+	// directory fsdpbench runs in).
+	Script string
+	// Args, when set, is the script's whole argument list as a template: each
+	// element may hold {axis} placeholders (see Expand), so a script with its own
+	// flags runs unchanged. Unset, the script gets the project script's flags.
+	Args []string
+	// ExtraArgs are appended to the script's arguments, as they are.
+	ExtraArgs []string
+	// MetricsFile is where a script that writes a metrics.json of its own leaves it
+	// (a template). Unset, the run's output directory is searched for metrics.json.
+	MetricsFile string
+	// LR and WeightDecay are AdamW's, with the Go trainer's defaults (1e-3, 0.01) so
+	// the two engines train alike unless told otherwise.
+	LR, WeightDecay float64
+	// FSDPAPI picks the project script's FSDP: 0 = FSDP2 when torch has it, else
+	// FSDP1; 1 or 2 to force one.
+	FSDPAPI int
+	// ModelImpl is "builtin" (default) or "transformers" (the model axis is a
+	// Hugging Face config.json, built with random weights).
+	ModelImpl string
+	// AccelerateFSDPVersion is the fsdp_version of the generated accelerate config
+	// (1 or 2; default 1, which has every axis: sharding strategies, prefetch).
+	AccelerateFSDPVersion int
+	// LayerClass is the transformer layer class accelerate wraps (default from the
+	// model's architecture, e.g. LlamaDecoderLayer).
+	LayerClass string
+	// StateDictType is accelerate's fsdp_state_dict_type (default SHARDED_STATE_DICT).
+	StateDictType string
+	// RdzvPort is the c10d rendezvous port of multi-node runs.
+	RdzvPort int
+}
+
+// knownOptions lists the backend_options keys, for errors.
+var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
+	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port"}
+
+// ParseOptions reads backend_options. Unknown keys and ill-typed values are errors
+// that name the key.
+func ParseOptions(m map[string]any) (Options, error) {
+	o := Options{Launcher: LauncherTorchrun, Python: DefaultPython, LR: 1e-3, WeightDecay: 0.01,
+		ModelImpl: ModelBuiltin, AccelerateFSDPVersion: 1, StateDictType: "SHARDED_STATE_DICT", RdzvPort: DefaultRdzvPort}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := o.set(k, m[k]); err != nil {
+			return o, fmt.Errorf("torchrun: backend_options.%s: %w", k, err)
+		}
+	}
+	return o, nil
+}
+
+func (o *Options) set(k string, v any) error {
+	switch k {
+	case "launcher":
+		s, err := str(v)
+		if err != nil {
+			return err
+		}
+		if s != LauncherTorchrun && s != LauncherAccelerate {
+			return fmt.Errorf("unknown launcher %q; use torchrun or accelerate", s)
+		}
+		o.Launcher = s
+	case "python":
+		s, err := str(v)
+		o.Python = s
+		return err
+	case "script":
+		s, err := str(v)
+		o.Script = s
+		return err
+	case "metrics_file":
+		s, err := str(v)
+		o.MetricsFile = s
+		return err
+	case "layer_class":
+		s, err := str(v)
+		o.LayerClass = s
+		return err
+	case "state_dict_type":
+		s, err := str(v)
+		if err != nil {
+			return err
+		}
+		s = strings.ToUpper(s)
+		if s != "SHARDED_STATE_DICT" && s != "FULL_STATE_DICT" && s != "LOCAL_STATE_DICT" {
+			return fmt.Errorf("unknown state dict type %q; use SHARDED_STATE_DICT, FULL_STATE_DICT or LOCAL_STATE_DICT", s)
+		}
+		o.StateDictType = s
+	case "model_impl":
+		s, err := str(v)
+		if err != nil {
+			return err
+		}
+		if s != ModelBuiltin && s != ModelTransformers {
+			return fmt.Errorf("unknown model_impl %q; use builtin or transformers", s)
+		}
+		o.ModelImpl = s
+	case "args", "extra_args":
+		list, err := strs(v)
+		if err != nil {
+			return err
+		}
+		if k == "args" {
+			o.Args = list
+		} else {
+			o.ExtraArgs = list
+		}
+	case "lr", "weight_decay":
+		x, err := num(v)
+		if err != nil {
+			return err
+		}
+		if k == "lr" {
+			if !(x > 0) {
+				return fmt.Errorf("must be positive, got %g", x)
+			}
+			o.LR = x
+		} else {
+			if !(x >= 0) {
+				return fmt.Errorf("must not be negative, got %g", x)
+			}
+			o.WeightDecay = x
+		}
+	case "fsdp_api", "accelerate_fsdp_version", "rdzv_port":
+		x, err := num(v)
+		if err != nil {
+			return err
+		}
+		n := int(x)
+		switch {
+		case float64(n) != x:
+			return fmt.Errorf("must be a whole number, got %g", x)
+		case k == "fsdp_api" && (n < 0 || n > 2):
+			return fmt.Errorf("must be 0 (FSDP2 when torch has it), 1 or 2, got %d", n)
+		case k == "accelerate_fsdp_version" && n != 1 && n != 2:
+			return fmt.Errorf("must be 1 or 2, got %d", n)
+		case k == "rdzv_port" && (n <= 0 || n > 65535):
+			return fmt.Errorf("must be a port number, got %d", n)
+		}
+		switch k {
+		case "fsdp_api":
+			o.FSDPAPI = n
+		case "accelerate_fsdp_version":
+			o.AccelerateFSDPVersion = n
+		default:
+			o.RdzvPort = n
+		}
+	default:
+		return fmt.Errorf("unknown key (known: %s)", strings.Join(knownOptions, ", "))
+	}
+	return nil
+}
+
+func str(v any) (string, error) {
+	s, ok := v.(string)
+	if !ok || s == "" {
+		return "", fmt.Errorf("must be a non-empty string, got %v", v)
+	}
+	return s, nil
+}
+
+// strs reads a list of strings, or one string split at spaces (no shell quoting:
+// use the list form for an argument that holds a space).
+func strs(v any) ([]string, error) {
+	switch x := v.(type) {
+	case string:
+		return strings.Fields(x), nil
+	case []any:
+		out := make([]string, len(x))
+		for i, a := range x {
+			switch s := a.(type) {
+			case string:
+				out[i] = s
+			case int, int64, uint64, float64, bool:
+				out[i] = fmt.Sprint(s)
+			default:
+				return nil, fmt.Errorf("element %d must be a string, got %T", i, a)
+			}
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("must be a list of strings (or one string of space-separated arguments), got %T", v)
+	}
+}
+
+func num(v any) (float64, error) {
+	switch n := v.(type) {
+	case float64:
+		return n, nil
+	case int:
+		return float64(n), nil
+	case int64:
+		return float64(n), nil
+	case uint64:
+		return float64(n), nil
+	default:
+		return 0, fmt.Errorf("must be a number, got %T", v)
+	}
+}
