@@ -545,4 +545,3 @@ func scan(r io.Reader, sink io.Writer, f func(string)) {
 	}
 	_, _ = io.Copy(io.Discard, r)
 }
-
