@@ -21,6 +21,7 @@ const (
 	MetricsFile  = "metrics.json"
 	RanksDir     = "ranks"
 	StepsFile    = "steps.csv"
+	SamplesFile  = "samples.csv" // device samples over time, when sampled
 	StdoutFile   = "stdout.log"
 	StderrFile   = "stderr.log"
 )
