@@ -1,0 +1,455 @@
+package results
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/perf/benchmath"
+)
+
+// MinStatRepeats is how many repeats each side needs before a comparison is
+// statistically backed: the fewest samples for which benchmath gives the median a
+// finite 95% confidence interval (benchstat's "need >= 6 samples").
+const MinStatRepeats = 6
+
+// DefaultAlpha is the significance level of comparisons (benchstat's default).
+const DefaultAlpha = 0.05
+
+// DefaultCompareMetrics are the figures Compare shows when none are asked for; of
+// these, the ones unknown on both sides are left out.
+var DefaultCompareMetrics = []string{"tokens_per_s_per_rank", "step_time_s.median", "mfu",
+	"peak_mem_allocated_bytes", "peak_mem_reserved_bytes"}
+
+// LoadPath reads runs from path: a results directory (as Load) or a file written by
+// `fsdpbench export --format json`. Runs from a JSON file keep the derived figures
+// stored with them.
+func LoadPath(path string) ([]Run, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("results %s: %w (give a results directory or a file from `fsdpbench export --format json`)", path, err)
+	}
+	if st.IsDir() {
+		return Load(path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("results %s: %w", path, err)
+	}
+	var exported []ExportedRun
+	if err := json.Unmarshal(data, &exported); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line, col := lineCol(data, se.Offset)
+			return nil, fmt.Errorf("%s:%d:%d: %v (expected the array `fsdpbench export --format json` writes)", path, line, col, err)
+		}
+		return nil, fmt.Errorf("%s: %w (expected the array `fsdpbench export --format json` writes)", path, err)
+	}
+	runs := make([]Run, len(exported))
+	for i, e := range exported {
+		if e.Config.ID == "" {
+			return nil, fmt.Errorf("%s: element %d has no config.id; export the runs again with `fsdpbench export --format json`", path, i)
+		}
+		runs[i] = Run{Config: e.Config, Metrics: e.Metrics, Derived: e.Derived}
+	}
+	return runs, nil
+}
+
+// lineCol turns a byte offset into a 1-based line and column.
+func lineCol(data []byte, off int64) (int, int) {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line := bytes.Count(before, []byte{'\n'}) + 1
+	col := int(off) - bytes.LastIndexByte(before, '\n')
+	return line, col
+}
+
+// Pair is one run matched across a baseline and a current set, by run ID (the hash
+// of its training configuration). Baseline or Current is nil when the run is on one
+// side only.
+type Pair struct {
+	// Key is the run ID, or sweep/ID where the ID occurs in more than one sweep.
+	Key      string
+	Baseline *Run
+	Current  *Run
+}
+
+// MatchRuns pairs the runs of baseline and current by run ID. Every run of either
+// side is in exactly one pair: baseline order first, then runs only in current.
+func MatchRuns(baseline, current []Run) []Pair {
+	dup := map[string]bool{}
+	for _, side := range [][]Run{baseline, current} {
+		seen := map[string]bool{}
+		for i := range side {
+			id := side[i].Config.ID
+			if seen[id] {
+				dup[id] = true
+			}
+			seen[id] = true
+		}
+	}
+	key := func(r *Run) string {
+		if dup[r.Config.ID] {
+			return r.Config.Sweep + "/" + r.Config.ID
+		}
+		return r.Config.ID
+	}
+	var pairs []Pair
+	at := map[string]int{}
+	for i := range baseline {
+		k := key(&baseline[i])
+		if _, ok := at[k]; ok {
+			continue // the same sweep/ID twice: Load never gives that
+		}
+		at[k] = len(pairs)
+		pairs = append(pairs, Pair{Key: k, Baseline: &baseline[i]})
+	}
+	for i := range current {
+		k := key(&current[i])
+		if j, ok := at[k]; ok {
+			if pairs[j].Current == nil {
+				pairs[j].Current = &current[i]
+			}
+			continue
+		}
+		at[k] = len(pairs)
+		pairs = append(pairs, Pair{Key: k, Current: &current[i]})
+	}
+	return pairs
+}
+
+// SideStat is one run's figure for one metric, as a comparison sees it.
+type SideStat struct {
+	// Value is the headline figure (metrics.json; Column.Value).
+	Value float64 `json:"value"`
+	// N is the number of per-repeat samples; with N >= MinStatRepeats, Center, Lo and
+	// Hi are the median and its 95% CI (benchmath.AssumeNothing, as benchstat).
+	N      int       `json:"n"`
+	Center float64   `json:"center"`
+	Lo     float64   `json:"lo"`
+	Hi     float64   `json:"hi"`
+	sample []float64 // nil without per-repeat samples
+}
+
+// Backed reports whether the figure has enough repeats for statistics.
+func (s *SideStat) Backed() bool { return s != nil && s.N >= MinStatRepeats }
+
+// pctRange is the CI's half-width in percent of the centre, as benchstat prints it.
+func (s *SideStat) pctRange() string {
+	return benchmath.Summary{Center: s.Center, Lo: s.Lo, Hi: s.Hi}.PctRangeString()
+}
+
+// sideStat reads column c of run r; nil when the run is not ok or the figure unknown.
+func sideStat(c *Column, r *Run) *SideStat {
+	if r == nil || r.Metrics.Status != StatusOK {
+		return nil
+	}
+	v, ok := numeric(c.Value(r))
+	if !ok {
+		return nil
+	}
+	s := &SideStat{Value: v, Center: v, Lo: v, Hi: v}
+	name := c.CI
+	if name == "" {
+		name = c.Name
+	}
+	if xs := r.Metrics.Samples[name]; len(xs) > 0 {
+		s.sample = append([]float64(nil), xs...)
+		s.N = len(xs)
+		sum := benchmath.AssumeNothing.Summary(benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds), Confidence)
+		s.Center, s.Lo, s.Hi = sum.Center, sum.Lo, sum.Hi
+	}
+	return s
+}
+
+// numeric converts a column value to float64; false for text, flags and unknowns.
+func numeric(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, !math.IsNaN(x)
+	}
+	return 0, false
+}
+
+// Delta is the change of one metric between a baseline and a current run.
+type Delta struct {
+	Metric   string    `json:"metric"`
+	Baseline *SideStat `json:"baseline,omitempty"`
+	Current  *SideStat `json:"current,omitempty"`
+	// Change is current / baseline - 1: of the medians when Backed, else of the
+	// headline figures. Nil when either side is unknown or the baseline is 0.
+	Change *float64 `json:"change,omitempty"`
+	// Backed is true when both sides have at least MinStatRepeats samples; then P is
+	// the Mann-Whitney U test's p-value and Significant says P <= alpha.
+	Backed      bool     `json:"backed"`
+	P           *float64 `json:"p,omitempty"`
+	Significant bool     `json:"significant"`
+}
+
+// compareMetric computes the change of column c from run b to run cur.
+func compareMetric(c *Column, b, cur *Run, alpha float64) Delta {
+	d := Delta{Metric: c.Name, Baseline: sideStat(c, b), Current: sideStat(c, cur)}
+	if d.Baseline == nil || d.Current == nil {
+		return d
+	}
+	base, now := d.Baseline.Value, d.Current.Value
+	if d.Baseline.Backed() && d.Current.Backed() {
+		d.Backed = true
+		th := benchmath.Thresholds{CompareAlpha: alpha}
+		cmp := benchmath.AssumeNothing.Compare(benchmath.NewSample(d.Baseline.sample, &th), benchmath.NewSample(d.Current.sample, &th))
+		d.P = F64(cmp.P)
+		d.Significant = !(cmp.P > alpha) // benchstat's FormatDelta: "~" only when P > alpha
+		base, now = d.Baseline.Center, d.Current.Center
+	}
+	if base != 0 {
+		d.Change = F64(now/base - 1)
+	}
+	return d
+}
+
+// CompareOptions chooses what Compare shows.
+type CompareOptions struct {
+	// Metrics are column names (metrics or derived figures); empty =
+	// DefaultCompareMetrics, less those unknown on both sides.
+	Metrics []string
+	// Alpha is the significance level; 0 = DefaultAlpha.
+	Alpha float64
+	// BaselineName and CurrentName label the sides (the paths, as given).
+	BaselineName, CurrentName string
+}
+
+// Comparison is every matched run's change in every metric: what `fsdpbench
+// compare` prints, benchstat style.
+type Comparison struct {
+	Baseline string          `json:"baseline"`
+	Current  string          `json:"current"`
+	Alpha    float64         `json:"alpha"`
+	Metrics  []string        `json:"metrics"`
+	Rows     []ComparisonRow `json:"rows"`
+	// Geomeans holds, per metric, the geometric means over the runs ok on both sides.
+	Geomeans []Geomean `json:"geomeans"`
+	cols     []Column
+}
+
+// ComparisonRow is one run (one Pair) of a Comparison.
+type ComparisonRow struct {
+	Run            string  `json:"run"`
+	Sweep          string  `json:"sweep"`
+	BaselineStatus Status  `json:"baseline_status,omitempty"` // empty: not in the baseline
+	CurrentStatus  Status  `json:"current_status,omitempty"`  // empty: not in the current set
+	Deltas         []Delta `json:"deltas"`                    // one per metric, in Comparison.Metrics order
+}
+
+// Geomean is the geometric mean of one metric over the runs present and ok on both
+// sides with positive figures (as benchstat's geomean row).
+type Geomean struct {
+	Metric   string   `json:"metric"`
+	Runs     int      `json:"runs"`
+	Baseline *float64 `json:"baseline,omitempty"`
+	Current  *float64 `json:"current,omitempty"`
+	// Change is the geometric mean of the per-run ratios, minus 1.
+	Change *float64 `json:"change,omitempty"`
+}
+
+// Compare matches baseline and current runs by run ID and computes the change of
+// each metric per run and its geometric mean. Statistics follow benchstat: with at
+// least MinStatRepeats samples per side, medians with 95% CIs and a Mann-Whitney U
+// test; with fewer, the headline figures' ratio, marked as not statistically backed.
+func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
+	alpha := opt.Alpha
+	if alpha == 0 {
+		alpha = DefaultAlpha
+	}
+	if alpha <= 0 || alpha >= 1 {
+		return nil, fmt.Errorf("alpha %v: give a significance level between 0 and 1, such as 0.05", alpha)
+	}
+	cols, err := resolveMetrics(opt.Metrics, DefaultCompareMetrics)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cols {
+		if c.text {
+			return nil, fmt.Errorf("metric %q is text, not a figure; compare numeric metrics such as tokens_per_s_per_rank", c.Name)
+		}
+	}
+	if len(opt.Metrics) == 0 {
+		cols = knownSomewhere(append(append([]Run(nil), baseline...), current...), cols)
+	}
+	cmp := &Comparison{Baseline: opt.BaselineName, Current: opt.CurrentName, Alpha: alpha, cols: cols}
+	for _, c := range cols {
+		cmp.Metrics = append(cmp.Metrics, c.Name)
+	}
+	for _, p := range MatchRuns(baseline, current) {
+		row := ComparisonRow{Run: p.Key}
+		if p.Baseline != nil {
+			row.BaselineStatus, row.Sweep = p.Baseline.Metrics.Status, p.Baseline.Config.Sweep
+		}
+		if p.Current != nil {
+			row.CurrentStatus, row.Sweep = p.Current.Metrics.Status, p.Current.Config.Sweep
+		}
+		for j := range cols {
+			row.Deltas = append(row.Deltas, compareMetric(&cols[j], p.Baseline, p.Current, alpha))
+		}
+		cmp.Rows = append(cmp.Rows, row)
+	}
+	for j := range cols {
+		g := Geomean{Metric: cols[j].Name}
+		var lb, lc, lr float64
+		for _, row := range cmp.Rows {
+			d := row.Deltas[j]
+			if d.Baseline == nil || d.Current == nil || d.Change == nil {
+				continue
+			}
+			b, c := d.Baseline.Center, d.Current.Center
+			if b <= 0 || c <= 0 {
+				continue
+			}
+			lb, lc, lr = lb+math.Log(b), lc+math.Log(c), lr+math.Log(c/b)
+			g.Runs++
+		}
+		if g.Runs > 0 {
+			n := float64(g.Runs)
+			g.Baseline, g.Current, g.Change = F64(math.Exp(lb/n)), F64(math.Exp(lc/n)), F64(math.Exp(lr/n)-1)
+		}
+		cmp.Geomeans = append(cmp.Geomeans, g)
+	}
+	return cmp, nil
+}
+
+// Write renders the comparison: table and markdown print one table per metric
+// (run, baseline, current, change), benchstat style; json the Comparison itself.
+func (c *Comparison) Write(w io.Writer, format string) error {
+	switch format {
+	case "", FormatTable, FormatMarkdown:
+		return c.writeTables(w, format == FormatMarkdown)
+	case FormatJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
+	}
+	return fmt.Errorf("unknown compare format %q; valid formats: table, markdown, json", format)
+}
+
+// Marks of the change column. notBackedMark flags a change computed from fewer
+// repeats than statistics need.
+const (
+	notBackedMark = "¹"
+	notBackedNote = "¹ not statistically backed: fewer than 6 repeats on a side, so the change is the ratio of the headline figures"
+	noChangeMark  = "~"
+	noChangeNote  = "~ no significant change (Mann-Whitney U, p > %.2f)"
+)
+
+func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
+	base, cur := sideLabel(c.Baseline, "baseline"), sideLabel(c.Current, "current")
+	var buf bytes.Buffer
+	usedNotBacked, usedNoChange := false, false
+	for j := range c.cols {
+		col := &c.cols[j]
+		g := &grid{title: col.Header, cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
+			{key: "current", header: cur, right: true}, {key: "change", header: "vs base", right: true}}}
+		for _, row := range c.Rows {
+			d := row.Deltas[j]
+			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus)},
+				{text: statText(col, d.Current, row.CurrentStatus)}}
+			change := changeText(d, row)
+			usedNotBacked = usedNotBacked || strings.HasSuffix(change, notBackedMark)
+			usedNoChange = usedNoChange || strings.HasPrefix(change, noChangeMark)
+			cells = append(cells, gridCell{text: change})
+			g.rows = append(g.rows, cells)
+		}
+		gm := c.Geomeans[j]
+		gcells := []gridCell{{text: "geomean"}, {text: "-"}, {text: "-"}, {text: "-"}}
+		if gm.Runs > 0 {
+			gcells[1].text = displayValue(col, *gm.Baseline)
+			gcells[2].text = displayValue(col, *gm.Current)
+			gcells[3].text = fmt.Sprintf("%+.2f%%", *gm.Change*100)
+		}
+		g.rows = append(g.rows, gcells)
+		if j > 0 {
+			buf.WriteByte('\n')
+		}
+		if markdown {
+			g.title = "#### " + g.title
+		}
+		if err := g.writeTable(&buf, markdown); err != nil {
+			return err
+		}
+	}
+	var notes []string
+	if usedNoChange {
+		notes = append(notes, fmt.Sprintf(noChangeNote, c.Alpha))
+	}
+	if usedNotBacked {
+		notes = append(notes, notBackedNote)
+	}
+	for _, n := range notes {
+		if markdown {
+			buf.WriteByte('\n')
+		}
+		fmt.Fprintln(&buf, n)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// sideLabel names a side in a table heading.
+func sideLabel(name, def string) string {
+	if name == "" {
+		return def
+	}
+	return name
+}
+
+// statText is one side's cell: the figure (± its CI when backed), or why there is none.
+func statText(c *Column, s *SideStat, st Status) string {
+	switch {
+	case st == "":
+		return "missing"
+	case st != StatusOK:
+		return string(st)
+	case s == nil:
+		return "-"
+	case s.Backed():
+		return displayValue(c, s.Center) + " ± " + s.pctRange()
+	}
+	return displayValue(c, s.Value)
+}
+
+// changeText is the "vs base" cell, as benchstat writes it: "-10.00% (p=0.002 n=6)",
+// "~ (p=0.485 n=6)", or the change marked as not statistically backed.
+func changeText(d Delta, row ComparisonRow) string {
+	switch {
+	case row.BaselineStatus == "":
+		return "new"
+	case row.CurrentStatus == "":
+		return "missing"
+	case row.BaselineStatus == StatusOK && row.CurrentStatus != StatusOK:
+		return "was ok, now " + string(row.CurrentStatus)
+	case row.BaselineStatus != StatusOK && row.CurrentStatus == StatusOK:
+		return "now ok, was " + string(row.BaselineStatus)
+	case d.Change == nil:
+		return "-"
+	case !d.Backed:
+		return fmt.Sprintf("%+.2f%% %s", *d.Change*100, notBackedMark)
+	}
+	n := strconv.Itoa(d.Baseline.N)
+	if d.Baseline.N != d.Current.N {
+		n = fmt.Sprintf("%d+%d", d.Baseline.N, d.Current.N)
+	}
+	p := ""
+	if *d.P != 0 {
+		p = fmt.Sprintf("p=%.3f ", *d.P)
+	}
+	if !d.Significant {
+		return fmt.Sprintf("%s (%sn=%s)", noChangeMark, p, n)
+	}
+	return fmt.Sprintf("%+.2f%% (%sn=%s)", *d.Change*100, p, n)
+}

@@ -1,0 +1,701 @@
+package results
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// RuleKind is what a gate rule checks.
+type RuleKind string
+
+// Rule kinds: a relative change against the baseline in the bad direction, or an
+// absolute bound on the current figure.
+const (
+	RuleDrop RuleKind = "drop" // METRIC:-5%   fails when the figure falls by more than 5%
+	RuleRise RuleKind = "rise" // METRIC:+3%   fails when the figure rises by more than 3%
+	RuleMin  RuleKind = "min"  // METRIC>=0.35 fails when the figure is below 0.35
+	RuleMax  RuleKind = "max"  // METRIC<=8e10 fails when the figure is above 8e10
+)
+
+// DefaultRules guard the figures a nightly job cares about: throughput per rank and
+// peak memory. They apply when no rule is given.
+var DefaultRules = []string{"tokens_per_s_per_rank:-5%", "peak_mem_reserved_bytes:+3%", "peak_mem_allocated_bytes:+3%"}
+
+// ruleSyntax is the help every rule error ends with.
+const ruleSyntax = "write METRIC:-5% (fail on a drop beyond 5%), METRIC:+3% (fail on a rise beyond 3%), METRIC>=0.35 or METRIC<=8e10"
+
+// Rule is one gate rule.
+type Rule struct {
+	// Metric is a numeric metric or derived column (Columns).
+	Metric string   `json:"metric"`
+	Kind   RuleKind `json:"kind"`
+	// Limit is the allowed change as a fraction (0.05 for 5%) for drop and rise, the
+	// bound in the column's plain unit (bytes, fractions) for min and max.
+	Limit float64 `json:"limit"`
+	// From says where the rule came from: "default", "--rule", or file:line:col.
+	From string `json:"from,omitempty"`
+}
+
+// String writes the rule as ParseRule reads it.
+func (r Rule) String() string {
+	lim := strconv.FormatFloat(r.Limit, 'g', -1, 64)
+	switch r.Kind {
+	case RuleDrop:
+		return r.Metric + ":-" + strconv.FormatFloat(r.Limit*100, 'g', -1, 64) + "%"
+	case RuleRise:
+		return r.Metric + ":+" + strconv.FormatFloat(r.Limit*100, 'g', -1, 64) + "%"
+	case RuleMin:
+		return r.Metric + ">=" + lim
+	default:
+		return r.Metric + "<=" + lim
+	}
+}
+
+// relative reports whether the rule compares with the baseline.
+func (r Rule) relative() bool { return r.Kind == RuleDrop || r.Kind == RuleRise }
+
+// ParseRule reads one rule: METRIC:-X% (fail on a drop beyond X%), METRIC:+X% (a
+// rise beyond X%), METRIC>=V or METRIC<=V (absolute bounds, plain units). The metric
+// must be a numeric column of the registry.
+func ParseRule(s string) (Rule, error) {
+	text := strings.TrimSpace(s)
+	var r Rule
+	var rest string
+	if i := strings.Index(text, ">="); i >= 0 {
+		r.Metric, r.Kind, rest = text[:i], RuleMin, text[i+2:]
+	} else if i := strings.Index(text, "<="); i >= 0 {
+		r.Metric, r.Kind, rest = text[:i], RuleMax, text[i+2:]
+	} else if i := strings.LastIndex(text, ":"); i >= 0 {
+		r.Metric, rest = text[:i], strings.TrimSpace(text[i+1:])
+		switch {
+		case strings.HasPrefix(rest, "-"):
+			r.Kind = RuleDrop
+		case strings.HasPrefix(rest, "+"):
+			r.Kind = RuleRise
+		default:
+			return Rule{}, fmt.Errorf("rule %q: the change needs a direction, - (a drop fails) or + (a rise fails); %s", s, ruleSyntax)
+		}
+		if !strings.HasSuffix(rest, "%") {
+			return Rule{}, fmt.Errorf("rule %q: a relative threshold is a percentage, such as -5%%; %s", s, ruleSyntax)
+		}
+		rest = strings.TrimSuffix(rest[1:], "%")
+	} else {
+		return Rule{}, fmt.Errorf("rule %q: no threshold; %s", s, ruleSyntax)
+	}
+	r.Metric = strings.TrimSpace(r.Metric)
+	c, err := LookupColumn(r.Metric, KindMetric, KindDerived)
+	if err != nil {
+		return Rule{}, fmt.Errorf("rule %q: %w", s, err)
+	}
+	if c.text {
+		return Rule{}, fmt.Errorf("rule %q: %s is text, not a figure; gate numeric metrics such as tokens_per_s_per_rank", s, r.Metric)
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	if err != nil {
+		return Rule{}, fmt.Errorf("rule %q: %q is not a number; %s", s, strings.TrimSpace(rest), ruleSyntax)
+	}
+	if r.relative() {
+		if v < 0 {
+			return Rule{}, fmt.Errorf("rule %q: give the threshold once, with its sign: -5%% or +3%%", s)
+		}
+		v /= 100
+	}
+	r.Limit = v
+	return r, nil
+}
+
+// ParseRules reads rules given as text (--rule flags), marking them as from.
+func ParseRules(texts []string, from string) ([]Rule, error) {
+	var out []Rule
+	var errs []error
+	for _, t := range texts {
+		r, err := ParseRule(t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.From = from
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// rulesFile is the YAML of a rules file.
+type rulesFile struct {
+	Rules []string `yaml:"rules"`
+}
+
+// LoadRules reads a rules file:
+//
+//	rules:
+//	  - tokens_per_s_per_rank:-5%
+//	  - peak_mem_reserved_bytes:+3%
+//	  - mfu>=0.35
+//
+// Errors are *sweeps.SpecError values naming file:line:col.
+func LoadRules(path string) ([]Rule, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules file: %w", err)
+	}
+	return ParseRulesFile(path, data)
+}
+
+// ParseRulesFile reads the rules file held in data (LoadRules); path names it in errors.
+func ParseRulesFile(path string, data []byte) ([]Rule, error) {
+	var f rulesFile
+	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
+		se := &sweeps.SpecError{File: path, Msg: yaml.FormatError(err, false, false), Err: err}
+		var ye yaml.Error
+		if errors.As(err, &ye) {
+			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+				se.Line, se.Column = tk.Position.Line, tk.Position.Column
+				se.Msg = ye.GetMessage() + "; a rules file is `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"
+			}
+		}
+		return nil, se
+	}
+	if len(f.Rules) == 0 {
+		return nil, &sweeps.SpecError{File: path, Line: 1, Column: 1,
+			Msg: "no rules; write `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"}
+	}
+	file, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, &sweeps.SpecError{File: path, Msg: err.Error(), Err: err}
+	}
+	var errs sweeps.SpecErrors
+	var out []Rule
+	for i, text := range f.Rules {
+		line, col := 0, 0
+		if p, err := yaml.PathString(fmt.Sprintf("$.rules[%d]", i)); err == nil {
+			if n, err := p.FilterFile(file); err == nil && n != nil {
+				line, col = nodePos(n)
+			}
+		}
+		r, err := ParseRule(text)
+		if err != nil {
+			errs = append(errs, &sweeps.SpecError{File: path, Line: line, Column: col, Msg: err.Error()})
+			continue
+		}
+		r.From = fmt.Sprintf("%s:%d:%d", path, line, col)
+		out = append(out, r)
+	}
+	switch len(errs) {
+	case 0:
+		return out, nil
+	case 1:
+		return nil, errs[0]
+	}
+	return nil, errs
+}
+
+func nodePos(n ast.Node) (int, int) {
+	if tk := n.GetToken(); tk != nil && tk.Position != nil {
+		return tk.Position.Line, tk.Position.Column
+	}
+	return 0, 0
+}
+
+// Outcome is a check's verdict.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomePass Outcome = "pass"
+	OutcomeFail Outcome = "fail"
+	OutcomeSkip Outcome = "skip" // nothing to check: the run is on one side only, or the figure unknown
+)
+
+// Check is one rule applied to one run.
+type Check struct {
+	Run     string  `json:"run"`
+	Sweep   string  `json:"sweep"`
+	Rule    Rule    `json:"rule"`
+	Outcome Outcome `json:"outcome"`
+	// Reason says why, in words: "-10.0% beyond -5% (p=0.002 n=6)".
+	Reason         string `json:"reason"`
+	BaselineStatus Status `json:"baseline_status,omitempty"`
+	CurrentStatus  Status `json:"current_status,omitempty"`
+	// Delta holds the figures compared (relative rules) or the current figure
+	// (absolute rules, in Delta.Current).
+	Delta Delta `json:"delta"`
+}
+
+// GateOptions are the inputs of Gate besides the runs.
+type GateOptions struct {
+	// Rules to check; empty = DefaultRules.
+	Rules []Rule
+	// Alpha is the significance level; 0 = DefaultAlpha.
+	Alpha float64
+	// FailMissing makes a run present in the baseline but absent now fail the gate;
+	// by default it is reported and skipped (a sweep may drop points on purpose).
+	FailMissing bool
+	// BaselineName and CurrentName label the sides (the paths, as given).
+	BaselineName, CurrentName string
+	// Now stamps the JUnit report; zero = time.Now().
+	Now time.Time
+}
+
+// GateReport is the outcome of Gate.
+type GateReport struct {
+	Baseline string    `json:"baseline"`
+	Current  string    `json:"current"`
+	Alpha    float64   `json:"alpha"`
+	Rules    []Rule    `json:"rules"`
+	Passed   bool      `json:"passed"`
+	Checks   []Check   `json:"checks"`
+	Failures int       `json:"failures"`
+	Skipped  int       `json:"skipped"`
+	Missing  []string  `json:"missing"` // in the baseline, not now
+	New      []string  `json:"new"`     // now, not in the baseline
+	Time     time.Time `json:"time"`
+	// NotBacked counts relative checks decided by the threshold alone (fewer than
+	// MinStatRepeats repeats on a side).
+	NotBacked int `json:"not_backed"`
+}
+
+// Gate checks current against baseline: runs are matched by run ID (MatchRuns) and
+// every rule is applied to every run (Check). A relative rule fails when the change
+// is beyond its threshold in the bad direction and, where both sides have at least
+// MinStatRepeats repeats, significant (Mann-Whitney U, p <= alpha, as benchstat);
+// with fewer repeats the threshold alone decides and the check says so. An absolute
+// rule bounds the current headline figure. A run ok in the baseline that is not ok
+// now (oom, failed, timeout, ...) fails every rule. Runs on one side only are
+// listed in Missing and New and skipped (FailMissing fails the missing ones);
+// absolute rules still apply to new runs.
+func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
+	alpha := opt.Alpha
+	if alpha == 0 {
+		alpha = DefaultAlpha
+	}
+	if alpha <= 0 || alpha >= 1 {
+		return nil, fmt.Errorf("alpha %v: give a significance level between 0 and 1, such as 0.05", alpha)
+	}
+	rules := opt.Rules
+	if len(rules) == 0 {
+		var err error
+		if rules, err = ParseRules(DefaultRules, "default"); err != nil {
+			return nil, err
+		}
+	}
+	now := opt.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	g := &GateReport{Baseline: opt.BaselineName, Current: opt.CurrentName, Alpha: alpha, Rules: rules, Time: now,
+		Missing: []string{}, New: []string{}}
+	cols := make([]Column, len(rules))
+	for i, r := range rules {
+		c, err := LookupColumn(r.Metric, KindMetric, KindDerived)
+		if err != nil {
+			return nil, fmt.Errorf("rule %s: %w", r, err)
+		}
+		cols[i] = c
+	}
+	for _, p := range MatchRuns(baseline, current) {
+		switch {
+		case p.Current == nil:
+			g.Missing = append(g.Missing, p.Key)
+		case p.Baseline == nil:
+			g.New = append(g.New, p.Key)
+		}
+		for i, r := range rules {
+			ch := checkRule(&cols[i], r, p, alpha, opt.FailMissing)
+			if r.relative() && ch.Delta.Change != nil && !ch.Delta.Backed {
+				g.NotBacked++
+			}
+			switch ch.Outcome {
+			case OutcomeFail:
+				g.Failures++
+			case OutcomeSkip:
+				g.Skipped++
+			}
+			g.Checks = append(g.Checks, ch)
+		}
+	}
+	g.Passed = g.Failures == 0
+	return g, nil
+}
+
+// checkRule applies rule r (on column c) to one matched run.
+func checkRule(c *Column, r Rule, p Pair, alpha float64, failMissing bool) Check {
+	ch := Check{Run: p.Key, Rule: r}
+	if p.Baseline != nil {
+		ch.Sweep, ch.BaselineStatus = p.Baseline.Config.Sweep, p.Baseline.Metrics.Status
+	}
+	if p.Current != nil {
+		ch.Sweep, ch.CurrentStatus = p.Current.Config.Sweep, p.Current.Metrics.Status
+	}
+	// What each side had, for the report, whatever the verdict.
+	ch.Delta = Delta{Metric: c.Name, Baseline: sideStat(c, p.Baseline), Current: sideStat(c, p.Current)}
+	verdict := func(o Outcome, format string, args ...any) Check {
+		ch.Outcome, ch.Reason = o, fmt.Sprintf(format, args...)
+		return ch
+	}
+	switch {
+	case p.Current == nil && failMissing:
+		return verdict(OutcomeFail, "missing: in the baseline, not in the current results")
+	case p.Current == nil:
+		return verdict(OutcomeSkip, "missing: in the baseline, not in the current results")
+	case ch.BaselineStatus == StatusOK && ch.CurrentStatus != StatusOK:
+		msg := "was ok, now " + string(ch.CurrentStatus)
+		if e := p.Current.Metrics.Error; e != "" {
+			msg += ": " + firstLine(e)
+		}
+		return verdict(OutcomeFail, "%s", msg)
+	case ch.CurrentStatus != StatusOK:
+		if p.Baseline == nil {
+			return verdict(OutcomeSkip, "new run, %s", ch.CurrentStatus)
+		}
+		return verdict(OutcomeSkip, "%s in both", ch.CurrentStatus)
+	}
+
+	if !r.relative() {
+		ch.Delta.Baseline = nil // an absolute bound reads only the current figure
+		if ch.Delta.Current == nil {
+			return verdict(OutcomeSkip, "%s unknown", c.Name)
+		}
+		// Plain units, enough digits to see which side of the bound the figure is.
+		v := ch.Delta.Current.Value
+		if (r.Kind == RuleMin && v < r.Limit) || (r.Kind == RuleMax && v > r.Limit) {
+			return verdict(OutcomeFail, "%.4g, %s the bound %g", v, map[RuleKind]string{RuleMin: "below", RuleMax: "above"}[r.Kind], r.Limit)
+		}
+		return verdict(OutcomePass, "%.4g, within the bound %g", v, r.Limit)
+	}
+
+	switch {
+	case p.Baseline == nil:
+		return verdict(OutcomeSkip, "new run: no baseline to compare with")
+	case ch.BaselineStatus != StatusOK:
+		return verdict(OutcomeSkip, "now ok, was %s: no baseline figure", ch.BaselineStatus)
+	}
+	ch.Delta = compareMetric(c, p.Baseline, p.Current, alpha)
+	d := ch.Delta
+	switch {
+	case d.Baseline == nil:
+		return verdict(OutcomeSkip, "%s unknown in the baseline", c.Name)
+	case d.Current == nil:
+		return verdict(OutcomeSkip, "%s unknown in the current results", c.Name)
+	case d.Change == nil:
+		return verdict(OutcomeSkip, "%s is 0 in the baseline: no relative change", c.Name)
+	}
+	change := *d.Change
+	limit := fmt.Sprintf("%+g%%", signed(r)*100)
+	beyond := (r.Kind == RuleDrop && change < -r.Limit) || (r.Kind == RuleRise && change > r.Limit)
+	stat := " (not statistically backed)"
+	if d.Backed {
+		stat = fmt.Sprintf(" (p=%.3f n=%d+%d)", *d.P, d.Baseline.N, d.Current.N)
+	}
+	switch {
+	case beyond && (!d.Backed || d.Significant):
+		return verdict(OutcomeFail, "%+.1f%%, beyond the %s limit%s", change*100, limit, stat)
+	case beyond:
+		return verdict(OutcomePass, "%+.1f%%, beyond the %s limit but not significant%s", change*100, limit, stat)
+	}
+	return verdict(OutcomePass, "%+.1f%%, within the %s limit%s", change*100, limit, stat)
+}
+
+func signed(r Rule) float64 {
+	if r.Kind == RuleDrop {
+		return -r.Limit
+	}
+	return r.Limit
+}
+
+// unitName is the display unit of tables (displayValue), for text outside a header.
+func unitName(u Unit) string {
+	switch u {
+	case UnitBytes:
+		return "GiB"
+	case UnitBytesMiB:
+		return "MiB"
+	case UnitFraction:
+		return "%"
+	}
+	return ""
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// Gate report formats (besides FormatTable, FormatMarkdown and FormatJSON).
+const FormatJUnit = "junit"
+
+// GateFormats lists the formats GateReport.Write accepts, the default first.
+var GateFormats = []string{FormatTable, FormatMarkdown, FormatJUnit, FormatJSON}
+
+// Write renders the report in one of GateFormats.
+func (g *GateReport) Write(w io.Writer, format string) error {
+	switch format {
+	case "", FormatTable:
+		return g.writeText(w, false)
+	case FormatMarkdown:
+		return g.writeText(w, true)
+	case FormatJUnit:
+		return g.WriteJUnit(w)
+	case FormatJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(g)
+	}
+	return fmt.Errorf("unknown gate format %q; valid formats: %s", format, strings.Join(GateFormats, ", "))
+}
+
+// Headline is the one-line verdict: "gate passed: 12 checks, 3 skipped" or
+// "gate FAILED: 2 of 12 checks in 2 runs".
+func (g *GateReport) Headline() string {
+	runs := map[string]bool{}
+	for _, c := range g.Checks {
+		runs[c.Run] = true
+	}
+	if g.Passed {
+		return fmt.Sprintf("gate passed: %d checks on %d runs, %d skipped", len(g.Checks), len(runs), g.Skipped)
+	}
+	failed := map[string]bool{}
+	for _, c := range g.Checks {
+		if c.Outcome == OutcomeFail {
+			failed[c.Run] = true
+		}
+	}
+	return fmt.Sprintf("gate FAILED: %d of %d checks failed, in %d of %d runs", g.Failures, len(g.Checks), len(failed), len(runs))
+}
+
+// checksGrid lays out checks as a table (one row per check).
+func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
+	gr := &grid{cols: []gridCol{{key: "run", header: "run"}, {key: "rule", header: "rule"},
+		{key: "baseline", header: "baseline", right: true}, {key: "current", header: "current", right: true},
+		{key: "verdict", header: "verdict"}, {key: "reason", header: "why"}}}
+	for _, c := range checks {
+		col, _ := LookupColumn(c.Rule.Metric)
+		base, cur := statText(&col, c.Delta.Baseline, c.BaselineStatus), statText(&col, c.Delta.Current, c.CurrentStatus)
+		if u := unitName(col.Unit); u != "" {
+			if u != "%" {
+				u = " " + u
+			}
+			if c.Delta.Baseline != nil {
+				base += u
+			}
+			if c.Delta.Current != nil {
+				cur += u
+			}
+		}
+		if !c.Rule.relative() {
+			base = "" // an absolute bound reads only the current figure
+		}
+		verdict := string(c.Outcome)
+		if c.Outcome == OutcomeFail {
+			verdict = "FAIL"
+		}
+		if markdown {
+			verdict = map[Outcome]string{OutcomePass: "✅ pass", OutcomeFail: "❌ FAIL", OutcomeSkip: "➖ skip"}[c.Outcome]
+		}
+		gr.rows = append(gr.rows, []gridCell{{text: c.Run}, {text: c.Rule.String()}, {text: base}, {text: cur},
+			{text: verdict}, {text: c.Reason}})
+	}
+	return gr
+}
+
+func (g *GateReport) writeText(w io.Writer, markdown bool) error {
+	var buf bytes.Buffer
+	var failed []Check
+	for _, c := range g.Checks {
+		if c.Outcome == OutcomeFail {
+			failed = append(failed, c)
+		}
+	}
+	rules := make([]string, len(g.Rules))
+	for i, r := range g.Rules {
+		rules[i] = r.String()
+	}
+	code := func(s string) string {
+		if markdown {
+			return "`" + s + "`"
+		}
+		return s
+	}
+	if markdown {
+		icon := "✅"
+		if !g.Passed {
+			icon = "❌"
+		}
+		fmt.Fprintf(&buf, "### %s fsdpbench %s\n\n", icon, g.Headline())
+	} else {
+		fmt.Fprintf(&buf, "%s\n", g.Headline())
+	}
+	codes := make([]string, len(rules))
+	for i, r := range rules {
+		codes[i] = code(r)
+	}
+	fmt.Fprintf(&buf, "baseline %s, current %s; rules %s; alpha %g\n", code(sideLabel(g.Baseline, "baseline")),
+		code(sideLabel(g.Current, "current")), strings.Join(codes, ", "), g.Alpha)
+	if g.NotBacked > 0 {
+		if markdown {
+			buf.WriteByte('\n')
+		}
+		fmt.Fprintf(&buf, "%d of the relative checks are not statistically backed (fewer than %d repeats per side): the thresholds alone decided them.\n",
+			g.NotBacked, MinStatRepeats)
+	}
+	section := func(title string) {
+		if markdown {
+			fmt.Fprintf(&buf, "\n#### %s\n\n", title)
+		} else {
+			fmt.Fprintf(&buf, "\n%s:\n", title)
+		}
+	}
+	if len(failed) > 0 {
+		section("Failed checks")
+		if err := g.checksGrid(failed, markdown).writeTable(&buf, markdown); err != nil {
+			return err
+		}
+	}
+	if len(g.Missing)+len(g.New) > 0 {
+		section("Unmatched runs")
+		for _, id := range g.Missing {
+			fmt.Fprintf(&buf, "- %s missing: in the baseline, not in the current results\n", code(id))
+		}
+		for _, id := range g.New {
+			fmt.Fprintf(&buf, "- %s new: not in the baseline\n", code(id))
+		}
+	}
+	if markdown {
+		fmt.Fprintf(&buf, "\n<details><summary>All %d checks</summary>\n\n", len(g.Checks))
+	} else {
+		section("All checks")
+	}
+	if err := g.checksGrid(g.Checks, markdown).writeTable(&buf, markdown); err != nil {
+		return err
+	}
+	if markdown {
+		buf.WriteString("\n</details>\n")
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// JUnit XML (the schema CI systems read: testsuites > testsuite > testcase, with a
+// failure or skipped element per test case).
+type junitSuites struct {
+	XMLName  xml.Name     `xml:"testsuites"`
+	Name     string       `xml:"name,attr"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Errors   int          `xml:"errors,attr"`
+	Skipped  int          `xml:"skipped,attr"`
+	Time     string       `xml:"time,attr"`
+	Suites   []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name       string          `xml:"name,attr"`
+	ID         int             `xml:"id,attr"`
+	Package    string          `xml:"package,attr"`
+	Tests      int             `xml:"tests,attr"`
+	Failures   int             `xml:"failures,attr"`
+	Errors     int             `xml:"errors,attr"`
+	Skipped    int             `xml:"skipped,attr"`
+	Time       string          `xml:"time,attr"`
+	Timestamp  string          `xml:"timestamp,attr"`
+	Hostname   string          `xml:"hostname,attr"`
+	Properties []junitProperty `xml:"properties>property"`
+	Cases      []junitCase     `xml:"testcase"`
+}
+
+type junitProperty struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	ClassName string        `xml:"classname,attr"`
+	Time      string        `xml:"time,attr"`
+	Failure   *junitFailure `xml:"failure,omitempty"`
+	Skipped   *junitSkipped `xml:"skipped,omitempty"`
+}
+
+type junitFailure struct {
+	Message string `xml:"message,attr"`
+	Type    string `xml:"type,attr"`
+	Text    string `xml:",chardata"`
+}
+
+type junitSkipped struct {
+	Message string `xml:"message,attr"`
+}
+
+// WriteJUnit writes the report as JUnit XML: one test suite per sweep, one test case
+// per run × rule (classname sweep.run, name the rule), failing with the reason.
+func (g *GateReport) WriteJUnit(w io.Writer) error {
+	hostname, _ := os.Hostname()
+	if hostname == "" {
+		hostname = "localhost"
+	}
+	root := junitSuites{Name: "fsdpbench gate", Time: "0"}
+	at := map[string]int{}
+	for _, c := range g.Checks {
+		sweep := c.Sweep
+		if sweep == "" {
+			sweep = "fsdpbench"
+		}
+		i, ok := at[sweep]
+		if !ok {
+			i = len(root.Suites)
+			at[sweep] = i
+			root.Suites = append(root.Suites, junitSuite{Name: "fsdpbench gate " + sweep, ID: i, Package: "fsdpbench." + sweep,
+				Time: "0", Timestamp: g.Time.UTC().Format("2006-01-02T15:04:05"), Hostname: hostname,
+				Properties: []junitProperty{{"baseline", g.Baseline}, {"current", g.Current}, {"alpha", strconv.FormatFloat(g.Alpha, 'g', -1, 64)}}})
+		}
+		s := &root.Suites[i]
+		tc := junitCase{Name: c.Rule.String(), ClassName: sweep + "." + c.Run, Time: "0"}
+		switch c.Outcome {
+		case OutcomeFail:
+			tc.Failure = &junitFailure{Message: c.Reason, Type: "regression",
+				Text: fmt.Sprintf("run %s, rule %s: %s\nbaseline status %s, current status %s\n", c.Run, c.Rule, c.Reason,
+					orNone(c.BaselineStatus), orNone(c.CurrentStatus))}
+			s.Failures++
+			root.Failures++
+		case OutcomeSkip:
+			tc.Skipped = &junitSkipped{Message: c.Reason}
+			s.Skipped++
+			root.Skipped++
+		}
+		s.Tests++
+		root.Tests++
+		s.Cases = append(s.Cases, tc)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(root); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+func orNone(s Status) string {
+	if s == "" {
+		return "none (not in this set)"
+	}
+	return string(s)
+}

@@ -1,0 +1,190 @@
+package results
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// NightFile is the record a history night keeps beside its results: when it was
+// stored, for which commit, and what the gate said.
+const NightFile = "night.json"
+
+// Night is one stored night of a history directory: <history>/<date>-<commit>/ holds
+// that night's results tree (as `fsdpbench sweep` wrote it) and NightFile.
+type Night struct {
+	// Name is the directory name, <date>-<commit>.
+	Name   string `json:"name"`
+	Date   string `json:"date"` // YYYY-MM-DD
+	Commit string `json:"commit"`
+	// StoredAt orders nights of the same date.
+	StoredAt time.Time `json:"stored_at"`
+	// Passed is the gate's verdict on the night; a night stored without a baseline
+	// (the first one) passes.
+	Passed bool `json:"passed"`
+	// Baseline names the night (or path) the gate compared with; empty for none.
+	Baseline string `json:"baseline,omitempty"`
+	Failures int    `json:"failures"`
+	Checks   int    `json:"checks"`
+	// Dir is the night's directory (not stored).
+	Dir string `json:"-"`
+}
+
+// commitText keeps a commit (or any label) usable in a directory name.
+var commitText = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// NightName is the directory name of a night: 2026-01-02-<commit>, the commit cut
+// to 12 characters.
+func NightName(date time.Time, commit string) string {
+	c := commitText.ReplaceAllString(commit, "_")
+	if c == "" {
+		c = "unknown"
+	}
+	if len(c) > 12 {
+		c = c[:12]
+	}
+	return date.UTC().Format(time.DateOnly) + "-" + c
+}
+
+// CommitOf is the fsdpbench commit the runs recorded (Env.Commit of the first run
+// that has one), or "".
+func CommitOf(runs []Run) string {
+	for i := range runs {
+		if c := runs[i].Metrics.Env.Commit; c != "" {
+			return c
+		}
+	}
+	return ""
+}
+
+// Nights lists the nights stored in a history directory, oldest first (by date, then
+// by the time stored). A missing directory holds no nights.
+func Nights(history string) ([]Night, error) {
+	entries, err := os.ReadDir(history)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", history, err)
+	}
+	var out []Night
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		dir := filepath.Join(history, e.Name())
+		var n Night
+		if err := readJSON(filepath.Join(dir, NightFile), &n); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // not a night: a directory someone put there
+			}
+			return nil, fmt.Errorf("history night %s: %w", dir, err)
+		}
+		n.Name, n.Dir = e.Name(), dir
+		out = append(out, n)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Date != out[j].Date {
+			return out[i].Date < out[j].Date
+		}
+		if !out[i].StoredAt.Equal(out[j].StoredAt) {
+			return out[i].StoredAt.Before(out[j].StoredAt)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// LastPassingNight is the newest night whose gate passed: the baseline of the next
+// night. nil when there is none yet.
+func LastPassingNight(history string) (*Night, error) {
+	nights, err := Nights(history)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(nights) - 1; i >= 0; i-- {
+		if nights[i].Passed {
+			return &nights[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// StoreNight copies the results tree at resultsDir into <history>/<NightName>/ with
+// the gate's verdict (report may be nil: no gate ran, the night passes). A night of
+// the same name is replaced, so rerunning a nightly job for one commit keeps one
+// entry. The copy is made beside the target and renamed into place, so a killed job
+// never leaves half a night that a later gate would take as its baseline.
+func StoreNight(history, resultsDir string, date time.Time, commit string, report *GateReport, baseline string) (Night, error) {
+	if _, err := Load(resultsDir); err != nil {
+		return Night{}, fmt.Errorf("history: %w", err)
+	}
+	if err := os.MkdirAll(history, 0o755); err != nil {
+		return Night{}, fmt.Errorf("history %s: %w", history, err)
+	}
+	n := Night{Name: NightName(date, commit), Date: date.UTC().Format(time.DateOnly), Commit: commit,
+		StoredAt: time.Now().UTC(), Passed: true, Baseline: baseline}
+	if report != nil {
+		n.Passed, n.Failures, n.Checks = report.Passed, report.Failures, len(report.Checks)
+	}
+	n.Dir = filepath.Join(history, n.Name)
+	tmp, err := os.MkdirTemp(history, "."+n.Name+".tmp*")
+	if err != nil {
+		return Night{}, fmt.Errorf("history %s: %w", history, err)
+	}
+	defer os.RemoveAll(tmp)
+	// CopyFS refuses to write into an existing directory's files, not the directory.
+	if err := os.CopyFS(tmp, os.DirFS(resultsDir)); err != nil {
+		return Night{}, fmt.Errorf("history: copying %s: %w", resultsDir, err)
+	}
+	if err := writeJSON(filepath.Join(tmp, NightFile), n); err != nil {
+		return Night{}, fmt.Errorf("history: %w", err)
+	}
+	old := ""
+	if _, err := os.Stat(n.Dir); err == nil {
+		old = filepath.Join(history, "."+n.Name+".old") // dot: Nights never lists it
+		os.RemoveAll(old)
+		if err := os.Rename(n.Dir, old); err != nil {
+			return Night{}, fmt.Errorf("history: replacing %s: %w", n.Dir, err)
+		}
+	}
+	if err := os.Rename(tmp, n.Dir); err != nil {
+		return Night{}, fmt.Errorf("history: %w", err)
+	}
+	if old != "" {
+		os.RemoveAll(old)
+	}
+	return n, nil
+}
+
+// NightRuns is one night's runs, for trends.
+type NightRuns struct {
+	Night Night
+	Runs  []Run
+}
+
+// LoadHistory reads every night of a history directory, oldest first.
+func LoadHistory(history string) ([]NightRuns, error) {
+	nights, err := Nights(history)
+	if err != nil {
+		return nil, err
+	}
+	if len(nights) == 0 {
+		return nil, fmt.Errorf("history %s: no nights stored (`fsdpbench gate --history %s` stores one per run)", history, history)
+	}
+	out := make([]NightRuns, 0, len(nights))
+	for _, n := range nights {
+		runs, err := Load(n.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("history night %s: %w", n.Name, err)
+		}
+		out = append(out, NightRuns{Night: n, Runs: runs})
+	}
+	return out, nil
+}
