@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fsdpbench/fsdpbench/results"
+)
+
+func newGateCmd() *cobra.Command {
+	var (
+		baseline, current, rulesFile, format string
+		junitPath, markdownPath              string
+		history, commit, date                string
+		rules                                []string
+		alpha                                float64
+		failMissing                          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gate --baseline A --current B [--rule METRIC:-5%]...",
+		Short: "Fail when the current results regressed against a baseline (for CI)",
+		Long: `gate matches the runs of the current results with the baseline's by run ID and
+applies every rule to every run. A and B are results directories or files written by
+` + "`fsdpbench export --format json`" + `.
+
+Rules: METRIC:-5% fails on a drop beyond 5%, METRIC:+3% on a rise beyond 3%,
+METRIC>=0.35 and METRIC<=8e10 bound the current figure (plain units: bytes, fractions).
+Without --rule or --rules: ` + strings.Join(results.DefaultRules, ", ") + `.
+A rules file is YAML:  rules: [tokens_per_s_per_rank:-5%, mfu>=0.35]
+
+With at least 6 repeats per side a change fails only when it is also significant
+(Mann-Whitney U, alpha 0.05, as benchstat); with fewer, the threshold alone decides
+and the report says the comparison is not statistically backed. A run that was ok in
+the baseline and is oom, failed or timed out now fails. Runs on one side only are
+listed (--fail-missing fails the missing ones).
+
+--history DIR keeps each night: the current results are stored under
+DIR/<date>-<commit>/ with the verdict, and without --baseline the last night that
+passed is the baseline.
+
+Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if current == "" {
+				return usageError(errors.New("--current is required: the results directory (or exported JSON) to check"))
+			}
+			if baseline == "" && history == "" {
+				return usageError(errors.New("give --baseline A (a results directory or exported JSON), or --history DIR to use the last passing night"))
+			}
+			if !slices.Contains(results.GateFormats, format) {
+				return usageError(fmt.Errorf("--format %q: use %s", format, strings.Join(results.GateFormats, ", ")))
+			}
+			var ruleList []results.Rule
+			if len(rules) > 0 {
+				rs, err := results.ParseRules(rules, "--rule")
+				if err != nil {
+					return usageError(err)
+				}
+				ruleList = append(ruleList, rs...)
+			}
+			if rulesFile != "" {
+				rs, err := results.LoadRules(rulesFile)
+				if err != nil {
+					return usageError(err)
+				}
+				ruleList = append(ruleList, rs...)
+			}
+			var night time.Time
+			if history != "" {
+				st, err := os.Stat(current)
+				if err != nil || !st.IsDir() {
+					return usageError(fmt.Errorf("--history stores the current results, so --current must be a results directory (got %s)", current))
+				}
+				night = time.Now().UTC()
+				if date != "" {
+					if night, err = time.Parse(time.DateOnly, date); err != nil {
+						return usageError(fmt.Errorf("--date %q: write it as 2006-01-02", date))
+					}
+				}
+			}
+
+			baseName := baseline
+			var baseRuns []results.Run
+			if baseline == "" {
+				n, err := results.LastPassingNight(history)
+				if err != nil {
+					return usageError(err)
+				}
+				if n != nil {
+					baseline, baseName = n.Dir, n.Name
+				} else {
+					baseName = "none (first night of " + history + ")"
+				}
+			}
+			if baseline != "" {
+				var err error
+				if baseRuns, err = results.LoadPath(baseline); err != nil {
+					return usageError(fmt.Errorf("--baseline: %w", err))
+				}
+			}
+			curRuns, err := results.LoadPath(current)
+			if err != nil {
+				return usageError(fmt.Errorf("--current: %w", err))
+			}
+			report, err := results.Gate(baseRuns, curRuns, results.GateOptions{Rules: ruleList, Alpha: alpha,
+				FailMissing: failMissing, BaselineName: baseName, CurrentName: current})
+			if err != nil {
+				return usageError(err)
+			}
+			if err := report.Write(cmd.OutOrStdout(), format); err != nil {
+				return usageError(err)
+			}
+			for _, out := range []struct{ path, format string }{{junitPath, results.FormatJUnit}, {markdownPath, results.FormatMarkdown}} {
+				if out.path == "" {
+					continue
+				}
+				var buf bytes.Buffer
+				if err := report.Write(&buf, out.format); err != nil {
+					return usageError(err)
+				}
+				if err := results.WriteFileAtomic(out.path, buf.Bytes()); err != nil {
+					return usageError(fmt.Errorf("%w (check that the directory exists and is writable)", err))
+				}
+			}
+			if format == results.FormatJUnit || format == results.FormatJSON {
+				fmt.Fprintln(cmd.ErrOrStderr(), report.Headline())
+			}
+			if history != "" {
+				if commit == "" {
+					commit = os.Getenv("GITHUB_SHA")
+				}
+				if commit == "" {
+					commit = results.CommitOf(curRuns)
+				}
+				n, err := results.StoreNight(history, current, night, commit, report, baseName)
+				if err != nil {
+					return usageError(err)
+				}
+				verdict := "passed: the baseline of the next night"
+				if !n.Passed {
+					verdict = "failed: the next night keeps the last passing baseline"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "stored night %s (%s)\n", n.Dir, verdict)
+			}
+			if !report.Passed {
+				return &exitError{code: ExitFailed}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&baseline, "baseline", "", "baseline results: a results directory or an exported JSON file")
+	f.StringVar(&current, "current", "", "current results: a results directory or an exported JSON file")
+	f.StringArrayVar(&rules, "rule", nil, "a rule, e.g. tokens_per_s_per_rank:-5%, peak_mem_reserved_bytes:+3%, mfu>=0.35 (repeatable)")
+	f.StringVar(&rulesFile, "rules", "", "YAML rules file (rules: [...]); adds to --rule")
+	f.StringVar(&format, "format", results.FormatTable, "output on stdout: "+strings.Join(results.GateFormats, ", "))
+	f.StringVar(&junitPath, "junit", "", "also write JUnit XML to this file")
+	f.StringVar(&markdownPath, "markdown", "", "also write the Markdown summary to this file")
+	f.Float64Var(&alpha, "alpha", results.DefaultAlpha, "significance level with >= 6 repeats per side")
+	f.BoolVar(&failMissing, "fail-missing", false, "fail when a baseline run is missing from the current results")
+	f.StringVar(&history, "history", "", "history directory: store this night under DIR/<date>-<commit>/; without --baseline, compare with the last passing night")
+	f.StringVar(&commit, "commit", "", "commit of this night (default: $GITHUB_SHA, else the commit the runs recorded)")
+	f.StringVar(&date, "date", "", "date of this night, 2006-01-02 (default: today, UTC)")
+	return cmd
+}
