@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/harness/launch"
+	"github.com/fsdpbench/fsdpbench/harness/sampler"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -75,6 +77,13 @@ type Options struct {
 	// Devices hands out this host's GPUs to backends that need them; default: a
 	// local launcher over the devices launch.DetectDevices finds.
 	Devices *launch.Local
+	// DeviceSource reads each run's GPUs while it runs, whatever the backend, into
+	// samples.csv and peak_device_mem_bytes; default: NVML when the driver is
+	// there, and no sampling (quietly) when it is not.
+	DeviceSource sampler.Source
+	// SampleInterval is how often the GPUs are read; default
+	// sampler.DefaultInterval. Negative turns sampling off.
+	SampleInterval time.Duration
 }
 
 // Outcome is what became of one run.
@@ -150,12 +159,15 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 		}
 	}
 
+	source, closeSource := deviceSource(opts)
+	defer closeSource()
 	s := &sweep{
 		plan:     plan,
 		opts:     opts,
 		dir:      dir,
 		backends: bes,
 		manifest: newManifest(dir, plan.Name, opts),
+		source:   source,
 	}
 	tasks := makeTasks(plan.Runs)
 	s.progress = newProgress(opts, plan.Name, len(plan.Runs))
@@ -269,6 +281,27 @@ func (o *Options) defaults() error {
 		o.Devices = launch.NewLocal(launch.DetectDevices())
 	}
 	return nil
+}
+
+// deviceSource is where the sweep's GPU samples come from, and how to release it.
+// No driver is no failure: the runs then go unsampled, as on a CPU machine.
+func deviceSource(opts Options) (sampler.Source, func()) {
+	if opts.SampleInterval < 0 {
+		return nil, func() {}
+	}
+	if opts.DeviceSource != nil {
+		return opts.DeviceSource, func() {}
+	}
+	m, err := sampler.OpenNVML()
+	if err != nil {
+		slog.Debug("harness: no GPU sampling", "reason", err)
+		return nil, func() {}
+	}
+	return m, func() {
+		if err := m.Close(); err != nil {
+			slog.Debug("harness: closing NVML", "error", err)
+		}
+	}
 }
 
 // backendInfo is a backend and whether its runs need devices from the launcher.

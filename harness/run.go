@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/harness/sampler"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -26,6 +27,8 @@ type sweep struct {
 	backends map[string]backendInfo
 	manifest *manifest
 	progress progress
+	// source reads the runs' GPUs; nil when there is nothing to sample.
+	source sampler.Source
 }
 
 // runOne skips rc when a previous invocation finished it, and executes it otherwise.
@@ -170,6 +173,7 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 		}
 	}
 	var out []results.Result
+	var samples []sampler.Sample
 	for r := range max(rc.Repeats, 1) {
 		env := backends.RunEnv{
 			RunDir:   runDir,
@@ -179,9 +183,22 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 			Stdout:   logs.writer("stdout"),
 			Stderr:   logs.writer("stderr"),
 		}
+		// The harness samples the run's GPUs itself, so every backend gets
+		// samples.csv and an NVML peak (a no-op without a driver). The file is
+		// rewritten after each repeat, so a run that dies later keeps what was read.
+		smp := sampler.Start(runCtx, s.source, sampler.Devices(s.source, devices, rc.Hardware), s.opts.SampleInterval)
 		res, err := s.guard(runCtx, func() (results.Result, error) {
 			return be.Run(runCtx, rc, env, emit)
 		})
+		if rep := smp.Stop(); rep.Apply(&res, r) {
+			samples = append(samples, rep.Samples...)
+			if err := sampler.WriteFile(filepath.Join(runDir, results.SamplesFile), samples); err != nil {
+				logs.line("stderr", "fsdpbench: GPU sampling: "+err.Error())
+			}
+			if rep.Err != nil {
+				logs.line("stderr", fmt.Sprintf("fsdpbench: GPU sampling: %d readings failed, the first: %v", rep.Failed, rep.Err))
+			}
+		}
 		st, msg := verdict(res, err)
 		res.Status, res.Error = st, msg
 		out = append(out, res)
@@ -272,7 +289,7 @@ func launcherName(plan *sweeps.Plan, rc sweeps.RunConfig) string {
 
 // clearRun removes what a previous attempt of the run left, keeping the directory.
 func clearRun(runDir string) error {
-	for _, name := range []string{results.MetricsFile, results.StepsFile, results.RanksDir} {
+	for _, name := range []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.RanksDir} {
 		if err := os.RemoveAll(filepath.Join(runDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("clear the previous attempt of %s: %w", runDir, err)
 		}

@@ -63,6 +63,7 @@ type Sample struct {
 type Sampler struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	info   DeviceInfo
 
 	mu      sync.Mutex
 	samples []Sample
@@ -91,7 +92,7 @@ func Start(ctx context.Context, src Source, devices []int, interval time.Duratio
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Sampler{cancel: cancel, done: make(chan struct{})}
+	s := &Sampler{cancel: cancel, done: make(chan struct{}), info: src.Info(devs[0])}
 	go s.loop(ctx, src, devs, interval)
 	return s
 }
@@ -141,7 +142,7 @@ func (s *Sampler) Stop() Report {
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Report{Samples: append([]Sample(nil), s.samples...), Failed: s.failed, Err: s.err}
+	r := Report{Samples: append([]Sample(nil), s.samples...), Info: s.info, Failed: s.failed, Err: s.err}
 	for _, smp := range r.Samples {
 		if smp.MemUsedBytes == nil {
 			continue
@@ -163,6 +164,8 @@ type Report struct {
 	// PeakMemBytes holds, per device, the most memory seen in use on it; devices
 	// whose memory was never read are absent.
 	PeakMemBytes map[int]int64
+	// Info describes the first device sampled and its driver.
+	Info DeviceInfo
 	// Failed counts the readings a device did not give; Err is the first of them.
 	Failed int
 	Err    error
