@@ -22,12 +22,12 @@ func newBackendsCmd() *cobra.Command {
 				}
 				d, err := b.Describe(cmd.Context())
 				if err != nil {
-					rows = append(rows, []string{name, "no", "?", "", "describe failed: " + err.Error()})
+					rows = append(rows, []string{name, "no", "?", "", "describe failed: " + err.Error(), ""})
 					continue
 				}
-				rows = append(rows, []string{name, yesNo(d.Available), yesNo(d.NeedsGPU), d.Summary, d.Reason})
+				rows = append(rows, []string{name, yesNo(d.Available), yesNo(d.NeedsGPU), d.Summary, d.Reason, d.Source})
 			}
-			if err := writeTable(cmd.OutOrStdout(), []string{"name", "available", "needs GPU", "summary", "reason"}, rows); err != nil {
+			if err := writeTable(cmd.OutOrStdout(), []string{"name", "available", "needs GPU", "summary", "reason", "source"}, rows); err != nil {
 				return failure(err)
 			}
 			return nil

@@ -1,0 +1,368 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/plugins/protocol"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Defaults of Options.
+const (
+	DefaultStartTimeout = 30 * time.Second
+	DefaultKillGrace    = 3 * time.Second
+)
+
+// maxMessage bounds one message from a plugin: a Result with every step of a long
+// run is far above gRPC's default 4 MiB.
+const maxMessage = 256 << 20
+
+// Options tune how the host runs one plugin binary. The zero value works.
+type Options struct {
+	// Checksum is the SHA-256 the binary must have (from plugins.lock); go-plugin's
+	// SecureConfig refuses to start a binary that does not match. Nil skips the check.
+	Checksum []byte
+	// Logs receives the plugin's logs outside runs (Describe, Validate), at warning
+	// level and above. Default os.Stderr.
+	Logs io.Writer
+	// LogLevel is the least level of the plugin's hclog logs written into a run's
+	// stderr.log. Default: info (FSDPBENCH_PLUGIN_LOG_LEVEL overrides it).
+	LogLevel hclog.Level
+	// StartTimeout bounds the plugin's start and handshake. Default DefaultStartTimeout.
+	StartTimeout time.Duration
+	// KillGrace is how long a cancelled plugin has to stop its processes before it
+	// and they are killed. Default DefaultKillGrace.
+	KillGrace time.Duration
+	// Leftovers, when set, is told how many processes a cancelled call's plugin left
+	// running past KillGrace (the host killed them): a backend that honours
+	// cancellation leaves none. The conformance checks use it.
+	Leftovers func(n int)
+}
+
+// Backend is an external backend: a plugin binary that serves backends.Backend over
+// go-plugin. Every call starts the binary afresh in a process group of its own and
+// kills it and everything it started when the call ends, so a plugin that crashes,
+// hangs or leaks processes costs one call, never the sweep.
+type Backend struct {
+	name, path string
+	opts       Options
+	// refusal, when set, is why this plugin may not run (plugins.lock does not pin
+	// it); every call fails with it.
+	refusal string
+	// lockPath is the lock file Checksum came from, for messages.
+	lockPath string
+}
+
+// New returns the plugin binary at path as the backend called name.
+func New(name, path string, opts Options) *Backend {
+	if opts.Logs == nil {
+		opts.Logs = os.Stderr
+	}
+	if opts.LogLevel == hclog.NoLevel {
+		opts.LogLevel = hclog.Info
+		if l := hclog.LevelFromString(os.Getenv("FSDPBENCH_PLUGIN_LOG_LEVEL")); l != hclog.NoLevel {
+			opts.LogLevel = l
+		}
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = DefaultKillGrace
+	}
+	return &Backend{name: name, path: path, opts: opts}
+}
+
+// Name returns the name the plugin was found under (fsdpbench-backend-<name>).
+func (b *Backend) Name() string { return b.name }
+
+// Path returns the plugin binary's path.
+func (b *Backend) Path() string { return b.path }
+
+// Describe asks the plugin; a plugin that cannot be started or asked is described
+// as unavailable with the reason, so `fsdpbench backends` lists it anyway.
+func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
+	d := backends.Description{Name: b.name, Source: b.path, Summary: "external backend (plugin)"}
+	s, err := b.start(ctx, b.callLogger(), nil, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return d, err
+		}
+		d.Reason = err.Error()
+		return d, nil
+	}
+	got, err := s.proto.Describe(ctx)
+	if err != nil {
+		err = s.failed(ctx, "describe", err)
+	}
+	s.logger.SetLevel(hclog.Off) // stopping is ours; any reason is in err
+	s.stop(ctx.Err() != nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return d, err
+		}
+		d.Reason = err.Error()
+		return d, nil
+	}
+	got.Name, got.Source = b.name, b.path
+	return got, nil
+}
+
+// Validate returns the plugin's refusal of rc. When the plugin cannot be asked
+// (it crashed, or its binary changed since Describe) Validate accepts rc and lets Run
+// fail: the harness records a Validate error as "infeasible", a final verdict that a
+// resume would never revisit, while a broken plugin is a failure.
+func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
+	s, err := b.start(ctx, b.callLogger(), nil, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return nil
+	}
+	refusal, err := s.proto.Validate(ctx, rc)
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("validate failed; the run will report why", "error", s.failed(ctx, "validate", err))
+	}
+	s.logger.SetLevel(hclog.Off) // stopping is ours
+	s.stop(ctx.Err() != nil)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return nil
+	case refusal != "":
+		return errors.New(refusal)
+	}
+	return nil
+}
+
+// Run executes one repeat on a fresh plugin process. The plugin's hclog logs and
+// its stdout and stderr go to env's writers (the run's log files); a plugin that
+// dies fails the run with its exit status and last stderr lines.
+func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+	stdout, stderr := &gate{w: env.Stdout}, &gate{w: env.Stderr}
+	defer stdout.close()
+	defer stderr.close()
+	logger := hclog.New(&hclog.LoggerOptions{Name: "plugin." + b.name, Output: stderr, Level: b.opts.LogLevel,
+		// Every run's plugin exits; only an exit with an error is news.
+		Exclude: func(level hclog.Level, msg string, _ ...any) bool {
+			return level == hclog.Info && msg == "plugin process exited"
+		}})
+	s, err := b.start(ctx, logger, stdout, stderr)
+	if err != nil {
+		return results.Result{}, err
+	}
+	env.Stdout, env.Stderr = stdout, stderr
+	res, err := s.proto.Run(ctx, rc, env, emit)
+	if err != nil && ctx.Err() == nil && !s.answered(err) {
+		err = s.failed(ctx, "run", err)
+	}
+	s.stop(ctx.Err() != nil)
+	if ctx.Err() != nil && err != nil {
+		// The harness tells a timeout from an interruption by its own contexts.
+		return res, fmt.Errorf("plugin %s: %w", b.name, ctx.Err())
+	}
+	return res, err
+}
+
+// callLogger is the logger of a Describe or Validate call.
+func (b *Backend) callLogger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "plugin." + b.name, Output: b.opts.Logs, Level: hclog.Warn})
+}
+
+// session is one started plugin process.
+type session struct {
+	b      *Backend
+	logger hclog.Logger
+	client *plugin.Client
+	proto  *protocol.Client
+	cmd    *exec.Cmd
+	stderr *tail
+	// cancelProc kills the process through exec.CommandContext, also while
+	// go-plugin is still starting it.
+	cancelProc context.CancelFunc
+}
+
+// start starts the plugin and completes the handshake, or says why it could not.
+func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr io.Writer) (*session, error) {
+	if b.refusal != "" {
+		return nil, errors.New(b.refusal)
+	}
+	procCtx, cancelProc := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(procCtx, b.path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		killTree(cmd.Process.Pid)
+		return nil
+	}
+	var secure *plugin.SecureConfig
+	if b.opts.Checksum != nil {
+		secure = &plugin.SecureConfig{Checksum: b.opts.Checksum, Hash: sha256.New()}
+	}
+	s := &session{b: b, logger: logger, cmd: cmd, stderr: &tail{max: 1 << 10}, cancelProc: cancelProc}
+	s.client = plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  protocol.Handshake,
+		VersionedPlugins: protocol.Plugins(nil),
+		Cmd:              cmd,
+		SecureConfig:     secure,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           logger,
+		Stderr:           s.stderr,
+		SyncStdout:       stdout,
+		SyncStderr:       stderr,
+		StartTimeout:     b.opts.StartTimeout,
+		GRPCDialOptions:  []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage))},
+	})
+	type started struct {
+		proto *protocol.Client
+		err   error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		rpc, err := s.client.Client()
+		if err != nil {
+			ch <- started{err: err}
+			return
+		}
+		raw, err := rpc.Dispense(protocol.PluginName)
+		if err != nil {
+			ch <- started{err: err}
+			return
+		}
+		pc, ok := raw.(*protocol.Client)
+		if !ok {
+			ch <- started{err: fmt.Errorf("dispensed %T, not a backend", raw)}
+			return
+		}
+		ch <- started{proto: pc}
+	}()
+	select {
+	case <-ctx.Done():
+		cancelProc()
+		go func() {
+			<-ch
+			s.client.Kill()
+		}()
+		return nil, fmt.Errorf("plugin %s: %w while starting it", b.name, ctx.Err())
+	case st := <-ch:
+		if st.err != nil {
+			// The reason is in the error; go-plugin's complaints about killing the
+			// process that failed would only repeat it.
+			logger.SetLevel(hclog.Off)
+			cancelProc()
+			s.client.Kill()
+			return nil, b.startError(st.err, s.stderr.String())
+		}
+		s.proto = st.proto
+		return s, nil
+	}
+}
+
+// startError says why the plugin did not start, and what to do.
+func (b *Backend) startError(err error, stderr string) error {
+	where := fmt.Sprintf("plugin %s (%s)", b.name, b.path)
+	if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
+		have := "unreadable"
+		if sum, herr := FileSHA256(b.path); herr == nil {
+			have = sum
+		}
+		pinned := "the expected checksum is"
+		if b.lockPath != "" {
+			pinned = b.lockPath + " pins"
+		}
+		return fmt.Errorf("%s: refused: its sha256 is %s but %s %s; if you rebuilt or replaced it on purpose, run `fsdpbench plugins lock`",
+			where, have, pinned, hex.EncodeToString(b.opts.Checksum))
+	}
+	first, more, _ := strings.Cut(err.Error(), "\n")
+	msg := fmt.Sprintf("%s: could not start: %s", where, first)
+	if strings.HasPrefix(first, "Unrecognized remote plugin message") {
+		// The rest is go-plugin's list of causes (architecture, libraries, mode).
+		msg += " (a plugin must print nothing on stdout before its handshake; check it is an fsdpbench plugin built for this machine)"
+	} else if more != "" {
+		msg += " " + strings.ReplaceAll(strings.TrimSpace(more), "\n", " ")
+	}
+	if stderr != "" {
+		msg += "; its stderr ends with: " + stderr
+	}
+	return fmt.Errorf("%s (this fsdpbench speaks plugin protocol version %d; a plugin built with plugins/sdk speaks the version of the fsdpbench module it was built against)",
+		msg, protocol.Version)
+}
+
+// answered reports whether err is the backend's own error, delivered in Done.
+func (s *session) answered(err error) bool {
+	var be *protocol.BackendError
+	return errors.As(err, &be)
+}
+
+// failed explains a call that broke off: the plugin died (exit status and last
+// stderr lines) or sent something unreadable.
+func (s *session) failed(ctx context.Context, call string, err error) error {
+	// Whatever the plugin left running goes now; its exit status is known after.
+	killTree(s.cmd.Process.Pid)
+	s.client.Kill()
+	where := fmt.Sprintf("plugin %s (%s)", s.b.name, s.b.path)
+	e := s.stderr.String()
+	if e != "" {
+		e = "; its stderr ends with: " + e
+	}
+	// A SIGKILL is ours (killTree above): the plugin was alive but broke the protocol.
+	if st := s.cmd.ProcessState; st != nil && !killedBySIGKILL(st) {
+		return fmt.Errorf("%s died during %s (%s)%s", where, call, st, e)
+	}
+	return fmt.Errorf("%s: %s failed, so the plugin was killed: %w%s", where, call, err, e)
+}
+
+func killedBySIGKILL(st *os.ProcessState) bool {
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// stop ends the session. A cancelled call first gives the plugin KillGrace to stop
+// the processes it started (its backend sees the cancelled stream); then the
+// plugin, its group and every descendant are killed whatever they are doing.
+func (s *session) stop(cancelled bool) {
+	pid := s.cmd.Process.Pid
+	if cancelled {
+		deadline := time.Now().Add(s.b.opts.KillGrace)
+		left := descendants(pid)
+		for len(left) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			left = descendants(pid)
+		}
+		if s.b.opts.Leftovers != nil {
+			s.b.opts.Leftovers(len(left))
+		}
+		killTree(pid)
+	}
+	// go-plugin's Kill asks the plugin to exit and waits up to 2 s for it; a plugin
+	// that does not answer is killed below meanwhile, which ends that wait.
+	killed := make(chan struct{})
+	go func() {
+		s.client.Kill()
+		close(killed)
+	}()
+	select {
+	case <-killed:
+	case <-time.After(s.b.opts.KillGrace):
+	}
+	killTree(pid)
+	<-killed
+	s.cancelProc()
+}

@@ -1,0 +1,333 @@
+// Command fsdpbench-backend-exec is an example external backend: it runs any
+// command once per run and reads fsdpbench's metrics contract, so a DeepSpeed or
+// Megatron launcher (or any script) becomes a backend without forking fsdpbench.
+//
+// Build it onto the plugin path, pin it, and name it in a spec:
+//
+//	go build -o ~/.fsdpbench/plugins/fsdpbench-backend-exec ./plugins/examples/exec
+//	fsdpbench plugins lock
+//
+//	backend: exec
+//	backend_options:
+//	  command: ["python3", "train.py", "--bs", "{batch_per_device}", "--ws", "{world_size}"]
+//
+// command is an argv (no shell); {axis} is replaced by the run's value of any
+// run_args.json key (world_size, batch_per_device, sharding, seq_len, steps, ...), and
+// {run_dir} and {metrics_dir} by those directories. The command gets
+// FSDPBENCH_METRICS_DIR and FSDPBENCH_RUN_DIR in its environment (and
+// CUDA_VISIBLE_DEVICES when fsdpbench assigned devices) and must:
+//   - write ranks/rank-<r>.json for every rank r < world_size into $FSDPBENCH_METRICS_DIR:
+//     {"rank", "world_size", "device", "tokens", "measured_wall_s", "steps": [{"step",
+//     "loss", "step_time_s"}], "peak_mem_allocated_bytes", "peak_mem_reserved_bytes",
+//     "peak_rss_bytes"} (the torchrun backend's format);
+//   - optionally print `FSDPBENCH {"step": 1, "loss": 2.3, "step_time_s": 0.1, "rank": 0}`
+//     lines on stdout for live progress;
+//   - exit 0 when it ran, 3 when the configuration cannot run (infeasible, reason on
+//     stderr's last line), 4 when it ran out of memory.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/plugins/sdk"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+func main() { sdk.Serve(backend{}) }
+
+// killGrace is how long the command has between SIGTERM and SIGKILL.
+const killGrace = 2 * time.Second
+
+// Exit codes of the command with a meaning (as the torchrun backend's script).
+const (
+	exitInfeasible = 3
+	exitOOM        = 4
+)
+
+var placeholder = regexp.MustCompile(`\{([a-z_]+)\}`)
+
+type backend struct{}
+
+func (backend) Name() string { return "exec" }
+
+func (backend) Describe(context.Context) (backends.Description, error) {
+	return backends.Description{
+		Name:      "exec",
+		Summary:   "runs backend_options.command once per run and reads the metrics contract (rank files, FSDPBENCH step lines)",
+		Available: true,
+	}, nil
+}
+
+func (backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
+	_, err := argv(rc, "", "")
+	return err
+}
+
+// argv expands backend_options.command for rc.
+func argv(rc sweeps.RunConfig, runDir, metricsDir string) ([]string, error) {
+	for k := range rc.BackendOptions {
+		if k != "command" {
+			return nil, fmt.Errorf("exec: unknown backend_options key %q (known: command)", k)
+		}
+	}
+	list, ok := rc.BackendOptions["command"].([]any)
+	if !ok || len(list) == 0 {
+		return nil, errors.New(`exec: backend_options.command must be a non-empty list of strings, e.g. ["python3", "train.py", "--bs", "{batch_per_device}"]`)
+	}
+	values, err := axisValues(rc)
+	if err != nil {
+		return nil, err
+	}
+	values["run_dir"], values["metrics_dir"] = runDir, metricsDir
+	out := make([]string, len(list))
+	for i, a := range list {
+		s, ok := a.(string)
+		if !ok {
+			return nil, fmt.Errorf("exec: backend_options.command[%d] must be a string, got %T", i, a)
+		}
+		var missing string
+		out[i] = placeholder.ReplaceAllStringFunc(s, func(m string) string {
+			v, ok := values[m[1:len(m)-1]]
+			if !ok && missing == "" {
+				missing = m
+			}
+			return v
+		})
+		if missing != "" {
+			known := make([]string, 0, len(values))
+			for k := range values {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("exec: backend_options.command[%d]: unknown placeholder %s (known: %s)", i, missing, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
+}
+
+// axisValues is every scalar of rc's JSON form, as text.
+func axisValues(rc sweeps.RunConfig) (map[string]string, error) {
+	data, err := json.Marshal(rc)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.UseNumber() // 8 stays "8", not "8e+00"
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		switch v := v.(type) {
+		case string:
+			out[k] = v
+		case json.Number:
+			out[k] = v.String()
+		case bool:
+			out[k] = strconv.FormatBool(v)
+		}
+	}
+	return out, nil
+}
+
+func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
+		TokensPerStep: rc.TokensPerStep(), Started: time.Now()}
+	runDir, err := filepath.Abs(env.RunDir) // the command runs in it
+	if err != nil {
+		return res, fmt.Errorf("exec: %w", err)
+	}
+	metricsDir := filepath.Join(runDir, results.RanksDir)
+	if err := os.MkdirAll(metricsDir, 0o755); err != nil {
+		return res, fmt.Errorf("exec: %w", err)
+	}
+	args, err := argv(rc, runDir, metricsDir)
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = runDir
+	// Its own group, so cancellation reaches whatever it starts; and killed with
+	// this plugin should the plugin die first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Env = append(os.Environ(), "FSDPBENCH_METRICS_DIR="+metricsDir, "FSDPBENCH_RUN_DIR="+runDir)
+	if len(env.Devices) > 0 {
+		ids := make([]string, len(env.Devices))
+		for i, d := range env.Devices {
+			ids[i] = strconv.Itoa(d)
+		}
+		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("exec: starting %s: %w", args[0], err)
+	}
+	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
+
+	var (
+		wg       sync.WaitGroup
+		lastLine string
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		scan(stdout, env.Stdout, func(line string) {
+			rest, ok := strings.CutPrefix(line, "FSDPBENCH ")
+			if !ok {
+				return
+			}
+			var st struct {
+				results.Step
+				Rank int `json:"rank"`
+			}
+			if json.Unmarshal([]byte(rest), &st) == nil {
+				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
+					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
+			}
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		scan(stderr, env.Stderr, func(line string) {
+			if t := strings.TrimSpace(line); t != "" {
+				lastLine = t
+			}
+		})
+	}()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(killGrace):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
+		case <-done:
+		}
+	}()
+	wg.Wait()
+	waitErr := cmd.Wait()
+	close(done)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
+	res.Finished = time.Now()
+
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		res.Status, res.Error = results.StatusCanceled, ctx.Err().Error()
+	case errors.As(waitErr, &ee) && ee.ExitCode() == exitInfeasible:
+		res.Status, res.Error = results.StatusInfeasible, lastLine
+	case errors.As(waitErr, &ee) && ee.ExitCode() == exitOOM:
+		res.Status, res.Error = results.StatusOOM, lastLine
+	case waitErr != nil:
+		res.Status, res.Error = results.StatusFailed, fmt.Sprintf("exec: %s %v: %s (see stderr.log)", args[0], waitErr, lastLine)
+	default:
+		if err := collect(&res, rc, metricsDir); err != nil {
+			res.Status, res.Error = results.StatusFailed, err.Error()
+		} else {
+			res.Status = results.StatusOK
+		}
+	}
+	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
+	return res, nil
+}
+
+// scan copies r to sink line by line and hands each line to f.
+func scan(r io.Reader, sink io.Writer, f func(string)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		if sink != nil {
+			_, _ = io.WriteString(sink, sc.Text()+"\n")
+		}
+		f(sc.Text())
+	}
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// rankFile is one rank's report (the torchrun backend's format).
+type rankFile struct {
+	Rank                  int            `json:"rank"`
+	Device                string         `json:"device"`
+	Tokens                int64          `json:"tokens"`
+	MeasuredWallS         float64        `json:"measured_wall_s"`
+	Steps                 []results.Step `json:"steps"`
+	PeakMemAllocatedBytes *int64         `json:"peak_mem_allocated_bytes"`
+	PeakMemReservedBytes  *int64         `json:"peak_mem_reserved_bytes"`
+	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
+}
+
+// collect reads every rank's report into res: steps as the slowest rank saw them,
+// peaks as the highest rank's.
+func collect(res *results.Result, rc sweeps.RunConfig, dir string) error {
+	files := make([]rankFile, rc.WorldSize)
+	for r := range files {
+		path := filepath.Join(dir, "rank-"+strconv.Itoa(r)+".json")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("exec: the command exited 0 but rank %d's report is missing: %w", r, err)
+		}
+		if err := json.Unmarshal(data, &files[r]); err != nil {
+			return fmt.Errorf("exec: rank %d's report %s: %w", r, path, err)
+		}
+		if len(files[r].Steps) != rc.Steps {
+			return fmt.Errorf("exec: rank %d reported %d measured steps, want %d", r, len(files[r].Steps), rc.Steps)
+		}
+	}
+	res.Steps = make([]results.Step, rc.Steps)
+	for i := range res.Steps {
+		st := files[0].Steps[i]
+		st.Tokens = rc.TokensPerStep()
+		for _, f := range files[1:] {
+			st.StepTimeS = max(st.StepTimeS, f.Steps[i].StepTimeS)
+		}
+		res.Steps[i] = st
+	}
+	peak := func(cur, v *int64) *int64 {
+		if v == nil || (cur != nil && *cur >= *v) {
+			return cur
+		}
+		return results.I64(*v)
+	}
+	for _, f := range files {
+		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
+		res.PeakMemAllocatedBytes = peak(res.PeakMemAllocatedBytes, f.PeakMemAllocatedBytes)
+		res.PeakMemReservedBytes = peak(res.PeakMemReservedBytes, f.PeakMemReservedBytes)
+		res.PeakRSSBytes = peak(res.PeakRSSBytes, f.PeakRSSBytes)
+		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens,
+			PeakMemAllocatedBytes: f.PeakMemAllocatedBytes, PeakMemReservedBytes: f.PeakMemReservedBytes,
+			PeakRSSBytes: f.PeakRSSBytes, LossLast: f.Steps[len(f.Steps)-1].Loss})
+	}
+	if shape, err := shapes.Lookup(rc.Model); err == nil {
+		res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)
+	}
+	return nil
+}

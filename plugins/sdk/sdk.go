@@ -1,0 +1,49 @@
+// Package sdk is what a plugin author needs to ship a backend as a separate binary:
+// name the binary fsdpbench-backend-<name>, implement backends.Backend, and call
+// Serve from main:
+//
+//	func main() { sdk.Serve(mybackend.New()) }
+//
+// fsdpbench starts the binary for each call (Describe, Validate, one Run) and kills
+// it, and every process it started, when the call ends; Run's ctx is cancelled when
+// the run is cancelled or times out, and the backend must then stop its processes
+// within a few seconds. What the backend writes to RunEnv.Stdout and Stderr, and what
+// it logs through Logger, lands in the run's stdout.log and stderr.log.
+// plugintest checks a built binary against this contract.
+package sdk
+
+import (
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/plugins/protocol"
+)
+
+// stderr is the process's real standard error, taken before Serve points os.Stderr
+// at the host's stdio stream: go-plugin reads hclog's JSON lines from the real one
+// and hands them to the host's logger with their level.
+var stderr = os.Stderr
+
+// Logger returns a logger whose lines reach the host through hclog: during a Run
+// they go to the run's stderr.log (at info and above unless the user sets
+// FSDPBENCH_PLUGIN_LOG_LEVEL), otherwise to fsdpbench's stderr (warnings and errors).
+func Logger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Output: stderr, JSONFormat: true, Level: hclog.Trace})
+}
+
+// Serve serves b to fsdpbench and returns when fsdpbench is done with the process.
+// Run by hand, the binary says it is a plugin and exits 1.
+func Serve(b backends.Backend) {
+	logger := Logger()
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: protocol.Handshake,
+		VersionedPlugins: map[int]plugin.PluginSet{
+			protocol.Version: {protocol.PluginName: &protocol.Plugin{Impl: b, Logger: logger}},
+		},
+		GRPCServer: plugin.DefaultGRPCServer,
+		Logger:     logger,
+	})
+}
