@@ -26,11 +26,16 @@ func TestExamples(t *testing.T) {
 			plan, err := Load(f, Options{
 				CheckModel:    knownOnly("tiny", "gpt2-124m", "llama-1b", "llama3-8b", "mistral-7b", "codellama-7b"),
 				CheckHardware: knownOnly("h100-sxm", "h100-pcie", "h200", "a100-80g", "cpu"),
-				CheckBackend:  knownOnly("sim", "gotrain"),
+				CheckBackend:  knownOnly("sim", "gotrain", "torchrun"),
 			})
 			require.NoError(t, err)
 			assert.Equal(t, strings.TrimSuffix(filepath.Base(f), ".yaml"), plan.Name, "named after its file")
-			assert.Contains(t, []string{"sim", "gotrain"}, plan.Backend, "runs without a GPU")
+			assert.Contains(t, []string{"sim", "gotrain", "torchrun"}, plan.Backend)
+			if plan.Backend == "torchrun" {
+				for _, rc := range plan.Runs {
+					assert.Equal(t, "cpu", rc.Hardware, "runs without a GPU")
+				}
+			}
 			assert.Empty(t, plan.Warnings)
 			assert.NotEmpty(t, plan.Runs)
 		})

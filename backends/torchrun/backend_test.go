@@ -3,9 +3,13 @@ package torchrun
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -133,4 +137,102 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// TestRunOutcomes runs fixture scripts under real torchrun (two ranks) that end the
+// ways real runs do, and checks each status and the reason it gives.
+func TestRunOutcomes(t *testing.T) {
+	needTorch(t)
+	b := New()
+	tests := []struct {
+		mode   string
+		status results.Status
+		err    string
+	}{
+		{"crash", results.StatusFailed, "ValueError: boom on rank 1"},
+		{"oom", results.StatusOOM, "CUDA out of memory. Tried to allocate 20.00 GiB"},
+		{"nothing", results.StatusFailed, "reported nothing"},
+		{"badjson", results.StatusFailed, "metrics.json is not a JSON object"},
+		{"mismatch", results.StatusFailed, "world_size is 3 but the run has 2 ranks"},
+		{"steplines", results.StatusOK, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.mode, func(t *testing.T) {
+			rc := runConfig(2, sweeps.DDP)
+			rc.BackendOptions = map[string]any{"script": "testdata/faulty.py", "args": []any{"--mode", tc.mode}}
+			require.NoError(t, b.Validate(context.Background(), rc))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
+			defer cancel()
+			var stderr strings.Builder
+			res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir(), Stderr: &lockedWriter{w: &stderr}}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, tc.status, res.Status, "error %q; stderr:\n%s", res.Error, stderr.String())
+			assert.Contains(t, res.Error, tc.err)
+			if tc.mode == "steplines" {
+				require.Len(t, res.Steps, 3)
+				assert.InDelta(t, 1.5, res.MeasuredWallS, 1e-9, "the wall time is the sum of the step times")
+				assert.Zero(t, res.ModelFlopsPerToken, "a user's script's model is unknown unless it says so")
+			}
+		})
+	}
+}
+
+// TestRunCancelStopsEveryRank cancels a run whose ranks hang and requires the run
+// to end canceled within seconds with none of its processes left.
+func TestRunCancelStopsEveryRank(t *testing.T) {
+	needTorch(t)
+	b := New()
+	marker := fmt.Sprintf("fsdpbench-hang-%d", time.Now().UnixNano())
+	rc := runConfig(2, sweeps.DDP)
+	rc.BackendOptions = map[string]any{"script": "testdata/faulty.py", "args": []any{"--mode", "hang", "--marker", marker}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stepped := make(chan struct{}, 1)
+	emit := func(ev backends.Event) {
+		if ev.Kind == backends.EventStep {
+			select {
+			case stepped <- struct{}{}:
+			default:
+			}
+		}
+	}
+	type ran struct {
+		res results.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir()}, emit)
+		done <- ran{res, err}
+	}()
+	select {
+	case <-stepped:
+	case <-time.After(testTimeout):
+		t.Fatal("the hanging script never printed its step line")
+	}
+	start := time.Now()
+	cancel()
+	var r ran
+	select {
+	case r = <-done:
+	case <-time.After(killGrace + 10*time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
+	require.NoError(t, r.err)
+	assert.Equal(t, results.StatusCanceled, r.res.Status)
+	t.Logf("stopped %v after cancel", time.Since(start).Round(time.Millisecond))
+	out, _ := exec.Command("pgrep", "-f", marker).Output()
+	assert.Empty(t, strings.TrimSpace(string(out)), "processes of the canceled run are still alive")
+}
+
+// lockedWriter serializes writes from the backend's reader goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

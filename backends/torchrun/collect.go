@@ -36,6 +36,7 @@ type rankFile struct {
 	CUDA                  string         `json:"cuda"`
 	NCCL                  string         `json:"nccl"`
 	Host                  string         `json:"host"`
+	ModelFlopsPerToken    float64        `json:"model_flops_per_token"`
 	PeakMemAllocatedBytes *int64         `json:"peak_mem_allocated_bytes"`
 	PeakMemReservedBytes  *int64         `json:"peak_mem_reserved_bytes"`
 	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
@@ -148,6 +149,7 @@ func (c *collector) fromRankFiles(res *results.Result) error {
 		}
 	}
 	f0 := files[0]
+	res.ModelFlopsPerToken = f0.ModelFlopsPerToken
 	res.Env.GPU, res.Env.CUDA, res.Env.NCCL = f0.GPU, f0.CUDA, f0.NCCL
 	if f0.Torch != "" {
 		res.Env.Torch = f0.Torch
@@ -284,7 +286,9 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 	}
 	switch g := m["gpu0"].(type) {
 	case string:
-		res.Env.GPU = g
+		if g != "cpu" {
+			res.Env.GPU = g
+		}
 	case map[string]any:
 		if name, ok := g["name"].(string); ok {
 			res.Env.GPU = name
@@ -329,12 +333,18 @@ func (c *collector) fromStepLines(res *results.Result) {
 	}
 }
 
-// flops sets the model FLOPs per token (a preset or config.json the shapes package
-// knows) and the device's peak (the hardware profile), which together give MFU.
+// flops sets the model FLOPs per token (reported by the script, or from the shape
+// of the model axis when the script trains it) and the device's peak (the
+// hardware profile), which together give MFU.
 func (c *collector) flops(res *results.Result) {
-	if shape, err := shapes.Lookup(c.rc.Model); err == nil {
-		res.ModelFlopsPerToken = shape.FlopsPerToken(c.rc.SeqLen)
+	if shape, err := shapes.Lookup(c.rc.Model); err == nil && c.o.TrainsModelAxis {
+		if res.ModelFlopsPerToken == 0 {
+			res.ModelFlopsPerToken = shape.FlopsPerToken(c.rc.SeqLen)
+		}
 		res.Env.ModelParams = shape.Params()
+	}
+	if res.ModelFlopsPerToken == 0 {
+		return // MFU unknown; the peak alone says nothing
 	}
 	name := c.rc.Hardware
 	if res.Env.Hardware == "cpu" {

@@ -59,17 +59,25 @@ type Options struct {
 	StateDictType string
 	// RdzvPort is the c10d rendezvous port of multi-node runs.
 	RdzvPort int
+	// TrainsModelAxis says the script trains the model the sweep's model axis names,
+	// so model FLOPs (and MFU) can come from its shape. True for the project's
+	// script; a user's script must say so (trains_model_axis: true), since its
+	// model axis is often just a label and a wrong MFU is worse than none. A rank
+	// file's own model_flops_per_token always wins.
+	TrainsModelAxis bool
 }
 
 // knownOptions lists the backend_options keys, for errors.
 var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
-	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port"}
+	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis"}
 
 // ParseOptions reads backend_options. Unknown keys and ill-typed values are errors
 // that name the key.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{Launcher: LauncherTorchrun, Python: DefaultPython, LR: 1e-3, WeightDecay: 0.01,
 		ModelImpl: ModelBuiltin, AccelerateFSDPVersion: 1, StateDictType: "SHARDED_STATE_DICT", RdzvPort: DefaultRdzvPort}
+	_, script := m["script"]
+	o.TrainsModelAxis = !script
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -129,6 +137,12 @@ func (o *Options) set(k string, v any) error {
 			return fmt.Errorf("unknown model_impl %q; use builtin or transformers", s)
 		}
 		o.ModelImpl = s
+	case "trains_model_axis":
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf("must be true or false, got %v", v)
+		}
+		o.TrainsModelAxis = b
 	case "args", "extra_args":
 		list, err := strs(v)
 		if err != nil {

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Test fixture: a script under torchrun that ends in one of the ways real runs end
+badly (or reports in one of the accepted ways), chosen by --mode."""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch.distributed as dist
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--mode", required=True)
+ap.add_argument("--marker", default="")  # lets the test find leftover processes
+a = ap.parse_args()
+rank = int(os.environ.get("RANK", "0"))
+world = int(os.environ.get("WORLD_SIZE", "1"))
+if world > 1:
+    dist.init_process_group("gloo")
+
+if a.mode == "crash":
+    if rank == world - 1:
+        raise ValueError(f"boom on rank {rank}")
+    dist.barrier()  # the other ranks wait for the one that died, as in a collective
+elif a.mode == "oom":
+    raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)")
+elif a.mode == "hang":
+    print("FSDPBENCH " + json.dumps({"step": 1, "loss": 5.0, "step_time_s": 0.1, "rank": rank}), flush=True)
+    time.sleep(600)
+elif a.mode == "nothing":
+    pass
+elif a.mode == "badjson":
+    if rank == 0:
+        with open("metrics.json", "w") as f:
+            f.write("{not json")
+elif a.mode == "mismatch":
+    if rank == 0:
+        with open("metrics.json", "w") as f:
+            json.dump({"wall_time_s": 2.0, "approx_tokens_per_rank": 1000, "world_size": world + 1}, f)
+elif a.mode == "steplines":
+    if rank == 0:
+        for s in range(1, 4):
+            print("FSDPBENCH " + json.dumps({"step": s, "loss": 5.0 - s / 10, "step_time_s": 0.5, "rank": 0}), flush=True)
+else:
+    sys.exit(f"unknown mode {a.mode}")
+if world > 1:
+    dist.destroy_process_group()
