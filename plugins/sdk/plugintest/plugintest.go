@@ -124,6 +124,9 @@ func Run(ctx context.Context, path string, cfg Config) []Failure {
 		fail("run", "%s", r)
 	}
 
+	mu.Lock()
+	leftovers = 0 // count what the cancel check leaves, not a run that timed out
+	mu.Unlock()
 	begin := time.Now()
 	r := runOnce(ctx, b, cfg.Cancel, cfg.CancelWithin, time.Second)
 	if r != "" {

@@ -1,0 +1,342 @@
+package plugins_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/sim"
+	"github.com/fsdpbench/fsdpbench/plugins"
+	"github.com/fsdpbench/fsdpbench/plugins/sdk/plugintest"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// bins holds the plugin binaries the tests build: the exec example, and the
+// fixture under each of its names (plugins/testdata/fixture).
+var bins string
+
+// fakeTrainer is the command the exec plugin runs in the tests.
+var fakeTrainer string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "fsdpbench-plugins")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bins = dir
+		if err := buildPlugins(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if fakeTrainer, err = filepath.Abs("testdata/fake-trainer.sh"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+// buildPlugins builds the exec example and the fixture into dir, the fixture
+// hard-linked under the names that pick its behaviours.
+func buildPlugins(dir string) error {
+	for pkg, out := range map[string]string{"./examples/exec": plugins.Prefix + "exec", "./testdata/fixture": "fixture"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building %s: %w", pkg, err)
+		}
+	}
+	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2"} {
+		if err := os.Link(filepath.Join(dir, "fixture"), filepath.Join(dir, plugins.Prefix+mode)); err != nil {
+			return err
+		}
+	}
+	return os.Remove(filepath.Join(dir, "fixture"))
+}
+
+func bin(name string) string { return filepath.Join(bins, plugins.Prefix+name) }
+
+// simRC is a small sim run; sleep_per_step makes it last.
+func simRC(steps int, sleep string) sweeps.RunConfig {
+	rc := sweeps.Defaults()
+	rc.Backend, rc.Hardware, rc.Model, rc.SeqLen = "simx", "h100-sxm", "tiny", 64
+	rc.WorldSize, rc.Nodes, rc.GPUsPerNode, rc.BatchPerDevice, rc.GradAccum = 2, 1, 2, 1, 1
+	rc.GlobalBatch = 2
+	rc.Steps, rc.WarmupSteps = steps, 1
+	if sleep != "" {
+		rc.BackendOptions = map[string]any{"sleep_per_step": sleep}
+	}
+	rc.AssignID()
+	return rc
+}
+
+// execRC runs command through the exec plugin.
+func execRC(command ...any) sweeps.RunConfig {
+	rc := simRC(3, "")
+	rc.Backend, rc.Hardware = "exec", "cpu"
+	rc.BackendOptions = map[string]any{"command": command}
+	rc.AssignID()
+	return rc
+}
+
+func TestConformanceOfGoodPlugins(t *testing.T) {
+	t.Parallel()
+	t.Run("exec", func(t *testing.T) {
+		t.Parallel()
+		plugintest.Check(t, bin("exec"), plugintest.Config{
+			Run:    execRC(fakeTrainer, "{world_size}", "{steps}"),
+			Bad:    execRC(fakeTrainer, "{no_such_axis}"),
+			Cancel: execRC("sleep", "60"),
+		})
+	})
+	t.Run("sim served as a plugin", func(t *testing.T) {
+		t.Parallel()
+		bad := simRC(3, "")
+		bad.Sharding = sweeps.HybridShard // on one node: sim refuses it
+		plugintest.Check(t, bin("simx"), plugintest.Config{Run: simRC(3, ""), Bad: bad, Cancel: simRC(100, "1s")})
+	})
+}
+
+func TestConformanceFailsBrokenPluginsWithReasons(t *testing.T) {
+	t.Parallel()
+	simx, err := plugins.FileSHA256(bin("simx"))
+	require.NoError(t, err)
+	wrongSum := make([]byte, 32)
+	bad := simRC(3, "")
+	bad.Sharding = sweeps.HybridShard
+	for _, tc := range []struct {
+		name, bin string
+		checksum  []byte
+		want      map[string]string // check -> what its reason says
+	}{
+		{name: "crash", bin: "crash", want: map[string]string{
+			"run":    "died during run (exit status 2); its stderr ends with: panic: fixture: crashing in the middle of the run",
+			"cancel": "died during run (exit status 2)",
+		}},
+		{name: "hang", bin: "hang", want: map[string]string{
+			"run":    "did not finish within 2s",
+			"cancel": "left 1 process(es) running past the grace period",
+		}},
+		{name: "wrong handshake version", bin: "v2", want: map[string]string{
+			"describe": "incompatible API version with plugin. Plugin version: 2, Client versions: [1]",
+		}},
+		{name: "garbage before the handshake", bin: "garbage", want: map[string]string{
+			"describe": "Unrecognized remote plugin message: Loading model weights... done (a plugin must print nothing on stdout",
+		}},
+		{name: "checksum mismatch", bin: "simx", checksum: wrongSum, want: map[string]string{
+			"describe": "refused: its sha256 is " + simx + " but the expected checksum is 0000",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			failures := plugintest.Run(context.Background(), bin(tc.bin), plugintest.Config{
+				Run: simRC(3, ""), Bad: bad, Cancel: simRC(100, "1s"),
+				Checksum: tc.checksum, Timeout: 2 * time.Second, CancelWithin: 8 * time.Second,
+			})
+			got := map[string]string{}
+			for _, f := range failures {
+				got[f.Check] += f.Reason + "\n"
+			}
+			for check, want := range tc.want {
+				assert.Contains(t, got[check], want, "check %s; all failures: %v", check, failures)
+			}
+			assert.Len(t, got, len(tc.want), "failures: %v", failures)
+		})
+	}
+}
+
+// dead reports whether pid has exited (a zombie nobody reaped counts as dead).
+func dead(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i >= 0 && strings.HasPrefix(string(data[i+1:]), " Z")
+}
+
+func childPID(t *testing.T, runDir string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(runDir, "child.pid"))
+	require.NoError(t, err, "the fixture writes its child's pid before crashing or hanging")
+	pid, err := strconv.Atoi(string(data))
+	require.NoError(t, err)
+	return pid
+}
+
+func TestACrashingPluginFailsTheRunAndTakesItsChildren(t *testing.T) {
+	t.Parallel()
+	b := plugins.New("crash", bin("crash"), plugins.Options{})
+	var stderr strings.Builder
+	env := backends.RunEnv{RunDir: t.TempDir(), Stdout: &strings.Builder{}, Stderr: &syncWriter{w: &stderr}}
+	var steps int
+	_, err := b.Run(context.Background(), simRC(3, ""), env, func(ev backends.Event) {
+		if ev.Kind == backends.EventStep {
+			steps++
+		}
+	})
+	require.Error(t, err)
+	assert.Regexp(t, `^plugin crash \(.*fsdpbench-backend-crash\) died during run \(exit status 2\); its stderr ends with: panic: fixture: crashing`, err.Error())
+	assert.Equal(t, 1, steps, "events sent before the crash arrive")
+	assert.True(t, dead(childPID(t, env.RunDir)), "the plugin's child must be killed")
+	assert.Contains(t, stderr.String(), "[ERROR] plugin.crash", "the panic reaches the run's stderr through hclog")
+}
+
+func TestAHangingPluginIsKilledWhenItsRunTimesOut(t *testing.T) {
+	t.Parallel()
+	b := plugins.New("hang", bin("hang"), plugins.Options{KillGrace: 300 * time.Millisecond})
+	env := backends.RunEnv{RunDir: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	begin := time.Now()
+	_, err := b.Run(ctx, simRC(3, ""), env, nil)
+	took := time.Since(begin)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, 4*time.Second, "Run must return soon after its deadline")
+	assert.True(t, dead(childPID(t, env.RunDir)), "the plugin's child must be killed")
+}
+
+func TestRunCarriesEventsLogsAndTheResult(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr strings.Builder
+	env := backends.RunEnv{RunDir: t.TempDir(), Stdout: &syncWriter{w: &stdout}, Stderr: &syncWriter{w: &stderr}}
+	rc := execRC(fakeTrainer, "{world_size}", "{steps}")
+	var kinds []backends.EventKind
+	res, err := plugins.New("exec", bin("exec"), plugins.Options{}).Run(context.Background(), rc, env, func(ev backends.Event) {
+		kinds = append(kinds, ev.Kind)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusOK, res.Status, res.Error)
+	assert.Equal(t, []backends.EventKind{"started", "step", "step", "step", "finished"}, kinds)
+	require.Len(t, res.Steps, 3)
+	assert.InDelta(t, 0.01, res.Steps[0].StepTimeS, 1e-12)
+	assert.Len(t, res.PerRank, 2)
+	assert.Contains(t, stdout.String(), `FSDPBENCH {"step": 3`)
+	assert.Equal(t, "fake: done\n", stderr.String())
+}
+
+func TestDiscoverTakesTheFirstOnThePath(t *testing.T) {
+	t.Parallel()
+	a, b := t.TempDir(), t.TempDir()
+	write := func(dir, name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"), mode))
+		return p
+	}
+	x := write(a, plugins.Prefix+"x", 0o755)
+	write(b, plugins.Prefix+"x", 0o755)
+	y := write(b, plugins.Prefix+"y", 0o755)
+	z := write(b, plugins.Prefix+"z", 0o644)
+	write(b, "fsdpbench-backend-", 0o755)
+	write(b, "README", 0o755)
+	got := plugins.Discover([]string{a, filepath.Join(a, "missing"), b})
+	assert.Equal(t, []plugins.Found{
+		{Name: "x", Path: x},
+		{Name: "y", Path: y},
+		{Name: "z", Path: z, Problem: z + " is not executable; chmod +x it"},
+	}, got)
+}
+
+func TestTheLockFilePinsWhatMayRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	plug := filepath.Join(dir, plugins.Prefix+"simx")
+	data, err := os.ReadFile(bin("simx"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(plug, data, 0o755))
+	lockPath := filepath.Join(t.TempDir(), "plugins.lock")
+	describe := func() backends.Description {
+		bs := plugins.Load([]string{dir}, lockPath, nil, plugins.Options{})
+		require.Len(t, bs, 1)
+		d, err := bs[0].Describe(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, "simx", d.Name)
+		assert.Equal(t, plug, d.Source)
+		return d
+	}
+
+	d := describe()
+	assert.False(t, d.Available)
+	assert.Contains(t, d.Reason, "not pinned: there is no lock file at "+lockPath)
+
+	lock, err := plugins.Pin(plugins.Discover([]string{dir}))
+	require.NoError(t, err)
+	require.NoError(t, plugins.WriteLock(lockPath, lock))
+	d = describe()
+	assert.True(t, d.Available, d.Reason)
+
+	read, err := plugins.ReadLock(lockPath)
+	require.NoError(t, err)
+	assert.Equal(t, lock, read)
+
+	// The binary changes after it was pinned: go-plugin's SecureConfig refuses it.
+	require.NoError(t, os.WriteFile(plug, append(data, 0), 0o755))
+	d = describe()
+	assert.False(t, d.Available)
+	assert.Regexp(t, `plugin simx \(.*\): refused: its sha256 is [0-9a-f]{64} but `+lockPath+` pins [0-9a-f]{64}; if you rebuilt or replaced it on purpose, run `+"`fsdpbench plugins lock`", d.Reason)
+	rc := simRC(3, "")
+	_, err = plugins.Load([]string{dir}, lockPath, nil, plugins.Options{})[0].Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+	assert.ErrorContains(t, err, "refused: its sha256 is")
+
+	// Pinned at another path.
+	lock.Plugins[0].Path = "/elsewhere/" + plugins.Prefix + "simx"
+	require.NoError(t, plugins.WriteLock(lockPath, lock))
+	assert.Contains(t, describe().Reason, lockPath+" pins plugin simx to /elsewhere/")
+
+	require.NoError(t, os.WriteFile(lockPath, []byte("{not json"), 0o644))
+	assert.Contains(t, describe().Reason, "the lock file is unreadable")
+
+	// Names of built-in backends are not taken by plugins.
+	assert.Empty(t, plugins.Load([]string{dir}, lockPath, func(n string) bool { return n == "simx" }, plugins.Options{}))
+}
+
+// syncWriter serializes writes from the host's goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// BenchmarkRunOverhead runs the same sim run in-process and through the plugin
+// (a fresh process per call, as the host runs plugins): the difference is what a
+// plugin costs per run.
+func BenchmarkRunOverhead(b *testing.B) {
+	rc := simRC(20, "")
+	env := backends.RunEnv{RunDir: b.TempDir()}
+	for _, tc := range []struct {
+		name string
+		be   backends.Backend
+	}{
+		{"in-process", sim.New()},
+		{"plugin", plugins.New("simx", bin("simx"), plugins.Options{})},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				res, err := tc.be.Run(context.Background(), rc, env, nil)
+				if err != nil || res.Status != results.StatusOK {
+					b.Fatalf("%v %s %s", err, res.Status, res.Error)
+				}
+			}
+		})
+	}
+}
