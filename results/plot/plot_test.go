@@ -1,0 +1,208 @@
+package plot
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"image/png"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// run is one normalized run: throughput per rank falls with the world size, memory
+// falls under full_shard, and no_shard at 4 ranks runs out of memory.
+func run(ws, batch int, sharding string, ckpt bool, speed float64) results.Run {
+	rc := sweeps.Defaults()
+	rc.Sweep, rc.Backend, rc.Hardware, rc.Model = "plots", "sim", "h100-sxm", "llama-1b"
+	rc.SeqLen, rc.Steps, rc.Repeats = 1024, 4, 1
+	rc.Nodes, rc.GPUsPerNode, rc.WorldSize, rc.BatchPerDevice, rc.GradAccum = 1, ws, ws, batch, 1
+	rc.GlobalBatch, rc.Sharding, rc.ActivationCheckpointing = ws*batch, sharding, ckpt
+	rc.AssignID()
+	peak := int64(float64(int64(16<<30)/int64(ws)+int64(batch)*(2<<30)) * map[bool]float64{true: 0.6, false: 1}[ckpt])
+	if sharding == sweeps.NoShard {
+		peak = 16<<30 + int64(batch)*(2<<30)
+	}
+	res := results.Result{Status: results.StatusOK, Predicted: true, WorldSize: ws, TokensPerStep: rc.TokensPerStep(),
+		MeasuredWallS: 0.4 * (1 + 0.1*float64(ws-1)) / speed, ModelFlopsPerToken: 1e10, PeakFlopsPerS: 989e12,
+		PeakMemReservedBytes: results.I64(peak), PeakMemAllocatedBytes: results.I64(peak * 9 / 10),
+		DeviceMemBytes: results.I64(80 << 30)}
+	for s := 0; s < rc.Steps; s++ {
+		res.Steps = append(res.Steps, results.Step{Step: s, StepTimeS: 0.1, Tokens: rc.TokensPerStep()})
+	}
+	if peak > 60<<30 || (sharding == sweeps.NoShard && ws == 4) {
+		res = results.Result{Status: results.StatusOOM, WorldSize: ws, PeakMemReservedBytes: results.I64(peak + 20<<30)}
+	}
+	return results.Run{Config: rc, Metrics: results.Normalize(rc, []results.Result{res})}
+}
+
+func scalingRuns() []results.Run {
+	var runs []results.Run
+	for _, ws := range []int{1, 2, 4} {
+		for _, sh := range []string{sweeps.FullShard, sweeps.NoShard} {
+			runs = append(runs, run(ws, 2, sh, false, 1))
+		}
+	}
+	results.Derive(runs)
+	return runs
+}
+
+func batchRuns() []results.Run {
+	var runs []results.Run
+	for _, ckpt := range []bool{false, true} {
+		for _, b := range []int{1, 2, 4, 8, 16, 32} {
+			runs = append(runs, run(8, b, sweeps.FullShard, ckpt, 1))
+		}
+	}
+	results.Derive(runs)
+	return runs
+}
+
+// svgText is every piece of text an SVG file shows; it fails the test unless the
+// file is well-formed XML with an <svg> root.
+func svgText(t *testing.T, data []byte) string {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	var text strings.Builder
+	root := ""
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "SVG is not well-formed XML")
+		switch e := tok.(type) {
+		case xml.StartElement:
+			if root == "" {
+				root = e.Name.Local
+			}
+		case xml.CharData:
+			text.Write(e)
+			text.WriteByte('\n')
+		}
+	}
+	require.Equal(t, "svg", root)
+	return text.String()
+}
+
+// checkFigure saves f as PNG and SVG and checks both files: the PNG decodes with the
+// figure's size, the SVG parses and shows every series name and the axis labels.
+func checkFigure(t *testing.T, f *Figure, series []string, labels ...string) {
+	t.Helper()
+	dir := t.TempDir()
+	paths, err := WriteAll(dir, []*Figure{f})
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(dir, f.Name+".png"), filepath.Join(dir, f.Name+".svg")}, paths)
+
+	pf, err := os.Open(paths[0])
+	require.NoError(t, err)
+	defer pf.Close()
+	img, err := png.Decode(pf)
+	require.NoError(t, err, "PNG decodes")
+	b := img.Bounds()
+	assert.InDelta(t, float64((f.Width+f.legendWidth())/vg.Inch)*dpi, float64(b.Dx()), 2)
+	assert.InDelta(t, float64(f.Height/vg.Inch)*dpi, float64(b.Dy()), 2)
+
+	data, err := os.ReadFile(paths[1])
+	require.NoError(t, err)
+	text := svgText(t, data)
+	assert.Equal(t, series, f.Series)
+	for _, s := range append(append([]string(nil), series...), labels...) {
+		assert.Contains(t, text, s, "the SVG shows %q", s)
+	}
+}
+
+func TestScaling(t *testing.T) {
+	f, err := Scaling(scalingRuns())
+	require.NoError(t, err)
+	checkFigure(t, f, []string{"full_shard", "no_shard", idealEff},
+		"world size (ranks)", "tokens/s per rank", "scaling efficiency (% of smallest world size)", "llama-1b, h100-sxm (predicted by sim)")
+
+	_, err = Scaling([]results.Run{run(8, 2, sweeps.FullShard, false, 1)})
+	assert.ErrorIs(t, err, ErrNothingToPlot)
+}
+
+func TestMemory(t *testing.T) {
+	f, err := Memory(scalingRuns())
+	require.NoError(t, err)
+	checkFigure(t, f, []string{"full_shard", "no_shard"},
+		"peak allocated per rank (GiB)", "peak reserved per rank (GiB)", "oom", "world size (ranks)")
+	assert.Len(t, f.Panels, 2, "allocated and reserved")
+}
+
+func TestBatchSearch(t *testing.T) {
+	runs := batchRuns()
+	f, err := BatchSearch(runs)
+	require.NoError(t, err)
+	checkFigure(t, f, []string{"ckpt off", "ckpt on", fitsNot, "device memory (80 GiB)"},
+		"batch per device (samples)", "peak reserved per rank (GiB)", "tokens/s per rank")
+
+	_, err = BatchSearch(scalingRuns())
+	assert.ErrorIs(t, err, ErrNothingToPlot, "one batch size")
+
+	figs, err := All(runs)
+	require.NoError(t, err)
+	var names []string
+	for _, f := range figs {
+		names = append(names, f.Name)
+	}
+	assert.Equal(t, []string{"memory", "batch"}, names, "one world size: no scaling chart")
+}
+
+func TestRegression(t *testing.T) {
+	base := scalingRuns()
+	var cur []results.Run
+	for _, r := range base[:len(base)-1] { // the last run is missing now
+		speed := 1.0
+		if r.Config.WorldSize == 2 && r.Config.Sharding == sweeps.FullShard {
+			speed = 0.9
+		}
+		cur = append(cur, run(r.Config.WorldSize, r.Config.BatchPerDevice, r.Config.Sharding, false, speed))
+	}
+	cmp, err := results.Compare(base, cur, results.CompareOptions{Metrics: []string{"tokens_per_s_per_rank", "peak_mem_reserved_bytes"}})
+	require.NoError(t, err)
+	rules, err := results.ParseRules([]string{"tokens_per_s_per_rank:-5%"}, "--rule")
+	require.NoError(t, err)
+	f, err := Regression(cmp, rules)
+	require.NoError(t, err)
+	checkFigure(t, f, []string{"within the limit", "regression beyond the limit", "gate limit"},
+		"change vs baseline (%)", "ws2-bs2-full_shard-ac0-pre", "-10.0%", "missing")
+}
+
+func TestTrend(t *testing.T) {
+	var nights []results.NightRuns
+	for i, speed := range []float64{1, 1.02, 0.9, 1.01} {
+		var runs []results.Run
+		for _, ws := range []int{1, 2} {
+			for _, sh := range []string{sweeps.FullShard, sweeps.ShardGradOp} {
+				runs = append(runs, run(ws, 2, sh, false, speed))
+			}
+		}
+		date := time.Date(2026, 3, 1+i, 0, 0, 0, 0, time.UTC)
+		nights = append(nights, results.NightRuns{Runs: runs, Night: results.Night{Date: date.Format(time.DateOnly),
+			Commit: "abcdef0123" + string(rune('a'+i)), Passed: speed >= 0.95}})
+	}
+	f, err := Trend(nights, "tokens_per_s_per_rank")
+	require.NoError(t, err)
+	checkFigure(t, f, []string{"full_shard", "shard_grad_op", "gate failed that night"},
+		"night (date, commit)", "tokens/s/rank, geomean over runs", "03-03", "abcdef0")
+
+	_, err = Trend(nights, "nope")
+	assert.ErrorContains(t, err, "unknown metric")
+}
+
+func TestSaveRejectsUnknownFormat(t *testing.T) {
+	f, err := Scaling(scalingRuns())
+	require.NoError(t, err)
+	assert.ErrorContains(t, f.Save(filepath.Join(t.TempDir(), "x.pdf")), "use .png or .svg")
+}
