@@ -176,7 +176,7 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		}
 	}
 	if o.Launcher == LauncherAccelerate {
-		if _, err := AccelerateConfig(rc, o, nil); err != nil {
+		if _, err := AccelerateConfig(rc, o); err != nil {
 			return err
 		}
 	}
@@ -244,10 +244,6 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
 		TokensPerStep: rc.TokensPerStep(), Started: time.Now()}
-	o, err := ParseOptions(rc.BackendOptions)
-	if err != nil {
-		return res, err
-	}
 	if env.RunDir == "" {
 		return res, errors.New("torchrun: the run has no directory (RunEnv.RunDir is empty)")
 	}
@@ -255,77 +251,20 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	if err != nil {
 		return res, err
 	}
-	p := Paths{RunDir: runDir, MetricsDir: filepath.Join(runDir, "ranks"), OutputDir: filepath.Join(runDir, "output"),
-		ModelJSON: filepath.Join(runDir, "model.json")}
-	// A repeat starts clean: a previous repeat's files must not pass for this one's.
-	for _, d := range []string{p.MetricsDir, p.OutputDir} {
-		if err := os.RemoveAll(d); err != nil {
-			return res, fmt.Errorf("torchrun: clearing %s: %w", d, err)
-		}
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return res, fmt.Errorf("torchrun: creating %s: %w", d, err)
-		}
-	}
-	script, err := b.script(o, runDir)
+	job, err := b.Prepare(ctx, rc, runDir)
 	if err != nil {
 		return res, err
 	}
-	if shape, err := shapes.Lookup(rc.Model); err == nil {
-		mj, err := json.Marshal(shape)
-		if err != nil {
-			return res, err
-		}
-		if err := os.WriteFile(p.ModelJSON, mj, 0o644); err != nil {
-			return res, fmt.Errorf("torchrun: writing %s: %w", p.ModelJSON, err)
-		}
-	}
-	info, err := b.torch(ctx, o.Python)
-	if err != nil {
-		return res, err
-	}
-	res.Env.Torch = info.Version
-
-	vars := Vars(rc, p)
-	scriptArgs := ScriptArgs(rc, o, p)
-	if o.Args != nil {
-		if scriptArgs, err = Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
-			return res, err
-		}
-	}
-	scriptArgs = append(scriptArgs, o.ExtraArgs...)
-	var argv []string
-	if o.Launcher == LauncherAccelerate {
-		cfg, err := AccelerateConfig(rc, o, nil)
-		if err != nil {
-			return res, err
-		}
-		cfgPath := filepath.Join(runDir, "accelerate_config.yaml")
-		if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
-			return res, fmt.Errorf("torchrun: writing %s: %w", cfgPath, err)
-		}
-		argv = AccelerateArgv(o, nil, cfgPath, script, scriptArgs)
-	} else {
-		argv = TorchrunArgv(rc, o, nil, script, scriptArgs)
-	}
+	res.Env.Torch = job.torch
+	argv := job.Argv(nil)
 	if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
 		return res, err
 	}
 
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = p.OutputDir
+	cmd.Dir = job.Paths.OutputDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(), "FSDPBENCH_METRICS_DIR="+p.MetricsDir, "FSDPBENCH_RUN_DIR="+runDir,
-		"FSDPBENCH_OUTPUT_DIR="+p.OutputDir, "FSDPBENCH_RUN_ID="+rc.ID)
-	if rc.Hardware == "cpu" {
-		cmd.Env = append(cmd.Env, "FSDPBENCH_DEVICE=cpu")
-	}
-	if len(env.Devices) > 0 {
-		ids := make([]string, len(env.Devices))
-		for i, d := range env.Devices {
-			ids[i] = strconv.Itoa(d)
-		}
-		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
-	}
+	cmd.Env = append(os.Environ(), job.Env(env.Devices)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return res, err
@@ -340,26 +279,22 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
 
 	var (
-		wg        sync.WaitGroup
-		out       outcome
-		stepLines []results.Step
+		wg  sync.WaitGroup
+		rep Report
 	)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		scan(stdout, env.Stdout, func(line string) {
-			st, ok := parseStepLine(line)
-			if !ok {
-				return
+			if st, ok := rep.Stdout(line); ok {
+				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
+					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}
-			stepLines = append(stepLines, st.Step)
-			emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
-				Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 		})
 	}()
 	go func() {
 		defer wg.Done()
-		scan(stderr, env.Stderr, out.line)
+		scan(stderr, env.Stderr, rep.Stderr)
 	}()
 
 	done := make(chan struct{})
@@ -382,32 +317,149 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	res.Finished = time.Now()
 
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		res.Status = results.StatusCanceled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			res.Status = results.StatusTimeout
 		}
 		res.Error = ctx.Err().Error()
-	case out.infeasible != "":
-		res.Status, res.Error = results.StatusInfeasible, out.infeasible
-	case out.oom:
-		res.Status, res.Error = results.StatusOOM, out.oomLine
-	case waitErr != nil:
-		res.Status = results.StatusFailed
-		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)", filepath.Base(argv[2]), waitErr, out.reason())
-	default:
-		c := collector{rc: rc, o: o, paths: p, vars: vars, stepLines: stepLines, warn: func(s string) {
+	} else {
+		job.Finish(&res, &rep, waitErr, func(s string) {
 			if env.Stderr != nil {
 				_, _ = io.WriteString(env.Stderr, s+"\n")
 			}
-		}}
-		if err := c.collect(&res); err != nil {
-			res.Status, res.Error = results.StatusFailed, err.Error()
-		}
+		})
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
+}
+
+// Job is one repeat of a run made ready to start: its files are in place and its
+// command line can be built for any node. Run starts it here; a launcher that
+// starts the processes elsewhere (a Slurm job script) uses Argv, Env and
+// Paths.OutputDir (the working directory), feeds the logs to a Report, and calls
+// Finish.
+type Job struct {
+	// Paths are the run's files and directories.
+	Paths      Paths
+	rc         sweeps.RunConfig
+	o          Options
+	vars       map[string]string
+	script     string
+	scriptArgs []string
+	accelCfg   string // the generated accelerate config, for launcher: accelerate
+	torch      string
+}
+
+// Prepare readies one repeat of rc in runDir (an absolute path): it clears the
+// previous repeat's reports, writes the script (unless it is the user's), the
+// model's shape and the accelerate config, and expands the argument template.
+func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir string) (*Job, error) {
+	o, err := ParseOptions(rc.BackendOptions)
+	if err != nil {
+		return nil, err
+	}
+	j := &Job{rc: rc, o: o, Paths: Paths{RunDir: runDir, MetricsDir: filepath.Join(runDir, "ranks"),
+		OutputDir: filepath.Join(runDir, "output"), ModelJSON: filepath.Join(runDir, "model.json")}}
+	p := j.Paths
+	// A repeat starts clean: a previous repeat's files must not pass for this one's.
+	for _, d := range []string{p.MetricsDir, p.OutputDir} {
+		if err := os.RemoveAll(d); err != nil {
+			return nil, fmt.Errorf("torchrun: clearing %s: %w", d, err)
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("torchrun: creating %s: %w", d, err)
+		}
+	}
+	if j.script, err = b.script(o, runDir); err != nil {
+		return nil, err
+	}
+	if shape, err := shapes.Lookup(rc.Model); err == nil {
+		mj, err := json.Marshal(shape)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p.ModelJSON, mj, 0o644); err != nil {
+			return nil, fmt.Errorf("torchrun: writing %s: %w", p.ModelJSON, err)
+		}
+	}
+	info, err := b.torch(ctx, o.Python)
+	if err != nil {
+		return nil, err
+	}
+	j.torch = info.Version
+	j.vars = Vars(rc, p)
+	j.scriptArgs = ScriptArgs(rc, o, p)
+	if o.Args != nil {
+		if j.scriptArgs, err = Expand("torchrun: backend_options.args", o.Args, j.vars); err != nil {
+			return nil, err
+		}
+	}
+	j.scriptArgs = append(j.scriptArgs, o.ExtraArgs...)
+	if o.Launcher == LauncherAccelerate {
+		cfg, err := AccelerateConfig(rc, o)
+		if err != nil {
+			return nil, err
+		}
+		j.accelCfg = filepath.Join(runDir, "accelerate_config.yaml")
+		if err := os.WriteFile(j.accelCfg, cfg, 0o644); err != nil {
+			return nil, fmt.Errorf("torchrun: writing %s: %w", j.accelCfg, err)
+		}
+	}
+	return j, nil
+}
+
+// Argv is the command line that starts the run's ranks on one node (nil: the one
+// node of a single-node run).
+func (j *Job) Argv(node *Node) []string {
+	if j.o.Launcher == LauncherAccelerate {
+		return AccelerateArgv(j.o, node, j.accelCfg, j.script, j.scriptArgs)
+	}
+	return TorchrunArgv(j.rc, j.o, node, j.script, j.scriptArgs)
+}
+
+// Env is what the job adds to its processes' environment: the metrics contract's
+// paths, and the devices assigned to the run on this host, if any.
+func (j *Job) Env(devices []int) []string {
+	env := []string{"FSDPBENCH_METRICS_DIR=" + j.Paths.MetricsDir, "FSDPBENCH_RUN_DIR=" + j.Paths.RunDir,
+		"FSDPBENCH_OUTPUT_DIR=" + j.Paths.OutputDir, "FSDPBENCH_RUN_ID=" + j.rc.ID}
+	if j.rc.Hardware == "cpu" {
+		env = append(env, "FSDPBENCH_DEVICE=cpu")
+	}
+	if len(devices) > 0 {
+		ids := make([]string, len(devices))
+		for i, d := range devices {
+			ids[i] = strconv.Itoa(d)
+		}
+		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
+	}
+	return env
+}
+
+// Finish sets res's status from how the job ended (exitErr is the launcher's exit,
+// nil for success) and what its output said, and, when it succeeded, reads its
+// reports into res. A cancelled or timed-out job is the caller's to classify.
+// warn receives notes for the run's stderr.log.
+func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(string)) {
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	if res.Env.Torch == "" {
+		res.Env.Torch = j.torch
+	}
+	switch {
+	case rep.infeasible != "":
+		res.Status, res.Error = results.StatusInfeasible, rep.infeasible
+	case rep.oom:
+		res.Status, res.Error = results.StatusOOM, rep.oomLine
+	case exitErr != nil:
+		res.Status = results.StatusFailed
+		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)", filepath.Base(j.script), exitErr, rep.reason())
+	default:
+		c := collector{rc: j.rc, o: j.o, paths: j.Paths, vars: j.vars, stepLines: rep.steps, warn: warn}
+		if err := c.collect(res); err != nil {
+			res.Status, res.Error = results.StatusFailed, err.Error()
+		}
+	}
 }
 
 // script is the path of the script to run: the user's (made absolute, since the
@@ -460,17 +512,31 @@ func parseStepLine(line string) (stepLine, bool) {
 	return st, true
 }
 
-// outcome is what the run's stderr said about how it ended. torchrun exits 1
-// whatever its children's codes were, so the status is read from the text.
-type outcome struct {
+// Report is what a job's output said: rank 0's step lines on stdout, and on
+// stderr how it ended (torchrun exits 1 whatever its children's codes were, so the
+// status is read from the text). Feed it every line; it is safe for concurrent use.
+type Report struct {
 	mu                  sync.Mutex
+	steps               []results.Step
 	infeasible, oomLine string
 	oom                 bool
 	firstErr, lastErr   string
 }
 
-// line takes one stderr line.
-func (o *outcome) line(line string) {
+// Stdout takes one stdout line and returns the step it reports, if it is an
+// FSDPBENCH line.
+func (o *Report) Stdout(line string) (stepLine, bool) {
+	st, ok := parseStepLine(line)
+	if ok {
+		o.mu.Lock()
+		o.steps = append(o.steps, st.Step)
+		o.mu.Unlock()
+	}
+	return st, ok
+}
+
+// Stderr takes one stderr line.
+func (o *Report) Stderr(line string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t := strings.TrimSpace(line)
@@ -496,9 +562,8 @@ func (o *outcome) line(line string) {
 	}
 }
 
-func (o *outcome) reason() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+// reason is the line that says why the job failed; the caller holds o.mu.
+func (o *Report) reason() string {
 	if o.firstErr != "" {
 		return o.firstErr
 	}

@@ -90,13 +90,14 @@ func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, script string, scr
 }
 
 // AccelerateArgv is the command line of accelerate launch with the generated
-// config file. Every setting is in the file, which is the same on every node; a
-// node's rank is given on the command line (--machine_rank), so that a job script
-// can pass $SLURM_NODEID.
+// config file. The file is the same on every node; where the nodes meet and which
+// one this is go on the command line (accelerate's flags override the file), so
+// that a job script can pass $SLURM_NODEID and the first host.
 func AccelerateArgv(o Options, node *Node, configFile, script string, scriptArgs []string) []string {
 	argv := []string{o.Python, "-m", "accelerate.commands.launch", "--config_file", configFile}
 	if node != nil && node.Nodes > 1 {
-		argv = append(argv, "--machine_rank", node.Rank)
+		host, port, _ := strings.Cut(node.Endpoint, ":")
+		argv = append(argv, "--machine_rank", node.Rank, "--main_process_ip", host, "--main_process_port", port)
 	}
 	argv = append(argv, script)
 	return append(argv, scriptArgs...)
@@ -131,22 +132,14 @@ func family(s shapes.Shape) string {
 // MULTI_GPU/MULTI_CPU for ddp. fsdp_version 2 spells the strategy as
 // fsdp_reshard_after_forward and has no prefetch settings; it refuses what it
 // cannot express rather than silently run something else.
-func AccelerateConfig(rc sweeps.RunConfig, o Options, node *Node) ([]byte, error) {
+func AccelerateConfig(rc sweeps.RunConfig, o Options) ([]byte, error) {
 	cpu := rc.Hardware == "cpu"
 	mp := "no"
 	switch rc.MixedPrecision {
 	case sweeps.BF16, sweeps.FP16:
 		mp = rc.MixedPrecision
 	}
-	nodes, ip, port := 1, "", 0
-	if node != nil && node.Nodes > 1 {
-		host, p, ok := strings.Cut(node.Endpoint, ":")
-		n, err := strconv.Atoi(p)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("torchrun: rendezvous endpoint %q is not host:port", node.Endpoint)
-		}
-		nodes, ip, port = node.Nodes, host, n
-	}
+	nodes := max(rc.Nodes, 1)
 	cfg := yaml.MapSlice{
 		{Key: "compute_environment", Value: "LOCAL_MACHINE"},
 		{Key: "debug", Value: false},
@@ -164,7 +157,7 @@ func AccelerateConfig(rc sweeps.RunConfig, o Options, node *Node) ([]byte, error
 		cfg = append(cfg, yaml.MapItem{Key: "distributed_type", Value: "FSDP"}, yaml.MapItem{Key: "fsdp_config", Value: fc})
 	}
 	cfg = append(cfg,
-		// Each node's own rank is AccelerateArgv's --machine_rank.
+		// Each node's own rank, and where they meet, are AccelerateArgv's flags.
 		yaml.MapItem{Key: "machine_rank", Value: 0},
 		yaml.MapItem{Key: "main_training_function", Value: "main"},
 		yaml.MapItem{Key: "mixed_precision", Value: mp},
@@ -172,11 +165,7 @@ func AccelerateConfig(rc sweeps.RunConfig, o Options, node *Node) ([]byte, error
 		yaml.MapItem{Key: "num_processes", Value: rc.WorldSize},
 	)
 	if nodes > 1 {
-		cfg = append(cfg,
-			yaml.MapItem{Key: "main_process_ip", Value: ip},
-			yaml.MapItem{Key: "main_process_port", Value: port},
-			yaml.MapItem{Key: "rdzv_backend", Value: "c10d"},
-			yaml.MapItem{Key: "same_network", Value: true})
+		cfg = append(cfg, yaml.MapItem{Key: "rdzv_backend", Value: "c10d"}, yaml.MapItem{Key: "same_network", Value: true})
 	} else {
 		cfg = append(cfg, yaml.MapItem{Key: "rdzv_backend", Value: "static"}, yaml.MapItem{Key: "same_network", Value: true})
 	}

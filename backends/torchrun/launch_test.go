@@ -118,33 +118,33 @@ func TestCommandLines(t *testing.T) {
 	sb.WriteString("# accelerate, two nodes\n" + strings.Join(AccelerateArgv(o, node, "/results/s/runs/x/accelerate_config.yaml", "train.py", []string{"--bs", "2"}), " ") + "\n")
 	golden(t, "argv.golden", sb.String())
 
-	cfg, err := AccelerateConfig(rc, o, nil)
+	cfg, err := AccelerateConfig(rc, o)
 	require.NoError(t, err)
 	golden(t, "accelerate_fsdp1.golden", string(cfg))
 	var parsed map[string]any
 	require.NoError(t, yaml.Unmarshal(cfg, &parsed), "the config must be valid YAML")
 	assert.Equal(t, "FSDP", parsed["distributed_type"])
 
-	cfg, err = AccelerateConfig(two, o, node)
+	cfg, err = AccelerateConfig(two, o)
 	require.NoError(t, err)
 	golden(t, "accelerate_hybrid_2nodes.golden", string(cfg))
 
 	o2 := o
 	o2.AccelerateFSDPVersion = 2
-	cfg, err = AccelerateConfig(rc, o2, nil)
+	cfg, err = AccelerateConfig(rc, o2)
 	require.NoError(t, err)
 	golden(t, "accelerate_fsdp2.golden", string(cfg))
-	_, err = AccelerateConfig(two, o2, node)
+	_, err = AccelerateConfig(two, o2)
 	assert.ErrorContains(t, err, "fsdp_version 2 expresses full_shard and shard_grad_op only")
 
 	ddp := rc
 	ddp.Sharding, ddp.Hardware, ddp.MixedPrecision, ddp.ActivationCheckpointing = sweeps.DDP, "cpu", sweeps.FP32, false
-	cfg, err = AccelerateConfig(ddp, o, nil)
+	cfg, err = AccelerateConfig(ddp, o)
 	require.NoError(t, err)
 	golden(t, "accelerate_ddp_cpu.golden", string(cfg))
 
 	unknown := rc
 	unknown.Model = "/nonexistent/config.json"
-	_, err = AccelerateConfig(unknown, o, nil)
+	_, err = AccelerateConfig(unknown, o)
 	assert.ErrorContains(t, err, "set backend_options.layer_class")
 }
