@@ -235,3 +235,33 @@ func TestCompareCommand(t *testing.T) {
 	assert.Equal(t, []string{"peak_mem_reserved_bytes"}, cmp.Metrics)
 	assert.Len(t, cmp.Rows, 4)
 }
+
+func TestPlotCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	base := writeGateTree(t, filepath.Join(dir, "base"), baseSpecs)
+	cur := writeGateTree(t, filepath.Join(dir, "cur"), curSpecs)
+	out := filepath.Join(dir, "plots")
+	r := cli(t, "plot", base, "--out", out, "--baseline", cur)
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	for _, name := range []string{"scaling", "memory", "regression"} {
+		for _, ext := range []string{".png", ".svg"} {
+			assert.FileExists(t, filepath.Join(out, name+ext))
+			assert.Contains(t, r.stdout, filepath.Join(out, name+ext))
+		}
+	}
+	r = cli(t, "plot", base, "--history", filepath.Join(dir, "none"))
+	assert.Equal(t, ExitUsage, r.code)
+	assert.Contains(t, r.stderr, "no nights stored")
+}
+
+func TestExampleCIRules(t *testing.T) {
+	rules, err := results.LoadRules(filepath.Join("..", "..", "examples", "ci", "rules.yaml"))
+	require.NoError(t, err, "examples/ci/nightly.yml gates with this file")
+	assert.NotEmpty(t, rules)
+	wf, err := os.ReadFile(filepath.Join("..", "..", "examples", "ci", "nightly.yml"))
+	require.NoError(t, err)
+	for _, want := range []string{"fsdpbench gate --history", "--junit gate.xml", "GITHUB_STEP_SUMMARY", "fsdpbench plot", "--format csv"} {
+		assert.Contains(t, string(wf), want)
+	}
+}

@@ -154,7 +154,33 @@ func basePanel(title, x, y string) *plot.Plot {
 	p.X.Label.Text, p.Y.Label.Text = x, y
 	p.X.Label.TextStyle.Font.Size, p.Y.Label.TextStyle.Font.Size = 11, 11
 	p.X.Tick.Label.Font.Size, p.Y.Tick.Label.Font.Size = 10, 10
+	p.X.Tick.Marker, p.Y.Tick.Marker = readableTicks{}, readableTicks{}
 	return p
+}
+
+// readableTicks are gonum's default ticks with short labels: 500k, not 500000.00.
+type readableTicks struct{}
+
+func (readableTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = shortNumber(ts[i].Value)
+		}
+	}
+	return ts
+}
+
+// shortNumber writes v with a k or M suffix from 10,000 up.
+func shortNumber(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 1e7:
+		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+	case a >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
 }
 
 // newPanel is a panel for lines, with a grid.
