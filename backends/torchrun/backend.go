@@ -278,10 +278,8 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
 
-	var (
-		wg  sync.WaitGroup
-		rep Report
-	)
+	var wg sync.WaitGroup
+	rep := job.NewReport()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -324,7 +322,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		}
 		res.Error = ctx.Err().Error()
 	} else {
-		job.Finish(&res, &rep, waitErr, func(s string) {
+		job.Finish(&res, rep, waitErr, func(s string) {
 			if env.Stderr != nil {
 				_, _ = io.WriteString(env.Stderr, s+"\n")
 			}
@@ -436,6 +434,9 @@ func (j *Job) Env(devices []int) []string {
 	return env
 }
 
+// NewReport returns the Report to feed the job's output lines to.
+func (j *Job) NewReport() *Report { return &Report{logs: j.o.Logs} }
+
 // Finish sets res's status from how the job ended (exitErr is the launcher's exit,
 // nil for success) and what its output said, and, when it succeeded, reads its
 // reports into res. A cancelled or timed-out job is the caller's to classify.
@@ -455,7 +456,11 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 		res.Status = results.StatusFailed
 		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)", filepath.Base(j.script), exitErr, rep.reason())
 	default:
-		c := collector{rc: j.rc, o: j.o, paths: j.Paths, vars: j.vars, stepLines: rep.steps, warn: warn}
+		if j.o.Logs != nil && rep.logs == nil {
+			res.Status, res.Error = results.StatusFailed, "torchrun: internal error: the job's output was not kept for backend_options.logs; feed it to Job.NewReport()"
+			return
+		}
+		c := collector{rc: j.rc, o: j.o, paths: j.Paths, vars: j.vars, stepLines: rep.steps, lines: &rep.lines, warn: warn}
 		if err := c.collect(res); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
 		}
@@ -517,6 +522,8 @@ func parseStepLine(line string) (stepLine, bool) {
 // status is read from the text). Feed it every line; it is safe for concurrent use.
 type Report struct {
 	mu                  sync.Mutex
+	logs                *LogOptions // what to keep for extraction; nil keeps nothing
+	lines               logLines
 	steps               []results.Step
 	infeasible, oomLine string
 	oom                 bool
@@ -527,10 +534,13 @@ type Report struct {
 // FSDPBENCH line.
 func (o *Report) Stdout(line string) (stepLine, bool) {
 	st, ok := parseStepLine(line)
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if ok {
-		o.mu.Lock()
 		o.steps = append(o.steps, st.Step)
-		o.mu.Unlock()
+	}
+	if o.logs != nil {
+		o.lines.add(o.logs, line)
 	}
 	return st, ok
 }
@@ -539,6 +549,9 @@ func (o *Report) Stdout(line string) (stepLine, bool) {
 func (o *Report) Stderr(line string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.logs != nil {
+		o.lines.add(o.logs, line)
+	}
 	t := strings.TrimSpace(line)
 	if t == "" {
 		return

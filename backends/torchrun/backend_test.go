@@ -236,3 +236,102 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestLogExtractors runs fixture scripts that only print progress lines (nanoGPT's
+// "iter N: loss X, time Yms") or the Hugging Face Trainer's log dicts, under real
+// torchrun at two ranks, and requires the figures read from those lines.
+func TestLogExtractors(t *testing.T) {
+	needTorch(t)
+	b := New()
+	run := func(t *testing.T, opts map[string]any) (results.Result, string) {
+		t.Helper()
+		rc := runConfig(2, sweeps.DDP)
+		rc.SeqLen, rc.BatchPerDevice, rc.GlobalBatch, rc.Steps, rc.WarmupSteps = 64, 4, 8, 10, 0
+		rc.BackendOptions = opts
+		require.NoError(t, b.Validate(context.Background(), rc))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
+		defer cancel()
+		var stdout, stderr strings.Builder
+		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir(), Stdout: &lockedWriter{w: &stdout}, Stderr: &lockedWriter{w: &stderr}}, nil)
+		require.NoError(t, err)
+		return res, stdout.String()
+	}
+
+	t.Run("iter lines", func(t *testing.T) {
+		res, out := run(t, map[string]any{"script": "testdata/progress_lines.py",
+			"args": "--batch_size {batch_per_device} --block_size {seq_len} --max_iters {steps}",
+			"logs": map[string]any{"builtin": "iter", "skip_steps": 1}})
+		require.Equal(t, results.StatusOK, res.Status, res.Error)
+		// The expected figures, read from the log independently of the extractor.
+		var times, losses []float64
+		for _, line := range strings.Split(out, "\n") {
+			var it int
+			var loss, ms float64
+			if _, err := fmt.Sscanf(stripRankPrefix(line), "iter %d: loss %g, time %gms", &it, &loss, &ms); err == nil && it >= 1 {
+				times, losses = append(times, ms/1000), append(losses, loss)
+			}
+		}
+		require.Len(t, times, 9, "10 iterations, the first skipped as warm-up:\n%s", out)
+		require.Len(t, res.Steps, 9)
+		wall := 0.0
+		for i, st := range res.Steps {
+			assert.InDelta(t, times[i], st.StepTimeS, 1e-12)
+			require.NotNil(t, st.Loss)
+			assert.InDelta(t, losses[i], *st.Loss, 1e-12)
+			wall += times[i]
+		}
+		assert.InDelta(t, wall, res.MeasuredWallS, 1e-9)
+		assert.InDelta(t, 0.0123, res.Extra["script_mfu"], 1e-12, "nanoGPT's own mfu is kept beside ours")
+	})
+
+	t.Run("hf trainer dicts", func(t *testing.T) {
+		res, out := run(t, map[string]any{"script": "testdata/hf_trainer_logs.py",
+			"args": "--per_device_train_batch_size {batch_per_device} --max_seq_length {seq_len} --max_steps {steps}",
+			"logs": map[string]any{"builtin": "hf_trainer"}})
+		require.Equal(t, results.StatusOK, res.Status, res.Error)
+		i := strings.Index(out, "'train_samples_per_second': ")
+		require.GreaterOrEqual(t, i, 0, out)
+		var sps float64
+		_, err := fmt.Sscanf(out[i+len("'train_samples_per_second': "):], "%g", &sps)
+		require.NoError(t, err)
+		m := results.Normalize(runConfig(2, sweeps.DDP), []results.Result{res})
+		require.NotNil(t, m.TokensPerS)
+		assert.InEpsilon(t, sps*64, *m.TokensPerS, 1e-9, "samples/s x seq_len")
+		assert.NotNil(t, res.Extra["log_loss_last"])
+	})
+
+	t.Run("custom regex in samples per second", func(t *testing.T) {
+		res, _ := run(t, map[string]any{"script": "testdata/hf_trainer_logs.py",
+			"args": "--per_device_train_batch_size {batch_per_device} --max_seq_length {seq_len} --max_steps {steps}",
+			"logs": map[string]any{"metrics": map[string]any{
+				"tokens_per_s": map[string]any{"regex": `'train_samples_per_second': (?P<sps>[0-9.]+)`, "unit": "samples/s"}}}})
+		require.Equal(t, results.StatusOK, res.Status, res.Error)
+		assert.InEpsilon(t, res.Extra["script_tokens_per_s"], float64(8*64*1)/res.MeasuredWallS, 1e-9)
+	})
+
+	t.Run("regex that matches nothing", func(t *testing.T) {
+		res, _ := run(t, map[string]any{"script": "testdata/progress_lines.py", "args": "--max_iters 3",
+			"logs": map[string]any{"metrics": map[string]any{
+				"step_time": map[string]any{"regex": `step took (?P<s>[0-9.]+)s`, "unit": "s"}}}})
+		assert.Equal(t, results.StatusFailed, res.Status)
+		assert.Contains(t, res.Error, "step_time: step took (?P<s>[0-9.]+)s matched no line of the run's output")
+		assert.Contains(t, res.Error, "iter 0: loss", "quotes how the log began")
+	})
+}
+
+// TestLogOptionErrors covers bad extractor settings, refused before anything runs.
+func TestLogOptionErrors(t *testing.T) {
+	for want, logs := range map[string]any{
+		"must have exactly one named group":                      map[string]any{"metrics": map[string]any{"loss": map[string]any{"regex": `loss ([0-9.]+)`}}},
+		`unknown unit "furlongs" for step_time; use one of "ms"`: map[string]any{"metrics": map[string]any{"step_time": map[string]any{"regex": `(?P<t>\d+)`, "unit": "furlongs"}}},
+		"unknown metric (did you mean step_time?)":               map[string]any{"metrics": map[string]any{"step_tme": map[string]any{"regex": `(?P<t>\d+)`}}},
+		"regex: error parsing regexp":                            map[string]any{"metrics": map[string]any{"loss": map[string]any{"regex": `(?P<x>[`}}},
+		`builtin: unknown extractor "megatron"`:                  map[string]any{"builtin": "megatron"},
+		"needs builtin or metrics":                               map[string]any{},
+	} {
+		_, err := ParseOptions(map[string]any{"logs": logs})
+		require.Error(t, err, want)
+		assert.Contains(t, err.Error(), "backend_options.logs: ")
+		assert.Contains(t, err.Error(), want)
+	}
+}

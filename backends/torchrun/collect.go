@@ -45,14 +45,16 @@ type rankFile struct {
 }
 
 // collector gathers what a finished run left behind, in the order of trust: the
-// metrics contract's rank files, then a metrics.json of the existing-scripts kind,
-// then the FSDPBENCH step lines rank 0 printed.
+// metrics contract's rank files, then the figures backend_options.logs reads from
+// the output, then a metrics.json of the existing-scripts kind, then the
+// FSDPBENCH step lines rank 0 printed.
 type collector struct {
 	rc        sweeps.RunConfig
 	o         Options
 	paths     Paths
 	vars      map[string]string
 	stepLines []results.Step // from stdout, in order
+	lines     *logLines      // the output lines backend_options.logs reads
 	warn      func(string)   // a line for the run's stderr.log
 }
 
@@ -65,6 +67,14 @@ func (c *collector) collect(res *results.Result) error {
 	switch {
 	case len(ranks) > 0:
 		if err := c.fromRankFiles(res); err != nil {
+			return err
+		}
+	case c.o.Logs.enabled():
+		x, err := extract(c.o.Logs, c.lines, c.rc.SeqLen)
+		if err != nil {
+			return err
+		}
+		if err := c.fromLogs(res, x); err != nil {
 			return err
 		}
 	default:

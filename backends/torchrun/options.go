@@ -65,11 +65,13 @@ type Options struct {
 	// model axis is often just a label and a wrong MFU is worse than none. A rank
 	// file's own model_flops_per_token always wins.
 	TrainsModelAxis bool
+	// Logs, when set, reads the run's figures from its output lines (extract.go).
+	Logs *LogOptions
 }
 
 // knownOptions lists the backend_options keys, for errors.
 var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
-	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis"}
+	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis", "logs"}
 
 // ParseOptions reads backend_options. Unknown keys and ill-typed values are errors
 // that name the key.
@@ -137,6 +139,12 @@ func (o *Options) set(k string, v any) error {
 			return fmt.Errorf("unknown model_impl %q; use builtin or transformers", s)
 		}
 		o.ModelImpl = s
+	case "logs":
+		l, err := parseLogOptions(v)
+		if err != nil {
+			return err
+		}
+		o.Logs = l
 	case "trains_model_axis":
 		b, ok := v.(bool)
 		if !ok {
