@@ -222,10 +222,7 @@ type exit struct {
 // Run starts world_size workers, waits for them and builds the Result. A worker
 // that fails (or the context ending) kills every worker's process group.
 func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
-	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
-		TokensPerStep: rc.TokensPerStep(), Started: time.Now()}
-	res.Env.Go = runtime.Version()
-	res.Env.Hardware = "cpu"
+	res := newResult(rc)
 	if host, err := os.Hostname(); err == nil {
 		res.Env.Hosts = []string{host}
 	}
@@ -250,15 +247,10 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	if err := os.MkdirAll(env.RunDir, 0o755); err != nil {
 		return res, fmt.Errorf("gotrain: %w", err)
 	}
-	cfgPath := filepath.Join(env.RunDir, configFile)
-	data, err := json.MarshalIndent(rc, "", "  ")
+	cfgPath, err := writeRunConfig(rc, env.RunDir)
 	if err != nil {
-		return res, fmt.Errorf("gotrain: encode the run config: %w", err)
+		return res, err
 	}
-	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
-		return res, fmt.Errorf("gotrain: %w", err)
-	}
-	_ = os.RemoveAll(filepath.Join(env.RunDir, "ranks"))
 	port, err := freePort()
 	if err != nil {
 		return res, fmt.Errorf("gotrain: find a free port for the rendezvous: %w", err)
@@ -442,6 +434,30 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
+}
+
+// newResult is a Result with what rc says before anything runs.
+func newResult(rc sweeps.RunConfig) results.Result {
+	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
+		TokensPerStep: rc.TokensPerStep(), Started: time.Now()}
+	res.Env.Go = runtime.Version()
+	res.Env.Hardware = "cpu"
+	return res
+}
+
+// writeRunConfig writes rc where the workers read it, in runDir, and clears the
+// previous repeat's rank reports; it returns the file's path.
+func writeRunConfig(rc sweeps.RunConfig, runDir string) (string, error) {
+	cfgPath := filepath.Join(runDir, configFile)
+	data, err := json.MarshalIndent(rc, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("gotrain: encode the run config: %w", err)
+	}
+	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
+		return "", fmt.Errorf("gotrain: %w", err)
+	}
+	_ = os.RemoveAll(filepath.Join(runDir, "ranks"))
+	return cfgPath, nil
 }
 
 // reap waits for n started workers after killAll, with SIGKILL after the grace.
