@@ -228,7 +228,7 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 	}
 	var m map[string]any
 	if err := json.Unmarshal(data, &m); err != nil {
-		return fmt.Errorf("torchrun: %s is not a JSON object: %w", path, err)
+		return fmt.Errorf("torchrun: %s is not a JSON object: %w", jsonPos(path, data, err), err)
 	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("torchrun: %s: %s", path, fmt.Sprintf(format, a...))
@@ -320,6 +320,19 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 	return nil
 }
 
+// jsonPos is path:line:col of a JSON syntax error, or path.
+func jsonPos(path string, data []byte, err error) string {
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return path
+	}
+	// Offset counts the bytes read, the offending one included.
+	off := min(max(int(se.Offset)-1, 0), len(data))
+	line := 1 + strings.Count(string(data[:off]), "\n")
+	col := off - strings.LastIndexByte(string(data[:off]), '\n')
+	return fmt.Sprintf("%s:%d:%d", path, line, col)
+}
+
 func presentKeys(m map[string]any) string {
 	var have []string
 	for _, k := range legacyKeys {
@@ -380,4 +393,22 @@ func (c *collector) flops(res *results.Result) {
 		res.PeakFlopsPerS = peak
 		res.Env.Hardware = prof.Name
 	}
+}
+
+// LegacyResult reads a metrics.json written with the existing scripts' key names
+// (see fromLegacy) as the result of rc, for `fsdpbench ingest`; warn receives
+// notes about figures that disagree. trainsModel says the model axis is the model
+// the script trained, so MFU may be computed from its shape.
+func LegacyResult(rc sweeps.RunConfig, path string, trainsModel bool, warn func(string)) (results.Result, error) {
+	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode, TokensPerStep: rc.TokensPerStep()}
+	if warn == nil {
+		warn = func(string) {}
+	}
+	c := collector{rc: rc, o: Options{TrainsModelAxis: trainsModel}, warn: warn}
+	if err := c.fromLegacy(&res, path); err != nil {
+		return res, err
+	}
+	c.flops(&res)
+	res.Status = results.StatusOK
+	return res, nil
 }

@@ -82,7 +82,7 @@ Exit codes: 0 ok; 1 some run failed or timed out (oom and infeasible are results
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd())
+	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd(), newIngestCmd())
 	return root
 }
 

@@ -131,3 +131,41 @@ func TestTorchrunSweepOfAUsersScript(t *testing.T) {
 	require.Equal(t, 0, rep.code, rep.stderr)
 	assert.Contains(t, rep.stdout, "activation_checkpointing")
 }
+
+// TestIngestComparesWithAFreshSweep runs the user's script by hand under torchrun,
+// as a team's past run was (results/training/<run>/ with run_args.json and the
+// script's metrics.json), ingests that folder with the example's spec, and compares
+// it with a fresh sweep of the example: the same settings give the same run ID.
+func TestIngestComparesWithAFreshSweep(t *testing.T) {
+	needTorch(t)
+	out := t.TempDir()
+	res := fsdpbench(t, repoRoot, "sweep", "sweeps/examples/torchrun-user-script.yaml", "--results", out,
+		"--set", "world_size=2", "--set", "activation_checkpointing=true")
+	require.Equal(t, 0, res.code, res.stderr)
+
+	past := filepath.Join(t.TempDir(), "results", "training", "run-2gpu-gc")
+	args := map[string]any{"batch_size_per_device": 4, "seq_len": 128, "max_steps": 20, "gradient_checkpointing": true,
+		"output_dir": past, "learning_rate": 1e-3}
+	train := exec.Command("/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+		"--redirects", "2", "--tee", "2", "examples/user-script/train.py", "--batch_size_per_device", "4",
+		"--seq_len", "128", "--max_steps", "20", "--gradient_checkpointing", "--output_dir", past)
+	train.Dir = repoRoot
+	outb, err := train.CombinedOutput()
+	require.NoError(t, err, string(outb))
+	data, err := json.Marshal(args)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(past, "run_args.json"), data, 0o644))
+
+	ing := fsdpbench(t, repoRoot, "ingest", filepath.Dir(filepath.Dir(past)), "--spec", "sweeps/examples/torchrun-user-script.yaml",
+		"--name", "past", "--results", out)
+	require.Equal(t, 0, ing.code, ing.stderr)
+	assert.Contains(t, ing.stdout, "not mapped (kept in extra.run_args): learning_rate, output_dir")
+
+	cmp := fsdpbench(t, repoRoot, "compare", filepath.Join(out, "past"), filepath.Join(out, "torchrun-user-script"))
+	require.Equal(t, 0, cmp.code, cmp.stderr)
+	fresh, err := results.Load(filepath.Join(out, "torchrun-user-script"))
+	require.NoError(t, err)
+	require.Len(t, fresh, 1)
+	assert.Contains(t, cmp.stdout, fresh[0].Config.ID, "the ingested run and the fresh one are matched by ID:\n%s", cmp.stdout)
+	assert.NotContains(t, cmp.stdout, "missing", "nothing is left unmatched:\n%s", cmp.stdout)
+}
