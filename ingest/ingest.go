@@ -48,7 +48,7 @@ var aliases = map[string]string{
 	"model": "model", "model_name": "model", "model_name_or_path": "model",
 	"activation_checkpointing": "activation_checkpointing", "gradient_checkpointing": "activation_checkpointing",
 	"cpu_offload": "cpu_offload",
-	"sharding": "sharding", "sharding_strategy": "sharding", "fsdp_sharding_strategy": "sharding",
+	"sharding":    "sharding", "sharding_strategy": "sharding", "fsdp_sharding_strategy": "sharding",
 	"backward_prefetch": "backward_prefetch", "forward_prefetch": "forward_prefetch",
 	"mixed_precision": "mixed_precision", "compile": "compile", "torch_compile": "compile",
 	"seed": "seed", "steps": "steps", "max_steps": "steps", "max_iters": "steps",
