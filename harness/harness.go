@@ -149,6 +149,10 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	if err != nil {
 		return Summary{}, err
 	}
+	slurm, err := slurmFor(plan, bes)
+	if err != nil {
+		return Summary{}, err
+	}
 	dir, err := results.OpenSweep(filepath.Join(opts.ResultsDir, plan.Name))
 	if err != nil {
 		return Summary{}, err
@@ -168,6 +172,7 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 		backends: bes,
 		manifest: newManifest(dir, plan.Name, opts),
 		source:   source,
+		slurm:    slurm,
 	}
 	tasks := makeTasks(plan.Runs)
 	s.progress = newProgress(opts, plan.Name, len(plan.Runs))
@@ -207,6 +212,9 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 		})
 	}
 	_ = p.Wait() // tasks record their errors in outcomes
+	if slurm != nil && ctx.Err() != nil {
+		slurm.CancelAll() // each run cancels its own job; this catches any left
+	}
 	s.progress.close()
 
 	sum := Summary{Dir: dir.Path, NotStarted: notStarted}
@@ -338,6 +346,35 @@ func backendsFor(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry)
 		out[n] = backendInfo{Backend: b, needsGPU: d.NeedsGPU}
 	}
 	return out, nil
+}
+
+// slurmFor returns the Slurm launcher when runs of the plan use it, after
+// checking that this host can submit jobs, that their backends can be started as
+// jobs, and their launcher_options. A backend that cannot (sim, which starts no
+// processes; a plugin) is refused rather than quietly run on this host, which on
+// a login node would measure the wrong machine.
+func slurmFor(plan *sweeps.Plan, bes map[string]backendInfo) (*launch.Slurm, error) {
+	var slurm *launch.Slurm
+	for _, rc := range plan.Runs {
+		if launcherName(plan, rc) != launch.SlurmName {
+			continue
+		}
+		if slurm == nil {
+			if err := launch.CheckSlurm(); err != nil {
+				return nil, fmt.Errorf("sweep %s: %w", plan.Name, err)
+			}
+			slurm = launch.NewSlurm()
+		}
+		name := backendName(plan, rc)
+		if _, ok := bes[name].Backend.(backends.JobBackend); !ok {
+			return nil, fmt.Errorf("sweep %s: backend %s cannot run under launcher slurm: it does not describe its runs as processes "+
+				"for a job script (gotrain and torchrun do); use launcher: local (--set launcher=local)", plan.Name, name)
+		}
+		if _, err := launch.ParseSlurmOptions(rc.LauncherOptions); err != nil {
+			return nil, fmt.Errorf("sweep %s: %w", plan.Name, err)
+		}
+	}
+	return slurm, nil
 }
 
 func backendName(plan *sweeps.Plan, rc sweeps.RunConfig) string {

@@ -693,7 +693,10 @@ func TestRunRefusesBadSetups(t *testing.T) {
 		{name: "no registry", be: &fake{name: "fake"}, mutate: func(_ *sweeps.Plan, o *Options) { o.Registry = nil }, wantErr: "Registry is nil"},
 		{name: "unknown backend", be: &fake{name: "fake"}, mutate: func(p *sweeps.Plan, _ *Options) { p.Runs[0].Backend = "nope" }, wantErr: `unknown backend "nope"`},
 		{name: "unavailable backend", be: unavailable, wantErr: "not available on this host: install torch"},
-		{name: "slurm launcher", be: &fake{name: "fake"}, mutate: func(p *sweeps.Plan, _ *Options) { p.Launcher = "slurm" }, wantErr: "not implemented yet"},
+		{name: "slurm launcher", be: &fake{name: "fake"}, mutate: func(p *sweeps.Plan, _ *Options) {
+			// Refused either way: without Slurm's commands here, or because the fake backend cannot be a job.
+			p.Launcher, p.Runs[0].Launcher = "slurm", "slurm"
+		}, wantErr: "launcher slurm"},
 		{name: "no name", be: &fake{name: "fake"}, mutate: func(p *sweeps.Plan, _ *Options) { p.Name = "" }, wantErr: "no name"},
 	}
 	for _, tt := range tests {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/harness/launch"
 	"github.com/fsdpbench/fsdpbench/harness/sampler"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -29,6 +30,8 @@ type sweep struct {
 	progress progress
 	// source reads the runs' GPUs; nil when there is nothing to sample.
 	source sampler.Source
+	// slurm submits the runs whose launcher is slurm; nil when there are none.
+	slurm *launch.Slurm
 }
 
 // runOne skips rc when a previous invocation finished it, and executes it otherwise.
@@ -132,8 +135,14 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 		// backendsFor looked every backend of the plan up; search points keep theirs.
 		return results.StatusFailed, fmt.Sprintf("no backend %q for run %s", backendName(s.plan, rc), rc.ID), nil
 	}
+	// Under Slurm the run's timeout is its job's time limit, so that time in the
+	// queue does not count; the job runs on the cluster's GPUs, not this host's.
+	var job backends.JobBackend
+	if launcherName(s.plan, rc) == launch.SlurmName {
+		job, _ = be.Backend.(backends.JobBackend) // slurmFor checked every backend
+	}
 	runCtx, cancel := ctx, context.CancelFunc(func() {})
-	if rc.Timeout > 0 {
+	if rc.Timeout > 0 && job == nil {
 		runCtx, cancel = context.WithTimeout(ctx, time.Duration(rc.Timeout))
 	}
 	defer cancel()
@@ -154,7 +163,7 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 	}
 
 	var devices []int
-	if be.needsGPU {
+	if be.needsGPU && job == nil {
 		devs, release, err := s.opts.Devices.Acquire(runCtx, rc.GPUsPerNode)
 		if err != nil {
 			st, msg := verdict(results.Result{}, err)
@@ -186,8 +195,15 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 		// The harness samples the run's GPUs itself, so every backend gets
 		// samples.csv and an NVML peak (a no-op without a driver). The file is
 		// rewritten after each repeat, so a run that dies later keeps what was read.
-		smp := sampler.Start(runCtx, s.source, sampler.Devices(s.source, devices, rc.Hardware), s.opts.SampleInterval)
+		source := s.source
+		if job != nil {
+			source = nil
+		}
+		smp := sampler.Start(runCtx, source, sampler.Devices(source, devices, rc.Hardware), s.opts.SampleInterval)
 		res, err := s.guard(runCtx, func() (results.Result, error) {
+			if job != nil {
+				return s.slurm.Run(runCtx, job, rc, env, emit)
+			}
 			return be.Run(runCtx, rc, env, emit)
 		})
 		if rep := smp.Stop(); rep.Apply(&res, r) {

@@ -166,4 +166,3 @@ func (j *job) anyTail() int {
 	}
 	return r
 }
-

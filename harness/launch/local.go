@@ -1,5 +1,5 @@
 // Package launch holds the launchers: where a run's processes start and which
-// devices they get. Only the local launcher exists for now; Slurm comes later.
+// devices they get. Local runs on this host; Slurm submits each run as a job.
 package launch
 
 import (
@@ -18,13 +18,13 @@ const (
 	SlurmName = "slurm"
 )
 
-// Check says whether a launcher named in a spec can be used; "" means local.
+// Check says whether a launcher named in a spec can be used here; "" means local.
 func Check(name string) error {
 	switch name {
 	case "", LocalName:
 		return nil
 	case SlurmName:
-		return fmt.Errorf("launcher %q is not implemented yet; use launcher: local", name)
+		return CheckSlurm()
 	default:
 		return fmt.Errorf("unknown launcher %q (known: %s, %s)", name, LocalName, SlurmName)
 	}

@@ -16,9 +16,9 @@ func TestCheck(t *testing.T) {
 	}{
 		{name: "", wantErr: ""},
 		{name: "local", wantErr: ""},
-		{name: "slurm", wantErr: "not implemented yet"},
 		{name: "k8s", wantErr: `unknown launcher "k8s"`},
 	}
+	// slurm is usable where its client commands are (TestSlurmCheck).
 	for _, tt := range tests {
 		err := Check(tt.name)
 		if tt.wantErr == "" {

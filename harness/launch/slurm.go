@@ -1,0 +1,451 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// slurmCommandTimeout bounds one call of sbatch, scontrol, squeue or scancel: a
+// controller that does not answer must not hang the sweep.
+const slurmCommandTimeout = 30 * time.Second
+
+// cancelWait is how long an interrupted run waits for its cancelled job to leave
+// squeue; the harness's grace (10 s) must cover it and scancel.
+const cancelWait = 7 * time.Second
+
+// CheckSlurm says whether this host can submit jobs: the Slurm client commands
+// must be on PATH.
+func CheckSlurm() error {
+	for _, c := range []string{"sbatch", "scontrol", "squeue", "scancel"} {
+		if _, err := exec.LookPath(c); err != nil {
+			return fmt.Errorf("launcher slurm: %s is not on PATH; run fsdpbench on a Slurm login node (or use launcher: local, e.g. --set launcher=local)", c)
+		}
+	}
+	return nil
+}
+
+// Slurm runs each repeat of a run as one Slurm job: it writes the job script
+// into the run directory, submits it with sbatch, follows its state with
+// scontrol (sacct only as a fallback, since many clusters have no accounting
+// storage), feeds the job's output back to the backend as it grows, and
+// cancels the job when the run's context ends. A job still queued or running
+// from a previous invocation of the sweep is re-attached, not submitted again.
+// The run directory must be on a file system the nodes share. Safe for
+// concurrent runs.
+type Slurm struct {
+	mu   sync.Mutex
+	live map[string]bool
+}
+
+// NewSlurm returns a Slurm launcher.
+func NewSlurm() *Slurm { return &Slurm{live: map[string]bool{}} }
+
+// CancelAll cancels every job this launcher submitted or re-attached that has not
+// ended: the harness's last word on an interrupted sweep.
+func (s *Slurm) CancelAll() {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.live))
+	for id := range s.live {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	sort.Strings(ids)
+	if len(ids) > 0 {
+		_, _ = slurmCmd("scancel", ids...)
+	}
+}
+
+func (s *Slurm) track(id string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.live[id] = true
+	} else {
+		delete(s.live, id)
+	}
+}
+
+// Run executes one repeat of rc as a Slurm job. The run's own timeout is the
+// job's time limit (queueing does not count), so ctx should carry none.
+func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode, TokensPerStep: rc.TokensPerStep()}
+	if emit == nil {
+		emit = func(backends.Event) {}
+	}
+	opts, err := ParseSlurmOptions(rc.LauncherOptions)
+	if err != nil {
+		return res, err
+	}
+	runDir, err := filepath.Abs(env.RunDir)
+	if err != nil {
+		return res, err
+	}
+	env.RunDir = runDir
+	logf := func(format string, a ...any) {
+		if env.Stderr != nil {
+			fmt.Fprintf(env.Stderr, "fsdpbench: "+format+"\n", a...)
+		}
+	}
+	place := slurmPlacement
+	place.Nodes = max(rc.Nodes, 1)
+
+	id := s.attachable(rc, runDir, logf)
+	job, err := be.PrepareJob(ctx, rc, env, place, id != "")
+	if err != nil {
+		return res, err
+	}
+	if id != "" {
+		logf("re-attached to Slurm job %s (submitted by an earlier invocation of the sweep)", id)
+	} else {
+		script := filepath.Join(runDir, ScriptFile)
+		text := opts.Script(rc, be.Name(), job.Spec(), runDir)
+		if err := os.WriteFile(script, []byte(text), 0o644); err != nil {
+			return res, fmt.Errorf("slurm: write the job script: %w", err)
+		}
+		if id, err = submit(script); err != nil {
+			return res, err
+		}
+		// Recorded at once: a sweep killed from here on finds the job again.
+		if err := results.WriteFileAtomic(filepath.Join(runDir, JobIDFile), []byte(id+"\n")); err != nil {
+			logf("recording the job id: %v", err)
+		}
+		logf("submitted Slurm job %s (%s)", id, script)
+	}
+	s.track(id, true)
+	defer s.track(id, false)
+	return s.follow(ctx, rc, id, job, env, opts.PollInterval, emit, logf)
+}
+
+// attachable is the id of a job of this run that an earlier invocation submitted
+// and that is still queued or running with the same configuration; "" when
+// there is none. A running job of a changed configuration is cancelled.
+func (s *Slurm) attachable(rc sweeps.RunConfig, runDir string, logf func(string, ...any)) string {
+	id := ""
+	if data, err := os.ReadFile(filepath.Join(runDir, JobIDFile)); err == nil {
+		id = strings.TrimSpace(string(data))
+	} else {
+		// Killed between sbatch and recording the id: the job is found by its
+		// name and directory.
+		out, err := slurmCmd("squeue", "--me", "-h", "--name="+JobName(rc), "-o", "%i %Z")
+		if err == nil {
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				f := strings.Fields(line)
+				if len(f) == 2 && filepath.Clean(f[1]) == runDir {
+					id = f[0]
+				}
+			}
+		}
+	}
+	if id == "" {
+		return ""
+	}
+	info, err := queryJob(id)
+	if err != nil || info.Name != JobName(rc) || !info.active() {
+		return ""
+	}
+	script, _ := os.ReadFile(filepath.Join(runDir, ScriptFile))
+	if !bytes.Contains(script, []byte("# fingerprint: "+rc.Fingerprint()+" ")) {
+		logf("Slurm job %s runs an older configuration of this run; cancelling it", id)
+		_, _ = slurmCmd("scancel", id)
+		return ""
+	}
+	return id
+}
+
+// submit sbatches script from its directory and returns the job id.
+func submit(script string) (string, error) {
+	out, err := slurmCmdIn(filepath.Dir(script), "sbatch", "--parsable", script)
+	if err != nil {
+		return "", fmt.Errorf("slurm: sbatch %s: %w (check launcher_options: partition, account, qos, time, against `sinfo`)", script, err)
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // "id" or "id;cluster"
+	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		return "", fmt.Errorf("slurm: sbatch --parsable printed %q, not a job id", out)
+	}
+	return id, nil
+}
+
+// follow polls job id until it ends, streaming its output to the backend and the
+// run's logs, and turns its end into the repeat's Result.
+func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job backends.Job, env backends.RunEnv,
+	poll time.Duration, emit func(backends.Event), logf func(string, ...any)) (results.Result, error) {
+	outs := []*tail{
+		{path: filepath.Join(env.RunDir, "slurm-"+id+".out"), stream: "stdout", sink: env.Stdout},
+		{path: filepath.Join(env.RunDir, "slurm-"+id+".err"), stream: "stderr", sink: env.Stderr},
+	}
+	drain := func(final bool) {
+		for _, t := range outs {
+			t.read(final, func(stream string, task int, line string) {
+				if ev, ok := job.Line(stream, task, line); ok {
+					emit(ev)
+				}
+			})
+		}
+	}
+	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode, TokensPerStep: rc.TokensPerStep()}
+	var started time.Time
+	misses := 0
+	ticker := time.NewTicker(poll)
+	defer ticker.Stop()
+	for {
+		info, err := queryJob(id)
+		drain(false)
+		switch {
+		case err != nil:
+			misses++
+			if misses >= 5 {
+				return res, fmt.Errorf("slurm: job %s: %w", id, err)
+			}
+		case info.State == "RUNNING" && started.IsZero():
+			misses = 0
+			started = time.Now()
+			emit(backends.Event{Kind: backends.EventStarted, Time: started})
+		case info.terminal():
+			drain(true)
+			res = s.finish(rc, id, info, job, logf)
+			if res.Started.IsZero() {
+				res.Started = started
+			}
+			if res.Finished.IsZero() {
+				res.Finished = time.Now()
+			}
+			emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
+			return res, nil
+		default:
+			misses = 0
+		}
+		select {
+		case <-ctx.Done():
+			cancelJob(id)
+			drain(true)
+			res.Status, res.Error = results.StatusCanceled, fmt.Sprintf("Slurm job %s cancelled: %v", id, context.Cause(ctx))
+			logf("cancelled Slurm job %s", id)
+			return res, nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// finish maps how job id ended (Slurm's state, then the run's own output) to the
+// repeat's Result.
+func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backends.Job, logf func(string, ...any)) results.Result {
+	warn := func(msg string) { logf("%s", msg) }
+	logf("Slurm job %s ended %s (exit code %d:%d, reason %s)", id, info.State, info.ExitCode, info.Signal, info.Reason)
+	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode, TokensPerStep: rc.TokensPerStep()}
+	switch info.State {
+	case "COMPLETED":
+		return job.Finish(nil, warn)
+	case "FAILED":
+		// The run's output says more than the exit code: out of memory,
+		// infeasible, the rank that failed first.
+		return job.Finish(fmt.Errorf("Slurm job %s failed with exit code %d", id, info.ExitCode), warn)
+	case "TIMEOUT", "DEADLINE":
+		res.Status = results.StatusTimeout
+		res.Error = fmt.Sprintf("Slurm job %s reached its time limit (%s); raise the spec's timeout or launcher_options.time", id, info.TimeLimit)
+	case "OUT_OF_MEMORY":
+		res.Status = results.StatusOOM
+		res.Error = fmt.Sprintf("Slurm job %s ran out of host memory (its --mem or the node's); raise launcher_options.mem", id)
+	case "CANCELLED":
+		res.Status = results.StatusCanceled
+		res.Error = fmt.Sprintf("Slurm job %s was cancelled outside fsdpbench (scancel, or an administrator); running the sweep again reruns it", id)
+	case "NODE_FAIL", "BOOT_FAIL":
+		res.Status = results.StatusFailed
+		res.Error = fmt.Sprintf("Slurm job %s ended %s: a node of %s failed; running the sweep again reruns it", id, info.State, info.NodeList)
+	case "PREEMPTED":
+		res.Status = results.StatusFailed
+		res.Error = fmt.Sprintf("Slurm job %s was preempted by a job of higher priority; running the sweep again reruns it", id)
+	default:
+		res.Status = results.StatusFailed
+		res.Error = fmt.Sprintf("Slurm job %s ended in state %s (reason %s)", id, info.State, info.Reason)
+	}
+	return res
+}
+
+// cancelJob scancels id and waits, briefly, until squeue no longer lists it.
+func cancelJob(id string) {
+	_, _ = slurmCmd("scancel", id)
+	deadline := time.Now().Add(cancelWait)
+	for time.Now().Before(deadline) {
+		out, err := slurmCmd("squeue", "-h", "-j", id, "-o", "%T")
+		if err != nil || strings.TrimSpace(out) == "" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// jobInfo is what scontrol (or sacct) says about a job.
+type jobInfo struct {
+	Name, State, Reason, TimeLimit, NodeList, WorkDir string
+	ExitCode, Signal                                  int
+}
+
+// active reports whether the job may still run: queued, running, or on its way.
+func (j jobInfo) active() bool {
+	switch j.State {
+	case "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+		"REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "STOPPED":
+		return true
+	}
+	return false
+}
+
+// terminal reports whether the job has ended for good.
+func (j jobInfo) terminal() bool { return j.State != "" && !j.active() }
+
+var (
+	scontrolField = regexp.MustCompile(`(?:^|\s)(JobName|JobState|Reason|ExitCode|TimeLimit|NodeList|WorkDir)=(\S*)`)
+	errJobUnknown = errors.New("Slurm knows no such job (it ended longer ago than MinJobAge, and there is no accounting storage to ask)")
+)
+
+// queryJob reads job id's state from scontrol show job, or from sacct when the
+// controller has forgotten it.
+func queryJob(id string) (jobInfo, error) {
+	out, err := slurmCmd("scontrol", "show", "job", "-o", id)
+	if err == nil {
+		return parseScontrol(out)
+	}
+	if !strings.Contains(err.Error(), "Invalid job id") {
+		return jobInfo{}, err
+	}
+	if _, lerr := exec.LookPath("sacct"); lerr == nil {
+		if out, serr := slurmCmd("sacct", "-n", "-P", "-X", "-j", id, "-o", "JobName,State,ExitCode"); serr == nil {
+			if info, ok := parseSacct(out); ok {
+				return info, nil
+			}
+		}
+	}
+	return jobInfo{}, errJobUnknown
+}
+
+// parseScontrol reads `scontrol show job -o` (one line of Key=Value fields).
+func parseScontrol(out string) (jobInfo, error) {
+	var j jobInfo
+	for _, m := range scontrolField.FindAllStringSubmatch(out, -1) {
+		switch m[1] {
+		case "JobName":
+			j.Name = m[2]
+		case "JobState":
+			j.State = m[2]
+		case "Reason":
+			j.Reason = m[2]
+		case "TimeLimit":
+			j.TimeLimit = m[2]
+		case "NodeList":
+			j.NodeList = m[2]
+		case "WorkDir":
+			j.WorkDir = m[2]
+		case "ExitCode":
+			j.ExitCode, j.Signal = exitCode(m[2])
+		}
+	}
+	if j.State == "" {
+		return j, fmt.Errorf("scontrol show job printed no JobState: %q", out)
+	}
+	return j, nil
+}
+
+// parseSacct reads `sacct -n -P -X -o JobName,State,ExitCode`.
+func parseSacct(out string) (jobInfo, bool) {
+	f := strings.Split(strings.TrimSpace(out), "|")
+	if len(f) != 3 || f[1] == "" {
+		return jobInfo{}, false
+	}
+	state, _, _ := strings.Cut(f[1], " ") // "CANCELLED by 0"
+	j := jobInfo{Name: f[0], State: state}
+	j.ExitCode, j.Signal = exitCode(f[2])
+	return j, true
+}
+
+// exitCode splits Slurm's "code:signal".
+func exitCode(s string) (int, int) {
+	a, b, _ := strings.Cut(s, ":")
+	code, _ := strconv.Atoi(a)
+	sig, _ := strconv.Atoi(b)
+	return code, sig
+}
+
+func slurmCmd(name string, args ...string) (string, error) { return slurmCmdIn("", name, args...) }
+
+// slurmCmdIn runs a Slurm client command; its error carries what it printed.
+func slurmCmdIn(dir, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), slurmCommandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return stdout.String(), fmt.Errorf("%s %s: %s", name, strings.Join(args, " "), msg)
+	}
+	return stdout.String(), nil
+}
+
+// tail follows one of a job's output files as Slurm appends to it.
+type tail struct {
+	path   string
+	stream string
+	sink   io.Writer
+	off    int64
+	part   []byte // a line not finished yet
+}
+
+// srunLabel is srun --label's prefix: the task's index.
+var srunLabel = regexp.MustCompile(`^\s*([0-9]+): `)
+
+// read hands every complete new line to f (and copies it to the sink); final
+// also hands over an unfinished last line.
+func (t *tail) read(final bool, f func(stream string, task int, line string)) {
+	if fh, err := os.Open(t.path); err == nil {
+		if _, err := fh.Seek(t.off, io.SeekStart); err == nil {
+			data, _ := io.ReadAll(fh)
+			t.off += int64(len(data))
+			t.part = append(t.part, data...)
+		}
+		fh.Close()
+	}
+	for {
+		i := bytes.IndexByte(t.part, '\n')
+		if i < 0 {
+			break
+		}
+		t.line(string(t.part[:i]), f)
+		t.part = t.part[i+1:]
+	}
+	if final && len(t.part) > 0 {
+		t.line(string(t.part), f)
+		t.part = nil
+	}
+}
+
+func (t *tail) line(line string, f func(string, int, string)) {
+	if t.sink != nil {
+		_, _ = io.WriteString(t.sink, line+"\n")
+	}
+	task := -1
+	if m := srunLabel.FindStringSubmatchIndex(line); m != nil {
+		task, _ = strconv.Atoi(line[m[2]:m[3]])
+		line = line[m[1]:]
+	}
+	f(t.stream, task, line)
+}

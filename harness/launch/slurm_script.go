@@ -1,0 +1,335 @@
+package launch
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Files a Slurm run leaves in its run directory.
+const (
+	// ScriptFile is the batch script as submitted; `sbatch job.sbatch` resubmits it.
+	ScriptFile = "job.sbatch"
+	// JobIDFile holds the id of the run's current job, so that a restarted sweep
+	// re-attaches to it instead of submitting the run twice.
+	JobIDFile = "slurm_job_id"
+)
+
+// The shell expressions a job script gives backends for where their tasks run.
+var slurmPlacement = backends.Placement{MasterAddr: "$MASTER_ADDR", NodeRank: "$SLURM_NODEID", JobID: "$SLURM_JOB_ID"}
+
+// GPU request styles: --gres=gpu:N works on every Slurm; --gpus-per-node needs
+// select/cons_tres.
+const (
+	GPURequestGres        = "gres"
+	GPURequestGPUsPerNode = "gpus_per_node"
+)
+
+// DefaultPollInterval is how often a run's job state is read (scontrol show job).
+const DefaultPollInterval = 3 * time.Second
+
+// SlurmOptions are a spec's launcher_options for launcher: slurm.
+type SlurmOptions struct {
+	Partition, Account, QOS, Constraint string
+	// Time is the job's time limit as Slurm writes it ("30", "1:30:00",
+	// "1-00:00:00"); empty uses the run's timeout, rounded up to whole minutes.
+	Time string
+	// CPUsPerTask and Mem (e.g. "64G") are left to the cluster's defaults when unset.
+	CPUsPerTask int
+	Mem         string
+	// GPURequest is GPURequestGres (default) or GPURequestGPUsPerNode.
+	GPURequest string
+	// SBatch lines are added to the script as they are, each after "#SBATCH "
+	// (e.g. "--exclusive", "--reservation=bench").
+	SBatch []string
+	// Setup lines run before the job's command on the first node, and srun's
+	// tasks inherit what they export (module load ..., source venv/bin/activate).
+	Setup []string
+	// PollInterval is how often the job's state is read; default DefaultPollInterval.
+	PollInterval time.Duration
+}
+
+var slurmOptionKeys = []string{"account", "constraint", "cpus_per_task", "gpu_request", "mem", "partition",
+	"poll_interval", "qos", "sbatch", "setup", "time"}
+
+// slurmTime matches Slurm's time formats: minutes, minutes:seconds,
+// hours:minutes:seconds, days-hours[:minutes[:seconds]].
+var slurmTime = regexp.MustCompile(`^([0-9]+-)?[0-9]+(:[0-9]+){0,2}$`)
+
+// ParseSlurmOptions reads launcher_options. Unknown keys and ill-typed values are
+// errors that name the key.
+func ParseSlurmOptions(m map[string]any) (SlurmOptions, error) {
+	o := SlurmOptions{GPURequest: GPURequestGres, PollInterval: DefaultPollInterval}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := o.set(k, m[k]); err != nil {
+			return o, fmt.Errorf("launcher_options.%s: %w", k, err)
+		}
+	}
+	return o, nil
+}
+
+func (o *SlurmOptions) set(k string, v any) error {
+	var err error
+	switch k {
+	case "partition":
+		o.Partition, err = word(v)
+	case "account":
+		o.Account, err = word(v)
+	case "qos":
+		o.QOS, err = word(v)
+	case "constraint":
+		o.Constraint, err = word(v)
+	case "mem":
+		o.Mem, err = word(v)
+	case "time":
+		if n, ok := integer(v); ok {
+			o.Time = strconv.Itoa(n) // minutes, as sbatch reads a bare number
+			break
+		}
+		o.Time, err = word(v)
+		if err == nil && !slurmTime.MatchString(o.Time) {
+			err = fmt.Errorf("%q is not a Slurm time limit (minutes, \"1:30:00\" or \"1-00:00:00\")", o.Time)
+		}
+	case "cpus_per_task":
+		n, ok := integer(v)
+		if !ok || n <= 0 {
+			return fmt.Errorf("want a positive integer, got %v", v)
+		}
+		o.CPUsPerTask = n
+	case "gpu_request":
+		o.GPURequest, err = word(v)
+		if err == nil && o.GPURequest != GPURequestGres && o.GPURequest != GPURequestGPUsPerNode {
+			err = fmt.Errorf("%q: use %s (--gres=gpu:N) or %s (--gpus-per-node=N)", o.GPURequest, GPURequestGres, GPURequestGPUsPerNode)
+		}
+	case "sbatch":
+		o.SBatch, err = lines(v)
+	case "setup":
+		o.Setup, err = lines(v)
+	case "poll_interval":
+		var s string
+		if s, err = word(v); err == nil {
+			o.PollInterval, err = time.ParseDuration(s)
+			if err == nil && o.PollInterval <= 0 {
+				err = fmt.Errorf("%q must be positive", s)
+			}
+		}
+	default:
+		return fmt.Errorf("unknown key (known: %s)", strings.Join(slurmOptionKeys, ", "))
+	}
+	return err
+}
+
+func word(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		if strings.ContainsAny(x, "\n\r") {
+			return "", fmt.Errorf("%q holds a line break", x)
+		}
+		return x, nil
+	case int, int64, uint64:
+		return fmt.Sprint(x), nil
+	}
+	return "", fmt.Errorf("want a string, got %v", v)
+}
+
+func integer(v any) (int, bool) {
+	switch x := v.(type) {
+	case int:
+		return x, true
+	case int64:
+		return int(x), true
+	case uint64:
+		return int(x), true
+	case float64:
+		if x == float64(int(x)) {
+			return int(x), true
+		}
+	}
+	return 0, false
+}
+
+func lines(v any) ([]string, error) {
+	switch x := v.(type) {
+	case string:
+		return []string{x}, nil
+	case []any:
+		out := make([]string, len(x))
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("item %d: want a string, got %v", i, e)
+			}
+			out[i] = s
+		}
+		return out, nil
+	case []string:
+		return x, nil
+	}
+	return nil, fmt.Errorf("want a list of strings, got %v", v)
+}
+
+// timeLimit is the job's --time: the option, or the run's timeout rounded up to
+// whole minutes (Slurm's granularity), or none.
+func (o SlurmOptions) timeLimit(rc sweeps.RunConfig) string {
+	if o.Time != "" {
+		return o.Time
+	}
+	d := time.Duration(rc.Timeout)
+	if d <= 0 {
+		return ""
+	}
+	mins := int((d + time.Minute - 1) / time.Minute)
+	return fmt.Sprintf("%d:%02d:00", mins/60, mins%60)
+}
+
+// JobName is the Slurm job name of a run: squeue shows it, and a restarted sweep
+// finds the run's job by it.
+func JobName(rc sweeps.RunConfig) string { return "fsdpbench-" + rc.ID }
+
+// Script is the batch script of one repeat of rc: the allocation (#SBATCH lines
+// from the run and the options), the setup lines, the first node as MASTER_ADDR,
+// the job's environment, and one srun that starts spec's tasks on every node.
+func (o SlurmOptions) Script(rc sweeps.RunConfig, backend string, spec backends.JobSpec, runDir string) string {
+	nodes := max(rc.Nodes, 1)
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	p("#!/bin/bash")
+	p("# fsdpbench run %s of sweep %s (backend %s): %d node(s) x %d task(s).", rc.ID, rc.Sweep, backend, nodes, spec.TasksPerNode)
+	p("# Written by fsdpbench, which submits and follows it; `sbatch %s` resubmits it by hand.", ScriptFile)
+	p("# fingerprint: %s (a restarted sweep re-attaches to this job only while the run's config matches)", rc.Fingerprint())
+	p("#SBATCH --job-name=%s", JobName(rc))
+	p("#SBATCH --nodes=%d", nodes)
+	p("#SBATCH --ntasks-per-node=%d", spec.TasksPerNode)
+	if spec.GPUsPerNode > 0 {
+		if o.GPURequest == GPURequestGPUsPerNode {
+			p("#SBATCH --gpus-per-node=%d", spec.GPUsPerNode)
+		} else {
+			p("#SBATCH --gres=gpu:%d", spec.GPUsPerNode)
+		}
+	}
+	for _, f := range []struct{ flag, v string }{
+		{"cpus-per-task", itoaPositive(o.CPUsPerTask)}, {"mem", o.Mem}, {"time", o.timeLimit(rc)},
+		{"partition", o.Partition}, {"account", o.Account}, {"qos", o.QOS}, {"constraint", o.Constraint},
+	} {
+		if f.v != "" {
+			p("#SBATCH --%s=%s", f.flag, f.v)
+		}
+	}
+	p("#SBATCH --chdir=%s", runDir)
+	p("#SBATCH --output=%s/slurm-%%j.out", runDir)
+	p("#SBATCH --error=%s/slurm-%%j.err", runDir)
+	for _, l := range o.SBatch {
+		p("#SBATCH %s", l)
+	}
+	p("set -eo pipefail")
+	if len(o.Setup) > 0 {
+		p("")
+		for _, l := range o.Setup {
+			p("%s", l)
+		}
+	}
+	p("")
+	p("# Rank 0 (and the rendezvous) live on the first node of the allocation.")
+	p(`export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"`)
+	p("export MASTER_PORT=$((15000 + SLURM_JOB_ID %% 10000))")
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		p("export %s=%s", k, shellWord(v))
+	}
+	if spec.Dir != "" && spec.Dir != runDir {
+		p("mkdir -p %s && cd %s", shellWord(spec.Dir), shellWord(spec.Dir))
+	}
+	p("")
+	// --kill-on-bad-exit: one rank that dies takes the others down, as the local
+	// launcher does, instead of leaving them blocked in a collective until the
+	// time limit. --label prefixes every line with its task, which the harness
+	// reads back.
+	srun := "srun --label --kill-on-bad-exit=1"
+	cmd := commandLine(spec.Argv)
+	if perNode(spec.Argv) {
+		// The node's own values ($SLURM_NODEID) exist only inside each task, so
+		// the command goes to a shell there.
+		p("%s bash -c '\nexec %s'", srun, strings.ReplaceAll(cmd, "'", `'\''`))
+	} else {
+		p("%s \\\n  %s", srun, cmd)
+	}
+	return b.String()
+}
+
+func itoaPositive(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
+}
+
+// perNode reports whether an argument names a value that differs between tasks.
+func perNode(argv []string) bool {
+	for _, a := range argv {
+		if strings.Contains(a, "$SLURM_") {
+			return true
+		}
+	}
+	return false
+}
+
+// commandLine renders argv for the shell, one "--flag value" per line.
+func commandLine(argv []string) string {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			if strings.HasPrefix(a, "--") && len(argv[i-1]) > 0 {
+				b.WriteString(" \\\n    ")
+			} else {
+				b.WriteByte(' ')
+			}
+		}
+		b.WriteString(shellWord(a))
+	}
+	return b.String()
+}
+
+var (
+	plainWord = regexp.MustCompile(`^[A-Za-z0-9_./:=,+@%-]+$`)
+	// placementVar is a variable a job script leaves for the shell to expand.
+	placementVar = regexp.MustCompile(`\$(MASTER_ADDR|MASTER_PORT|SLURM_[A-Z_]+)`)
+)
+
+// shellWord quotes s for bash: as it is when nothing in it is special, in double
+// quotes when it names the job's variables ($MASTER_ADDR, $SLURM_NODEID), in
+// single quotes otherwise.
+func shellWord(s string) string {
+	if plainWord.MatchString(s) {
+		return s
+	}
+	if placementVar.MatchString(s) {
+		var b strings.Builder
+		b.WriteByte('"')
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case c == '$' && placementVar.MatchString(s[i:]) && placementVar.FindStringIndex(s[i:])[0] == 0:
+				b.WriteByte(c)
+			case c == '"' || c == '\\' || c == '`' || c == '$':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('"')
+		return b.String()
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
