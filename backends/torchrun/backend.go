@@ -425,13 +425,29 @@ func (j *Job) Env(devices []int) []string {
 		env = append(env, "FSDPBENCH_DEVICE=cpu")
 	}
 	if len(devices) > 0 {
-		ids := make([]string, len(devices))
-		for i, d := range devices {
-			ids[i] = strconv.Itoa(d)
-		}
-		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
+		env = append(env, "CUDA_VISIBLE_DEVICES="+visibleDevices(devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	}
 	return env
+}
+
+// visibleDevices is CUDA_VISIBLE_DEVICES for the devices assigned to a run. The
+// indices count the devices fsdpbench itself sees, so when fsdpbench runs under a
+// CUDA_VISIBLE_DEVICES of its own (a Slurm allocation, a shared box), index i is
+// the i-th entry of that list, not physical GPU i.
+func visibleDevices(devices []int, parent string) string {
+	var visible []string
+	if parent = strings.TrimSpace(parent); parent != "" {
+		visible = strings.Split(parent, ",")
+	}
+	ids := make([]string, len(devices))
+	for i, d := range devices {
+		if d < len(visible) {
+			ids[i] = strings.TrimSpace(visible[d])
+		} else {
+			ids[i] = strconv.Itoa(d)
+		}
+	}
+	return strings.Join(ids, ",")
 }
 
 // NewReport returns the Report to feed the job's output lines to.

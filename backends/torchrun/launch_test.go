@@ -148,3 +148,9 @@ func TestCommandLines(t *testing.T) {
 	_, err = AccelerateConfig(unknown, o)
 	assert.ErrorContains(t, err, "set backend_options.layer_class")
 }
+
+func TestVisibleDevices(t *testing.T) {
+	assert.Equal(t, "0,1", visibleDevices([]int{0, 1}, ""))
+	assert.Equal(t, "2,3", visibleDevices([]int{0, 1}, "2,3"), "fsdpbench's own device 0 is physical GPU 2")
+	assert.Equal(t, "GPU-abc,GPU-def", visibleDevices([]int{1, 2}, "GPU-xyz, GPU-abc,GPU-def"))
+}
