@@ -205,7 +205,7 @@ func (o SlurmOptions) Script(rc sweeps.RunConfig, backend string, spec backends.
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	p("#!/bin/bash")
-	p("# fsdpbench run %s of sweep %s (backend %s): %d node(s) x %d task(s).", rc.ID, rc.Sweep, backend, nodes, spec.TasksPerNode)
+	p("# fsdpbench run %s of sweep %s, backend %s: %d node(s), %d task(s) per node.", rc.ID, rc.Sweep, backend, nodes, spec.TasksPerNode)
 	p("# Written by fsdpbench, which submits and follows it; `sbatch %s` resubmits it by hand.", ScriptFile)
 	p("# fingerprint: %s (a restarted sweep re-attaches to this job only while the run's config matches)", rc.Fingerprint())
 	p("#SBATCH --job-name=%s", JobName(rc))
@@ -248,7 +248,7 @@ func (o SlurmOptions) Script(rc sweeps.RunConfig, backend string, spec backends.
 		p("export %s=%s", k, shellWord(v))
 	}
 	if spec.Dir != "" && spec.Dir != runDir {
-		p("mkdir -p %s && cd %s", shellWord(spec.Dir), shellWord(spec.Dir))
+		p("cd %s", shellWord(spec.Dir))
 	}
 	p("")
 	// --kill-on-bad-exit: one rank that dies takes the others down, as the local
@@ -284,18 +284,32 @@ func perNode(argv []string) bool {
 	return false
 }
 
-// commandLine renders argv for the shell, one "--flag value" per line.
+// commandLine renders argv for the shell: the program and its leading words on
+// the first line, then one "--flag value" (or positional argument, the script)
+// per line.
 func commandLine(argv []string) string {
 	var b strings.Builder
+	long, value := false, false // a --flag was seen; the next word is a flag's value
 	for i, a := range argv {
 		if i > 0 {
-			if strings.HasPrefix(a, "--") && len(argv[i-1]) > 0 {
+			brk := false
+			switch {
+			case strings.HasPrefix(a, "--"):
+				brk = true
+			case strings.HasPrefix(a, "-"), value:
+			default:
+				brk = long
+			}
+			if brk {
 				b.WriteString(" \\\n    ")
 			} else {
 				b.WriteByte(' ')
 			}
 		}
 		b.WriteString(shellWord(a))
+		flag := strings.HasPrefix(a, "-") && len(a) > 1
+		long = long || strings.HasPrefix(a, "--")
+		value = flag && !strings.Contains(a, "=")
 	}
 	return b.String()
 }
