@@ -246,7 +246,9 @@ func TestTailSplitsTasksAndKeepsPartialLines(t *testing.T) {
 	var sink strings.Builder
 	tl := &tail{path: path, stream: "stdout", sink: &sink}
 	var got []string
-	f := func(stream string, task int, line string) { got = append(got, fmt.Sprintf("%s|%d|%s", stream, task, line)) }
+	f := func(stream string, task int, line string) {
+		got = append(got, fmt.Sprintf("%s|%d|%s", stream, task, line))
+	}
 	tl.read(false, f) // no file yet
 	require.NoError(t, os.WriteFile(path, []byte("0: FSDPBENCH {}\n 1: x: y\nsrun: error\npart"), 0o644))
 	tl.read(false, f)
