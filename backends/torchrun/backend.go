@@ -556,7 +556,7 @@ func (o *Report) Stdout(line string) (stepLine, bool) {
 		o.steps = append(o.steps, st.Step)
 	}
 	if o.logs != nil {
-		o.lines.add(o.logs, line)
+		o.lines.add(o.logs, line, false)
 	}
 	return st, ok
 }
@@ -566,7 +566,7 @@ func (o *Report) Stderr(line string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.logs != nil {
-		o.lines.add(o.logs, line)
+		o.lines.add(o.logs, line, true)
 	}
 	t := strings.TrimSpace(line)
 	if t == "" {

@@ -234,16 +234,20 @@ func builtinExtractors(name string, skip int) []Extractor {
 // nothing matched), so a long run's output is not held in memory.
 type logLines struct {
 	lines []string
-	head  []string
-	total int
+	// head holds the first lines of stdout and of stderr, apart: torchrun's
+	// banner on stderr would otherwise hide the script's own first lines.
+	head, errHead []string
+	total         int
 }
 
 const logHead = 5
 
-func (l *logLines) add(opts *LogOptions, line string) {
+func (l *logLines) add(opts *LogOptions, line string, stderr bool) {
 	l.total++
-	if len(l.head) < logHead {
-		l.head = append(l.head, line)
+	if h := &l.head; !stderr && len(*h) < logHead {
+		*h = append(*h, line)
+	} else if h := &l.errHead; stderr && len(*h) < logHead {
+		*h = append(*h, line)
 	}
 	keep := opts.Builtin == BuiltinHFTrainer && strings.Contains(line, "{'")
 	for _, e := range append(builtinExtractors(opts.Builtin, opts.SkipSteps), opts.Extractors...) {
@@ -302,12 +306,14 @@ func unitFactor(metric, unit string, seqLen int) float64 {
 }
 
 func noMatch(metric, what string, l *logLines) error {
-	head := strings.Join(l.head, "\n    ")
-	if head == "" {
-		head = "(the run printed nothing)"
+	begin := func(lines []string) string {
+		if len(lines) == 0 {
+			return "(nothing)"
+		}
+		return strings.Join(lines, "\n    ")
 	}
-	return fmt.Errorf("torchrun: backend_options.logs %s: %s matched no line of the run's output (%d lines; stdout.log and stderr.log); it began:\n    %s",
-		metric, what, l.total, head)
+	return fmt.Errorf("torchrun: backend_options.logs %s: %s matched no line of the run's output (%d lines; stdout.log and stderr.log); stdout began:\n    %s\nstderr began:\n    %s",
+		metric, what, l.total, begin(l.head), begin(l.errHead))
 }
 
 // hfDict finds a Trainer log dict in a line: {'loss': 2.31, 'epoch': 0.1}.
