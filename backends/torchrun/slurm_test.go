@@ -1,0 +1,73 @@
+package torchrun
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+func slurmRun(nodes int, hardware string) sweeps.RunConfig {
+	rc := sweeps.RunConfig{Backend: Name, Launcher: "slurm", Hardware: hardware, Model: "tiny", SeqLen: 16, Steps: 2,
+		WarmupSteps: 1, Nodes: nodes, GPUsPerNode: 2, WorldSize: 2 * nodes, BatchPerDevice: 1, GradAccum: 1,
+		GlobalBatch: 2 * nodes, Sharding: sweeps.DDP, MixedPrecision: sweeps.FP32}
+	rc.AssignID()
+	return rc
+}
+
+var slurmPlace = backends.Placement{MasterAddr: "$MASTER_ADDR", NodeRank: "$SLURM_NODEID", JobID: "$SLURM_JOB_ID"}
+
+// TestPrepareJobIsOneTorchrunPerNode: one task per node; several nodes meet at
+// the first node's host on rdzv_port, one node runs standalone; GPUs are asked
+// for unless the run is on the CPU.
+func TestPrepareJobIsOneTorchrunPerNode(t *testing.T) {
+	needTorch(t)
+	b := New()
+	place := slurmPlace
+	place.Nodes = 2
+	rc := slurmRun(2, "h100-sxm")
+	rc.BackendOptions = map[string]any{"rdzv_port": 29600}
+	job, err := b.PrepareJob(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, place, false)
+	require.NoError(t, err)
+	spec := job.Spec()
+	assert.Equal(t, 1, spec.TasksPerNode)
+	assert.Equal(t, 2, spec.GPUsPerNode)
+	assert.Subset(t, spec.Argv, []string{"--nnodes", "2", "--node_rank", "$SLURM_NODEID", "--rdzv_endpoint", "$MASTER_ADDR:29600", "--rdzv_id", "$SLURM_JOB_ID"})
+	assert.Equal(t, "output", filepath.Base(spec.Dir))
+
+	place.Nodes = 1
+	job, err = b.PrepareJob(context.Background(), slurmRun(1, "cpu"), backends.RunEnv{RunDir: t.TempDir()}, place, false)
+	require.NoError(t, err)
+	assert.Contains(t, job.Spec().Argv, "--standalone")
+	assert.Zero(t, job.Spec().GPUsPerNode)
+}
+
+// TestAttachKeepsTheRunningJobsFiles: re-attaching clears nothing the running
+// job has written, and its output still becomes the result.
+func TestAttachKeepsTheRunningJobsFiles(t *testing.T) {
+	needTorch(t)
+	b := New()
+	dir := t.TempDir()
+	rc := slurmRun(1, "cpu")
+	place := slurmPlace
+	place.Nodes = 1
+	_, err := b.PrepareJob(context.Background(), rc, backends.RunEnv{RunDir: dir}, place, false)
+	require.NoError(t, err)
+	kept := filepath.Join(dir, "output", "checkpoint.pt")
+	require.NoError(t, os.WriteFile(kept, []byte("x"), 0o644))
+
+	job, err := b.PrepareJob(context.Background(), rc, backends.RunEnv{RunDir: dir}, place, true)
+	require.NoError(t, err)
+	assert.FileExists(t, kept)
+	job.Line("stderr", 0, "[0]:fsdpbench: infeasible: not on this machine")
+	res := job.Finish(assert.AnError, nil)
+	assert.Equal(t, results.StatusInfeasible, res.Status)
+	assert.Equal(t, "not on this machine", res.Error)
+}
