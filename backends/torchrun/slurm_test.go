@@ -25,7 +25,7 @@ func slurmRun(nodes int, hardware string) sweeps.RunConfig {
 var slurmPlace = backends.Placement{MasterAddr: "$MASTER_ADDR", NodeRank: "$SLURM_NODEID", JobID: "$SLURM_JOB_ID"}
 
 // TestPrepareJobIsOneTorchrunPerNode: one task per node; several nodes meet at
-// the first node's host on rdzv_port, one node runs standalone; GPUs are asked
+// the first node's host on rdzv_port, one node on the job's own port; GPUs are asked
 // for unless the run is on the CPU.
 func TestPrepareJobIsOneTorchrunPerNode(t *testing.T) {
 	needTorch(t)
@@ -45,7 +45,8 @@ func TestPrepareJobIsOneTorchrunPerNode(t *testing.T) {
 	place.Nodes = 1
 	job, err = b.PrepareJob(context.Background(), slurmRun(1, "cpu"), backends.RunEnv{RunDir: t.TempDir()}, place, false)
 	require.NoError(t, err)
-	assert.Contains(t, job.Spec().Argv, "--standalone")
+	assert.NotContains(t, job.Spec().Argv, "--standalone", "torch 1.x's standalone port is the same for every job on the node")
+	assert.Subset(t, job.Spec().Argv, []string{"--nnodes", "1", "--rdzv_endpoint", "localhost:$MASTER_PORT", "--rdzv_id", "$SLURM_JOB_ID"})
 	assert.Zero(t, job.Spec().GPUsPerNode)
 }
 
