@@ -256,7 +256,11 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		return res, err
 	}
 	res.Env.Torch = job.torch
-	argv := job.Argv(nil)
+	node, err := LocalNode(rc.ID)
+	if err != nil {
+		return res, err
+	}
+	argv := job.Argv(node)
 	if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
 		return res, err
 	}
@@ -407,8 +411,8 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 	return j, nil
 }
 
-// Argv is the command line that starts the run's ranks on one node (nil: the one
-// node of a single-node run).
+// Argv is the command line that starts the run's ranks on node (see
+// TorchrunArgv; nil is --standalone).
 func (j *Job) Argv(node *Node) []string {
 	if j.o.Launcher == LauncherAccelerate {
 		return AccelerateArgv(j.o, node, j.accelCfg, j.script, j.scriptArgs)

@@ -2,6 +2,7 @@ package torchrun
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -71,15 +72,19 @@ func orDefault(s, d string) string {
 
 // TorchrunArgv is the command line that starts rc's ranks on one node under
 // torchrun (python -m torch.distributed.run, so the interpreter that has torch is
-// the one that runs it): --standalone on one node, c10d rendezvous at node's
-// endpoint otherwise. Flags are spelled with underscores, which torch 1.13 needs
-// and torch 2 still accepts.
+// the one that runs it), meeting at node's c10d rendezvous endpoint. A nil node
+// is torchrun's --standalone. Flags are spelled with underscores, which torch 1.13
+// needs and torch 2 still accepts.
+//
+// One-node runs get a node too (LocalNode): torch 1.x's --standalone always
+// listens on localhost:29400, so two runs on one host at the same time (parallel
+// sweeps, parallel test packages) would meet in one store and break each other.
 func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, script string, scriptArgs []string) []string {
 	argv := []string{o.Python, "-m", "torch.distributed.run"}
-	if node == nil || node.Nodes <= 1 {
+	if node == nil {
 		argv = append(argv, "--standalone", "--nnodes", "1")
 	} else {
-		argv = append(argv, "--nnodes", strconv.Itoa(node.Nodes), "--node_rank", node.Rank,
+		argv = append(argv, "--nnodes", strconv.Itoa(max(node.Nodes, 1)), "--node_rank", node.Rank,
 			"--rdzv_backend", "c10d", "--rdzv_endpoint", node.Endpoint, "--rdzv_id", node.ID)
 	}
 	argv = append(argv, "--nproc_per_node", strconv.Itoa(rc.GPUsPerNode),
@@ -87,6 +92,20 @@ func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, script string, scr
 		"--redirects", "2", "--tee", "2",
 		script)
 	return append(argv, scriptArgs...)
+}
+
+// LocalNode is the one node of a run on this host, with a rendezvous on a free
+// local port of its own.
+func LocalNode(id string) (*Node, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("torchrun: finding a free port for the rendezvous: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return nil, err
+	}
+	return &Node{Nodes: 1, Rank: "0", Endpoint: "127.0.0.1:" + strconv.Itoa(port), ID: id}, nil
 }
 
 // AccelerateArgv is the command line of accelerate launch with the generated

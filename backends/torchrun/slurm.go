@@ -18,7 +18,7 @@ var _ backends.JobBackend = (*Backend)(nil)
 // PrepareJob describes a run for a batch launcher: one task per node, each
 // running torchrun (or accelerate launch) for that node's ranks. Several nodes
 // meet at the first node's host on backend_options.rdzv_port (c10d), as a
-// hand-written Slurm script does; one node meets on the job's own port (ownRendezvous).
+// hand-written Slurm script does; one node meets on the job's own MASTER_PORT (see LocalNode).
 func (b *Backend) PrepareJob(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, place backends.Placement, attach bool) (backends.Job, error) {
 	runDir, err := filepath.Abs(env.RunDir)
 	if err != nil {
@@ -33,15 +33,14 @@ func (b *Backend) PrepareJob(ctx context.Context, rc sweeps.RunConfig, env backe
 	if err != nil {
 		return nil, err
 	}
-	var node *Node
+	// One node meets on the job's own MASTER_PORT (see LocalNode for why not
+	// --standalone); several meet at the first node's host on rdzv_port.
+	node := &Node{Nodes: 1, Rank: "0", Endpoint: "localhost:$MASTER_PORT", ID: "$SLURM_JOB_ID"}
 	if place.Nodes > 1 {
 		node = &Node{Nodes: place.Nodes, Rank: place.NodeRank,
 			Endpoint: place.MasterAddr + ":" + strconv.Itoa(j.o.RdzvPort), ID: place.JobID}
 	}
 	argv := j.Argv(node)
-	if node == nil {
-		argv = ownRendezvous(argv)
-	}
 	if !attach {
 		if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
 			return nil, err
@@ -51,7 +50,7 @@ func (b *Backend) PrepareJob(ctx context.Context, rc sweeps.RunConfig, env backe
 	if rc.Hardware == "cpu" {
 		gpus = 0
 	}
-	return &slurmJob{job: j, rep: &Report{}, spec: backends.JobSpec{
+	return &slurmJob{job: j, rep: j.NewReport(), spec: backends.JobSpec{
 		TasksPerNode: 1, GPUsPerNode: gpus, Argv: argv, Env: j.Env(nil), Dir: j.Paths.OutputDir,
 	}}, nil
 }
@@ -114,20 +113,4 @@ func (s *slurmJob) Finish(exitErr error, warn func(string)) results.Result {
 		TokensPerStep: rc.TokensPerStep(), Finished: time.Now()}
 	s.job.Finish(&res, s.rep, exitErr, warn)
 	return res
-}
-
-// ownRendezvous gives a one-node job's torchrun a rendezvous of its own: torch
-// 1.x's --standalone always listens on localhost:29400, so two jobs that share a
-// node (a GPU node split between jobs, or the CI's one node) would meet in one
-// store and break each other. The job's MASTER_PORT differs between jobs.
-func ownRendezvous(argv []string) []string {
-	out := make([]string, 0, len(argv)+6)
-	for _, a := range argv {
-		if a == "--standalone" {
-			out = append(out, "--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:$MASTER_PORT", "--rdzv_id", "$SLURM_JOB_ID")
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
 }
