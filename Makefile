@@ -1,5 +1,6 @@
 # The README's test command is `make test`: it installs what the tests need on a
-# fresh Debian machine (when run as root or with sudo) and runs every test with -race.
+# fresh Debian machine (when run as root or with sudo), starts a one-node Slurm on
+# localhost, and runs every test with -race.
 GO ?= go
 
 .PHONY: test deps build lint bench
@@ -15,8 +16,10 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
+# The tests run while a one-node Slurm is up for the launcher's tests (.ci/with-slurm
+# starts one, and stops it afterwards, when none answers).
 test: deps lint
-	$(GO) test -race -timeout 20m ./...
+	./.ci/with-slurm $(GO) test -race -timeout 20m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
