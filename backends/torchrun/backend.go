@@ -11,13 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -31,9 +31,6 @@ const DefaultPython = "/usr/bin/python3"
 
 // killGrace is how long torchrun has between SIGTERM and SIGKILL.
 const killGrace = 3 * time.Second
-
-// stepPrefix marks the script's step lines on stdout.
-const stepPrefix = "FSDPBENCH "
 
 // Markers the script (and torch) print on stderr; torchrun exits 1 whatever its
 // children's codes were, so the outcome is read from the text.
@@ -159,14 +156,14 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		return fmt.Errorf("torchrun: seq_len %d, batch_per_device %d and steps %d must be positive, warmup_steps %d not negative",
 			rc.SeqLen, rc.BatchPerDevice, rc.Steps, rc.WarmupSteps)
 	}
-	vars := Vars(rc, Paths{RunDir: "run", MetricsDir: "ranks", OutputDir: "output", ModelJSON: "model.json"})
+	vars := contract.Vars(rc, contract.Paths{RunDir: "run", MetricsDir: "ranks", OutputDir: "output", ModelJSON: "model.json"})
 	if o.Args != nil {
-		if _, err := Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
+		if _, err := contract.Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
 			return err
 		}
 	}
 	if o.MetricsFile != "" {
-		if _, err := Expand("torchrun: backend_options.metrics_file", []string{o.MetricsFile}, vars); err != nil {
+		if _, err := contract.Expand("torchrun: backend_options.metrics_file", []string{o.MetricsFile}, vars); err != nil {
 			return err
 		}
 	}
@@ -343,7 +340,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 // Finish.
 type Job struct {
 	// Paths are the run's files and directories.
-	Paths      Paths
+	Paths      contract.Paths
 	rc         sweeps.RunConfig
 	o          Options
 	vars       map[string]string
@@ -361,7 +358,7 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 	if err != nil {
 		return nil, err
 	}
-	j := &Job{rc: rc, o: o, Paths: Paths{RunDir: runDir, MetricsDir: filepath.Join(runDir, "ranks"),
+	j := &Job{rc: rc, o: o, Paths: contract.Paths{RunDir: runDir, MetricsDir: filepath.Join(runDir, "ranks"),
 		OutputDir: filepath.Join(runDir, "output"), ModelJSON: filepath.Join(runDir, "model.json")}}
 	p := j.Paths
 	// A repeat starts clean: a previous repeat's files must not pass for this one's.
@@ -390,10 +387,10 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 		return nil, err
 	}
 	j.torch = info.Version
-	j.vars = Vars(rc, p)
+	j.vars = contract.Vars(rc, p)
 	j.scriptArgs = ScriptArgs(rc, o, p)
 	if o.Args != nil {
-		if j.scriptArgs, err = Expand("torchrun: backend_options.args", o.Args, j.vars); err != nil {
+		if j.scriptArgs, err = contract.Expand("torchrun: backend_options.args", o.Args, j.vars); err != nil {
 			return nil, err
 		}
 	}
@@ -423,35 +420,15 @@ func (j *Job) Argv(node *Node) []string {
 // Env is what the job adds to its processes' environment: the metrics contract's
 // paths, and the devices assigned to the run on this host, if any.
 func (j *Job) Env(devices []int) []string {
-	env := []string{"FSDPBENCH_METRICS_DIR=" + j.Paths.MetricsDir, "FSDPBENCH_RUN_DIR=" + j.Paths.RunDir,
-		"FSDPBENCH_OUTPUT_DIR=" + j.Paths.OutputDir, "FSDPBENCH_RUN_ID=" + j.rc.ID}
+	env := []string{contract.EnvMetricsDir + "=" + j.Paths.MetricsDir, contract.EnvRunDir + "=" + j.Paths.RunDir,
+		contract.EnvOutputDir + "=" + j.Paths.OutputDir, contract.EnvRunID + "=" + j.rc.ID}
 	if j.rc.Hardware == "cpu" {
 		env = append(env, "FSDPBENCH_DEVICE=cpu")
 	}
 	if len(devices) > 0 {
-		env = append(env, "CUDA_VISIBLE_DEVICES="+visibleDevices(devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
+		env = append(env, "CUDA_VISIBLE_DEVICES="+contract.VisibleDevices(devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	}
 	return env
-}
-
-// visibleDevices is CUDA_VISIBLE_DEVICES for the devices assigned to a run. The
-// indices count the devices fsdpbench itself sees, so when fsdpbench runs under a
-// CUDA_VISIBLE_DEVICES of its own (a Slurm allocation, a shared box), index i is
-// the i-th entry of that list, not physical GPU i.
-func visibleDevices(devices []int, parent string) string {
-	var visible []string
-	if parent = strings.TrimSpace(parent); parent != "" {
-		visible = strings.Split(parent, ",")
-	}
-	ids := make([]string, len(devices))
-	for i, d := range devices {
-		if d < len(visible) {
-			ids[i] = strings.TrimSpace(visible[d])
-		} else {
-			ids[i] = strconv.Itoa(d)
-		}
-	}
-	return strings.Join(ids, ",")
 }
 
 // NewReport returns the Report to feed the job's output lines to.
@@ -517,26 +494,6 @@ func writeCommand(path string, argv []string) error {
 	return results.WriteFileAtomic(path, append(data, '\n'))
 }
 
-// stepLine is one FSDPBENCH line.
-type stepLine struct {
-	results.Step
-	Rank int `json:"rank"`
-}
-
-// parseStepLine reads a "FSDPBENCH {json}" line (anywhere in the line: torchrun's
-// --tee prefixes "[rank]:").
-func parseStepLine(line string) (stepLine, bool) {
-	var st stepLine
-	i := strings.Index(line, stepPrefix)
-	if i < 0 {
-		return st, false
-	}
-	if json.Unmarshal([]byte(line[i+len(stepPrefix):]), &st) != nil || st.Step.Step <= 0 {
-		return st, false
-	}
-	return st, true
-}
-
 // Report is what a job's output said: rank 0's step lines on stdout, and on
 // stderr how it ended (torchrun exits 1 whatever its children's codes were, so the
 // status is read from the text). Feed it every line; it is safe for concurrent use.
@@ -552,8 +509,8 @@ type Report struct {
 
 // Stdout takes one stdout line and returns the step it reports, if it is an
 // FSDPBENCH line.
-func (o *Report) Stdout(line string) (stepLine, bool) {
-	st, ok := parseStepLine(line)
+func (o *Report) Stdout(line string) (contract.StepLine, bool) {
+	st, ok := contract.ParseStepLine(line)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if ok {

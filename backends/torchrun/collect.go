@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
@@ -21,29 +21,6 @@ import (
 // LegacyMetricsFile is the name of the metrics file existing scripts write.
 const LegacyMetricsFile = "metrics.json"
 
-// rankFile is the metrics contract: what a script writes to
-// $FSDPBENCH_METRICS_DIR/rank-<r>.json. Only rank, tokens, measured_wall_s and
-// steps are required; the rest is reported when known.
-type rankFile struct {
-	Rank                  int            `json:"rank"`
-	WorldSize             int            `json:"world_size"`
-	Device                string         `json:"device"`
-	Tokens                int64          `json:"tokens"`
-	MeasuredWallS         float64        `json:"measured_wall_s"`
-	Steps                 []results.Step `json:"steps"`
-	Torch                 string         `json:"torch"`
-	GPU                   string         `json:"gpu"`
-	CUDA                  string         `json:"cuda"`
-	NCCL                  string         `json:"nccl"`
-	Host                  string         `json:"host"`
-	ModelFlopsPerToken    float64        `json:"model_flops_per_token"`
-	PeakMemAllocatedBytes *int64         `json:"peak_mem_allocated_bytes"`
-	PeakMemReservedBytes  *int64         `json:"peak_mem_reserved_bytes"`
-	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
-	AllocRetries          *int64         `json:"alloc_retries"`
-	CUDAOOMs              *int64         `json:"cuda_ooms"`
-}
-
 // collector gathers what a finished run left behind, in the order of trust: the
 // metrics contract's rank files, then the figures backend_options.logs reads from
 // the output, then a metrics.json of the existing-scripts kind, then the
@@ -51,7 +28,7 @@ type rankFile struct {
 type collector struct {
 	rc        sweeps.RunConfig
 	o         Options
-	paths     Paths
+	paths     contract.Paths
 	vars      map[string]string
 	stepLines []results.Step // from stdout, in order
 	lines     *logLines      // the output lines backend_options.logs reads
@@ -60,12 +37,12 @@ type collector struct {
 
 // collect fills res from the run's outputs, or says why it cannot.
 func (c *collector) collect(res *results.Result) error {
-	ranks, err := filepath.Glob(filepath.Join(c.paths.MetricsDir, "rank-*.json"))
+	ranks, err := contract.HasRankFiles(c.paths.MetricsDir)
 	if err != nil {
 		return err
 	}
 	switch {
-	case len(ranks) > 0:
+	case ranks:
 		if err := c.fromRankFiles(res); err != nil {
 			return err
 		}
@@ -100,81 +77,14 @@ func (c *collector) collect(res *results.Result) error {
 }
 
 func (c *collector) fromRankFiles(res *results.Result) error {
-	rc := c.rc
-	files := make([]rankFile, rc.WorldSize)
-	for r := range files {
-		path := filepath.Join(c.paths.MetricsDir, "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("torchrun: rank %d exited cleanly but its report is missing: %w", r, err)
-		}
-		if err := json.Unmarshal(data, &files[r]); err != nil {
-			return fmt.Errorf("torchrun: rank %d's report %s: %w", r, path, err)
-		}
-		if files[r].Rank != r {
-			return fmt.Errorf("torchrun: %s says rank %d", path, files[r].Rank)
-		}
-		if len(files[r].Steps) != rc.Steps {
-			return fmt.Errorf("torchrun: rank %d reported %d measured steps, want %d", r, len(files[r].Steps), rc.Steps)
-		}
-	}
-	res.Steps = make([]results.Step, rc.Steps)
-	for i := range res.Steps {
-		st := files[0].Steps[i]
-		st.Tokens = rc.TokensPerStep()
-		for _, f := range files[1:] {
-			st.StepTimeS = max(st.StepTimeS, f.Steps[i].StepTimeS)
-		}
-		res.Steps[i] = st
-	}
-	maxPtr := func(cur, v *int64) *int64 {
-		if v == nil || (cur != nil && *cur >= *v) {
-			return cur
-		}
-		return results.I64(*v)
-	}
-	var retries, ooms *int64
-	for _, f := range files {
-		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
-		res.PeakMemAllocatedBytes = maxPtr(res.PeakMemAllocatedBytes, f.PeakMemAllocatedBytes)
-		res.PeakMemReservedBytes = maxPtr(res.PeakMemReservedBytes, f.PeakMemReservedBytes)
-		res.PeakRSSBytes = maxPtr(res.PeakRSSBytes, f.PeakRSSBytes)
-		retries = maxPtr(retries, f.AllocRetries)
-		ooms = maxPtr(ooms, f.CUDAOOMs)
-		var loss *float64
-		if n := len(f.Steps); n > 0 {
-			loss = f.Steps[n-1].Loss
-		}
-		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, Host: f.Host, MeasuredWallS: f.MeasuredWallS,
-			Tokens: f.Tokens, PeakMemAllocatedBytes: f.PeakMemAllocatedBytes, PeakMemReservedBytes: f.PeakMemReservedBytes,
-			PeakRSSBytes: f.PeakRSSBytes, LossLast: loss})
-	}
-	if retries != nil || ooms != nil {
-		res.Extra = map[string]any{}
-		if retries != nil {
-			res.Extra["alloc_retries"] = *retries
-		}
-		if ooms != nil {
-			res.Extra["cuda_ooms"] = *ooms
-		}
-	}
-	f0 := files[0]
-	res.ModelFlopsPerToken = f0.ModelFlopsPerToken
-	res.Env.GPU, res.Env.CUDA, res.Env.NCCL = f0.GPU, f0.CUDA, f0.NCCL
-	if f0.Torch != "" {
-		res.Env.Torch = f0.Torch
-	}
-	if f0.Device == "cpu" {
-		res.Env.Hardware = "cpu"
-	}
-	return nil
+	return contract.ReadRanks(res, c.rc, c.paths.MetricsDir, "torchrun")
 }
 
 // findLegacy returns the metrics.json a script wrote: metrics_file when set, else
 // the one metrics.json under the run's output directory (or "" when none is).
 func (c *collector) findLegacy() (string, error) {
 	if c.o.MetricsFile != "" {
-		p, err := Expand("backend_options.metrics_file", []string{c.o.MetricsFile}, c.vars)
+		p, err := contract.Expand("backend_options.metrics_file", []string{c.o.MetricsFile}, c.vars)
 		if err != nil {
 			return "", err
 		}

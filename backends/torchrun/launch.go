@@ -8,6 +8,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -23,7 +24,7 @@ type Node struct {
 }
 
 // ScriptArgs are the project script's flags for rc.
-func ScriptArgs(rc sweeps.RunConfig, o Options, p Paths) []string {
+func ScriptArgs(rc sweeps.RunConfig, o Options, p contract.Paths) []string {
 	args := []string{
 		"--seed", strconv.FormatInt(rc.Seed, 10),
 		"--seq-len", strconv.Itoa(rc.SeqLen),

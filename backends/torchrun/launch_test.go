@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -36,9 +37,9 @@ func gpuRun() sweeps.RunConfig {
 		BackwardPrefetch: sweeps.BackwardPre, MixedPrecision: sweeps.BF16, WrapPolicy: "transformer"}
 }
 
-func TestExpand(t *testing.T) {
+func TestExpandTemplate(t *testing.T) {
 	rc := gpuRun()
-	vars := Vars(rc, Paths{RunDir: "/r", MetricsDir: "/r/ranks", OutputDir: "/r/output", ModelJSON: "/r/model.json"})
+	vars := contract.Vars(rc, contract.Paths{RunDir: "/r", MetricsDir: "/r/ranks", OutputDir: "/r/output", ModelJSON: "/r/model.json"})
 	tests := []struct {
 		tmpl []string
 		want []string
@@ -50,7 +51,7 @@ func TestExpand(t *testing.T) {
 		{[]string{"--steps", "{total_steps}", "--ga", "{grad_accum}"}, []string{"--steps", "23", "--ga", "1"}},
 	}
 	for _, tc := range tests {
-		got, err := Expand("args", tc.tmpl, vars)
+		got, err := contract.Expand("args", tc.tmpl, vars)
 		require.NoError(t, err, "%q", tc.tmpl)
 		assert.Equal(t, tc.want, got, "%q", tc.tmpl)
 	}
@@ -65,7 +66,7 @@ func TestExpand(t *testing.T) {
 		{[]string{"{sharding?--x}"}, `{sharding?...} needs a boolean, and sharding is "full_shard"`},
 	}
 	for _, tc := range bad {
-		_, err := Expand("args", tc.tmpl, vars)
+		_, err := contract.Expand("args", tc.tmpl, vars)
 		require.Error(t, err, "%q", tc.tmpl)
 		assert.Contains(t, err.Error(), tc.want)
 	}
@@ -105,7 +106,7 @@ func TestCommandLines(t *testing.T) {
 	rc := gpuRun()
 	o, err := ParseOptions(nil)
 	require.NoError(t, err)
-	p := Paths{RunDir: "/results/s/runs/x", MetricsDir: "/results/s/runs/x/ranks", OutputDir: "/results/s/runs/x/output",
+	p := contract.Paths{RunDir: "/results/s/runs/x", MetricsDir: "/results/s/runs/x/ranks", OutputDir: "/results/s/runs/x/output",
 		ModelJSON: "/results/s/runs/x/model.json"}
 	args := ScriptArgs(rc, o, p)
 	var sb strings.Builder
@@ -149,10 +150,4 @@ func TestCommandLines(t *testing.T) {
 	unknown.Model = "/nonexistent/config.json"
 	_, err = AccelerateConfig(unknown, o)
 	assert.ErrorContains(t, err, "set backend_options.layer_class")
-}
-
-func TestVisibleDevices(t *testing.T) {
-	assert.Equal(t, "0,1", visibleDevices([]int{0, 1}, ""))
-	assert.Equal(t, "2,3", visibleDevices([]int{0, 1}, "2,3"), "fsdpbench's own device 0 is physical GPU 2")
-	assert.Equal(t, "GPU-abc,GPU-def", visibleDevices([]int{1, 2}, "GPU-xyz, GPU-abc,GPU-def"))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -62,7 +63,7 @@ func (b *Backend) attach(ctx context.Context, rc sweeps.RunConfig, runDir string
 	if err != nil {
 		return nil, err
 	}
-	j := &Job{rc: rc, o: o, Paths: Paths{RunDir: runDir, MetricsDir: filepath.Join(runDir, "ranks"),
+	j := &Job{rc: rc, o: o, Paths: contract.Paths{RunDir: runDir, MetricsDir: filepath.Join(runDir, "ranks"),
 		OutputDir: filepath.Join(runDir, "output"), ModelJSON: filepath.Join(runDir, "model.json")}}
 	j.script = filepath.Join(runDir, "fsdpbench_train.py")
 	if o.Script != "" {
@@ -78,7 +79,7 @@ func (b *Backend) attach(ctx context.Context, rc sweeps.RunConfig, runDir string
 		return nil, err
 	}
 	j.torch = info.Version
-	j.vars = Vars(rc, j.Paths)
+	j.vars = contract.Vars(rc, j.Paths)
 	if o.Launcher == LauncherAccelerate {
 		j.accelCfg = filepath.Join(runDir, "accelerate_config.yaml")
 	}

@@ -11,10 +11,11 @@
 //	backend_options:
 //	  command: ["python3", "train.py", "--bs", "{batch_per_device}", "--ws", "{world_size}"]
 //
-// command is an argv (no shell); {axis} is replaced by the run's value of any
-// run_args.json key (world_size, batch_per_device, sharding, seq_len, steps, ...), and
-// {run_dir} and {metrics_dir} by those directories. The command gets
-// FSDPBENCH_METRICS_DIR and FSDPBENCH_RUN_DIR in its environment (and
+// command is an argv (no shell) and a template as the torchrun backend's args
+// (backends/contract): {axis} is the run's value of an axis (world_size,
+// batch_per_device, sharding, seq_len, steps, ...), {bool?text} a conditional flag,
+// {run_dir} and {metrics_dir} those directories. The command gets
+// FSDPBENCH_METRICS_DIR, FSDPBENCH_RUN_DIR and FSDPBENCH_RUN_ID in its environment (and
 // CUDA_VISIBLE_DEVICES when fsdpbench assigned devices) and must:
 //   - write ranks/rank-<r>.json for every rank r < world_size into $FSDPBENCH_METRICS_DIR:
 //     {"rank", "world_size", "device", "tokens", "measured_wall_s", "steps": [{"step",
@@ -29,22 +30,19 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/plugins/sdk"
 	"github.com/fsdpbench/fsdpbench/results"
@@ -55,14 +53,6 @@ func main() { sdk.Serve(backend{}) }
 
 // killGrace is how long the command has between SIGTERM and SIGKILL.
 const killGrace = 2 * time.Second
-
-// Exit codes of the command with a meaning (as the torchrun backend's script).
-const (
-	exitInfeasible = 3
-	exitOOM        = 4
-)
-
-var placeholder = regexp.MustCompile(`\{([a-z_]+)\}`)
 
 type backend struct{}
 
@@ -81,7 +71,8 @@ func (backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	return err
 }
 
-// argv expands backend_options.command for rc.
+// argv expands backend_options.command for rc (contract.Expand: {axis},
+// {bool?text}, {run_dir}, {metrics_dir}, ...).
 func argv(rc sweeps.RunConfig, runDir, metricsDir string) ([]string, error) {
 	for k := range rc.BackendOptions {
 		if k != "command" {
@@ -92,61 +83,16 @@ func argv(rc sweeps.RunConfig, runDir, metricsDir string) ([]string, error) {
 	if !ok || len(list) == 0 {
 		return nil, errors.New(`exec: backend_options.command must be a non-empty list of strings, e.g. ["python3", "train.py", "--bs", "{batch_per_device}"]`)
 	}
-	values, err := axisValues(rc)
-	if err != nil {
-		return nil, err
-	}
-	values["run_dir"], values["metrics_dir"] = runDir, metricsDir
-	out := make([]string, len(list))
+	tmpl := make([]string, len(list))
 	for i, a := range list {
 		s, ok := a.(string)
 		if !ok {
 			return nil, fmt.Errorf("exec: backend_options.command[%d] must be a string, got %T", i, a)
 		}
-		var missing string
-		out[i] = placeholder.ReplaceAllStringFunc(s, func(m string) string {
-			v, ok := values[m[1:len(m)-1]]
-			if !ok && missing == "" {
-				missing = m
-			}
-			return v
-		})
-		if missing != "" {
-			known := make([]string, 0, len(values))
-			for k := range values {
-				known = append(known, k)
-			}
-			sort.Strings(known)
-			return nil, fmt.Errorf("exec: backend_options.command[%d]: unknown placeholder %s (known: %s)", i, missing, strings.Join(known, ", "))
-		}
+		tmpl[i] = s
 	}
-	return out, nil
-}
-
-// axisValues is every scalar of rc's JSON form, as text.
-func axisValues(rc sweeps.RunConfig) (map[string]string, error) {
-	data, err := json.Marshal(rc)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.UseNumber() // 8 stays "8", not "8e+00"
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for k, v := range m {
-		switch v := v.(type) {
-		case string:
-			out[k] = v
-		case json.Number:
-			out[k] = v.String()
-		case bool:
-			out[k] = strconv.FormatBool(v)
-		}
-	}
-	return out, nil
+	vars := contract.Vars(rc, contract.Paths{RunDir: runDir, MetricsDir: metricsDir, OutputDir: runDir})
+	return contract.Expand("exec: backend_options.command", tmpl, vars)
 }
 
 func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
@@ -169,13 +115,10 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	// Its own group, so cancellation reaches whatever it starts; and killed with
 	// this plugin should the plugin die first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = append(os.Environ(), "FSDPBENCH_METRICS_DIR="+metricsDir, "FSDPBENCH_RUN_DIR="+runDir)
+	cmd.Env = append(os.Environ(), contract.EnvMetricsDir+"="+metricsDir, contract.EnvRunDir+"="+runDir,
+		contract.EnvRunID+"="+rc.ID)
 	if len(env.Devices) > 0 {
-		ids := make([]string, len(env.Devices))
-		for i, d := range env.Devices {
-			ids[i] = strconv.Itoa(d)
-		}
-		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","))
+		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+contract.VisibleDevices(env.Devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -198,15 +141,7 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	go func() {
 		defer wg.Done()
 		scan(stdout, env.Stdout, func(line string) {
-			rest, ok := strings.CutPrefix(line, "FSDPBENCH ")
-			if !ok {
-				return
-			}
-			var st struct {
-				results.Step
-				Rank int `json:"rank"`
-			}
-			if json.Unmarshal([]byte(rest), &st) == nil {
+			if st, ok := contract.ParseStepLine(line); ok {
 				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}
@@ -243,9 +178,9 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	switch {
 	case ctx.Err() != nil:
 		res.Status, res.Error = results.StatusCanceled, ctx.Err().Error()
-	case errors.As(waitErr, &ee) && ee.ExitCode() == exitInfeasible:
+	case errors.As(waitErr, &ee) && ee.ExitCode() == contract.ExitInfeasible:
 		res.Status, res.Error = results.StatusInfeasible, lastLine
-	case errors.As(waitErr, &ee) && ee.ExitCode() == exitOOM:
+	case errors.As(waitErr, &ee) && ee.ExitCode() == contract.ExitOOM:
 		res.Status, res.Error = results.StatusOOM, lastLine
 	case waitErr != nil:
 		res.Status, res.Error = results.StatusFailed, fmt.Sprintf("exec: %s %v: %s (see stderr.log)", args[0], waitErr, lastLine)
@@ -273,58 +208,11 @@ func scan(r io.Reader, sink io.Writer, f func(string)) {
 	_, _ = io.Copy(io.Discard, r)
 }
 
-// rankFile is one rank's report (the torchrun backend's format).
-type rankFile struct {
-	Rank                  int            `json:"rank"`
-	Device                string         `json:"device"`
-	Tokens                int64          `json:"tokens"`
-	MeasuredWallS         float64        `json:"measured_wall_s"`
-	Steps                 []results.Step `json:"steps"`
-	PeakMemAllocatedBytes *int64         `json:"peak_mem_allocated_bytes"`
-	PeakMemReservedBytes  *int64         `json:"peak_mem_reserved_bytes"`
-	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
-}
-
-// collect reads every rank's report into res: steps as the slowest rank saw them,
-// peaks as the highest rank's.
+// collect reads every rank's report into res (the metrics contract); the model
+// axis names what the command trained, so its FLOPs come from the shape.
 func collect(res *results.Result, rc sweeps.RunConfig, dir string) error {
-	files := make([]rankFile, rc.WorldSize)
-	for r := range files {
-		path := filepath.Join(dir, "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("exec: the command exited 0 but rank %d's report is missing: %w", r, err)
-		}
-		if err := json.Unmarshal(data, &files[r]); err != nil {
-			return fmt.Errorf("exec: rank %d's report %s: %w", r, path, err)
-		}
-		if len(files[r].Steps) != rc.Steps {
-			return fmt.Errorf("exec: rank %d reported %d measured steps, want %d", r, len(files[r].Steps), rc.Steps)
-		}
-	}
-	res.Steps = make([]results.Step, rc.Steps)
-	for i := range res.Steps {
-		st := files[0].Steps[i]
-		st.Tokens = rc.TokensPerStep()
-		for _, f := range files[1:] {
-			st.StepTimeS = max(st.StepTimeS, f.Steps[i].StepTimeS)
-		}
-		res.Steps[i] = st
-	}
-	peak := func(cur, v *int64) *int64 {
-		if v == nil || (cur != nil && *cur >= *v) {
-			return cur
-		}
-		return results.I64(*v)
-	}
-	for _, f := range files {
-		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
-		res.PeakMemAllocatedBytes = peak(res.PeakMemAllocatedBytes, f.PeakMemAllocatedBytes)
-		res.PeakMemReservedBytes = peak(res.PeakMemReservedBytes, f.PeakMemReservedBytes)
-		res.PeakRSSBytes = peak(res.PeakRSSBytes, f.PeakRSSBytes)
-		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens,
-			PeakMemAllocatedBytes: f.PeakMemAllocatedBytes, PeakMemReservedBytes: f.PeakMemReservedBytes,
-			PeakRSSBytes: f.PeakRSSBytes, LossLast: f.Steps[len(f.Steps)-1].Loss})
+	if err := contract.ReadRanks(res, rc, dir, "exec"); err != nil {
+		return err
 	}
 	if shape, err := shapes.Lookup(rc.Model); err == nil {
 		res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)

@@ -1,4 +1,9 @@
-package torchrun
+// Package contract is what fsdpbench and a training script it launches agree on,
+// whatever launches it (the torchrun backend, the exec plugin): argument templates
+// that map a run's axes onto the script's own flags, the per-rank metrics files the
+// script writes to $FSDPBENCH_METRICS_DIR, and the "FSDPBENCH {json}" step lines it
+// prints. README: "Your own PyTorch script under the torchrun backend".
+package contract
 
 import (
 	"fmt"
