@@ -1,7 +1,6 @@
 package torchrun
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
@@ -264,56 +262,23 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = job.Paths.OutputDir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), job.Env(env.Devices)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return res, err
-	}
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("torchrun: starting %s: %w", argv[0], err)
-	}
-	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
-
-	var wg sync.WaitGroup
 	rep := job.NewReport()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		scan(stdout, env.Stdout, func(line string) {
+	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
+		Stdout: func(line string) {
 			if st, ok := rep.Stdout(line); ok {
 				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}
-		})
-	}()
-	go func() {
-		defer wg.Done()
-		scan(stderr, env.Stderr, rep.Stderr)
-	}()
-
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(killGrace):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			}
-		case <-done:
-		}
-	}()
-	wg.Wait()
-	waitErr := cmd.Wait()
-	close(done)
-	// Whatever the ranks left behind (a rank that outlived torchrun) goes too.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		},
+		Stderr:     rep.Stderr,
+		StdoutSink: env.Stdout,
+		StderrSink: env.Stderr,
+		Started:    func() { emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()}) },
+	})
+	if !started {
+		return res, fmt.Errorf("torchrun: starting %s: %w", argv[0], waitErr)
+	}
 	res.Finished = time.Now()
 
 	if ctx.Err() != nil {
@@ -585,18 +550,4 @@ func stripRankPrefix(t string) string {
 		}
 	}
 	return t
-}
-
-// scan copies r to sink (when set) line by line and hands each line to f.
-func scan(r io.Reader, sink io.Writer, f func(string)) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if sink != nil {
-			_, _ = io.WriteString(sink, line+"\n")
-		}
-		f(line)
-	}
-	_, _ = io.Copy(io.Discard, r)
 }

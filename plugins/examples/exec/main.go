@@ -28,16 +28,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -112,66 +109,34 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = runDir
-	// Its own group, so cancellation reaches whatever it starts; and killed with
-	// this plugin should the plugin die first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Killed with this plugin should the plugin die first (RunGroup gives it its
+	// own process group, so cancellation reaches whatever it starts).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append(os.Environ(), contract.EnvMetricsDir+"="+metricsDir, contract.EnvRunDir+"="+runDir,
 		contract.EnvRunID+"="+rc.ID)
 	if len(env.Devices) > 0 {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+contract.VisibleDevices(env.Devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return res, err
-	}
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("exec: starting %s: %w", args[0], err)
-	}
-	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
-
-	var (
-		wg       sync.WaitGroup
-		lastLine string
-	)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		scan(stdout, env.Stdout, func(line string) {
+	var lastLine string // stderr's, the command's reason when it fails
+	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
+		Stdout: func(line string) {
 			if st, ok := contract.ParseStepLine(line); ok {
 				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}
-		})
-	}()
-	go func() {
-		defer wg.Done()
-		scan(stderr, env.Stderr, func(line string) {
+		},
+		Stderr: func(line string) {
 			if t := strings.TrimSpace(line); t != "" {
 				lastLine = t
 			}
-		})
-	}()
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(killGrace):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			}
-		case <-done:
-		}
-	}()
-	wg.Wait()
-	waitErr := cmd.Wait()
-	close(done)
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
+		},
+		StdoutSink: env.Stdout,
+		StderrSink: env.Stderr,
+		Started:    func() { emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()}) },
+	})
+	if !started {
+		return res, fmt.Errorf("exec: starting %s: %w", args[0], waitErr)
+	}
 	res.Finished = time.Now()
 
 	var ee *exec.ExitError
@@ -193,19 +158,6 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
-}
-
-// scan copies r to sink line by line and hands each line to f.
-func scan(r io.Reader, sink io.Writer, f func(string)) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
-	for sc.Scan() {
-		if sink != nil {
-			_, _ = io.WriteString(sink, sc.Text()+"\n")
-		}
-		f(sc.Text())
-	}
-	_, _ = io.Copy(io.Discard, r)
 }
 
 // collect reads every rank's report into res (the metrics contract); the model
