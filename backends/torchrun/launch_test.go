@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -150,4 +151,25 @@ func TestCommandLines(t *testing.T) {
 	unknown.Model = "/nonexistent/config.json"
 	_, err = AccelerateConfig(unknown, o)
 	assert.ErrorContains(t, err, "set backend_options.layer_class")
+}
+
+// TestGPUExample keeps examples/gpu/torchrun-llama1b-1xh100.yaml (issue 4's GPU
+// table, run where a GPU is) loadable: every run's options parse, its model's shape
+// is known (for MFU), and its command line asks for what the table needs.
+func TestGPUExample(t *testing.T) {
+	plan, err := sweeps.Load("../../examples/gpu/torchrun-llama1b-1xh100.yaml", sweeps.Options{})
+	require.NoError(t, err)
+	require.Len(t, plan.Runs, 6)
+	for _, rc := range plan.Runs {
+		o, err := ParseOptions(rc.BackendOptions)
+		require.NoError(t, err)
+		assert.Equal(t, ModelTransformers, o.ModelImpl)
+		shape, err := shapes.Lookup(filepath.Join("../..", rc.Model)) // the spec's paths are from the repository root
+		require.NoError(t, err)
+		assert.Equal(t, int64(1_235_814_400), shape.Params(), "Llama 3.2 1B")
+		args := strings.Join(ScriptArgs(rc, o, contract.Paths{}), " ")
+		assert.Contains(t, args, "--model-impl transformers --hf-config "+rc.Model)
+		assert.Contains(t, args, "--mixed-precision bf16")
+		assert.Equal(t, rc.ActivationCheckpointing, strings.Contains(args, "--activation-checkpointing"))
+	}
 }
