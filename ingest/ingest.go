@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/torchrun"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -383,10 +384,7 @@ func readJSON(path string) (map[string]any, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			off := min(max(int(se.Offset)-1, 0), len(data))
-			line := 1 + strings.Count(string(data[:off]), "\n")
-			col := off - strings.LastIndexByte(string(data[:off]), '\n')
-			return nil, fmt.Errorf("%s:%d:%d: not valid JSON: %v", path, line, col, err)
+			return nil, fmt.Errorf("%s: not valid JSON: %v", contract.JSONPos(path, data, err), err)
 		}
 		return nil, fmt.Errorf("%s: not a JSON object: %v", path, err)
 	}

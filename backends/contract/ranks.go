@@ -2,6 +2,7 @@ package contract
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -173,4 +174,18 @@ func VisibleDevices(devices []int, parent string) string {
 		}
 	}
 	return strings.Join(ids, ",")
+}
+
+// JSONPos is path:line:col of a JSON syntax error in data (a metrics file), or
+// path for any other error, so a message can point an editor at the spot.
+func JSONPos(path string, data []byte, err error) string {
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return path
+	}
+	// Offset counts the bytes read, the offending one included.
+	off := min(max(int(se.Offset)-1, 0), len(data))
+	line := 1 + strings.Count(string(data[:off]), "\n")
+	col := off - strings.LastIndexByte(string(data[:off]), '\n')
+	return fmt.Sprintf("%s:%d:%d", path, line, col)
 }

@@ -138,7 +138,7 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 	}
 	var m map[string]any
 	if err := json.Unmarshal(data, &m); err != nil {
-		return fmt.Errorf("torchrun: %s is not a JSON object: %w", jsonPos(path, data, err), err)
+		return fmt.Errorf("torchrun: %s is not a JSON object: %w", contract.JSONPos(path, data, err), err)
 	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("torchrun: %s: %s", path, fmt.Sprintf(format, a...))
@@ -228,19 +228,6 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 		}
 	}
 	return nil
-}
-
-// jsonPos is path:line:col of a JSON syntax error, or path.
-func jsonPos(path string, data []byte, err error) string {
-	var se *json.SyntaxError
-	if !errors.As(err, &se) {
-		return path
-	}
-	// Offset counts the bytes read, the offending one included.
-	off := min(max(int(se.Offset)-1, 0), len(data))
-	line := 1 + strings.Count(string(data[:off]), "\n")
-	col := off - strings.LastIndexByte(string(data[:off]), '\n')
-	return fmt.Sprintf("%s:%d:%d", path, line, col)
 }
 
 func presentKeys(m map[string]any) string {

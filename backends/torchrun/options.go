@@ -2,7 +2,6 @@ package torchrun
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -80,12 +79,7 @@ func ParseOptions(m map[string]any) (Options, error) {
 		ModelImpl: ModelBuiltin, AccelerateFSDPVersion: 1, StateDictType: "SHARDED_STATE_DICT", RdzvPort: DefaultRdzvPort}
 	_, script := m["script"]
 	o.TrainsModelAxis = !script
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(m) {
 		if err := o.set(k, m[k]); err != nil {
 			return o, fmt.Errorf("torchrun: backend_options.%s: %w", k, err)
 		}
