@@ -52,9 +52,26 @@ func LoadPath(path string) ([]Run, error) {
 		return nil, fmt.Errorf("%s: %w (expected the array `fsdpbench export --format json` writes)", path, err)
 	}
 	runs := make([]Run, len(exported))
+	seen := map[[2]string]int{}
 	for i, e := range exported {
 		if e.Config.ID == "" {
 			return nil, fmt.Errorf("%s: element %d has no config.id; export the runs again with `fsdpbench export --format json`", path, i)
+		}
+		at := fmt.Sprintf("%s: element %d", path, i)
+		if j, ok := seen[[2]string{e.Config.Sweep, e.Config.ID}]; ok {
+			return nil, fmt.Errorf("%s repeats run %s of sweep %q (element %d); export the runs again with `fsdpbench export --format json`",
+				at, clip(e.Config.ID), clip(e.Config.Sweep), j)
+		}
+		seen[[2]string{e.Config.Sweep, e.Config.ID}] = i
+		if err := CheckMetrics(&e.Config, &e.Metrics); err != nil {
+			var ie *InvalidRunError
+			if errors.As(err, &ie) {
+				ie.Path = at
+			}
+			return nil, err
+		}
+		if field, msg := checkDerived(&e.Derived); field != "" {
+			return nil, &InvalidRunError{Run: e.Config.ID, Path: at, Field: "derived." + field, Msg: msg}
 		}
 		runs[i] = Run{Config: e.Config, Metrics: e.Metrics, Derived: e.Derived}
 	}

@@ -20,16 +20,19 @@ import (
 // each run's metrics.json is written. It only makes Load fast; the run directories
 // stay the truth.
 //
-// A line holds the run's config and metrics and the size and modification time of
-// the metrics.json it copies. Load takes a run from the index only when its
-// metrics.json still has that size and time, and reads the run directory otherwise,
-// so no way of stopping a sweep leaves Load wrong:
+// A line holds the run's config and metrics (and the size and modification time of
+// the metrics.json it copies, which older versions compared). Load takes a run from
+// the index only when the line's config and metrics, encoded as the store writes
+// them, are byte for byte the run's run_args.json and metrics.json, and reads the
+// files otherwise, so no way of stopping a sweep, and no stale or forged line,
+// leaves Load wrong:
 //   - killed after metrics.json, before the line: the run is not in the index (or an
 //     older line no longer matches), so Load reads its directory;
 //   - killed in the middle of a line: the torn line does not parse and is ignored
 //     (the next append starts on a new line);
-//   - a run rerun, its directory deleted or its metrics.json edited by hand: the
-//     stored size/time no longer match, or the directory is gone.
+//   - a run rerun, its directory deleted or a file edited by hand (even keeping its
+//     size and time), or a line written by anything else: the line no longer holds
+//     what the files hold, or the directory is gone.
 //
 // The last line for a run wins. Deleting the file is always safe.
 const IndexFile = "index.jsonl"
@@ -115,7 +118,8 @@ func readIndex(sweepDir string) (map[string]*indexEntry, error) {
 }
 
 // loadSweep reads the finished runs of one sweep directory: from the index where it
-// is current, from the run directories otherwise (in parallel either way).
+// is current, from the run directories otherwise (in parallel either way). Every run
+// is checked (checkRun): a run that is not valid fails the load, naming its file.
 func loadSweep(sd string) ([]Run, error) {
 	entries, err := os.ReadDir(filepath.Join(sd, RunsDir))
 	if err != nil {
@@ -123,6 +127,12 @@ func loadSweep(sd string) ([]Run, error) {
 	}
 	var names []string
 	for _, e := range entries {
+		if e.Type()&fs.ModeSymlink != 0 {
+			// A link would show another sweep's run (or any directory) under this
+			// sweep's name; sweep refuses it too.
+			return nil, fmt.Errorf("results %s: is a symbolic link; a run directory must be a real directory of its sweep "+
+				"(copy the run there, or remove the link)", filepath.Join(sd, RunsDir, e.Name()))
+		}
 		if e.IsDir() {
 			names = append(names, e.Name())
 		}
@@ -137,25 +147,11 @@ func loadSweep(sd string) ([]Run, error) {
 	iter.ForEachIdx(names, func(i int, name *string) {
 		rd := filepath.Join(sd, RunsDir, *name)
 		mf := filepath.Join(rd, MetricsFile)
-		if e := index[*name]; e != nil {
-			if fi, err := os.Stat(mf); err == nil && fi.Size() == e.MetricsSize && fi.ModTime().UnixNano() == e.MetricsMtimeNs {
-				runs[i] = Run{Config: e.Config, Metrics: e.Metrics, Dir: rd}
-				found[i] = true
-				return
-			}
+		r, ok, err := readRun(rd, mf, index[*name])
+		if err == nil && ok {
+			err = checkRun(*name, rd, &r)
 		}
-		r := Run{Dir: rd}
-		if err := readJSON(mf, &r.Metrics); err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				errs[i] = err
-			}
-			return // not finished
-		}
-		if err := readJSON(filepath.Join(rd, RunArgsFile), &r.Config); err != nil {
-			errs[i] = fmt.Errorf("run %s has metrics but no readable config: %w", rd, err)
-			return
-		}
-		runs[i], found[i] = r, true
+		runs[i], found[i], errs[i] = r, ok, err
 	})
 	out := runs[:0]
 	for i := range runs {
@@ -167,4 +163,58 @@ func loadSweep(sd string) ([]Run, error) {
 		}
 	}
 	return out, nil
+}
+
+// readRun reads the run in directory rd: from its index entry e when e holds exactly
+// what the run's files hold, from the files otherwise. ok is false for a run that
+// did not finish (no metrics.json).
+//
+// The entry is checked against the files' bytes, not their size and time: its
+// config and metrics, encoded as the store writes them, must be the files. So a
+// stale or forged line never outranks the files it caches, and a file edited by
+// hand is read as it is now. The files are read either way; what the index saves is
+// decoding them.
+func readRun(rd, mf string, e *indexEntry) (Run, bool, error) {
+	r := Run{Dir: rd}
+	if e != nil && cached(mf, e.Metrics) && cached(filepath.Join(rd, RunArgsFile), e.Config) {
+		r.Config, r.Metrics = e.Config, e.Metrics
+		return r, true, nil
+	}
+	if err := readJSON(mf, &r.Metrics); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return r, false, nil // not finished
+		}
+		return r, false, err
+	}
+	if err := readJSON(filepath.Join(rd, RunArgsFile), &r.Config); err != nil {
+		return r, false, fmt.Errorf("run %s has metrics but no readable config: %w", rd, err)
+	}
+	return r, true, nil
+}
+
+// cached reports whether the file at path holds v exactly as writeJSON writes it.
+func cached(path string, v any) bool {
+	want, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return false
+	}
+	got, err := os.ReadFile(path)
+	return err == nil && len(got) == len(want)+1 && got[len(want)] == '\n' && bytes.Equal(got[:len(want)], want)
+}
+
+// checkRun checks a run read from directory rd (named name): its stored ID is the
+// directory's name, and its metrics pass CheckMetrics.
+func checkRun(name, rd string, r *Run) error {
+	if r.Config.ID != name {
+		return &InvalidRunError{Run: name, Path: filepath.Join(rd, RunArgsFile), Field: "id",
+			Msg: fmt.Sprintf("%q is not the name of its directory %q", clip(r.Config.ID), name)}
+	}
+	if err := CheckMetrics(&r.Config, &r.Metrics); err != nil {
+		var ie *InvalidRunError
+		if errors.As(err, &ie) {
+			ie.Path = filepath.Join(rd, MetricsFile)
+		}
+		return err
+	}
+	return nil
 }

@@ -124,16 +124,25 @@ func (s *SweepDir) ReadRunArgs(id string) (sweeps.RunConfig, error) {
 }
 
 // WriteMetrics stores the run's normalized metrics (metrics.json). Written last, it
-// marks the run as finished: a run without metrics.json did not finish. It then
-// appends the run to the sweep's index (IndexFile) with the config in
-// run_args.json; the index is only a cache, so failing to update it is not an error.
+// marks the run as finished: a run without metrics.json did not finish. Metrics that
+// fail CheckMetrics (against the config in run_args.json) are refused, so that no
+// writer stores a run that Load would refuse. It then appends the run to the sweep's
+// index (IndexFile); the index is only a cache, so failing to update it is not an
+// error.
 func (s *SweepDir) WriteMetrics(id string, m Metrics) error {
+	var rc *sweeps.RunConfig
+	var stored sweeps.RunConfig
+	if err := readJSON(filepath.Join(s.RunDir(id), RunArgsFile), &stored); err == nil {
+		rc = &stored
+	}
+	if err := CheckMetrics(rc, &m); err != nil {
+		return fmt.Errorf("not storing %s: %w", filepath.Join(s.RunDir(id), MetricsFile), err)
+	}
 	if err := writeJSON(filepath.Join(s.RunDir(id), MetricsFile), m); err != nil {
 		return err
 	}
-	var rc sweeps.RunConfig
-	if err := readJSON(filepath.Join(s.RunDir(id), RunArgsFile), &rc); err == nil {
-		_ = s.appendIndex(id, rc, m) // Load checks every line against metrics.json anyway
+	if rc != nil {
+		_ = s.appendIndex(id, *rc, m) // Load checks every line against the files anyway
 	}
 	return nil
 }
