@@ -255,6 +255,19 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 	return nil
 }
 
+// CheckRun checks a run about to be reported: its metrics (CheckMetrics, against
+// its config) and its derived figures. The error names the run and the field, so a
+// reporter that cannot render a figure says which run holds it.
+func CheckRun(r *Run) error {
+	if err := CheckMetrics(&r.Config, &r.Metrics); err != nil {
+		return err
+	}
+	if field, msg := checkDerived(&r.Derived); field != "" {
+		return &InvalidRunError{Run: r.Config.ID, Field: "derived." + field, Msg: msg}
+	}
+	return nil
+}
+
 // inRange says why v is not a finite figure in [lo, hi]; "" when it is.
 func inRange(v, lo, hi float64) string {
 	switch {

@@ -63,17 +63,14 @@ func LoadPath(path string) ([]Run, error) {
 				at, clip(e.Config.ID), clip(e.Config.Sweep), j)
 		}
 		seen[[2]string{e.Config.Sweep, e.Config.ID}] = i
-		if err := CheckMetrics(&e.Config, &e.Metrics); err != nil {
+		runs[i] = Run{Config: e.Config, Metrics: e.Metrics, Derived: e.Derived}
+		if err := CheckRun(&runs[i]); err != nil {
 			var ie *InvalidRunError
 			if errors.As(err, &ie) {
 				ie.Path = at
 			}
 			return nil, err
 		}
-		if field, msg := checkDerived(&e.Derived); field != "" {
-			return nil, &InvalidRunError{Run: e.Config.ID, Path: at, Field: "derived." + field, Msg: msg}
-		}
-		runs[i] = Run{Config: e.Config, Metrics: e.Metrics, Derived: e.Derived}
 	}
 	return runs, nil
 }
@@ -146,7 +143,8 @@ type SideStat struct {
 	// Value is the headline figure (metrics.json; Column.Value).
 	Value float64 `json:"value"`
 	// N is the number of per-repeat samples; with N >= MinStatRepeats, Center, Lo and
-	// Hi are the median and its 95% CI (benchmath.AssumeNothing, as benchstat).
+	// Hi are the median and its 95% CI (benchmath.AssumeNothing, as benchstat). With
+	// fewer, Center is the median and Lo = Hi = Center (no finite interval).
 	N      int       `json:"n"`
 	Center float64   `json:"center"`
 	Lo     float64   `json:"lo"`
@@ -180,7 +178,12 @@ func sideStat(c *Column, r *Run) *SideStat {
 		s.sample = append([]float64(nil), xs...)
 		s.N = len(xs)
 		sum := benchmath.AssumeNothing.Summary(benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds), Confidence)
-		s.Center, s.Lo, s.Hi = sum.Center, sum.Lo, sum.Hi
+		s.Center, s.Lo, s.Hi = sum.Center, sum.Center, sum.Center
+		if !math.IsInf(sum.Lo, 0) && !math.IsInf(sum.Hi, 0) {
+			// Fewer than MinStatRepeats samples give an infinite interval, which says
+			// nothing and which JSON cannot hold: no interval then.
+			s.Lo, s.Hi = sum.Lo, sum.Hi
+		}
 	}
 	return s
 }
@@ -227,7 +230,9 @@ func compareMetric(c *Column, b, cur *Run, alpha float64) Delta {
 		base, now = d.Baseline.Center, d.Current.Center
 	}
 	if base != 0 {
-		d.Change = F64(now/base - 1)
+		// A tiny baseline can overflow the ratio; JSON holds no infinity, and the
+		// largest float says "beyond any limit" as well.
+		d.Change = F64(max(-math.MaxFloat64, min(math.MaxFloat64, now/base-1)))
 	}
 	return d
 }
