@@ -98,7 +98,7 @@ func runGate(t *testing.T, baseDir, curDir string, opt GateOptions) *GateReport 
 
 func TestGateVerdicts(t *testing.T) {
 	baseDir, curDir := gateTrees(t)
-	g := runGate(t, baseDir, curDir, GateOptions{})
+	g := runGate(t, baseDir, curDir, GateOptions{AllowMissing: true})
 
 	id := func(ws int, sh string) string { return gateRun(ws, sh, nil).Config.ID }
 	type key struct{ run, rule string }
@@ -150,8 +150,8 @@ func TestGateVerdicts(t *testing.T) {
 	}
 	assert.Equal(t, 6, g.NotBacked, "the relative checks of the three runs ok on both sides")
 
-	strict := runGate(t, baseDir, curDir, GateOptions{FailMissing: true})
-	assert.Equal(t, 8, strict.Failures, "--fail-missing fails each rule of the missing run")
+	strict := runGate(t, baseDir, curDir, GateOptions{})
+	assert.Equal(t, 8, strict.Failures, "by default a missing run fails each rule")
 }
 
 func TestGatePassesOnItself(t *testing.T) {
@@ -171,7 +171,7 @@ func TestGateMarkdownGolden(t *testing.T) {
 	golden(t, "gate_markdown", md.Bytes())
 	require.NoError(t, g.Write(&table, FormatTable))
 	golden(t, "gate_table", table.Bytes())
-	assert.True(t, strings.HasPrefix(md.String(), "### ❌ fsdpbench gate FAILED: 5 of 18 checks failed, in 2 of 6 runs\n"))
+	assert.True(t, strings.HasPrefix(md.String(), "### ❌ fsdpbench gate FAILED: 8 of 18 checks failed, in 3 of 6 runs\n"))
 }
 
 // TestGateJUnit checks the JUnit XML against the schema's required parts: testsuites
@@ -180,7 +180,7 @@ func TestGateMarkdownGolden(t *testing.T) {
 // message and type for every failed check and a skipped element for every skip.
 func TestGateJUnit(t *testing.T) {
 	baseDir, curDir := gateTrees(t)
-	g := runGate(t, baseDir, curDir, GateOptions{})
+	g := runGate(t, baseDir, curDir, GateOptions{AllowMissing: true})
 	var buf bytes.Buffer
 	require.NoError(t, g.Write(&buf, FormatJUnit))
 	require.True(t, strings.HasPrefix(buf.String(), xml.Header))
