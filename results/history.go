@@ -1,6 +1,7 @@
 package results
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -151,15 +152,21 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 	n.Dir = filepath.Join(history, n.Name)
 	tmp, err := os.MkdirTemp(history, "."+n.Name+".tmp*")
 	if err != nil {
-		return Night{}, fmt.Errorf("history %s: %w", history, err)
+		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareError(err))
 	}
 	defer os.RemoveAll(tmp)
 	// CopyFS refuses to write into an existing directory's files, not the directory.
 	if err := os.CopyFS(tmp, os.DirFS(resultsDir)); err != nil {
-		return Night{}, fmt.Errorf("history: copying %s: %w", resultsDir, err)
+		// Errors name the temporary copy; the user knows the night's directory.
+		return Night{}, fmt.Errorf("history: copying %s to %s: %w", resultsDir, n.Dir, bareError(err))
 	}
-	if err := writeJSON(filepath.Join(tmp, NightFile), n); err != nil {
-		return Night{}, fmt.Errorf("history: %w", err)
+	b, err := json.MarshalIndent(n, "", "  ")
+	if err == nil {
+		// Plainly written: the directory is renamed into place only once whole.
+		err = os.WriteFile(filepath.Join(tmp, NightFile), append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		return Night{}, fmt.Errorf("history: storing %s: %w", filepath.Join(n.Dir, NightFile), bareError(err))
 	}
 	old := ""
 	if _, err := os.Stat(n.Dir); err == nil {
@@ -170,7 +177,7 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 		}
 	}
 	if err := os.Rename(tmp, n.Dir); err != nil {
-		return Night{}, fmt.Errorf("history: %w", err)
+		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareError(err))
 	}
 	if old != "" {
 		os.RemoveAll(old)
