@@ -298,6 +298,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// Checked returns m when it passes CheckMetrics against rc, else InvalidMetrics:
+// what a writer stores for a run whose backend reported a figure no run can have.
+func Checked(rc sweeps.RunConfig, m Metrics) Metrics {
+	if err := CheckMetrics(&rc, &m); err != nil {
+		return InvalidMetrics(rc, m, err)
+	}
+	return m
+}
+
 // InvalidMetrics is what the harness stores for a run whose metrics fail
 // CheckMetrics: the run failed, with the reason, and none of its figures (which
 // would fail every later Load).
