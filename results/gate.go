@@ -157,11 +157,6 @@ func ParseRules(texts []string, from string) ([]Rule, error) {
 	return out, errors.Join(errs...)
 }
 
-// rulesFile is the YAML of a rules file.
-type rulesFile struct {
-	Rules []string `yaml:"rules"`
-}
-
 // LoadRules reads a rules file:
 //
 //	rules:
@@ -178,37 +173,85 @@ func LoadRules(path string) ([]Rule, error) {
 	return ParseRulesFile(path, data)
 }
 
+// rulesShape is the help every rules-file error ends with.
+const rulesShape = "a rules file is `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"
+
 // ParseRulesFile reads the rules file held in data (LoadRules); path names it in errors.
+//
+// It reads the YAML syntax tree rather than decoding into a struct: the decoder
+// panics on some malformed files (FuzzParseRulesFile), and a rules file needs no
+// anchors, aliases or tags, which are refused (no alias can expand).
 func ParseRulesFile(path string, data []byte) ([]Rule, error) {
-	var f rulesFile
-	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
-		se := &sweeps.SpecError{File: path, Msg: yaml.FormatError(err, false, false), Err: err}
-		var ye yaml.Error
-		if errors.As(err, &ye) {
-			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
-				se.Line, se.Column = tk.Position.Line, tk.Position.Column
-				se.Msg = ye.GetMessage() + "; a rules file is `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"
-			}
+	at := func(n ast.Node, format string, args ...any) *sweeps.SpecError {
+		line, col := nodePos(n)
+		if line == 0 {
+			line, col = 1, 1
 		}
-		return nil, se
+		return &sweeps.SpecError{File: path, Line: line, Column: col, Msg: fmt.Sprintf(format, args...) + "; " + rulesShape}
 	}
-	if len(f.Rules) == 0 {
-		return nil, &sweeps.SpecError{File: path, Line: 1, Column: 1,
-			Msg: "no rules; write `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"}
-	}
-	file, err := parser.ParseBytes(data, 0)
+	file, err := parseYAML(path, data)
 	if err != nil {
-		return nil, &sweeps.SpecError{File: path, Msg: err.Error(), Err: err}
+		return nil, err
+	}
+	var body ast.Node
+	for _, d := range file.Docs {
+		if d == nil || d.Body == nil {
+			continue
+		}
+		if _, ok := d.Body.(*ast.CommentGroupNode); ok {
+			continue
+		}
+		if body != nil {
+			return nil, at(d.Body, "a second YAML document")
+		}
+		body = d.Body
+	}
+	var entries []*ast.MappingValueNode
+	switch b := body.(type) {
+	case nil:
+	case *ast.MappingNode:
+		entries = b.Values
+	case *ast.MappingValueNode:
+		entries = []*ast.MappingValueNode{b}
+	default:
+		return nil, at(body, "expected `rules:`, found %s", nodeKind(body))
+	}
+	var list *ast.SequenceNode
+	seen := false
+	for _, e := range entries {
+		key, ok := e.Key.(*ast.StringNode)
+		if !ok || key.Value != "rules" {
+			return nil, at(e.Key, "unknown key %s", clip(strconv.Quote(keyText(e.Key))))
+		}
+		if seen {
+			return nil, at(e.Key, "`rules` given twice")
+		}
+		seen = true
+		switch v := e.Value.(type) {
+		case nil, *ast.NullNode:
+		case *ast.SequenceNode:
+			list = v
+		default:
+			return nil, at(e.Value, "`rules` must be a list, found %s", nodeKind(e.Value))
+		}
+	}
+	if list == nil || len(list.Values) == 0 {
+		return nil, &sweeps.SpecError{File: path, Line: 1, Column: 1, Msg: "no rules; write `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"}
 	}
 	var errs sweeps.SpecErrors
 	var out []Rule
-	for i, text := range f.Rules {
-		line, col := 0, 0
-		if p, err := yaml.PathString(fmt.Sprintf("$.rules[%d]", i)); err == nil {
-			if n, err := p.FilterFile(file); err == nil && n != nil {
-				line, col = nodePos(n)
-			}
+	for _, item := range list.Values {
+		var text string
+		switch v := item.(type) {
+		case *ast.StringNode:
+			text = v.Value
+		case *ast.LiteralNode:
+			text = v.Value.Value
+		default:
+			errs = append(errs, at(item, "a rule is text such as tokens_per_s_per_rank:-5%%, found %s", nodeKind(item)))
+			continue
 		}
+		line, col := nodePos(item)
 		r, err := ParseRule(text)
 		if err != nil {
 			errs = append(errs, &sweeps.SpecError{File: path, Line: line, Column: col, Msg: err.Error()})
@@ -224,6 +267,57 @@ func ParseRulesFile(path string, data []byte) ([]Rule, error) {
 		return nil, errs[0]
 	}
 	return nil, errs
+}
+
+// parseYAML parses data into its syntax tree; errors carry file:line:col. A panic of
+// the parser on a malformed file is an error about the file, not a crash.
+func parseYAML(path string, data []byte) (file *ast.File, err error) {
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a UTF-8 byte order mark is no part of a key
+	defer func() {
+		if p := recover(); p != nil {
+			file, err = nil, &sweeps.SpecError{File: path, Line: 1, Column: 1, Msg: "malformed YAML; " + rulesShape}
+		}
+	}()
+	file, err = parser.ParseBytes(data, 0)
+	if err != nil {
+		se := &sweeps.SpecError{File: path, Line: 1, Column: 1, Msg: clip(yaml.FormatError(err, false, false)) + "; " + rulesShape, Err: err}
+		var ye yaml.Error
+		if errors.As(err, &ye) {
+			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+				se.Line, se.Column = tk.Position.Line, tk.Position.Column
+				se.Msg = clip(ye.GetMessage()) + "; " + rulesShape
+			}
+		}
+		return nil, se
+	}
+	return file, nil
+}
+
+// nodeKind names what a YAML node is, for errors.
+func nodeKind(n ast.Node) string {
+	switch n.(type) {
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	case *ast.SequenceNode:
+		return "a list"
+	case *ast.AnchorNode:
+		return "an anchor (&), which a rules file does not use"
+	case *ast.AliasNode:
+		return "an alias (*), which a rules file does not use"
+	case *ast.TagNode:
+		return "a tag (!), which a rules file does not use"
+	case *ast.NullNode:
+		return "nothing"
+	}
+	return "the value " + clip(strconv.Quote(n.String()))
+}
+
+// keyText is a mapping key as written, for errors.
+func keyText(k ast.MapKeyNode) string {
+	if s, ok := k.(*ast.StringNode); ok {
+		return s.Value
+	}
+	return k.String()
 }
 
 func nodePos(n ast.Node) (int, int) {

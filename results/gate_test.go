@@ -374,22 +374,6 @@ func TestLoadRules(t *testing.T) {
 	}
 }
 
-func FuzzParseRule(f *testing.F) {
-	for _, s := range []string{"tokens_per_s_per_rank:-5%", "mfu>=0.35", "peak_mem_reserved_bytes<=8e10", "a:+%", ":"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		r, err := ParseRule(s)
-		if err != nil {
-			return
-		}
-		back, err := ParseRule(r.String())
-		require.NoError(t, err, "%q parsed as %s, which does not read back", s, r)
-		assert.Equal(t, r.Metric, back.Metric)
-		assert.Equal(t, r.Kind, back.Kind)
-	})
-}
-
 func TestLoadPathReadsExportedJSON(t *testing.T) {
 	baseDir, _ := gateTrees(t)
 	runs, err := Load(baseDir)

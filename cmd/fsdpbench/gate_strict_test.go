@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,6 +162,22 @@ func TestGateRefusesBadInput(t *testing.T) {
 	require.NoError(t, os.WriteFile(rulesFile, []byte("rules:\n  - mfu>=.nan\n"), 0o644))
 	rulesNaN := filepath.Join(dir, "rules-nan.yaml")
 	require.NoError(t, os.WriteFile(rulesNaN, []byte("rules:\n  - tokens_per_s_per_rank:-NaN%\n"), 0o644))
+	// This file made the YAML decoder panic (FuzzParseRulesFile).
+	rulesCrash := filepath.Join(dir, "rules-crash.yaml")
+	require.NoError(t, os.WriteFile(rulesCrash, []byte("rules:\n  ! 0000000000000000000000000000000000000"), 0o644))
+	// An alias bomb: each level doubles the last one nine times.
+	var bomb strings.Builder
+	bomb.WriteString("a0: &a0 [tokens_per_s_per_rank:-5%]\n")
+	for i := 1; i < 10; i++ {
+		fmt.Fprintf(&bomb, "a%d: &a%d [", i, i)
+		for j := 0; j < 9; j++ {
+			fmt.Fprintf(&bomb, "*a%d,", i-1)
+		}
+		bomb.WriteString("]\n")
+	}
+	bomb.WriteString("rules: *a9\n")
+	rulesBomb := filepath.Join(dir, "rules-bomb.yaml")
+	require.NoError(t, os.WriteFile(rulesBomb, []byte(bomb.String()), 0o644))
 	gate := func(extra ...string) []string {
 		return append([]string{"gate", "--baseline", base, "--current", cur}, extra...)
 	}
@@ -178,6 +195,8 @@ func TestGateRefusesBadInput(t *testing.T) {
 		{"fraction as percent", gate("--rule", "mfu<=35"), "mfu is a fraction"},
 		{"NaN in a rules file", gate("--rules", rulesNaN), rulesNaN + ":2:5: rule"},
 		{"unparsable number in a rules file", gate("--rules", rulesFile), rulesFile + ":2:5: rule"},
+		{"rules file that crashed the decoder", gate("--rules", rulesCrash), rulesCrash + ":2:"},
+		{"alias bomb", gate("--rules", rulesBomb), rulesBomb + ":1:1: unknown key \"a0\""},
 		{"baseline without status", []string{"gate", "--baseline", nostatus, "--current", cur}, nostatusFile},
 		{"current without status", []string{"gate", "--baseline", base, "--current", nostatus}, "status is missing"},
 		{"alpha 0", gate("--alpha", "0"), "--alpha 0: give a significance level between 0 and 1"},
