@@ -26,6 +26,9 @@ const (
 	// MaxTokensPerS bounds the throughput of a whole run (a million ranks at ten
 	// million tokens per second each).
 	MaxTokensPerS = 1e13
+	// MinTokensPerS is the smallest throughput above 0 taken as measured (a token in
+	// 11 days): below it, ratios (scaling efficiency) leave every bound.
+	MinTokensPerS = 1e-6
 	// MaxFlopsPerToken bounds model_flops_per_token (6N for a 10^17-parameter model).
 	MaxFlopsPerToken = 1e18
 	// MaxTFLOPsPerRank bounds tflops_per_rank (an exaFLOP/s per device).
@@ -167,6 +170,14 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 		}
 		if err := inRange(*f.v, f.lo, f.hi); err != "" {
 			return bad(f.name, "%s", err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"tokens_per_s", m.TokensPerS}, {"tokens_per_s_per_rank", m.TokensPerSPerRank}} {
+		if f.v != nil && *f.v > 0 && *f.v < MinTokensPerS {
+			return bad(f.name, "%g is above 0 but below %g: no run measures so little", *f.v, MinTokensPerS)
 		}
 	}
 	if m.TokensPerS != nil && m.TokensPerSPerRank != nil {
@@ -326,7 +337,7 @@ func InvalidMetrics(rc sweeps.RunConfig, m Metrics, err error) Metrics {
 // field that is wrong and why, or "", "".
 func checkDerived(d *Derived) (field, msg string) {
 	if d.ScalingEfficiency != nil {
-		if err := inRange(*d.ScalingEfficiency, 0, MaxTokensPerS); err != "" {
+		if err := inRange(*d.ScalingEfficiency, 0, MaxTokensPerS/MinTokensPerS); err != "" {
 			return "scaling_efficiency", err
 		}
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // storeRun writes one finished run the way the harness does.
-func storeRun(t *testing.T, sd *SweepDir, rc sweeps.RunConfig) Metrics {
+func storeRun(t testing.TB, sd *SweepDir, rc sweeps.RunConfig) Metrics {
 	t.Helper()
 	m := Normalize(rc, []Result{fixtureResult(rc)})
 	require.NoError(t, sd.WriteRunArgs(rc))
