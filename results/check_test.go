@@ -98,6 +98,20 @@ func TestLoadRefusesForeignRunDirectories(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), link+": is a symbolic link; a run directory must be a real directory of its sweep")
 	})
+	t.Run("symlinked sweep directory", func(t *testing.T) {
+		root := t.TempDir()
+		sd, err := OpenSweep(filepath.Join(root, "real"))
+		require.NoError(t, err)
+		storeRun(t, sd, fixtureConfig(1, sweeps.FullShard))
+		results := filepath.Join(root, "results")
+		require.NoError(t, os.MkdirAll(results, 0o755))
+		_, err = OpenSweep(filepath.Join(results, "here"))
+		require.NoError(t, err)
+		require.NoError(t, os.Symlink(sd.Path, filepath.Join(results, "linked")))
+		_, err = Load(results)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), filepath.Join(results, "linked")+": is a symbolic link to a sweep")
+	})
 }
 
 // TestLoadIndexNeverOutranksFiles: an index line that says something else than the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -194,9 +195,18 @@ func Load(dir string) ([]Run, error) {
 			return nil, err
 		}
 		for _, e := range entries {
+			sd := filepath.Join(dir, e.Name())
+			if e.Type()&fs.ModeSymlink != 0 {
+				if _, err := os.Stat(filepath.Join(sd, RunsDir)); err == nil {
+					// Skipping it would drop its runs without a word; following it would
+					// read (and store in a history) a sweep that is not here.
+					return nil, fmt.Errorf("results %s: is a symbolic link to a sweep; give the sweep's own directory, or copy the sweep here", sd)
+				}
+				continue
+			}
 			if e.IsDir() {
-				if _, err := os.Stat(filepath.Join(dir, e.Name(), RunsDir)); err == nil {
-					sweepDirs = append(sweepDirs, filepath.Join(dir, e.Name()))
+				if _, err := os.Stat(filepath.Join(sd, RunsDir)); err == nil {
+					sweepDirs = append(sweepDirs, sd)
 				}
 			}
 		}
