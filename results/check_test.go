@@ -3,6 +3,7 @@ package results
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -223,4 +224,50 @@ func TestCheckMetricsAcceptsNormalizedRuns(t *testing.T) {
 	m = Normalize(rc, nil)
 	assert.NoError(t, CheckMetrics(&rc, &m), "a run that never ran")
 	assert.Error(t, CheckMetrics(nil, &Metrics{Status: StatusOK, WorldSize: 1, MFU: F64(math.NaN())}))
+}
+
+// TestReportsHoldNoInfinity: comparisons of runs with 2 to 5 repeats (no finite CI)
+// and derived figures of extreme but valid runs encode as JSON; a run whose figure
+// cannot be encoded is named, not reported as "unsupported value: NaN".
+func TestReportsHoldNoInfinity(t *testing.T) {
+	t.Run("few repeats", func(t *testing.T) {
+		base := []Run{statRun(1, []float64{1.00, 1.01, 0.99})}
+		cur := []Run{statRun(1, []float64{0.90, 0.91, 0.89})}
+		g, err := Gate(base, cur, GateOptions{Now: gateTime})
+		require.NoError(t, err)
+		var buf bytes.Buffer
+		require.NoError(t, g.Write(&buf, FormatJSON), "gate --format json with 3 repeats")
+		cmp, err := Compare(base, cur, CompareOptions{})
+		require.NoError(t, err)
+		require.NoError(t, cmp.Write(&buf, FormatJSON), "compare --format json with 3 repeats")
+	})
+	t.Run("extreme figures", func(t *testing.T) {
+		small := gateRun(1, sweeps.FullShard, nil)
+		small.Metrics.TokensPerS, small.Metrics.TokensPerSPerRank = F64(MinTokensPerS), F64(MinTokensPerS)
+		large := gateRun(4, sweeps.FullShard, nil)
+		large.Metrics.TokensPerS, large.Metrics.TokensPerSPerRank = F64(MaxTokensPerS), F64(MaxTokensPerS/4)
+		runs := []Run{small, large}
+		for i := range runs {
+			require.NoError(t, CheckMetrics(&runs[i].Config, &runs[i].Metrics))
+		}
+		Derive(runs)
+		require.NotNil(t, runs[1].Derived.ScalingEfficiency)
+		assert.False(t, math.IsInf(*runs[1].Derived.ScalingEfficiency, 0))
+		wrapped := []Run{gateRun(2, sweeps.FullShard, nil)}
+		wrapped[0].Metrics.MemBreakdownBytes = map[string]int64{"params": math.MaxInt64, "grads": math.MaxInt64, "optimizer": 1}
+		Derive(wrapped)
+		assert.Nil(t, wrapped[0].Derived.ModelStateBytes, "a sum that overflows is unknown, not wrapped")
+		var buf bytes.Buffer
+		require.NoError(t, WriteJSON(&buf, runs))
+		g, err := Gate(runs, []Run{large, small}, GateOptions{Now: gateTime})
+		require.NoError(t, err)
+		require.NoError(t, g.Write(&buf, FormatJSON))
+	})
+	t.Run("a bad figure is named", func(t *testing.T) {
+		r := gateRun(1, sweeps.FullShard, nil)
+		r.Metrics.MFU = F64(math.Inf(1))
+		err := WriteJSON(io.Discard, []Run{r})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "run "+r.Config.ID+": invalid run: mfu +Inf is not a finite figure")
+	})
 }
