@@ -294,3 +294,50 @@ func TestWriteErrorsNameTheDestination(t *testing.T) {
 		assert.NotContains(t, r.stderr, ".tmp")
 	}
 }
+
+// TestCommandsNameTheBadRun: every command that reads results refuses an invalid run
+// (exit 2) and names its file.
+func TestCommandsNameTheBadRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := writeGateTree(t, filepath.Join(dir, "good"), okSpecs)
+	rc, _ := gateRun(2, sweeps.FullShard, nil)
+	for _, tt := range []struct{ name, body, want string }{
+		{"banana", `{"run_id": "` + rc.ID + `", "status": "banana", "world_size": 2}`, `status "banana" is not a run status`},
+		{"empty", `{}`, "status is missing"},
+		{"null", `null`, "status is missing"},
+		{"world size 0", `{"status": "ok", "world_size": 0}`, "world_size 0 is not between 1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := writeGateTree(t, filepath.Join(t.TempDir(), "bad"), okSpecs)
+			path := filepath.Join(bad, results.RunsDir, rc.ID, results.MetricsFile)
+			require.NoError(t, os.WriteFile(path, []byte(tt.body), 0o644))
+			for _, args := range [][]string{{"report", bad}, {"export", bad, "--format", "json"}, {"export", bad, "--format", "csv"},
+				{"compare", good, bad}, {"compare", bad, good}, {"plot", bad, "--out", t.TempDir()},
+				{"gate", "--baseline", bad, "--current", good}, {"gate", "--baseline", good, "--current", bad}} {
+				r := cli(t, args...)
+				assert.Equal(t, ExitUsage, r.code, "%v: %s", args, r.stdout)
+				assert.Contains(t, r.stderr, path, "%v", args)
+				assert.Contains(t, r.stderr, tt.want, "%v", args)
+			}
+		})
+	}
+}
+
+// TestGateJUnitCarriesProblems: a gate that fails with no failed check (nothing
+// measured) still fails its JUnit report, which is what CI shows.
+func TestGateJUnitCarriesProblems(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	base := writeGateTree(t, filepath.Join(dir, "base"), okSpecs)
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.MkdirAll(filepath.Join(empty, results.RunsDir), 0o755))
+	junit := filepath.Join(dir, "gate.xml")
+	r := cli(t, "gate", "--baseline", base, "--current", empty, "--junit", junit, "--allow-missing")
+	require.Equal(t, ExitFailed, r.code, r.stdout+r.stderr)
+	x, err := os.ReadFile(junit)
+	require.NoError(t, err)
+	assert.Contains(t, string(x), `<failure message="the current results hold no finished run (no metrics.json): nothing was measured" type="gate">`)
+	assert.Contains(t, string(x), `<testsuites name="fsdpbench gate" tests="13" failures="1" errors="0" skipped="12"`,
+		"the 12 skipped checks and the problem that fails the gate")
+}
