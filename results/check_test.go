@@ -141,7 +141,7 @@ func TestLoadIndexNeverOutranksFiles(t *testing.T) {
 		}},
 		{"forged line with the file's size and time", func(t *testing.T, sd *SweepDir, rc sweeps.RunConfig) {
 			lines := indexLines(t, sd)
-			var e indexEntry
+			var e indexLine
 			require.NoError(t, json.Unmarshal([]byte(lines[0]), &e))
 			require.Equal(t, rc.ID, e.ID)
 			e.Metrics.TokensPerSPerRank = F64(*e.Metrics.TokensPerSPerRank * 2)
@@ -155,7 +155,7 @@ func TestLoadIndexNeverOutranksFiles(t *testing.T) {
 			require.NoError(t, f.Close())
 		}},
 		{"forged line with another config", func(t *testing.T, sd *SweepDir, rc sweeps.RunConfig) {
-			var e indexEntry
+			var e indexLine
 			require.NoError(t, json.Unmarshal([]byte(indexLines(t, sd)[0]), &e))
 			e.Config.Sharding = sweeps.ShardGradOp
 			b, err := json.Marshal(e)
@@ -270,4 +270,19 @@ func TestReportsHoldNoInfinity(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "run "+r.Config.ID+": invalid run: mfu +Inf is not a finite figure")
 	})
+}
+
+func TestSameJSON(t *testing.T) {
+	v := map[string]any{"a": []any{1.5, "x \" y\\\\", true, nil}, "b": map[string]any{"c": -1e-9}, "d": "  spaced  "}
+	compact, err := json.Marshal(v)
+	require.NoError(t, err)
+	indented, err := json.MarshalIndent(v, "", "  ")
+	require.NoError(t, err)
+	assert.True(t, sameJSON(append(indented, '\n'), compact))
+	for _, bad := range []string{`{"a": 1 2}`, `{"a":12}x`, `{"a":"1 2"}`, `{"a":12`, `{"a" :12 , "b":1}`} {
+		assert.False(t, sameJSON([]byte(bad), []byte(`{"a":12}`)), bad)
+	}
+	assert.True(t, sameJSON([]byte(" {\n \"a\" : 12 }\n"), []byte(`{"a":12}`)))
+	assert.False(t, sameJSON([]byte(`{"a":"x y"}`), []byte(`{"a":"xy"}`)), "space inside a string counts")
+	assert.False(t, sameJSON([]byte(`tr ue`), []byte(`true`)))
 }
