@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -252,6 +253,9 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 			}
 		}
 	}
+	if err := checkSamples(m); err != nil {
+		return bad(err[0], "%s", err[1])
+	}
 	for _, k := range sortedKeys(m.CI) {
 		iv := m.CI[k]
 		for _, x := range []float64{iv.Lo, iv.Center, iv.Hi} {
@@ -277,6 +281,53 @@ func CheckRun(r *Run) error {
 		return &InvalidRunError{Run: r.Config.ID, Field: "derived." + field, Msg: msg}
 	}
 	return nil
+}
+
+// checkSamples checks that the per-repeat samples say what the headline figures
+// say (Normalize makes a headline the median of its samples, a peak their maximum):
+// a comparison with enough repeats reads the samples, a report the headline, so
+// the two must not disagree. It returns the field and why, or nil.
+func checkSamples(m *Metrics) []string {
+	for _, k := range sortedKeys(m.Samples) {
+		if n := len(m.Samples[k]); n > max(m.Repeats, 1) {
+			return []string{"samples." + clip(k), fmt.Sprintf("has %d values for %d repeats", n, m.Repeats)}
+		}
+	}
+	headline := []struct {
+		name string
+		v    *float64
+		peak bool
+	}{
+		{SampleTokensPerS, m.TokensPerS, false}, {SampleTokensPerSPerRank, m.TokensPerSPerRank, false},
+		{SampleMFU, m.MFU, false}, {SampleTFLOPsPerRank, m.TFLOPsPerRank, false},
+		{SampleLossFirst, m.LossFirst, false}, {SampleLossLast, m.LossLast, false},
+		{SamplePeakAllocated, i64f(m.PeakMemAllocatedBytes), true}, {SamplePeakReserved, i64f(m.PeakMemReservedBytes), true},
+		{SamplePeakDevice, i64f(m.PeakDeviceMemBytes), true}, {SamplePeakRSS, i64f(m.PeakRSSBytes), true},
+	}
+	for _, h := range headline {
+		xs := m.Samples[h.name]
+		if len(xs) == 0 {
+			continue
+		}
+		if h.v == nil {
+			return []string{"samples." + h.name, "has values but " + h.name + " is unknown"}
+		}
+		want, what := median(xs), "median"
+		if h.peak {
+			want, what = slices.Max(xs), "maximum"
+		}
+		if math.Abs(want-*h.v) > 1e-9*math.Max(math.Abs(want), math.Abs(*h.v)) {
+			return []string{h.name, fmt.Sprintf("%g is not the %s %g of its samples", *h.v, what, want)}
+		}
+	}
+	return nil
+}
+
+func i64f(p *int64) *float64 {
+	if p == nil {
+		return nil
+	}
+	return F64(float64(*p))
 }
 
 // inRange says why v is not a finite figure in [lo, hi]; "" when it is.

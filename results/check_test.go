@@ -56,6 +56,10 @@ func TestLoadRefusesInvalidRuns(t *testing.T) {
 		{"foreign run id", edit(set("run_id", "someone-else")), `run_id "someone-else" is not the run's ID`},
 		{"rank outside the world", edit(set("per_rank", []any{map[string]any{"rank": 7}})), "per_rank[0].rank 7 is not a rank of world_size 1"},
 		{"MFU far beyond 1", edit(set("mfu", 1e6)), "mfu 1e+06 is not between 0 and 100"},
+		{"samples that disagree with the headline", edit(func(m map[string]any) {
+			m["repeats"], m["samples"] = 3, map[string]any{"tokens_per_s_per_rank": []any{1, 2, 3}}
+		}), "is not the median 2 of its samples"},
+		{"more samples than repeats", edit(set("samples", map[string]any{"mfu": []any{1, 2, 3}})), "samples.mfu has 3 values for 1 repeats"},
 		{"reversed CI", edit(set("ci", map[string]any{"mfu": map[string]any{"center": 1, "lo": 2, "hi": 0}})), "ci.mfu is not an interval"},
 	}
 	for _, tt := range tests {

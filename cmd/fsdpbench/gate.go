@@ -82,6 +82,9 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				}
 				ruleList = append(ruleList, rs...)
 			}
+			if baseline != "" && samePath(baseline, current) {
+				return usageError(fmt.Errorf("--baseline and --current are both %s: the gate would compare the results with themselves and always pass; give the baseline's results", current))
+			}
 			var night time.Time
 			if history != "" {
 				st, err := os.Stat(current)
@@ -213,4 +216,14 @@ func historyOutside(history, current string) error {
 		return fmt.Errorf("--history %s is inside --current %s: storing the night would copy the history into itself; keep the history outside the results directory", history, current)
 	}
 	return nil
+}
+
+// samePath reports whether a and b name the same file or directory.
+func samePath(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }

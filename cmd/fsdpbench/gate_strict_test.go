@@ -205,6 +205,7 @@ func TestGateRefusesBadInput(t *testing.T) {
 		{"alpha NaN", gate("--alpha", "NaN"), "--alpha NaN:"},
 		{"compare alpha 0", []string{"compare", base, cur, "--alpha", "0"}, "--alpha 0:"},
 		{"compare alpha NaN", []string{"compare", base, cur, "--alpha", "NaN"}, "--alpha NaN:"},
+		{"baseline is the current results", []string{"gate", "--baseline", base, "--current", base + "/"}, "would compare the results with themselves"},
 		{"contradicting flags", gate("--fail-missing", "--allow-missing"), "contradict"},
 		{"history inside current", []string{"gate", "--history", filepath.Join(cur, "history"), "--current", cur}, "is inside --current"},
 		{"ambiguous sweeps", func() []string {
@@ -281,6 +282,7 @@ func TestWriteErrorsNameTheDestination(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	base := writeGateTree(t, filepath.Join(dir, "base"), okSpecs)
+	same := writeGateTree(t, filepath.Join(dir, "same"), okSpecs)
 	isDir := filepath.Join(dir, "x.csv")
 	require.NoError(t, os.MkdirAll(filepath.Join(isDir, "keep"), 0o755))
 	for _, out := range []string{filepath.Join(dir, "nope", "x.csv"), isDir} {
@@ -288,7 +290,7 @@ func TestWriteErrorsNameTheDestination(t *testing.T) {
 		assert.Equal(t, ExitFailed, r.code)
 		assert.Contains(t, r.stderr, "write "+out+":")
 		assert.NotContains(t, r.stderr, ".tmp")
-		r = cli(t, "gate", "--baseline", base, "--current", base, "--junit", out)
+		r = cli(t, "gate", "--baseline", base, "--current", same, "--junit", out)
 		assert.Equal(t, ExitUsage, r.code)
 		assert.Contains(t, r.stderr, out)
 		assert.NotContains(t, r.stderr, ".tmp")
