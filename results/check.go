@@ -120,6 +120,9 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 	if m.WorldSize < 1 || m.WorldSize > MaxWorldSize {
 		return bad("world_size", "%d is not between 1 and %d", m.WorldSize, MaxWorldSize)
 	}
+	if rc != nil && rc.WorldSize > 0 && m.WorldSize != rc.WorldSize {
+		return bad("world_size", "%d is not the run's world_size %d (run_args.json)", m.WorldSize, rc.WorldSize)
+	}
 	if m.Nodes < 0 || m.Nodes > m.WorldSize {
 		return bad("nodes", "%d is not between 0 and world_size %d", m.Nodes, m.WorldSize)
 	}

@@ -60,6 +60,7 @@ func TestLoadRefusesInvalidRuns(t *testing.T) {
 			m["repeats"], m["samples"] = 3, map[string]any{"tokens_per_s_per_rank": []any{1, 2, 3}}
 		}), "is not the median 2 of its samples"},
 		{"more samples than repeats", edit(set("samples", map[string]any{"mfu": []any{1, 2, 3}})), "samples.mfu has 3 values for 1 repeats"},
+		{"world size other than configured", edit(set("world_size", 2)), "world_size 2 is not the run's world_size 1 (run_args.json)"},
 		{"reversed CI", edit(set("ci", map[string]any{"mfu": map[string]any{"center": 1, "lo": 2, "hi": 0}})), "ci.mfu is not an interval"},
 	}
 	for _, tt := range tests {
