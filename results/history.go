@@ -152,13 +152,13 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 	n.Dir = filepath.Join(history, n.Name)
 	tmp, err := os.MkdirTemp(history, "."+n.Name+".tmp*")
 	if err != nil {
-		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareError(err))
+		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareErr(err))
 	}
 	defer os.RemoveAll(tmp)
 	// CopyFS refuses to write into an existing directory's files, not the directory.
 	if err := os.CopyFS(tmp, os.DirFS(resultsDir)); err != nil {
 		// Errors name the temporary copy; the user knows the night's directory.
-		return Night{}, fmt.Errorf("history: copying %s to %s: %w", resultsDir, n.Dir, bareError(err))
+		return Night{}, fmt.Errorf("history: copying %s to %s: %w", resultsDir, n.Dir, bareErr(err))
 	}
 	b, err := json.MarshalIndent(n, "", "  ")
 	if err == nil {
@@ -166,7 +166,7 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 		err = os.WriteFile(filepath.Join(tmp, NightFile), append(b, '\n'), 0o644)
 	}
 	if err != nil {
-		return Night{}, fmt.Errorf("history: storing %s: %w", filepath.Join(n.Dir, NightFile), bareError(err))
+		return Night{}, fmt.Errorf("history: storing %s: %w", filepath.Join(n.Dir, NightFile), bareErr(err))
 	}
 	old := ""
 	if _, err := os.Stat(n.Dir); err == nil {
@@ -177,7 +177,7 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 		}
 	}
 	if err := os.Rename(tmp, n.Dir); err != nil {
-		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareError(err))
+		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareErr(err))
 	}
 	if old != "" {
 		os.RemoveAll(old)

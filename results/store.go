@@ -3,7 +3,6 @@ package results
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -253,11 +252,10 @@ func readJSON(path string, v any) error {
 
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and renames
 // it over path, so a reader (or a resumed sweep) never sees a half-written file.
-// Errors name path, never the temporary file: that is the name the user gave.
 func WriteFileAtomic(path string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, bareError(err))
+		return fmt.Errorf("write %s: %w", path, bareErr(err))
 	}
 	tmp := f.Name()
 	_, werr := f.Write(data)
@@ -272,21 +270,7 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	if werr != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, bareError(werr))
+		return fmt.Errorf("write %s: %w", path, bareErr(werr))
 	}
 	return nil
-}
-
-// bareError strips the path an *os.PathError or *os.LinkError carries (a temporary
-// file's), keeping the cause, for a message that names the destination instead.
-func bareError(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.Err
-	}
-	return err
 }
