@@ -195,7 +195,8 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 
 // historyOutside refuses a history directory inside the current results: storing
 // the night copies the current results into the history, which would then copy
-// itself, deeper each time.
+// itself, deeper each time. It refuses current results inside the history too: a
+// stored night would be gated against itself, or against the night it replaces.
 func historyOutside(history, current string) error {
 	abs := func(p string) string {
 		a, err := filepath.Abs(p)
@@ -212,8 +213,15 @@ func historyOutside(history, current string) error {
 		return a
 	}
 	h, c := abs(history), abs(current)
-	if rel, err := filepath.Rel(c, h); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	inside := func(dir, path string) bool {
+		rel, err := filepath.Rel(dir, path)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
+	if inside(c, h) {
 		return fmt.Errorf("--history %s is inside --current %s: storing the night would copy the history into itself; keep the history outside the results directory", history, current)
+	}
+	if inside(h, c) {
+		return fmt.Errorf("--current %s is inside --history %s: give the results the nightly job wrote, not a stored night", current, history)
 	}
 	return nil
 }

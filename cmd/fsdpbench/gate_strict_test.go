@@ -207,6 +207,7 @@ func TestGateRefusesBadInput(t *testing.T) {
 		{"compare alpha NaN", []string{"compare", base, cur, "--alpha", "NaN"}, "--alpha NaN:"},
 		{"baseline is the current results", []string{"gate", "--baseline", base, "--current", base + "/"}, "would compare the results with themselves"},
 		{"contradicting flags", gate("--fail-missing", "--allow-missing"), "contradict"},
+		{"current inside history", []string{"gate", "--history", dir, "--current", cur}, "is inside --history"},
 		{"history inside current", []string{"gate", "--history", filepath.Join(cur, "history"), "--current", cur}, "is inside --current"},
 		{"ambiguous sweeps", func() []string {
 			root := filepath.Join(dir, "ambiguous")
