@@ -587,6 +587,11 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 		return verdict(OutcomeSkip, "new run: no baseline to compare with")
 	case ch.BaselineStatus != StatusOK:
 		return verdict(OutcomeSkip, "now ok, was %s: no baseline figure", ch.BaselineStatus)
+	case p.Baseline.Metrics.Predicted != p.Current.Metrics.Predicted:
+		// A prediction says nothing about a measurement's regression (a nightly job
+		// that ran sim instead of the trainer would otherwise pass or fail at random).
+		was, now := measuredOrPredicted(p.Baseline), measuredOrPredicted(p.Current)
+		return verdict(OutcomeFail, "the baseline was %s, the current figure is %s: they cannot be compared", was, now)
 	}
 	ch.Delta = compareMetric(c, p.Baseline, p.Current, alpha)
 	d := ch.Delta
@@ -614,6 +619,13 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 		return verdict(OutcomePass, "%+.1f%%, beyond the %s limit but not significant%s", change*100, limit, stat)
 	}
 	return verdict(OutcomePass, "%+.1f%%, within the %s limit%s", change*100, limit, stat)
+}
+
+func measuredOrPredicted(r *Run) string {
+	if r.Metrics.Predicted {
+		return "predicted by the analytic model"
+	}
+	return "measured"
 }
 
 func signed(r Rule) float64 {

@@ -107,6 +107,9 @@ func TestGateFailsWhenItMust(t *testing.T) {
 		{"a relative rule on a figure unknown on both sides", base, func(t *testing.T, dir string) string {
 			return writeGateTree(t, filepath.Join(dir, "nomfu2"), okSpecs)
 		}, []string{"--rule", "tokens_per_s_per_rank:-5%", "--rule", "peak_rss_bytes:+5%"}, "rule peak_rss_bytes:+5% decided nothing"},
+		{"predicted figures against measured ones", base, func(t *testing.T, dir string) string {
+			return writeGateTree(t, filepath.Join(dir, "predicted"), allSpecs(func(r *results.Result) { r.Predicted = true }))
+		}, nil, "the baseline was measured, the current figure is predicted by the analytic model"},
 		{"an index.jsonl that carries other figures", base, func(t *testing.T, dir string) string {
 			cur := writeGateTree(t, filepath.Join(dir, "forged"), allSpecs(slower))
 			forgeIndex(t, cur)
