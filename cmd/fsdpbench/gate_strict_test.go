@@ -347,3 +347,17 @@ func TestGateJUnitCarriesProblems(t *testing.T) {
 	assert.Contains(t, string(x), `<testsuites name="fsdpbench gate" tests="13" failures="1" errors="0" skipped="12"`,
 		"the 12 skipped checks and the problem that fails the gate")
 }
+
+// TestPlotOfAnExportedFile: the charts of an exported JSON file go beside it (they
+// went under it, "x.json/plots", which cannot be made).
+func TestPlotOfAnExportedFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	base := writeGateTree(t, filepath.Join(dir, "base"), okSpecs)
+	exported := filepath.Join(dir, "base.json")
+	r := cli(t, "export", base, "--format", "json", "-o", exported)
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	r = cli(t, "plot", exported)
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	assert.FileExists(t, filepath.Join(dir, "plots", "scaling.svg"))
+}
