@@ -7,7 +7,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -290,4 +292,19 @@ func TestSameJSON(t *testing.T) {
 	assert.True(t, sameJSON([]byte(" {\n \"a\" : 12 }\n"), []byte(`{"a":12}`)))
 	assert.False(t, sameJSON([]byte(`{"a":"x y"}`), []byte(`{"a":"xy"}`)), "space inside a string counts")
 	assert.False(t, sameJSON([]byte(`tr ue`), []byte(`true`)))
+}
+
+// TestCachedRefusesFIFOs: the index check opens a run's files without blocking, so
+// a FIFO in a file's place does not hang Load there.
+func TestCachedRefusesFIFOs(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), MetricsFile)
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	done := make(chan bool)
+	go func() { done <- cached(fifo, []byte(`{"status":"ok"}`)) }()
+	select {
+	case ok := <-done:
+		assert.False(t, ok)
+	case <-time.After(10 * time.Second):
+		t.Fatal("cached blocked on a FIFO")
+	}
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	gojson "github.com/goccy/go-json"
 	"github.com/sourcegraph/conc/iter"
@@ -209,8 +211,21 @@ func cached(path string, raw []byte) bool {
 	if len(raw) == 0 {
 		return false
 	}
-	got, err := os.ReadFile(path)
-	return err == nil && sameJSON(got, raw)
+	// Non-blocking, a regular file, and no larger than the line: a FIFO or device
+	// in a run's place must not hang or flood Load (the files' own reader then
+	// says what is wrong with them).
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() < int64(len(raw)) || st.Size() > int64(8*len(raw)+4096) {
+		return false
+	}
+	got := make([]byte, st.Size())
+	n, err := io.ReadFull(f, got)
+	return err == nil && n == len(got) && sameJSON(got, raw)
 }
 
 // sameJSON reports whether indented is compact with whitespace added between
