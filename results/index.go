@@ -110,10 +110,11 @@ func readIndex(sweepDir string) (map[string]*indexEntry, error) {
 			return
 		}
 		var e indexEntry
-		// go-json decodes these lines about 3x faster than encoding/json, which is
-		// most of Load's time on a large sweep (BenchmarkLoad100k). Only this read
-		// uses it: lines are written, and run directories read, by encoding/json, and
-		// TestLoadIndexMatchesDirectories checks both give the same runs.
+		// go-json decodes these lines about 3x faster than encoding/json (here the
+		// line's frame; its config and metrics in readRun, once they match the
+		// files). Only the index is read with it: lines are written, and run
+		// directories read, by encoding/json, and TestLoadIndexMatchesDirectories
+		// checks both give the same runs.
 		if gojson.Unmarshal(*line, &e) == nil && e.ID != "" {
 			entries[i] = &e
 		}
