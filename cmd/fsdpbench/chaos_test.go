@@ -24,14 +24,15 @@ import (
 )
 
 // chaosSpec is a sweep of real gotrain runs (worker processes, TCP collectives)
-// slow enough to be hit mid-run: 12 steps of ~60 ms each. The run timeout bounds
-// what a stopped (SIGSTOP) worker costs a round.
+// slow enough to be hit mid-run: 8 steps of ~300 ms each, so a worker writes
+// rarely and cannot count on a broken pipe to notice that its harness died. The
+// run timeout bounds what a stopped (SIGSTOP) worker costs a round.
 const chaosSpec = `name: chaos
 backend: gotrain
 hardware: cpu
 model: tiny
 seq_len: 32
-steps: 12
+steps: 8
 warmup_steps: 1
 timeout: 20s
 base:
@@ -41,7 +42,7 @@ grid:
   world_size: [1, 2]
   sharding: [full_shard, shard_grad_op, ddp]
 backend_options:
-  step_delay: 50ms
+  step_delay: 300ms
 `
 
 // chaosEnv is the environment of every process the chaos test starts: a marker that
@@ -146,9 +147,10 @@ func TestChaosKillStopResume(t *testing.T) {
 		}
 		return w
 	}
-	// gone waits until no process of the test is left, failing after a bound.
+	// gone waits until no process of the test is left, failing after a bound: a
+	// worker must die with its harness (parent-death signal), not at its next write.
 	gone := func(after string) {
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(3 * time.Second)
 		for {
 			left := marked(marker)
 			if len(left) == 0 {
@@ -160,13 +162,13 @@ func TestChaosKillStopResume(t *testing.T) {
 					cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 					desc = append(desc, fmt.Sprintf("%d %q", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
 				}
-				t.Fatalf("after %s, processes still running 15 s later:\n%s", after, strings.Join(desc, "\n"))
+				t.Fatalf("after %s, processes still running 3 s later:\n%s", after, strings.Join(desc, "\n"))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 
-	const rounds = 6
+	const rounds = 8
 	for round := 1; round <= rounds; round++ {
 		cmd, out := start()
 		exited := make(chan error, 1)
