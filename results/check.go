@@ -57,6 +57,8 @@ type InvalidRunError struct {
 	// Field is the metrics.json name of the figure (or run_args.json's, for the ID).
 	Field string
 	Msg   string
+	// Hint says what to do; empty: rerun the run or delete its directory.
+	Hint string
 }
 
 // Error names the file (or run), the field and what is wrong with it, and says what
@@ -69,7 +71,11 @@ func (e *InvalidRunError) Error() string {
 			where += " (run " + e.Run + ")"
 		}
 	}
-	return fmt.Sprintf("%s: invalid run: %s %s; rerun it (fsdpbench sweep --rerun) or delete the run's directory", where, e.Field, e.Msg)
+	hint := e.Hint
+	if hint == "" {
+		hint = "rerun it (fsdpbench sweep --rerun) or delete the run's directory"
+	}
+	return fmt.Sprintf("%s: invalid run: %s %s; %s", where, e.Field, e.Msg, hint)
 }
 
 // Known reports whether s is one of the run statuses of the schema. Load refuses a

@@ -67,7 +67,7 @@ func LoadPath(path string) ([]Run, error) {
 		if err := CheckRun(&runs[i]); err != nil {
 			var ie *InvalidRunError
 			if errors.As(err, &ie) {
-				ie.Path = at
+				ie.Path, ie.Hint = at, "export the runs again with `fsdpbench export --format json`, or drop this element"
 			}
 			return nil, err
 		}
