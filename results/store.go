@@ -3,6 +3,7 @@ package results
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -137,6 +138,10 @@ func (s *SweepDir) WriteMetrics(id string, m Metrics) error {
 		rc = &stored
 	}
 	if err := CheckMetrics(rc, &m); err != nil {
+		var ie *InvalidRunError
+		if errors.As(err, &ie) {
+			ie.Hint = "the figure came from the backend or the files ingested: fix it there"
+		}
 		return fmt.Errorf("not storing %s: %w", filepath.Join(s.RunDir(id), MetricsFile), err)
 	}
 	if err := writeJSON(filepath.Join(s.RunDir(id), MetricsFile), m); err != nil {
