@@ -3,10 +3,14 @@ package results
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -233,10 +237,13 @@ func readJSON(path string, v any) error {
 
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and renames
 // it over path, so a reader (or a resumed sweep) never sees a half-written file.
+// The file gets 0666 less the umask, as the logs and any other file do: results on
+// a shared (NFS, Slurm) directory must be readable by the colleagues the umask
+// allows. Errors name path, never the temporary file.
 func WriteFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := createTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, bareErr(err))
 	}
 	tmp := f.Name()
 	_, werr := f.Write(data)
@@ -251,7 +258,35 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	if werr != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, werr)
+		return fmt.Errorf("write %s: %w", path, bareErr(werr))
 	}
 	return nil
+}
+
+// createTemp is os.CreateTemp with mode 0666, which the kernel masks with the
+// umask (os.CreateTemp's 0600 ignores it).
+func createTemp(dir, prefix string) (*os.File, error) {
+	for range 1000 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("no free temporary name in %s", dir)
+}
+
+// bareErr drops the path from a *fs.PathError or *os.LinkError, which would name
+// the temporary file; the caller names the real one.
+func bareErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }
