@@ -187,9 +187,19 @@ func checkRunDirs(dir *results.SweepDir, runs []sweeps.RunConfig) error {
 func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	runDir := s.dir.RunDir(rc.ID)
 	o := Outcome{Config: rc}
+	keepJob := false
+	if s.slurm != nil && launcherName(s.plan, rc) == launch.SlurmName {
+		// The job whose result the previous attempt recorded is never collected
+		// again; one that ended (or still runs) unrecorded is, and keeps its files.
+		if prev, err := s.dir.ReadMetrics(rc.ID); err == nil {
+			id, _ := prev.Extra[launch.ExtraJobID].(string)
+			s.slurm.Recorded(id)
+		}
+		keepJob = s.slurm.Pending(rc, runDir)
+	}
 	// A previous attempt's metrics.json must go before run_args.json is rewritten:
 	// if this attempt is killed, the pair would otherwise pass for a finished run.
-	if err := clearRun(runDir); err != nil {
+	if err := clearRun(runDir, keepJob); err != nil {
 		o.Status, o.Error = results.StatusFailed, err.Error()
 		return o
 	}
@@ -445,10 +455,15 @@ func hostCapacity(rc sweeps.RunConfig) string {
 }
 
 // clearRun removes what a previous attempt of the run left, keeping the directory.
-// The logs go too: os.Create would follow a link planted in their place.
-func clearRun(runDir string) error {
-	for _, name := range []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.RanksDir,
-		results.StdoutFile, results.StderrFile} {
+// The logs go too: os.Create would follow a link planted in their place. With
+// keepJob, a Slurm job of that attempt is to be re-attached or collected, and
+// what its ranks write (ranks/) stays.
+func clearRun(runDir string, keepJob bool) error {
+	names := []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.StdoutFile, results.StderrFile}
+	if !keepJob {
+		names = append(names, results.RanksDir)
+	}
+	for _, name := range names {
 		if err := os.RemoveAll(filepath.Join(runDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("clear the previous attempt of %s: %w", runDir, err)
 		}

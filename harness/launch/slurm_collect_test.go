@@ -1,0 +1,157 @@
+package launch
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// jobsIn lists the jobs Slurm knows (queued, running, or ended within
+// MinJobAge) that ran in runDir.
+func jobsIn(t *testing.T, runDir string) []string {
+	t.Helper()
+	out, err := exec.Command("scontrol", "show", "job", "-o").CombinedOutput()
+	if err != nil && strings.Contains(string(out), "No jobs") {
+		return nil
+	}
+	require.NoError(t, err, string(out))
+	re := regexp.MustCompile(`^JobId=([0-9]+) .* WorkDir=(\S+)`)
+	var ids []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := re.FindStringSubmatch(line); m != nil && m[2] == runDir {
+			ids = append(ids, m[1])
+		}
+	}
+	return ids
+}
+
+// submitAbandoned submits one repeat of the shell backend's run as a launcher
+// would, records its id, and follows it no further: a sweep killed right after
+// sbatch. It returns the job id.
+func submitAbandoned(t *testing.T, be *shellBackend, rc sweeps.RunConfig, env backends.RunEnv) string {
+	t.Helper()
+	opts, err := ParseSlurmOptions(rc.LauncherOptions)
+	require.NoError(t, err)
+	job, err := be.PrepareJob(context.Background(), rc, env, slurmPlacement, false)
+	require.NoError(t, err)
+	script := filepath.Join(env.RunDir, ScriptFile)
+	require.NoError(t, os.WriteFile(script, []byte(opts.Script(rc, "shell", job.Spec(), env.RunDir)), 0o644))
+	id, err := submit(script)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(env.RunDir, JobIDFile), []byte(id+"\n"), 0o644))
+	return id
+}
+
+// waitEnded waits until Slurm says job id has ended.
+func waitEnded(t *testing.T, id string) jobInfo {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		info, err := queryJob(id)
+		if err == nil && info.terminal() {
+			return info
+		}
+		require.True(t, time.Now().Before(deadline), "job %s did not end", id)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSlurmEndedJobIsCollectedNotResubmitted: a job that ended (COMPLETED or
+// FAILED) while no launcher followed it is collected by the next one, from
+// Slurm's state and its output, and not submitted again; once its result is
+// recorded (the same launcher's next repeat, or Recorded from metrics.json) the
+// run submits a job of its own.
+func TestSlurmEndedJobIsCollectedNotResubmitted(t *testing.T) {
+	needSlurm(t)
+	tests := []struct {
+		name string
+		cmd  string
+		want results.Status
+		line string
+	}{
+		{"completed", `echo done`, results.StatusOK, "stdout 0 done"},
+		{"failed", `echo "it broke" >&2; exit 3`, results.StatusFailed, "stderr 0 it broke"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			be := &shellBackend{cmd: tt.cmd}
+			rc, env := shellRun(t, time.Minute)
+			id := submitAbandoned(t, be, rc, env)
+			info := waitEnded(t, id)
+
+			s := NewSlurm()
+			res, err := s.Run(context.Background(), be, rc, env, nil)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, res.Status, res.Error)
+			assert.True(t, be.job.attached, "collected, not prepared anew")
+			assert.Contains(t, be.job.seen(), tt.line, "the job's output reached the backend")
+			assert.Equal(t, id, res.Extra[ExtraJobID])
+			assert.Equal(t, []string{id}, jobsIn(t, env.RunDir), "no job was submitted")
+			assert.Equal(t, id, readID(t, env.RunDir))
+			assert.Equal(t, info.Start, res.Started, "when the job ran, as Slurm says")
+			assert.False(t, res.Started.IsZero())
+
+			// The next repeat of the run, in the same launcher: a job of its own.
+			res, err = s.Run(context.Background(), be, rc, env, nil)
+			require.NoError(t, err)
+			second := readID(t, env.RunDir)
+			assert.NotEqual(t, id, second)
+			assert.False(t, be.job.attached)
+			assert.Equal(t, second, res.Extra[ExtraJobID])
+
+			// A resumed sweep whose metrics.json names that job submits a new one.
+			s = NewSlurm()
+			s.Recorded(second)
+			assert.False(t, s.Pending(rc, env.RunDir))
+			_, err = s.Run(context.Background(), be, rc, env, nil)
+			require.NoError(t, err)
+			assert.NotContains(t, []string{id, second}, readID(t, env.RunDir))
+			assert.Len(t, jobsIn(t, env.RunDir), 3)
+		})
+	}
+}
+
+// TestSlurmPendingSaysWhatRunWillDo: Pending is true for a job that runs or
+// ended unrecorded, false for a cancelled one, a recorded one, and none.
+func TestSlurmPendingSaysWhatRunWillDo(t *testing.T) {
+	needSlurm(t)
+	t.Parallel()
+	be := &shellBackend{cmd: `echo started; sleep 120`}
+	rc, env := shellRun(t, 5*time.Minute)
+	assert.False(t, NewSlurm().Pending(rc, env.RunDir), "no job yet")
+	id := submitAbandoned(t, be, rc, env)
+	assert.True(t, NewSlurm().Pending(rc, env.RunDir), "queued or running")
+	_, err := slurmCmd("scancel", id)
+	require.NoError(t, err)
+	info := waitEnded(t, id)
+	require.Equal(t, "CANCELLED", info.State)
+	assert.False(t, NewSlurm().Pending(rc, env.RunDir), "a cancelled job runs again")
+
+	other := rc
+	other.Steps = 99 // another configuration: its fingerprint is not the script's
+	be.cmd = "true"
+	id = submitAbandoned(t, be, rc, env)
+	waitEnded(t, id)
+	assert.True(t, NewSlurm().Pending(rc, env.RunDir))
+	assert.False(t, NewSlurm().Pending(other, env.RunDir), "a job of another configuration is not collected")
+}
+
+func TestParseScontrolTimes(t *testing.T) {
+	j, err := parseScontrol("JobId=7 JobName=x JobState=COMPLETED StartTime=2026-11-24T17:30:02 EndTime=Unknown ExitCode=0:0")
+	require.NoError(t, err)
+	assert.Equal(t, time.Date(2026, 11, 24, 17, 30, 2, 0, time.Local), j.Start)
+	assert.True(t, j.End.IsZero())
+}
