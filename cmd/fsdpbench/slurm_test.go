@@ -31,7 +31,7 @@ func needSlurm(t *testing.T) {
 		out, err = exec.Command("sinfo", "-h", "-o", "%T").CombinedOutput()
 		if err != nil {
 			err = fmt.Errorf("sinfo: %v: %s", err, out)
-		} else if !regexp.MustCompile(`idle|mix|alloc`).Match(out) {
+		} else if !regexp.MustCompile(`idle|mix|alloc|plnd`).Match(out) {
 			err = fmt.Errorf("no node is up: sinfo says %q", strings.TrimSpace(string(out)))
 		}
 	}

@@ -176,7 +176,7 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 	}
 	s.track(id, true)
 	defer s.track(id, false)
-	res, err = s.follow(ctx, rc, id, job, env, opts.PollInterval, emit, logf)
+	res, err = s.follow(ctx, rc, id, ended, job, env, opts.PollInterval, emit, logf)
 	// Followed to its end (or cancelled): the next repeat submits its own job.
 	s.Recorded(id)
 	if res.Extra == nil {
@@ -198,13 +198,18 @@ func (s *Slurm) previous(rc sweeps.RunConfig, runDir string, logf func(string, .
 		id = strings.TrimSpace(string(data))
 	} else {
 		// Killed between sbatch and recording the id: the job is found by its
-		// name and directory.
-		out, err := slurmCmd("squeue", "--me", "-h", "--name="+JobName(rc), "-o", "%i %Z")
+		// name and directory, among those Slurm still knows (-t all: ended
+		// ones too); the latest is this attempt's.
+		out, err := slurmCmd("squeue", "--me", "-h", "-t", "all", "--name="+JobName(rc), "-o", "%i %Z")
 		if err == nil {
+			latest := uint64(0)
 			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 				f := strings.Fields(line)
-				if len(f) == 2 && filepath.Clean(f[1]) == runDir {
-					id = f[0]
+				if len(f) != 2 || filepath.Clean(f[1]) != runDir {
+					continue
+				}
+				if n, perr := strconv.ParseUint(f[0], 10, 64); perr == nil && n > latest {
+					latest, id = n, f[0]
 				}
 			}
 		}
@@ -212,12 +217,22 @@ func (s *Slurm) previous(rc sweeps.RunConfig, runDir string, logf func(string, .
 	if id == "" || s.isDone(id) {
 		return "", false
 	}
+	script, _ := os.ReadFile(filepath.Join(runDir, ScriptFile))
+	sameConfig := bytes.Contains(script, []byte("# fingerprint: "+rc.Fingerprint()+" "))
 	info, err := queryJob(id)
+	if errors.Is(err, errJobUnknown) {
+		// Slurm has forgotten the job. If it left output it ran, and ran long
+		// ago: collect it (hours of GPUs are not spent again); if not, it never
+		// started (a controller restarted without its state) and is submitted.
+		if _, serr := os.Stat(filepath.Join(runDir, "slurm-"+id+".out")); serr == nil && sameConfig {
+			return id, true
+		}
+		return "", false
+	}
 	if err != nil || info.Name != JobName(rc) {
 		return "", false
 	}
-	script, _ := os.ReadFile(filepath.Join(runDir, ScriptFile))
-	if !bytes.Contains(script, []byte("# fingerprint: "+rc.Fingerprint()+" ")) {
+	if !sameConfig {
 		if act && info.active() {
 			logf("Slurm job %s runs an older configuration of this run; cancelling it", id)
 			_, _ = slurmCmd("scancel", id)
@@ -248,7 +263,8 @@ func submit(script string) (string, error) {
 
 // follow polls job id until it ends, streaming its output to the backend and the
 // run's logs, and turns its end into the repeat's Result.
-func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job backends.Job, env backends.RunEnv,
+// ended says the job ended before it was followed (previous).
+func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ended bool, job backends.Job, env backends.RunEnv,
 	poll time.Duration, emit func(backends.Event), logf func(string, ...any)) (results.Result, error) {
 	outs := []*tail{
 		{path: filepath.Join(env.RunDir, "slurm-"+id+".out"), stream: "stdout", sink: env.Stdout},
@@ -271,6 +287,10 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job 
 	for {
 		info, err := queryJob(id)
 		drain(false)
+		if ended && errors.Is(err, errJobUnknown) {
+			// Collected after Slurm forgot it: its output is all there is.
+			info, err = jobInfo{State: stateForgotten}, nil
+		}
 		switch {
 		case err != nil:
 			misses++
@@ -319,10 +339,16 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job 
 // repeat's Result.
 func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backends.Job, logf func(string, ...any)) results.Result {
 	warn := func(msg string) { logf("%s", msg) }
-	logf("Slurm job %s ended %s (exit code %d:%d, reason %s)", id, info.State, info.ExitCode, info.Signal, info.Reason)
+	if info.State != stateForgotten {
+		logf("Slurm job %s ended %s (exit code %d:%d, reason %s)", id, info.State, info.ExitCode, info.Signal, info.Reason)
+	}
 	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode, TokensPerStep: rc.TokensPerStep()}
 	switch info.State {
 	case "COMPLETED":
+		return job.Finish(nil, warn)
+	case stateForgotten:
+		warn(fmt.Sprintf("Slurm no longer knows job %s (it ended longer ago than MinJobAge, and there is no accounting storage to ask): "+
+			"its exit code is unknown and its result is read from its output alone", id))
 		return job.Finish(nil, warn)
 	case "FAILED":
 		// The run's output says more than the exit code: out of memory,
@@ -362,6 +388,10 @@ func cancelJob(id string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// stateForgotten stands for the state of a job Slurm no longer knows, collected
+// from its output (previous).
+const stateForgotten = "FORGOTTEN"
 
 // jobInfo is what scontrol (or sacct) says about a job.
 type jobInfo struct {

@@ -155,3 +155,43 @@ func TestParseScontrolTimes(t *testing.T) {
 	assert.Equal(t, time.Date(2026, 11, 24, 17, 30, 2, 0, time.Local), j.Start)
 	assert.True(t, j.End.IsZero())
 }
+
+// TestSlurmForgottenJobIsCollectedFromItsOutput: a job Slurm no longer knows
+// (ended longer ago than MinJobAge, no accounting) that left output ran: it is
+// collected from that output, not submitted again. One that left none never
+// started and is submitted.
+func TestSlurmForgottenJobIsCollectedFromItsOutput(t *testing.T) {
+	needSlurm(t)
+	for _, ran := range []bool{true, false} {
+		t.Run(map[bool]string{true: "ran", false: "never started"}[ran], func(t *testing.T) {
+			t.Parallel()
+			be := &shellBackend{cmd: `echo submitted again`}
+			rc, env := shellRun(t, time.Minute)
+			opts, err := ParseSlurmOptions(rc.LauncherOptions)
+			require.NoError(t, err)
+			job, err := be.PrepareJob(context.Background(), rc, env, slurmPlacement, false)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(env.RunDir, ScriptFile), []byte(opts.Script(rc, "shell", job.Spec(), env.RunDir)), 0o644))
+			const forgotten = "4000000000" // no job of this cluster has this id
+			require.NoError(t, os.WriteFile(filepath.Join(env.RunDir, JobIDFile), []byte(forgotten+"\n"), 0o644))
+			if ran {
+				require.NoError(t, os.WriteFile(filepath.Join(env.RunDir, "slurm-"+forgotten+".out"), []byte("0: done long ago\n"), 0o644))
+			}
+			var log strings.Builder
+			env.Stderr = &log
+
+			res, err := NewSlurm().Run(context.Background(), be, rc, env, nil)
+			require.NoError(t, err)
+			assert.Equal(t, results.StatusOK, res.Status, res.Error)
+			if ran {
+				assert.Contains(t, be.job.seen(), "stdout 0 done long ago")
+				assert.Empty(t, jobsIn(t, env.RunDir), "nothing was submitted")
+				assert.Equal(t, forgotten, res.Extra[ExtraJobID])
+				assert.Contains(t, log.String(), "Slurm no longer knows job "+forgotten)
+			} else {
+				assert.Contains(t, be.job.seen(), "stdout 0 submitted again")
+				assert.Len(t, jobsIn(t, env.RunDir), 1)
+			}
+		})
+	}
+}
