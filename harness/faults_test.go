@@ -318,3 +318,43 @@ func TestJobsOutOfRangeIsRefused(t *testing.T) {
 		assert.Empty(t, be.runs())
 	}
 }
+
+// TestKilledWritersDebrisAndPlantedLinksAreCleared: the temporary files of writes
+// a kill interrupted are removed when the sweep runs again, and a link planted in
+// a run directory is removed before the run's backend writes its own files there.
+func TestKilledWritersDebrisAndPlantedLinksAreCleared(t *testing.T) {
+	be := &fake{name: "fake"}
+	be.run = func(_ context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+		if err := os.WriteFile(filepath.Join(env.RunDir, "note.txt"), []byte("the backend's own file\n"), 0o644); err != nil {
+			return results.Result{}, err
+		}
+		return okResult(rc, emit), nil
+	}
+	opts, _ := options(t, be)
+	p := plan("debris", 1)
+	_, err := Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	dir := filepath.Join(opts.ResultsDir, "debris")
+	runDir := filepath.Join(dir, results.RunsDir, p.Runs[0].ID)
+
+	outside := filepath.Join(t.TempDir(), "precious")
+	require.NoError(t, os.WriteFile(outside, []byte("keep me\n"), 0o644))
+	require.NoError(t, os.Remove(filepath.Join(runDir, "note.txt")))
+	require.NoError(t, os.Symlink(outside, filepath.Join(runDir, "note.txt")))
+	for _, f := range []string{filepath.Join(dir, ".manifest.json.tmp1234"), filepath.Join(runDir, ".metrics.json.tmp99")} {
+		require.NoError(t, os.WriteFile(f, []byte("half"), 0o644))
+	}
+
+	opts.Rerun = true
+	_, err = Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	b, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	assert.Equal(t, "keep me\n", string(b), "nothing was written through the link")
+	st, err := os.Lstat(filepath.Join(runDir, "note.txt"))
+	require.NoError(t, err)
+	assert.True(t, st.Mode().IsRegular())
+	assert.NoFileExists(t, filepath.Join(dir, ".manifest.json.tmp1234"))
+	assert.NoFileExists(t, filepath.Join(runDir, ".metrics.json.tmp99"))
+	assert.FileExists(t, filepath.Join(dir, dirlock.File), "the lock file is no debris")
+}

@@ -189,6 +189,7 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 		return Summary{}, refused(err)
 	}
 	defer func() { _ = lock.Release() }()
+	clearDebris(dir.Path)
 	if err := checkRunDirs(dir, plan.Runs); err != nil {
 		return Summary{}, refused(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -455,13 +456,22 @@ func hostCapacity(rc sweeps.RunConfig) string {
 }
 
 // clearRun removes what a previous attempt of the run left, keeping the directory.
-// The logs go too: os.Create would follow a link planted in their place. With
-// keepJob, a Slurm job of that attempt is to be re-attached or collected, and
-// what its ranks write (ranks/) stays.
+// The logs go too: os.Create would follow a link planted in their place. So does
+// any other link in the directory (a backend writing a file of its own would
+// follow it out of the results directory), and the temporary files of writes a
+// kill interrupted. With keepJob, a Slurm job of that attempt is to be
+// re-attached or collected, and what its ranks write (ranks/) stays.
 func clearRun(runDir string, keepJob bool) error {
 	names := []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.StdoutFile, results.StderrFile}
 	if !keepJob {
 		names = append(names, results.RanksDir)
+	}
+	if entries, err := os.ReadDir(runDir); err == nil {
+		for _, e := range entries {
+			if e.Type()&fs.ModeSymlink != 0 || debris.MatchString(e.Name()) {
+				names = append(names, e.Name())
+			}
+		}
 	}
 	for _, name := range names {
 		if err := os.RemoveAll(filepath.Join(runDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -469,6 +479,25 @@ func clearRun(runDir string, keepJob bool) error {
 		}
 	}
 	return nil
+}
+
+// debris matches the temporary files of results.WriteFileAtomic
+// (".<name>.tmp<digits>"), which a writer killed between create and rename leaves.
+var debris = regexp.MustCompile(`^\..+\.tmp[0-9]+$`)
+
+// clearDebris removes the temporary files that killed writers left in the sweep's
+// directory (manifest.json's, sweep.yaml's). Only the lock's holder may: another
+// process's write in progress would look the same.
+func clearDebris(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && debris.MatchString(e.Name()) {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // runLogs serializes the writes of a run's ranks and events into its log files.

@@ -105,7 +105,7 @@ func Acquire(ctx context.Context, dir string, o Options) (*Lock, error) {
 	fl := flock.New(path, flock.SetPermissions(0o666))
 	ok, err := fl.TryLock()
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w (the results directory must be writable)", path, err)
+		return nil, fmt.Errorf("lock %s: %w (the results directory must be writable, on a file system with locks: local, or NFSv4)", path, err)
 	}
 	if !ok {
 		held := &HeldError{Dir: dir, Holder: readHolder(path)}
