@@ -152,7 +152,16 @@ func Ingest(ctx context.Context, dirs []string, out string, o Options) ([]Report
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	spec, specName := []byte("name: "+o.Name+"\nbackend: torchrun\n"), "(ingest)"
+	// The name becomes a directory: the spec's own rule for names says which
+	// (no "..", no separators), checked on a spec that quotes it whole.
+	quoted, err := json.Marshal(o.Name)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: --name: %w", err)
+	}
+	spec, specName := []byte("name: "+string(quoted)+"\nbackend: torchrun\n"), "(ingest --name)"
+	if _, err := sweeps.Parse(spec, specName, sweeps.Options{}); err != nil {
+		return nil, fmt.Errorf("ingest: --name %q: %w", o.Name, err)
+	}
 	if o.Spec != "" {
 		data, err := os.ReadFile(o.Spec)
 		if err != nil {

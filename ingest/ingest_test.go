@@ -238,3 +238,17 @@ func TestIngestWaitsForTheTreesLock(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Len(t, runIDs(t, sd.Path), 1)
 }
+
+// TestIngestNameIsADirectoryName: --name names a directory under --results; one
+// that climbs out of it, or smuggles YAML into the spec, is refused.
+func TestIngestNameIsADirectoryName(t *testing.T) {
+	root := t.TempDir()
+	writeRun(t, root, "a", map[string]any{"per_device_train_batch_size": 2}, seedMetrics(8, 4.7, 5076))
+	out := filepath.Join(root, "out", "results")
+	for _, name := range []string{"../escaped", "a/b", "x\nbackend: sim", ".."} {
+		_, err := Ingest(context.Background(), []string{filepath.Join(root, "results")}, out, Options{Name: name, FSDPSharding: sweeps.FullShard})
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "cannot name a results directory", name)
+	}
+	assert.NoDirExists(t, filepath.Join(root, "out"), "nothing written anywhere")
+}
