@@ -177,6 +177,14 @@ func TestSymlinkedRunDirectoryIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, before, after, "nothing was written through the link")
 	}
+	// A plain file where a run directory belongs is refused the same way.
+	require.NoError(t, os.Remove(runDir))
+	require.NoError(t, os.WriteFile(runDir, []byte("x"), 0o644))
+	_, err = Run(context.Background(), p, opts)
+	require.ErrorContains(t, err, runDir+" is a file, not a run directory")
+	require.NoError(t, os.Remove(runDir))
+	require.NoError(t, os.Symlink(elsewhere, runDir))
+
 	planned := Preview(p, Options{ResultsDir: opts.ResultsDir})
 	assert.Equal(t, "skip", planned[0].Action)
 	assert.Equal(t, "refuse", planned[1].Action, "--dry-run says so too")

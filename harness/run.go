@@ -151,7 +151,11 @@ func realDir(path string) error {
 		return fmt.Errorf("%s is a symbolic link (to %s), not a run directory: fsdpbench writes only inside the results directory "+
 			"and report and gate do not follow links; replace it by a copy (cp -rL) or remove it, then run the sweep again", path, target)
 	case !st.IsDir():
-		return fmt.Errorf("%s is a %s, not a run directory; move it away, then run the sweep again", path, st.Mode().Type())
+		what := "file"
+		if !st.Mode().IsRegular() {
+			what = "special file (" + st.Mode().Type().String() + ")"
+		}
+		return fmt.Errorf("%s is a %s, not a run directory; move it away, then run the sweep again", path, what)
 	}
 	return nil
 }
