@@ -100,9 +100,14 @@ type Lock struct {
 // same directory twice is refused too: flock locks belong to open files.
 func Acquire(ctx context.Context, dir string, o Options) (*Lock, error) {
 	path := filepath.Join(dir, File)
+	// A link or a FIFO planted in the file's place would have the record written
+	// through it, or hang the open: only a regular file (or none yet) is a lock.
+	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("lock %s: not a regular file (%s); remove it, then run again", path, st.Mode().Type())
+	}
 	// 0666 and the umask: on a shared results directory the next user must be
 	// able to open the file to try the lock and read who holds it.
-	fl := flock.New(path, flock.SetPermissions(0o666))
+	fl := flock.New(path, flock.SetPermissions(0o666), flock.SetFlag(os.O_CREATE|os.O_RDONLY|openFlags))
 	ok, err := fl.TryLock()
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w (the results directory must be writable, on a file system with locks: local, or NFSv4)", path, err)
@@ -145,8 +150,12 @@ func (l *Lock) record(o Options) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(l.path, os.O_WRONLY, 0)
+	f, err := os.OpenFile(l.path, os.O_WRONLY|openFlags, 0)
 	if err != nil {
+		return err
+	}
+	if err := soleLink(f); err != nil {
+		f.Close()
 		return err
 	}
 	if err := f.Truncate(0); err != nil {

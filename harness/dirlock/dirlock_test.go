@@ -148,3 +148,38 @@ func TestNoDirectoryIsAnErrorNotAHolder(t *testing.T) {
 	assert.False(t, IsHeld(err))
 	assert.Contains(t, err.Error(), "must be writable")
 }
+
+// TestPlantedLockFileIsNotFollowed: a link, a FIFO or a hard link planted as the
+// lock file is refused or left alone; the file it points at is never written.
+func TestPlantedLockFileIsNotFollowed(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "bashrc")
+	require.NoError(t, os.WriteFile(outside, []byte("keep me\n"), 0o644))
+
+	dir := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(dir, File)))
+	_, err := Acquire(context.Background(), dir, Options{})
+	require.ErrorContains(t, err, "not a regular file")
+
+	dir = t.TempDir()
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, File), 0o644))
+	done := make(chan error, 1)
+	go func() {
+		_, err := Acquire(context.Background(), dir, Options{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "not a regular file")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a FIFO as the lock file hangs Acquire")
+	}
+
+	dir = t.TempDir()
+	require.NoError(t, os.Link(outside, filepath.Join(dir, File)))
+	l, err := Acquire(context.Background(), dir, Options{})
+	require.NoError(t, err, "the lock itself holds")
+	defer l.Release()
+	b, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	assert.Equal(t, "keep me\n", string(b), "the holder record was not written through the hard link")
+}
