@@ -100,7 +100,10 @@ type Options struct {
 // and running the same command again after fixing the cause is safe.
 type RefusedError struct{ Err error }
 
+// Error is the cause's message.
 func (e *RefusedError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause (a *dirlock.HeldError, a file system error, ...).
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 func refused(err error) error { return &RefusedError{Err: err} }
