@@ -303,6 +303,10 @@ func replaceable(sd *results.SweepDir, folders []string) ([]string, error) {
 	for _, e := range entries {
 		m, err := sd.ReadMetrics(e.Name())
 		if err != nil {
+			if leftover(sd.RunDir(e.Name())) {
+				ids = append(ids, e.Name())
+				continue
+			}
 			return nil, refuse(fmt.Sprintf("run %s, which no ingest wrote (it has no readable %s)", e.Name(), results.MetricsFile))
 		}
 		var sources []string
@@ -328,6 +332,22 @@ func replaceable(sd *results.SweepDir, folders []string) ([]string, error) {
 		ids = append(ids, e.Name())
 	}
 	return ids, nil
+}
+
+// leftover reports whether a run directory holds nothing but what an ingest
+// killed between writing run_args.json and metrics.json leaves (a sweep's run
+// has its logs from its first moments): it is rewritten or removed, not refused.
+func leftover(runDir string) bool {
+	entries, err := os.ReadDir(runDir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.Name() != results.RunArgsFile {
+			return false
+		}
+	}
+	return true
 }
 
 // one maps a folder onto a run config and reads its metrics.

@@ -164,6 +164,15 @@ func TestIngestAgainExtendsItsOwnTree(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, man.Runs, 2, "the manifest lists both, not only the new one")
 
+	// An ingest killed between a run's run_args.json and its metrics.json left
+	// that run half written: the next ingest writes it, it does not refuse.
+	half := filepath.Join(tree, results.RunsDir, "ws8-half-written")
+	require.NoError(t, os.MkdirAll(half, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(half, results.RunArgsFile), []byte("{}"), 0o644))
+	_, err = ingestSeeds(root, out)
+	require.NoError(t, err)
+	assert.NoDirExists(t, half)
+
 	remapped, err := ingestSeeds(root, out, "seq_len=1024")
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{remapped[0].ID, remapped[1].ID}, runIDs(t, tree), "the old mapping's runs are gone")
