@@ -293,26 +293,31 @@ func TestLinkedLogIsNotFollowed(t *testing.T) {
 }
 
 // TestResultsFollowTheUmask: every file of the results tree is 0666 less the
-// umask, like the logs, so that colleagues on a shared results directory can read
-// them.
+// umask, like the logs, and every directory 0777 less it, so that colleagues on a
+// shared results directory (umask 002) can read the results and resume the sweep.
 func TestResultsFollowTheUmask(t *testing.T) {
-	old := syscall.Umask(0o022)
+	old := syscall.Umask(0o002)
 	defer syscall.Umask(old)
 	be := &fake{name: "fake"}
 	opts, _ := options(t, be)
 	p := plan("perms", 1)
 	_, err := Run(context.Background(), p, opts)
 	require.NoError(t, err)
-	n := 0
+	files, dirs := 0, 0
 	require.NoError(t, filepath.Walk(filepath.Join(opts.ResultsDir, "perms"), func(path string, info os.FileInfo, err error) error {
 		require.NoError(t, err)
-		if info.Mode().IsRegular() {
-			n++
-			assert.Equal(t, os.FileMode(0o644), info.Mode().Perm(), path)
+		switch {
+		case info.Mode().IsRegular():
+			files++
+			assert.Equal(t, os.FileMode(0o664), info.Mode().Perm(), path)
+		case info.IsDir():
+			dirs++
+			assert.Equal(t, os.FileMode(0o775), info.Mode().Perm(), path)
 		}
 		return nil
 	}))
-	assert.GreaterOrEqual(t, n, 7, "sweep.yaml, manifest.json, the lock, run_args.json, metrics.json, steps.csv, logs, ranks")
+	assert.GreaterOrEqual(t, files, 7, "sweep.yaml, manifest.json, the lock, run_args.json, metrics.json, steps.csv, logs, ranks")
+	assert.Equal(t, 4, dirs, "the sweep, runs/, the run, ranks/")
 }
 
 func TestJobsOutOfRangeIsRefused(t *testing.T) {

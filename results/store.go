@@ -85,7 +85,9 @@ type SweepDir struct {
 
 // OpenSweep creates (if needed) and returns the sweep directory at path.
 func OpenSweep(path string) (*SweepDir, error) {
-	if err := os.MkdirAll(filepath.Join(path, RunsDir), 0o755); err != nil {
+	// 0777 and the umask, as files get 0666 and the umask: a group-writable umask
+	// (002) on a shared results directory lets colleagues resume the sweep.
+	if err := os.MkdirAll(filepath.Join(path, RunsDir), 0o777); err != nil {
 		return nil, fmt.Errorf("results directory %s: %w", path, err)
 	}
 	return &SweepDir{Path: path}, nil
@@ -114,7 +116,7 @@ func (s *SweepDir) ReadManifest() (Manifest, error) {
 // WriteRunArgs stores the run's full config (run_args.json), creating its directory.
 func (s *SweepDir) WriteRunArgs(rc sweeps.RunConfig) error {
 	dir := s.RunDir(rc.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
 	}
 	return writeJSON(filepath.Join(dir, RunArgsFile), rc)
@@ -145,7 +147,7 @@ func (s *SweepDir) WriteMetrics(id string, m Metrics) error {
 // WriteRank stores what one rank reported (ranks/rank-<r>.json).
 func (s *SweepDir) WriteRank(id string, r RankResult) error {
 	dir := filepath.Join(s.RunDir(id), RanksDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("run %s: %w", id, err)
 	}
 	return writeJSON(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r.Rank)), r)

@@ -162,7 +162,7 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 	default:
 		script := filepath.Join(runDir, ScriptFile)
 		text := opts.Script(rc, be.Name(), job.Spec(), runDir)
-		if err := os.WriteFile(script, []byte(text), 0o644); err != nil {
+		if err := os.WriteFile(script, []byte(text), 0o666); err != nil { // the umask decides
 			return res, fmt.Errorf("slurm: write the job script: %w", err)
 		}
 		if id, err = submit(script); err != nil {
