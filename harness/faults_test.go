@@ -371,3 +371,35 @@ func TestKilledWritersDebrisAndPlantedLinksAreCleared(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(runDir, ".metrics.json.tmp99"))
 	assert.FileExists(t, filepath.Join(dir, dirlock.File), "the lock file is no debris")
 }
+
+// TestIngestedRunIsNeitherDoneNorOverwritten: a sweep whose directory holds a run
+// that ingest wrote (same ID: ingested with this sweep's spec) does not count the
+// past run as its own measurement, and does not overwrite it, with or without
+// --rerun.
+func TestIngestedRunIsNeitherDoneNorOverwritten(t *testing.T) {
+	be := &fake{name: "fake"}
+	opts, _ := options(t, be)
+	p := plan("past", 2)
+	sd, err := results.OpenSweep(filepath.Join(opts.ResultsDir, "past"))
+	require.NoError(t, err)
+	past := p.Runs[1]
+	require.NoError(t, sd.WriteRunArgs(past))
+	require.NoError(t, sd.WriteMetrics(past.ID, results.Metrics{RunID: past.ID, Status: results.StatusOK, WorldSize: past.WorldSize,
+		Extra: map[string]any{"source_dir": "/old/results/training/run7"}}))
+	before, err := os.ReadFile(filepath.Join(sd.RunDir(past.ID), results.MetricsFile))
+	require.NoError(t, err)
+
+	for _, rerun := range []bool{false, true} {
+		opts.Rerun = rerun
+		sum, err := Run(context.Background(), p, opts)
+		require.NoError(t, err)
+		assert.Equal(t, 1, sum.Failed, "rerun=%v", rerun)
+		assert.NotContains(t, be.runs(), past.ID)
+		require.Len(t, sum.Runs, 2)
+		assert.Contains(t, sum.Runs[1].Error, "holds a run ingested from /old/results/training/run7")
+		after, err := os.ReadFile(filepath.Join(sd.RunDir(past.ID), results.MetricsFile))
+		require.NoError(t, err)
+		assert.Equal(t, before, after)
+	}
+	assert.Equal(t, "refuse", Preview(p, opts)[1].Action)
+}

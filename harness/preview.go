@@ -32,16 +32,19 @@ func Preview(plan *sweeps.Plan, opts Options) []Planned {
 		p := Planned{Config: rc, Action: "run", Why: "new"}
 		m, err := dir.ReadMetrics(rc.ID)
 		lerr := realDir(dir.RunDir(rc.ID))
+		_, state := done(dir, rc)
 		switch {
 		case lerr != nil:
 			p.Action, p.Why = "refuse", lerr.Error()
+		case state == doneIngested:
+			p.Action, p.Why = "refuse", "its directory holds a run that ingest wrote"
 		case err != nil:
 		case opts.Rerun:
 			p.Action, p.Why = "rerun", "--rerun"
 		case !m.Status.Final():
 			p.Action, p.Why = "rerun", "was "+string(m.Status)
 		default:
-			switch _, state := done(dir, rc); state {
+			switch state {
 			case doneOK:
 				p.Action, p.Why = "skip", "done: "+string(m.Status)
 			case doneForeignID:

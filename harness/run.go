@@ -46,8 +46,20 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 		s.progress.finished(o)
 		return o
 	}
+	m, state := done(s.dir, rc)
+	if state == doneIngested {
+		// A past run that `fsdpbench ingest` wrote: not this sweep's
+		// measurement, so neither skipped as done nor overwritten.
+		src, _ := m.Extra[ingestedKey].(string)
+		o := Outcome{Config: rc, Status: results.StatusFailed, Error: fmt.Sprintf("%s holds a run ingested from %s, not measured by a sweep; "+
+			"a sweep neither counts it as done nor overwrites it: give the sweep another name (name: in the spec), or remove that directory",
+			s.dir.RunDir(rc.ID), src)}
+		s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error})
+		s.progress.finished(o)
+		return o
+	}
 	if !s.opts.Rerun {
-		if m, state := done(s.dir, rc); state != notDone {
+		if state != notDone {
 			if state == doneForeignID {
 				m = s.repairID(rc, m)
 			}
@@ -78,7 +90,13 @@ const (
 	// metrics.json names another run ID (copied or renamed by hand, or an old
 	// ID scheme): the result stands and the files are relabelled.
 	doneForeignID
+	// doneIngested: the directory holds a past run that ingest wrote.
+	doneIngested
 )
+
+// ingestedKey is the metrics extra key in which `fsdpbench ingest` names the
+// folder a run came from (package ingest): only ingested runs have it.
+const ingestedKey = "source_dir"
 
 // done reports whether rc's stored run is finished for good and was run with the
 // same configuration; anything unreadable means "not done" and the run is redone.
@@ -86,7 +104,13 @@ const (
 // run stored under a directory that its files disagree with is still found.
 func done(dir *results.SweepDir, rc sweeps.RunConfig) (results.Metrics, doneState) {
 	m, err := dir.ReadMetrics(rc.ID)
-	if err != nil || !m.Status.Final() {
+	if err != nil {
+		return results.Metrics{}, notDone
+	}
+	if _, ok := m.Extra[ingestedKey]; ok {
+		return m, doneIngested
+	}
+	if !m.Status.Final() {
 		return results.Metrics{}, notDone
 	}
 	stored, err := dir.ReadRunArgs(rc.ID)

@@ -424,6 +424,8 @@ func one(dir string, spec []byte, specName string, o Options) (run, *sweeps.Plan
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // a later ingest from another directory must recognize the folder
 	}
+	// The harness reads this key too: a sweep never takes an ingested run for
+	// its own measurement.
 	res.Extra["source_dir"] = dir
 	if st, err := os.Stat(metricsPath); err == nil {
 		res.Finished = st.ModTime()
