@@ -403,3 +403,26 @@ func TestIngestedRunIsNeitherDoneNorOverwritten(t *testing.T) {
 	}
 	assert.Equal(t, "refuse", Preview(p, opts)[1].Action)
 }
+
+// TestFIFOManifestDoesNotHangTheResume: a FIFO planted as manifest.json is
+// replaced, not read (reading it would block forever).
+func TestFIFOManifestDoesNotHangTheResume(t *testing.T) {
+	be := &fake{name: "fake"}
+	opts, _ := options(t, be)
+	p := plan("fifo", 1)
+	sd, err := results.OpenSweep(filepath.Join(opts.ResultsDir, "fifo"))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Mkfifo(filepath.Join(sd.Path, results.ManifestFile), 0o644))
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), p, opts)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sweep hangs on a FIFO manifest.json")
+	}
+	assert.Len(t, readManifest(t, sd.Path).Runs, 1)
+}
