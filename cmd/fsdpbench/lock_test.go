@@ -22,9 +22,9 @@ import (
 	"github.com/fsdpbench/fsdpbench/results"
 )
 
-// lockSpec is slowSpec at 100 ms a step: six runs of about 0.6 s, long enough for
-// a second process to meet the first at work.
-var lockSpec = strings.Replace(slowSpec, "sleep_per_step: 30ms", "sleep_per_step: 100ms", 1)
+// lockSpec is slowSpec at 250 ms a step: six runs of about 1.5 s, 9 s in all,
+// long enough for a second process to meet the first at work on a loaded machine.
+var lockSpec = strings.Replace(slowSpec, "sleep_per_step: 30ms", "sleep_per_step: 250ms", 1)
 
 // startCmd starts the binary in dir with args, without waiting for it.
 func startCmd(t *testing.T, dir string, args ...string) (*exec.Cmd, *syncBuffer) {

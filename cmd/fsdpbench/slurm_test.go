@@ -277,7 +277,7 @@ func TestSlurmJobThatEndsWhileTheSweepIsDeadIsCollected(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cancelJobsUnder(t, dir)
-	spec := writeSpec(t, dir, gotrainSweep("collect", "slurm", 15, 20, "100ms", "5m"))
+	spec := writeSpec(t, dir, gotrainSweep("collect", "slurm", 15, 40, "100ms", "5m"))
 	sweepDir := filepath.Join(dir, "fsdpbench-results", "collect")
 	cmd, _ := startSweep(t, dir, spec)
 	waitFor(t, "a running job", func() bool { return jobRunning(sweepDir) })
@@ -307,7 +307,7 @@ func TestSlurmJobThatEndsWhileTheSweepIsDeadIsCollected(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, results.StatusOK, m.Status)
 		assert.Equal(t, id, m.Extra["slurm_job_id"])
-		assert.Equal(t, 20, m.StepsMeasured, "the job's steps were read back from its output")
+		X
 		require.NotNil(t, m.LossLast)
 	}
 
