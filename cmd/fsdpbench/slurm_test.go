@@ -307,7 +307,7 @@ func TestSlurmJobThatEndsWhileTheSweepIsDeadIsCollected(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, results.StatusOK, m.Status)
 		assert.Equal(t, id, m.Extra["slurm_job_id"])
-		X
+		assert.Equal(t, 40, m.StepsMeasured, "the job's steps were read back from its output")
 		require.NotNil(t, m.LossLast)
 	}
 
