@@ -19,6 +19,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/harness/dirlock"
+	"github.com/fsdpbench/fsdpbench/harness/launch"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -145,6 +146,22 @@ func TestRunThatDoesNotFitTheHostIsNotStarted(t *testing.T) {
 	assert.Equal(t, results.StatusInfeasible, m.Status)
 	assert.Contains(t, m.Error, "does not fit this host")
 	assert.Contains(t, m.Error, "100000 ranks")
+}
+
+// TestRunNeedingMoreGPUsThanTheHostHasIsInfeasible: a GPU run that asks for
+// more GPUs per node than this host has is refused before it starts, with the
+// reason, as infeasible (it was failed, which fails the sweep).
+func TestRunNeedingMoreGPUsThanTheHostHasIsInfeasible(t *testing.T) {
+	be := &fake{name: "fake", needsGPU: true}
+	opts, _ := options(t, be)
+	opts.Devices = launch.NewLocal(1)
+	p := plan("gpus", 1) // 2 GPUs per node
+	sum, err := Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.Infeasible)
+	assert.Zero(t, sum.Failures())
+	assert.Empty(t, be.runs())
+	assert.Contains(t, sum.Runs[0].Error, "needs 2 GPUs per node and this host has 1")
 }
 
 // TestSymlinkedRunDirectoryIsRefused: a run directory that is a link (to a run

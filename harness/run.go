@@ -326,6 +326,12 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 
 	var devices []int
 	if be.needsGPU && job == nil {
+		// More GPUs than the host has is known before anything starts: a
+		// refusal with its reason, as the host's RAM is (hostCapacity).
+		if have := s.opts.Devices.Devices(); rc.GPUsPerNode > have {
+			reason := fmt.Sprintf("does not fit this host: the run needs %d GPUs per node and this host has %d (CUDA_VISIBLE_DEVICES or /dev/nvidia*); lower gpus_per_node, or use launcher: slurm", rc.GPUsPerNode, have)
+			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}
+		}
 		devs, release, err := s.opts.Devices.Acquire(runCtx, rc.GPUsPerNode)
 		if err != nil {
 			st, msg := verdict(results.Result{}, err)
