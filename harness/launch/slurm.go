@@ -177,6 +177,11 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 	s.track(id, true)
 	defer s.track(id, false)
 	res, err = s.follow(ctx, rc, id, ended, job, env, opts.PollInterval, emit, logf)
+	if err != nil {
+		// Lost track of the job (the controller did not answer): it may still
+		// run, and its result is not this one, so a resumed sweep collects it.
+		return res, err
+	}
 	// Followed to its end (or cancelled): the next repeat submits its own job.
 	s.Recorded(id)
 	if res.Extra == nil {

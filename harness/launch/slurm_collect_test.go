@@ -195,3 +195,30 @@ func TestSlurmForgottenJobIsCollectedFromItsOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestSlurmLostJobIsNotMarkedRecorded: when the controller stops answering and
+// Run gives up on a job, the job is not marked as recorded (it may still run):
+// the repeat's result carries no job id, so a resumed sweep collects the job
+// rather than submitting the run again. Slurm's commands are shims here.
+func TestSlurmLostJobIsNotMarkedRecorded(t *testing.T) {
+	shims := t.TempDir()
+	for name, body := range map[string]string{
+		"sbatch":   "echo 4242",
+		"scontrol": "echo 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)' >&2; exit 1",
+		"squeue":   "exit 0",
+		"scancel":  "exit 0",
+	} {
+		require.NoError(t, os.WriteFile(filepath.Join(shims, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755))
+	}
+	t.Setenv("PATH", shims+string(os.PathListSeparator)+os.Getenv("PATH"))
+	be := &shellBackend{cmd: "true"}
+	rc, env := shellRun(t, time.Minute)
+	rc.LauncherOptions = map[string]any{"poll_interval": "10ms"}
+	s := NewSlurm()
+	res, err := s.Run(context.Background(), be, rc, env, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Unable to contact slurm controller")
+	assert.NotContains(t, res.Extra, ExtraJobID, "no result of job 4242 was read")
+	assert.False(t, s.isDone("4242"))
+	assert.Equal(t, "4242", readID(t, env.RunDir), "the job stays the run's, for the resume")
+}
