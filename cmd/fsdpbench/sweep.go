@@ -91,7 +91,7 @@ its lock dies with it, so the same command resumes at once.`,
 	}
 	setFlag(cmd, &sets)
 	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory (one sub-directory per sweep)")
-	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, "runs to execute at once, 1 to 1024 (1 keeps measurements from disturbing each other)")
+	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, fmt.Sprintf("runs to execute at once, 1 to %d (1 keeps measurements from disturbing each other)", harness.MaxJobs))
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
