@@ -443,3 +443,18 @@ func TestFIFOManifestDoesNotHangTheResume(t *testing.T) {
 	}
 	assert.Len(t, readManifest(t, sd.Path).Runs, 1)
 }
+
+// TestLocalAttemptForgetsAnEarlierSlurmJob: a run done again on the local
+// launcher drops the slurm_job_id an earlier Slurm attempt left, so that going
+// back to launcher: slurm never collects that old job as the new attempt's.
+func TestLocalAttemptForgetsAnEarlierSlurmJob(t *testing.T) {
+	be := &fake{name: "fake"}
+	opts, _ := options(t, be)
+	p := plan("switch", 1)
+	runDir := filepath.Join(opts.ResultsDir, "switch", results.RunsDir, p.Runs[0].ID)
+	require.NoError(t, os.MkdirAll(runDir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(runDir, launch.JobIDFile), []byte("77\n"), 0o644))
+	_, err := Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	assert.NoFileExists(t, filepath.Join(runDir, launch.JobIDFile))
+}

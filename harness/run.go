@@ -228,6 +228,10 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig) Outcome {
 			s.slurm.Recorded(id)
 		}
 		keepJob = s.slurm.Pending(rc, runDir)
+	} else {
+		// Run here now: a job an earlier slurm attempt left must never be taken
+		// for this attempt's if the spec goes back to launcher: slurm.
+		_ = os.Remove(filepath.Join(runDir, launch.JobIDFile))
 	}
 	// A previous attempt's metrics.json must go before run_args.json is rewritten:
 	// if this attempt is killed, the pair would otherwise pass for a finished run.
