@@ -34,9 +34,12 @@ func newManifest(dir *results.SweepDir, sweep string, opts Options) *manifest {
 		searched: map[string]bool{},
 		now:      opts.Now,
 	}
-	if b, err := os.ReadFile(m.path); err == nil {
-		// A damaged manifest is rebuilt from this invocation's runs.
-		_ = json.Unmarshal(b, &m.f)
+	// A damaged manifest is rebuilt from this invocation's runs; so is anything
+	// but a regular file in its place (a FIFO would block the read for good).
+	if st, err := os.Lstat(m.path); err == nil && st.Mode().IsRegular() {
+		if b, err := os.ReadFile(m.path); err == nil {
+			_ = json.Unmarshal(b, &m.f)
+		}
 	}
 	m.f.Sweep = sweep
 	m.f.Env = opts.Env

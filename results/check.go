@@ -3,9 +3,7 @@ package results
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -412,18 +410,4 @@ func checkDerived(d *Derived) (field, msg string) {
 		return "model_state_bytes", fmt.Sprintf("%d is not between 0 and %d", *d.ModelStateBytes, 3*MaxMemBytes)
 	}
 	return "", ""
-}
-
-// bareErr drops the path from a *fs.PathError or *os.LinkError, which would name
-// the temporary file; the caller names the real one.
-func bareErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.Err
-	}
-	return err
 }

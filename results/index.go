@@ -75,7 +75,7 @@ func (s *SweepDir) appendIndex(id string, rc sweeps.RunConfig, m Metrics) error 
 
 	indexMu.Lock()
 	defer indexMu.Unlock()
-	f, err := os.OpenFile(filepath.Join(s.Path, IndexFile), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(filepath.Join(s.Path, IndexFile), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666) // the umask decides
 	if err != nil {
 		return err
 	}

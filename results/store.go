@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -83,7 +85,9 @@ type SweepDir struct {
 
 // OpenSweep creates (if needed) and returns the sweep directory at path.
 func OpenSweep(path string) (*SweepDir, error) {
-	if err := os.MkdirAll(filepath.Join(path, RunsDir), 0o755); err != nil {
+	// 0777 and the umask, as files get 0666 and the umask: a group-writable umask
+	// (002) on a shared results directory lets colleagues resume the sweep.
+	if err := os.MkdirAll(filepath.Join(path, RunsDir), 0o777); err != nil {
 		return nil, fmt.Errorf("results directory %s: %w", path, err)
 	}
 	return &SweepDir{Path: path}, nil
@@ -112,7 +116,7 @@ func (s *SweepDir) ReadManifest() (Manifest, error) {
 // WriteRunArgs stores the run's full config (run_args.json), creating its directory.
 func (s *SweepDir) WriteRunArgs(rc sweeps.RunConfig) error {
 	dir := s.RunDir(rc.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
 	}
 	return writeJSON(filepath.Join(dir, RunArgsFile), rc)
@@ -156,7 +160,7 @@ func (s *SweepDir) WriteMetrics(id string, m Metrics) error {
 // WriteRank stores what one rank reported (ranks/rank-<r>.json).
 func (s *SweepDir) WriteRank(id string, r RankResult) error {
 	dir := filepath.Join(s.RunDir(id), RanksDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("run %s: %w", id, err)
 	}
 	return writeJSON(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r.Rank)), r)
@@ -257,8 +261,11 @@ func readJSON(path string, v any) error {
 
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and renames
 // it over path, so a reader (or a resumed sweep) never sees a half-written file.
+// The file gets 0666 less the umask, as the logs and any other file do: results on
+// a shared (NFS, Slurm) directory must be readable by the colleagues the umask
+// allows. Errors name path, never the temporary file.
 func WriteFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := createTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, bareErr(err))
 	}
@@ -278,4 +285,32 @@ func WriteFileAtomic(path string, data []byte) error {
 		return fmt.Errorf("write %s: %w", path, bareErr(werr))
 	}
 	return nil
+}
+
+// createTemp is os.CreateTemp with mode 0666, which the kernel masks with the
+// umask (os.CreateTemp's 0600 ignores it).
+func createTemp(dir, prefix string) (*os.File, error) {
+	for range 1000 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("no free temporary name in %s", dir)
+}
+
+// bareErr drops the path from a *fs.PathError or *os.LinkError, which would name
+// the temporary file; the caller names the real one.
+func bareErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }

@@ -35,6 +35,7 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return usageError(err)
 			}
+			printWarnings(cmd.ErrOrStderr(), plan)
 			return printPlan(cmd, plan, be)
 		},
 	}

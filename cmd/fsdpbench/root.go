@@ -78,7 +78,8 @@ func newRootCmd() *cobra.Command {
 MFU, peak memory, scaling efficiency.
 
 Exit codes: 0 ok; 1 some run failed or timed out (oom and infeasible are results);
-2 usage or spec error; 130 interrupted.`,
+2 usage or spec error, or refused before anything ran (another process holds the
+results directory, or it cannot be written); 130 interrupted.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
