@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,54 +64,48 @@ type Options struct {
 	MemLimitBytes int64
 }
 
+// optionNames are the backend_options gotrain knows, for errors.
+var optionNames = []string{"grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
+
+// Bounds of the options: anything past them is a typo, not an experiment.
+const (
+	maxLR          = 10
+	maxWeightDecay = 10
+	maxGradClip    = 1e6
+	maxStepDelay   = time.Hour
+	maxMemLimit    = 1 << 50 // 1 PiB
+)
+
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
-// duration such as "200ms") and mem_limit_bytes. Unknown keys are errors.
+// duration such as "200ms") and mem_limit_bytes, each bounded. Errors are
+// *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
-	num := func(k string, v any) (float64, error) {
-		switch x := v.(type) {
-		case float64:
-			return x, nil
-		case int:
-			return float64(x), nil
-		case int64:
-			return float64(x), nil
-		case uint64:
-			return float64(x), nil
-		}
-		return 0, fmt.Errorf("gotrain: backend_options.%s must be a number, got %v", k, v)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	for k, v := range m {
+	sort.Strings(keys) // the same error first on every run
+	for _, k := range keys {
+		v := m[k]
 		var err error
 		switch k {
 		case "lr":
-			o.LR, err = num(k, v)
+			o.LR, err = backends.NumberIn(v, 0, maxLR, true)
 		case "weight_decay":
-			o.WeightDecay, err = num(k, v)
+			o.WeightDecay, err = backends.NumberIn(v, 0, maxWeightDecay, false)
 		case "grad_clip":
-			o.GradClip, err = num(k, v)
+			o.GradClip, err = backends.NumberIn(v, 0, maxGradClip, false)
 		case "mem_limit_bytes":
-			var f float64
-			f, err = num(k, v)
-			o.MemLimitBytes = int64(f)
+			o.MemLimitBytes, err = backends.WholeIn(v, 0, maxMemLimit)
 		case "step_delay":
-			s, ok := v.(string)
-			if !ok {
-				return o, fmt.Errorf("gotrain: backend_options.step_delay must be a duration such as \"200ms\", got %v", v)
-			}
-			o.StepDelay, err = time.ParseDuration(s)
-			if err != nil {
-				err = fmt.Errorf("gotrain: backend_options.step_delay: %w", err)
-			}
+			o.StepDelay, err = backends.DurationIn(v, 0, maxStepDelay)
 		default:
-			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes)", k)
+			return o, backends.UnknownOption("backend_options", "gotrain", k, optionNames)
 		}
 		if err != nil {
-			return o, err
+			return o, backends.SpecErrorf("gotrain: backend_options.%s: %w", k, err)
 		}
-	}
-	if !(o.LR > 0) || o.WeightDecay < 0 || o.GradClip < 0 || o.StepDelay < 0 || o.MemLimitBytes < 0 {
-		return o, fmt.Errorf("gotrain: backend_options: lr must be positive; weight_decay, grad_clip, step_delay and mem_limit_bytes not negative")
 	}
 	return o, nil
 }
@@ -227,6 +222,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		res.Env.Hosts = []string{host}
 	}
 	if err := b.Validate(ctx, rc); err != nil {
+		if backends.IsSpecError(err) {
+			return res, err // bad options: the backend's failure to run, not a verdict on rc
+		}
 		res.Status, res.Error, res.Finished = results.StatusInfeasible, err.Error(), time.Now()
 		return res, nil
 	}

@@ -154,20 +154,23 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		return fmt.Errorf("torchrun: seq_len %d, batch_per_device %d and steps %d must be positive, warmup_steps %d not negative",
 			rc.SeqLen, rc.BatchPerDevice, rc.Steps, rc.WarmupSteps)
 	}
+	// Templates and the script are the spec's: a mistake in them is a spec error.
 	vars := contract.Vars(rc, contract.Paths{RunDir: "run", MetricsDir: "ranks", OutputDir: "output", ModelJSON: "model.json"})
 	if o.Args != nil {
 		if _, err := contract.Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
-			return err
+			return backends.SpecErr(err)
 		}
 	}
 	if o.MetricsFile != "" {
 		if _, err := contract.Expand("torchrun: backend_options.metrics_file", []string{o.MetricsFile}, vars); err != nil {
-			return err
+			return backends.SpecErr(err)
 		}
 	}
 	if o.Script != "" {
-		if _, err := os.Stat(o.Script); err != nil {
-			return fmt.Errorf("torchrun: backend_options.script: %w", err)
+		if info, err := os.Stat(o.Script); err != nil {
+			return backends.SpecErrorf("torchrun: backend_options.script: %w (a path relative to the directory fsdpbench runs in)", err)
+		} else if !info.Mode().IsRegular() {
+			return backends.SpecErrorf("torchrun: backend_options.script: %s is not a regular file", o.Script)
 		}
 	}
 	if o.Launcher == LauncherAccelerate {

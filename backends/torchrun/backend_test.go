@@ -117,7 +117,7 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 		{"full_shard on cpu", func(rc *sweeps.RunConfig) { rc.Sharding = sweeps.FullShard }, "cannot run FSDP"},
 		{"bf16", func(rc *sweeps.RunConfig) { rc.MixedPrecision = sweeps.BF16 }, "fp32 on CPU"},
 		{"offload with ddp", func(rc *sweeps.RunConfig) { rc.CPUOffload = true }, "offload needs a sharded strategy"},
-		{"unknown option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"nope": 1} }, "backend_options.nope: unknown key"},
+		{"unknown option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"nope": 1} }, "backend_options.nope: torchrun has no such option"},
 		{"two nodes", func(rc *sweeps.RunConfig) { rc.Nodes, rc.GPUsPerNode = 2, 1 }, "use launcher: slurm"},
 		{"bad template", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"args": "--bs {batch_per_devce}"} },
 			"did you mean {batch_per_device}"},
@@ -135,6 +135,9 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.want)
+			// The spec's own mistakes are spec errors (exit 2); the rest are verdicts.
+			spec := tc.name == "unknown option" || tc.name == "bad template" || tc.name == "missing script"
+			assert.Equal(t, spec, backends.IsSpecError(err), "%s: %v", tc.name, err)
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aclements/go-moremath/stats"
 
+	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -197,15 +198,12 @@ func quoted(ss []string) []string {
 	return out
 }
 
+// maxSkip bounds the warm-up matches an extractor drops.
+const maxSkip = 1 << 20
+
 func count(v any) (int, error) {
-	x, err := num(v)
-	if err != nil {
-		return 0, err
-	}
-	if x < 0 || x != math.Trunc(x) {
-		return 0, fmt.Errorf("must be a whole number >= 0, got %g", x)
-	}
-	return int(x), nil
+	n, err := backends.WholeIn(v, 0, maxSkip)
+	return int(n), err
 }
 
 func sortedKeys[V any](m map[string]V) []string {
