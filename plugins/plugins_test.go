@@ -273,6 +273,13 @@ func TestTheLockFilePinsWhatMayRun(t *testing.T) {
 	d := describe()
 	assert.False(t, d.Available)
 	assert.Contains(t, d.Reason, "not pinned: there is no lock file at "+lockPath)
+	// Validate says so as a spec error: the sweep stops (exit 2) before anything runs.
+	validate := func() error {
+		return plugins.Load([]string{dir}, lockPath, nil, plugins.Options{})[0].Validate(context.Background(), simRC(3, ""))
+	}
+	err = validate()
+	assert.True(t, backends.IsSpecError(err), "%v", err)
+	assert.ErrorContains(t, err, "plugin simx ("+plug+") may not run: not pinned")
 
 	lock, err := plugins.Pin(plugins.Discover([]string{dir}))
 	require.NoError(t, err)
@@ -289,6 +296,9 @@ func TestTheLockFilePinsWhatMayRun(t *testing.T) {
 	d = describe()
 	assert.False(t, d.Available)
 	assert.Regexp(t, `plugin simx \(.*\): refused: its sha256 is [0-9a-f]{64} but `+lockPath+` pins [0-9a-f]{64}; if you rebuilt or replaced it on purpose, run `+"`fsdpbench plugins lock`", d.Reason)
+	err = validate()
+	assert.True(t, backends.IsSpecError(err), "%v", err)
+	assert.ErrorContains(t, err, "refused: its sha256 is")
 	rc := simRC(3, "")
 	_, err = plugins.Load([]string{dir}, lockPath, nil, plugins.Options{})[0].Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
 	assert.ErrorContains(t, err, "refused: its sha256 is")
@@ -303,6 +313,43 @@ func TestTheLockFilePinsWhatMayRun(t *testing.T) {
 
 	// Names of built-in backends are not taken by plugins.
 	assert.Empty(t, plugins.Load([]string{dir}, lockPath, func(n string) bool { return n == "simx" }, plugins.Options{}))
+}
+
+// TestValidateTellsSpecErrorsFromInfeasibleRuns: a plugin's refusal crosses the
+// wire as what it is, a mistake in the spec (exit 2 before anything runs) or a
+// configuration the backend cannot run (an infeasible run).
+func TestValidateTellsSpecErrorsFromInfeasibleRuns(t *testing.T) {
+	t.Parallel()
+	misspelt := simRC(3, "")
+	misspelt.BackendOptions = map[string]any{"efficency": 0.5}
+	nan := simRC(3, "")
+	nan.BackendOptions = map[string]any{"efficiency": "NaN"}
+	hybrid := simRC(3, "")
+	hybrid.Sharding = sweeps.HybridShard
+	for _, tc := range []struct {
+		name, bin string
+		rc        sweeps.RunConfig
+		spec      bool
+		want      string
+	}{
+		{"misspelt option", "simx", misspelt, true, `backend_options.efficency: the sim backend has no such option (did you mean "efficiency"?)`},
+		{"NaN option", "simx", nan, true, "backend_options.efficiency: must be a finite number"},
+		{"infeasible", "simx", hybrid, false, "hybrid_shard"},
+		{"bad template", "exec", execRC(fakeTrainer, "{no_such_axis}"), true, "no_such_axis"},
+		{"unknown exec option", "exec", func() sweeps.RunConfig {
+			rc := execRC(fakeTrainer)
+			rc.BackendOptions["comand"] = "x"
+			return rc
+		}(), true, `unknown backend_options key "comand"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := plugins.New(tc.bin, bin(tc.bin), plugins.Options{}).Validate(context.Background(), tc.rc)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, tc.spec, backends.IsSpecError(err), "%v", err)
+		})
+	}
 }
 
 // syncWriter serializes writes from the host's goroutines.

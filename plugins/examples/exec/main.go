@@ -63,9 +63,10 @@ func (backend) Describe(context.Context) (backends.Description, error) {
 	}, nil
 }
 
+// Validate refuses a command that cannot be built: a mistake in the spec.
 func (backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	_, err := argv(rc, "", "")
-	return err
+	return backends.SpecErr(err)
 }
 
 // argv expands backend_options.command for rc (contract.Expand: {axis},
