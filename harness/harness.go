@@ -142,6 +142,10 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	if plan == nil || plan.Name == "" {
 		return Summary{}, errors.New("harness: the plan has no name (the spec's name: names its results directory)")
 	}
+	// Mistakes in the spec stop the sweep before anything runs or is written.
+	if err := Preflight(ctx, plan, opts.Registry); err != nil {
+		return Summary{}, err
+	}
 	if err := launch.Check(plan.Launcher); err != nil {
 		return Summary{}, fmt.Errorf("sweep %s: %w", plan.Name, err)
 	}

@@ -38,6 +38,9 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if dryRun {
+				if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
+					return specFailure(err)
+				}
 				return printDryRun(stdout, plan, harness.Preview(plan, opts), opts.ResultsDir)
 			}
 			opts.Registry = reg
@@ -55,7 +58,7 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
 			sum, runErr := harness.Run(cmd.Context(), plan, opts)
 			interrupted := cmd.Context().Err() != nil
 			if runErr != nil && !interrupted {
-				return failure(runErr)
+				return specFailure(runErr)
 			}
 			if err := printSweepResults(stdout, sum); err != nil {
 				return failure(err)
