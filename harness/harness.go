@@ -112,6 +112,7 @@ type Summary struct {
 	Total      int
 	OK         int
 	OOM        int
+	Diverged   int
 	Infeasible int
 	Failed     int
 	Timeout    int
@@ -126,8 +127,8 @@ type Summary struct {
 	MaxFit []SearchResult
 }
 
-// Failures is how many runs failed or timed out; oom and infeasible runs are
-// results, not failures.
+// Failures is how many runs failed or timed out; oom, diverged and infeasible runs
+// are results, not failures.
 func (s Summary) Failures() int { return s.Failed + s.Timeout }
 
 // Run executes plan and returns what became of its runs. A run that fails, panics
@@ -251,6 +252,8 @@ func (s *Summary) add(o Outcome) {
 		s.OK++
 	case results.StatusOOM:
 		s.OOM++
+	case results.StatusDiverged:
+		s.Diverged++
 	case results.StatusInfeasible:
 		s.Infeasible++
 	case results.StatusTimeout:

@@ -131,7 +131,7 @@ func summaryLine(sum harness.Summary) string {
 	for _, c := range []struct {
 		n    int
 		name string
-	}{{sum.OOM, "oom"}, {sum.Infeasible, "infeasible"}, {sum.Failed, "failed"}, {sum.Timeout, "timeout"}, {sum.Canceled, "canceled"}, {sum.NotStarted, "not started"}} {
+	}{{sum.OOM, "oom"}, {sum.Diverged, "diverged"}, {sum.Infeasible, "infeasible"}, {sum.Failed, "failed"}, {sum.Timeout, "timeout"}, {sum.Canceled, "canceled"}, {sum.NotStarted, "not started"}} {
 		if c.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.name))
 		}
