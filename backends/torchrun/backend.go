@@ -425,9 +425,15 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 			res.Status, res.Error = results.StatusFailed, "torchrun: internal error: the job's output was not kept for backend_options.logs; feed it to Job.NewReport()"
 			return
 		}
+		if rep.badStep != "" {
+			res.Status, res.Error = results.StatusFailed, "torchrun: the script printed a broken FSDPBENCH line: "+rep.badStep
+			return
+		}
 		c := collector{rc: j.rc, o: j.o, paths: j.Paths, vars: j.vars, stepLines: rep.steps, lines: &rep.lines, warn: warn}
 		if err := c.collect(res); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
+		} else if res.Status == results.StatusOK && rep.diverged != "" {
+			res.Status, res.Error = results.StatusDiverged, "diverged: "+rep.diverged
 		}
 	}
 }
@@ -473,16 +479,25 @@ type Report struct {
 	infeasible, oomLine string
 	oom                 bool
 	firstErr, lastErr   string
+	// badStep is why the first broken FSDPBENCH line is broken; diverged says
+	// where the first step line's loss was NaN or infinite.
+	badStep, diverged string
 }
 
-// Stdout takes one stdout line and returns the step it reports, if it is an
-// FSDPBENCH line.
+// Stdout takes one stdout line and returns the step it reports, if it is a valid
+// FSDPBENCH line; a broken one fails the run (Finish) with its position.
 func (o *Report) Stdout(line string) (contract.StepLine, bool) {
-	st, ok := contract.ParseStepLine(line)
+	st, ok, err := contract.ParseStepLine(line)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if err != nil && o.badStep == "" {
+		o.badStep = err.Error()
+	}
 	if ok {
 		o.steps = append(o.steps, st.Step)
+		if st.Diverged != "" && o.diverged == "" {
+			o.diverged = st.Diverged
+		}
 	}
 	if o.logs != nil {
 		o.lines.add(o.logs, line, false)

@@ -65,14 +65,18 @@ func (c *collector) collect(res *results.Result) error {
 				return err
 			}
 		case len(c.stepLines) > 0:
-			c.fromStepLines(res)
+			if err := c.fromStepLines(res); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("torchrun: the script exited cleanly but reported nothing: no %s/rank-<r>.json, no %s, no FSDPBENCH lines on stdout; see the metrics contract in the README",
 				c.paths.MetricsDir, LegacyMetricsFile)
 		}
 	}
 	c.flops(res)
-	res.Status = results.StatusOK
+	if res.Status == "" {
+		res.Status = results.StatusOK // the rank files may have said diverged
+	}
 	return nil
 }
 
@@ -245,12 +249,17 @@ func presentKeys(m map[string]any) string {
 
 // fromStepLines uses rank 0's FSDPBENCH lines alone: the wall time is the sum of
 // the step times, and every rank is assumed to have done rank 0's share.
-func (c *collector) fromStepLines(res *results.Result) {
+func (c *collector) fromStepLines(res *results.Result) error {
+	if len(c.stepLines) > c.rc.Steps {
+		return fmt.Errorf("torchrun: the script printed %d FSDPBENCH step lines but the run measures %d steps: print one line per measured step, from rank 0 only (warm-up steps are not reported)",
+			len(c.stepLines), c.rc.Steps)
+	}
 	res.Steps = c.stepLines
 	for i := range res.Steps {
 		res.Steps[i].Tokens = c.rc.TokensPerStep()
 		res.MeasuredWallS += res.Steps[i].StepTimeS
 	}
+	return nil
 }
 
 // flops sets the model FLOPs per token (reported by the script, or from the shape

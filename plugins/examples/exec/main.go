@@ -121,7 +121,8 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	var lastLine string // stderr's, the command's reason when it fails
 	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
 		Stdout: func(line string) {
-			if st, ok := contract.ParseStepLine(line); ok {
+			// Step lines are progress here; the rank files carry the figures.
+			if st, ok, _ := contract.ParseStepLine(line); ok {
 				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}
@@ -153,8 +154,8 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	default:
 		if err := collect(&res, rc, metricsDir); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
-		} else {
-			res.Status = results.StatusOK
+		} else if res.Status == "" {
+			res.Status = results.StatusOK // or diverged, as the rank files said
 		}
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
