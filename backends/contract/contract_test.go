@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
