@@ -187,6 +187,15 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		// The harness tells a timeout from an interruption by its own contexts.
 		return res, fmt.Errorf("plugin %s: %w", b.name, ctx.Err())
 	}
+	if err == nil {
+		if cerr := backends.CheckResult(rc, res); cerr != nil {
+			// Nothing of a result that lies is kept: its figures would reach the
+			// tables (peaks are taken from every repeat, failed ones included).
+			return results.Result{Status: results.StatusFailed, WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
+				Started: res.Started, Finished: res.Finished, Env: res.Env,
+				Error: fmt.Sprintf("plugin %s (%s) returned a result that cannot be right: %v", b.name, b.path, cerr)}, nil
+		}
+	}
 	return res, err
 }
 

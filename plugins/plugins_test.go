@@ -61,7 +61,7 @@ func buildPlugins(dir string) error {
 			return fmt.Errorf("building %s: %w", pkg, err)
 		}
 	}
-	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2"} {
+	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2", "liar"} {
 		if err := os.Link(filepath.Join(dir, "fixture"), filepath.Join(dir, plugins.Prefix+mode)); err != nil {
 			return err
 		}
@@ -350,6 +350,41 @@ func TestValidateTellsSpecErrorsFromInfeasibleRuns(t *testing.T) {
 			assert.Equal(t, tc.spec, backends.IsSpecError(err), "%v", err)
 		})
 	}
+}
+
+// TestAResultThatCannotBeRightFailsTheRun: a plugin's result is checked where it
+// enters, and a run whose plugin lies fails with the field named; such results
+// used to be stored (status "banana" as a run, 300,000 steps of a 3-step run that inflated throughput 100,000 times).
+func TestAResultThatCannotBeRightFailsTheRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ws   int
+		want string
+	}{
+		{1, `status "banana" is not a run status`},
+		{2, "steps holds 300000 steps but the run measures 3"},
+		{4, "steps[1].step_time_s is -"},
+		{8, "peak_mem_reserved_bytes is -1; it must be in [0, "},
+	} {
+		t.Run(fmt.Sprint(tc.ws), func(t *testing.T) {
+			t.Parallel()
+			rc := simRC(3, "")
+			rc.WorldSize, rc.GPUsPerNode, rc.GlobalBatch = tc.ws, tc.ws, tc.ws
+			rc.Backend = "liar"
+			res, err := plugins.New("liar", bin("liar"), plugins.Options{}).Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, results.StatusFailed, res.Status)
+			assert.Contains(t, res.Error, "plugin liar ("+bin("liar")+") returned a result that cannot be right: "+tc.want)
+			assert.Empty(t, res.Steps)
+			assert.Nil(t, res.PeakMemReservedBytes)
+		})
+	}
+	// The same plugin's honest runs pass.
+	rc := simRC(3, "")
+	rc.WorldSize, rc.GPUsPerNode, rc.GlobalBatch = 16, 16, 16
+	res, err := plugins.New("liar", bin("liar"), plugins.Options{}).Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusOK, res.Status, res.Error)
 }
 
 // syncWriter serializes writes from the host's goroutines.
