@@ -261,6 +261,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		fmt.Fprintf(w, "[rank %d] %s\n", rank, line)
 	}
 	var steps []results.Step
+	var badEvent string // the first broken FSDPBENCH line, which fails the run
 	var stepsMu sync.Mutex
 
 	workers := make([]*worker, 0, rc.WorldSize)
@@ -323,12 +324,15 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 						for sc.Scan() {
 							line := sc.Text()
 							writeLine(stdout, w.rank, line)
-							ev, ok := strings.CutPrefix(line, EventPrefix)
-							if !ok {
-								continue
+							we, ok, err := stepEvent(line)
+							if err != nil {
+								stepsMu.Lock()
+								if badEvent == "" {
+									badEvent = fmt.Sprintf("rank %d: %v", w.rank, err)
+								}
+								stepsMu.Unlock()
 							}
-							var we workerEvent
-							if json.Unmarshal([]byte(ev), &we) != nil || we.Event != "step" || we.Warmup {
+							if !ok {
 								continue
 							}
 							loss := we.Loss
@@ -362,7 +366,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
 
 	var first *exit // the first worker to end badly on its own
-	oom := -1
+	oom, diverged := -1, -1
 	canceled := false
 	done := 0
 	var hardKill <-chan time.Time
@@ -377,6 +381,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			var ee *exec.ExitError
 			if errors.As(e.err, &ee) && ee.ExitCode() == ExitOOM && oom < 0 {
 				oom = e.rank
+			}
+			if errors.As(e.err, &ee) && ee.ExitCode() == ExitDiverged && diverged < 0 {
+				diverged = e.rank
 			}
 			if first == nil && !e.killed {
 				first = &e
@@ -416,6 +423,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		if tail := workers[oom].lastLines(); tail != "" {
 			res.Error += ":\n" + tail
 		}
+	case diverged >= 0:
+		res.Status = results.StatusDiverged
+		res.Error = divergedError(diverged, workers[diverged].lastLines())
 	case first != nil:
 		res.Status = results.StatusFailed
 		res.Error = fmt.Sprintf("rank %d exited: %v", first.rank, first.err)
@@ -425,6 +435,8 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	case canceled:
 		res.Status = results.StatusCanceled
 		res.Error = fmt.Sprintf("canceled: %v; every worker was stopped", context.Cause(ctx))
+	case badEvent != "":
+		res.Status, res.Error = results.StatusFailed, "gotrain: a worker printed a broken FSDPBENCH line: "+badEvent
 	default:
 		if err := b.collect(&res, rc, env.RunDir, steps); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
@@ -488,17 +500,11 @@ func signaled(err error) bool {
 func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir string, steps []results.Step) error {
 	files := make([]RankFile, rc.WorldSize)
 	for r := range files {
-		path := filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
+		f, err := readRankFile(filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json"), r, rc.Steps)
 		if err != nil {
-			return fmt.Errorf("gotrain: rank %d exited cleanly but its report is missing: %w", r, err)
+			return err
 		}
-		if err := json.Unmarshal(data, &files[r]); err != nil {
-			return fmt.Errorf("gotrain: rank %d's report %s: %w", r, path, err)
-		}
-		if len(files[r].StepTimesS) != rc.Steps {
-			return fmt.Errorf("gotrain: rank %d reported %d measured steps, want %d", r, len(files[r].StepTimesS), rc.Steps)
-		}
+		files[r] = f
 	}
 	shape, err := shapes.Lookup(rc.Model)
 	if err != nil {
