@@ -186,7 +186,7 @@ func TestDecodeJSON(t *testing.T) {
 	assert.Equal(t, ".", bad[0].Field)
 	assert.Equal(t, "f.json:1:2", bad[0].Pos)
 	_, err = DecodeJSON("f.json", []byte("[1,\n NaNa]"), &v)
-	assert.ErrorContains(t, err, "f.json:2:5: invalid character 'a'")
+	assert.ErrorContains(t, err, "f.json:2:2: invalid character 'N'")
 }
 
 func TestVisibleDevices(t *testing.T) {

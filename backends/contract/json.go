@@ -79,11 +79,11 @@ func maskNonFinite(data []byte) ([]byte, map[int]float64) {
 			inString = true
 			continue
 		}
-		if c != 'N' && c != 'I' && c != '-' {
+		if (c != 'N' && c != 'I' && c != '-') || !valueStarts(data[:i]) {
 			continue
 		}
 		for _, tok := range nonFiniteTokens {
-			if !bytes.HasPrefix(data[i:], []byte(tok.text)) {
+			if !bytes.HasPrefix(data[i:], []byte(tok.text)) || !valueEnds(data[i+len(tok.text):]) {
 				continue
 			}
 			if out == nil {
@@ -103,6 +103,19 @@ func maskNonFinite(data []byte) ([]byte, map[int]float64) {
 		return data, nil
 	}
 	return out, at
+}
+
+// valueStarts reports whether a value may begin after before: at the start, or
+// after '[', ':' or ',' (and whitespace). Elsewhere ("10NaN") the token is no value
+// and must stay, for encoding/json to refuse.
+func valueStarts(before []byte) bool {
+	before = bytes.TrimRight(before, " \t\r\n")
+	return len(before) == 0 || bytes.IndexByte([]byte("[:,"), before[len(before)-1]) >= 0
+}
+
+// valueEnds reports whether a value may end before after ("NaNa" is no NaN).
+func valueEnds(after []byte) bool {
+	return len(after) == 0 || bytes.IndexByte([]byte(" \t\r\n,]}"), after[0]) >= 0
 }
 
 // fieldsAt walks the (valid) JSON in data and names the field of the value at
