@@ -14,6 +14,12 @@ import (
 const (
 	// MaxStepTimeS is a step of 11.6 days.
 	MaxStepTimeS = 1e6
+	// MinTimeS is the shortest step or wall time a measurement can hold (1 ns):
+	// a shorter one, divided into tokens, overflows throughput to +Inf.
+	MinTimeS = 1e-9
+	// MinPeakFlopsPerS is the least peak a device reported can have (a MFLOP/s);
+	// below it MFU overflows.
+	MinPeakFlopsPerS = 1e6
 	// MaxWallS is 115 days of measured steps.
 	MaxWallS = 1e7
 	// MaxBytes is 1 PiB of memory on one rank, or moved by one collective per step.
@@ -37,6 +43,15 @@ func CheckFigure(field string, v, lo, hi float64, open bool) error {
 		return fmt.Errorf("%s is %v; it must be above %v", field, v, lo)
 	case v < lo || v > hi:
 		return fmt.Errorf("%s is %v; it must be in [%v, %v]", field, v, lo, hi)
+	}
+	return nil
+}
+
+// CheckTime says what is wrong with a reported duration (a step or wall time in
+// seconds): not finite, or outside [MinTimeS, hi].
+func CheckTime(field string, v, hi float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < MinTimeS || v > hi {
+		return fmt.Errorf("%s is %v; a time must be a number of seconds from %v to %v", field, v, MinTimeS, hi)
 	}
 	return nil
 }
@@ -72,18 +87,28 @@ func CheckResult(rc sweeps.RunConfig, res results.Result) error {
 			check(field, float64(*v), 0, MaxBytes, false)
 		}
 	}
+	// A time of 0 is unknown; a known one lies between MinTimeS and its maximum.
+	duration := func(field string, v, hi float64) {
+		if err := CheckTime(field, v, hi); v != 0 && err != nil && len(errs) == 0 {
+			errs = append(errs, err)
+		}
+	}
 	check("tokens_per_step", float64(res.TokensPerStep), 0, MaxTokens, false)
 	for i, st := range res.Steps {
 		f := fmt.Sprintf("steps[%d].", i)
-		check(f+"step_time_s", st.StepTimeS, 0, MaxStepTimeS, true)
+		if err := CheckTime(f+"step_time_s", st.StepTimeS, MaxStepTimeS); err != nil && len(errs) == 0 {
+			errs = append(errs, err)
+		}
 		check(f+"tokens", float64(st.Tokens), 0, MaxTokens, false)
 		if st.Loss != nil {
 			check(f+"loss", *st.Loss, -math.MaxFloat64, math.MaxFloat64, false)
 		}
 	}
-	check("measured_wall_s", res.MeasuredWallS, 0, MaxWallS, false)
+	duration("measured_wall_s", res.MeasuredWallS, MaxWallS)
 	check("model_flops_per_token", res.ModelFlopsPerToken, 0, MaxFlopsPerToken, false)
-	check("peak_flops_per_s", res.PeakFlopsPerS, 0, MaxPeakFlopsPerS, false)
+	if res.PeakFlopsPerS != 0 {
+		check("peak_flops_per_s", res.PeakFlopsPerS, MinPeakFlopsPerS, MaxPeakFlopsPerS, false)
+	}
 	bytes("peak_mem_allocated_bytes", res.PeakMemAllocatedBytes)
 	bytes("peak_mem_reserved_bytes", res.PeakMemReservedBytes)
 	bytes("peak_device_mem_bytes", res.PeakDeviceMemBytes)
@@ -102,7 +127,7 @@ func CheckResult(rc sweeps.RunConfig, res results.Result) error {
 		if r.Rank < 0 || r.Rank >= max(rc.WorldSize, 1) {
 			return fmt.Errorf("%srank is %d; the run has ranks 0 to %d", f, r.Rank, rc.WorldSize-1)
 		}
-		check(f+"measured_wall_s", r.MeasuredWallS, 0, MaxWallS, false)
+		duration(f+"measured_wall_s", r.MeasuredWallS, MaxWallS)
 		check(f+"tokens", float64(r.Tokens), 0, MaxTokens, false)
 		bytes(f+"peak_mem_allocated_bytes", r.PeakMemAllocatedBytes)
 		bytes(f+"peak_mem_reserved_bytes", r.PeakMemReservedBytes)

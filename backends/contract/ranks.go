@@ -197,7 +197,6 @@ func checkRankFile(rc sweeps.RunConfig, f RankFile, r int) error {
 	}
 	figures := []figure{
 		{"tokens", float64(f.Tokens), 0, backends.MaxTokens, false},
-		{"measured_wall_s", f.MeasuredWallS, 0, backends.MaxWallS, false},
 		{"model_flops_per_token", f.ModelFlopsPerToken, 0, backends.MaxFlopsPerToken, false},
 	}
 	for _, p := range []struct {
@@ -209,8 +208,15 @@ func checkRankFile(rc sweeps.RunConfig, f RankFile, r int) error {
 			figures = append(figures, figure{p.field, float64(*p.v), 0, backends.MaxBytes, false})
 		}
 	}
+	if f.MeasuredWallS != 0 { // 0: not reported
+		if err := backends.CheckTime("measured_wall_s", f.MeasuredWallS, backends.MaxWallS); err != nil {
+			return err
+		}
+	}
 	for i, st := range f.Steps {
-		figures = append(figures, figure{fmt.Sprintf("steps[%d].step_time_s", i), st.StepTimeS, 0, backends.MaxStepTimeS, true})
+		if err := backends.CheckTime(fmt.Sprintf("steps[%d].step_time_s", i), st.StepTimeS, backends.MaxStepTimeS); err != nil {
+			return err
+		}
 	}
 	for _, fig := range figures {
 		if err := backends.CheckFigure(fig.field, fig.v, fig.lo, fig.hi, fig.positive); err != nil {
@@ -290,7 +296,7 @@ func checkStepLine(st StepLine) error {
 	case st.Rank < 0 || st.Rank > maxRank:
 		return fmt.Errorf("rank is %d", st.Rank)
 	}
-	if err := backends.CheckFigure("step_time_s", st.StepTimeS, 0, backends.MaxStepTimeS, true); err != nil {
+	if err := backends.CheckTime("step_time_s", st.StepTimeS, backends.MaxStepTimeS); err != nil {
 		return err
 	}
 	return backends.CheckFigure("tokens", float64(st.Tokens), 0, backends.MaxTokens, false)

@@ -32,7 +32,7 @@ func stepEvent(line string) (we workerEvent, ok bool, err error) {
 	case we.Step < 1:
 		err = fmt.Errorf("step is %d", we.Step)
 	default:
-		if err = backends.CheckFigure("step_time_s", we.StepTimeS, 0, backends.MaxStepTimeS, true); err == nil {
+		if err = backends.CheckTime("step_time_s", we.StepTimeS, backends.MaxStepTimeS); err == nil {
 			err = backends.CheckFigure("tokens", float64(we.Tokens), 0, backends.MaxTokens, false)
 		}
 	}
@@ -76,7 +76,7 @@ func readRankFile(path string, r, steps int) (RankFile, error) {
 		return backends.CheckFigure(field, v, 0, hi, positive)
 	}
 	for i := range steps {
-		if err := check(fmt.Sprintf("step_times_s[%d]", i), f.StepTimesS[i], backends.MaxStepTimeS, true); err != nil {
+		if err := backends.CheckTime(fmt.Sprintf("step_times_s[%d]", i), f.StepTimesS[i], backends.MaxStepTimeS); err != nil {
 			return f, bad(err)
 		}
 		if l := f.Losses[i]; math.IsNaN(l) || math.IsInf(l, 0) {
@@ -86,7 +86,7 @@ func readRankFile(path string, r, steps int) (RankFile, error) {
 	for _, c := range []struct {
 		field string
 		v, hi float64
-	}{{"tokens", float64(f.Tokens), backends.MaxTokens}, {"measured_wall_s", f.MeasuredWallS, backends.MaxWallS},
+	}{{"tokens", float64(f.Tokens), backends.MaxTokens},
 		{"peak_mem_allocated_bytes", float64(f.PeakMemAllocatedBytes), backends.MaxBytes},
 		{"peak_rss_bytes", float64(f.PeakRSSBytes), backends.MaxBytes},
 		{"comm_bytes_per_step.all_gather", float64(f.CommBytesPerStep.AllGather), backends.MaxBytes},
@@ -95,6 +95,9 @@ func readRankFile(path string, r, steps int) (RankFile, error) {
 		if err := check(c.field, c.v, c.hi, false); err != nil {
 			return f, bad(err)
 		}
+	}
+	if err := backends.CheckTime("measured_wall_s", f.MeasuredWallS, backends.MaxWallS); err != nil {
+		return f, bad(err)
 	}
 	for k, v := range f.PeakBytes {
 		if err := check("peak_bytes."+k, float64(v), backends.MaxBytes, false); err != nil {

@@ -38,11 +38,11 @@ func TestWorkerReportsAreChecked(t *testing.T) {
 		{"diverged", `echo "fsdpbench worker: gotrain worker: rank $RANK: diverged: the loss is NaN at measured step 2 of 3 (lr 10)" >&2; exit 5`,
 			results.StatusDiverged, "diverged: the loss is NaN at measured step 2 of 3 (lr 10) (rank "},
 		{"negative step time", `[ "$RANK" = 0 ] && echo 'FSDPBENCH {"event":"step","rank":0,"step":1,"loss":2.5,"step_time_s":-1,"tokens":64}'; exit 0`,
-			results.StatusFailed, `gotrain: a worker printed a broken FSDPBENCH line: rank 0: step_time_s is -1; it must be above 0: "FSDPBENCH {`},
+			results.StatusFailed, `gotrain: a worker printed a broken FSDPBENCH line: rank 0: step_time_s is -1; a time must be a number of seconds from 1e-09 to 1e+06: "FSDPBENCH {`},
 		{"broken JSON", `[ "$RANK" = 0 ] && echo 'FSDPBENCH {"event":"step",,}'; exit 0`,
 			results.StatusFailed, "rank 0: event:1:17: invalid character ','"},
 		{"bad rank file", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; echo '{"rank": '$RANK', "step_times_s": [0.1, 0, 0.1], "losses": [1, 1, 1]}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
-			results.StatusFailed, "rank-0.json: step_times_s[1] is 0; it must be above 0"},
+			results.StatusFailed, "rank-0.json: step_times_s[1] is 0; a time must be a number of seconds from 1e-09 to"},
 		{"rank file type error", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; printf '{"rank": 0,\n "losses": "x"}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
 			results.StatusFailed, "rank-0.json:2:12: json: cannot unmarshal string"},
 	} {

@@ -155,7 +155,7 @@ func TestRunOutcomes(t *testing.T) {
 		{"crash", results.StatusFailed, "ValueError: boom on rank 1"},
 		{"oom", results.StatusOOM, "CUDA out of memory. Tried to allocate 20.00 GiB"},
 		{"nothing", results.StatusFailed, "reported nothing"},
-		{"badjson", results.StatusFailed, "metrics.json:1:2 is not a JSON object"},
+		{"badjson", results.StatusFailed, "metrics.json:1:2: invalid character 'n' looking for beginning of object key string (a metrics.json must be one JSON object)"},
 		{"mismatch", results.StatusFailed, "world_size is 3 but the run has 2 ranks"},
 		{"steplines", results.StatusOK, ""},
 	}

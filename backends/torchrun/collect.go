@@ -202,8 +202,8 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 	default:
 		return bad("needs two of wall_time_s, approx_tokens_per_rank, approx_tokens_per_s_per_rank to give a throughput; it has %s", presentKeys(m))
 	}
-	if !(wall > 0) {
-		return bad("wall_time_s is %g; a throughput needs a positive wall time", wall)
+	if err := backends.CheckTime("wall_time_s", wall, backends.MaxWallS); err != nil {
+		return bad("%v; a throughput needs a positive wall time", err)
 	}
 	if v, ok := m["world_size"]; ok {
 		if ws, isNum := v.(float64); !isNum || ws != float64(c.rc.WorldSize) {

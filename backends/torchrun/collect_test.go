@@ -21,7 +21,7 @@ func TestLegacyMetricsFileFigures(t *testing.T) {
 	for _, tc := range []struct{ name, body, want string }{
 		{"NaN wall", "{\"world_size\": 2,\n \"wall_time_s\": NaN, \"approx_tokens_per_rank\": 5120}", "metrics.json:2:17: wall_time_s is NaN; it must be a finite number"},
 		{"negative wall", `{"wall_time_s": -4.7, "approx_tokens_per_rank": 5120}`, "wall_time_s is -4.7; it must be in [0, 1e+07]"},
-		{"zero wall", `{"wall_time_s": 0, "approx_tokens_per_rank": 5120}`, "wall_time_s is 0; a throughput needs a positive wall time"},
+		{"zero wall", `{"wall_time_s": 0, "approx_tokens_per_rank": 5120}`, "wall_time_s is 0; a time must be a number of seconds from 1e-09 to 1e+07; a throughput needs a positive wall time"},
 		{"absurd tokens", `{"wall_time_s": 4.7, "approx_tokens_per_rank": 1e300}`, "approx_tokens_per_rank is 1e+300"},
 		{"tokens as text", `{"wall_time_s": 4.7, "approx_tokens_per_rank": "5120"}`, "approx_tokens_per_rank must be a number, got 5120"},
 		{"fractional world", `{"wall_time_s": 4.7, "approx_tokens_per_rank": 5120, "world_size": 2.5}`, "world_size is 2.5 but the run has 2 ranks"},
@@ -81,7 +81,7 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	rep, o := logReport(t, map[string]any{"logs": timeRegex}, "step 1 time 40ms", "step 2 time -40ms")
 	res := finish(t, rc, o, rep)
 	assert.Equal(t, results.StatusFailed, res.Status)
-	assert.Contains(t, res.Error, `backend_options.logs step_time: group "ms" matched "-40" in line "step 2 time -40ms": step_time_s is -0.04; it must be above 0`)
+	assert.Contains(t, res.Error, `backend_options.logs step_time: group "ms" matched "-40" in line "step 2 time -40ms": step_time_s is -0.04; a time must be a number of seconds from 1e-09 to`)
 
 	rep, o = logReport(t, map[string]any{"logs": map[string]any{"builtin": "hf_trainer"}},
 		"{'loss': 2.5, 'epoch': 0.1}", "{'loss': nan, 'epoch': 0.2}",
@@ -99,7 +99,7 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	rep, o = logReport(t, nil, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": -0.5}`)
 	res = finish(t, rc, o, rep)
 	assert.Equal(t, results.StatusFailed, res.Status)
-	assert.Contains(t, res.Error, "torchrun: the script printed a broken FSDPBENCH line: step line: step_time_s is -0.5; it must be above 0")
+	assert.Contains(t, res.Error, "torchrun: the script printed a broken FSDPBENCH line: step line: step_time_s is -0.5; a time must be a number of seconds from 1e-09 to")
 
 	var lines []string
 	for range 5 {

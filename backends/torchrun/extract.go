@@ -307,7 +307,7 @@ func checkLogFigure(metric string, v float64) error {
 	case LogLoss:
 		return nil
 	case LogStepTime:
-		return backends.CheckFigure("step_time_s", v, 0, backends.MaxStepTimeS, true)
+		return backends.CheckTime("step_time_s", v, backends.MaxStepTimeS)
 	case LogTokensPerS, LogTokensPerSPerRank:
 		return backends.CheckFigure(metric, v, 0, backends.MaxTokens, true)
 	case LogPeakAllocated, LogPeakReserved:
