@@ -80,7 +80,7 @@ func Preflight(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry) e
 	}
 	p.Wait()
 	if len(order) == 0 {
-		return ctx.Err()
+		return nil // an interruption is the sweep's to report, with what did not start
 	}
 	// Plan order, so the same spec reports the same way every time.
 	index := map[string]int{}
