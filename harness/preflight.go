@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -43,6 +44,9 @@ func Preflight(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry) e
 		mu.Lock()
 		defer mu.Unlock()
 		msg := err.Error()
+		if where := optionWhere(plan, msg); where != "" {
+			msg = where + ": " + msg
+		}
 		p, ok := problems[msg]
 		if !ok {
 			p = &problem{msg: msg}
@@ -94,7 +98,34 @@ func Preflight(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry) e
 		lines = append(lines, msg+" ("+runList(pr.runs, len(plan.Runs))+")")
 	}
 	sort.Strings(lines)
+	if len(plan.OptionPos) > 0 && optionWhere(plan, lines[0]) != "" {
+		// file:line:col first, as compilers print, so editors can jump to it.
+		return backends.SpecErrorf("%s", strings.Join(lines, "\n"))
+	}
 	return backends.SpecErrorf("sweep %s: %s", plan.Name, strings.Join(lines, "\n"))
+}
+
+// optionName finds the option a backend's message is about.
+var optionName = regexp.MustCompile(`\b((?:backend|launcher)_options\.[A-Za-z0-9_.-]+?)(?:[:\s\[]|$)`)
+
+// optionWhere is where the spec gave the option msg is about ("spec.yaml:9:3"),
+// or "" when msg names none the plan knows.
+func optionWhere(plan *sweeps.Plan, msg string) string {
+	m := optionName.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	key := m[1]
+	for {
+		if where, ok := plan.OptionPos[key]; ok {
+			return where
+		}
+		i := strings.LastIndexByte(key, '.')
+		if i <= strings.IndexByte(key, '.') {
+			return ""
+		}
+		key = key[:i] // logs.metrics.x was given as logs:
+	}
 }
 
 // runList names the runs a problem hits: all of them, or the first few.

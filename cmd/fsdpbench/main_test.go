@@ -418,4 +418,18 @@ grid:
 		}
 	}
 	assert.NoDirExists(t, filepath.Join(dir, "out"), "nothing may run or be written")
+
+	// An option written in the spec is pointed at, file:line:col.
+	spec = writeSpec(t, dir, `name: opts
+backend: sim
+hardware: h100-sxm
+model: tiny
+seq_len: 64
+backend_options:
+  efficiency: 0.5
+  sleep_per_stp: 1ms
+`)
+	res := fsdpbench(t, dir, "sweep", spec, "--results", "out")
+	assert.Equal(t, ExitUsage, res.code, res.stderr)
+	assert.Contains(t, res.stderr, `spec.yaml:8:3: backend_options.sleep_per_stp: the sim backend has no such option (did you mean "sleep_per_step"?)`)
 }
