@@ -180,10 +180,14 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	}
 	info, err := b.torch(ctx, o.Python)
 	if err != nil {
+		if _, chosen := rc.BackendOptions["python"]; chosen && ctx.Err() == nil {
+			// The spec's interpreter, which every run would find wanting alike.
+			return backends.SpecErrorf("torchrun: backend_options.python: %w", err)
+		}
 		return err
 	}
 	if o.Launcher == LauncherAccelerate && !info.Accelerate {
-		return fmt.Errorf("torchrun: launcher accelerate: %s has no accelerate package; install it there or use launcher: torchrun", o.Python)
+		return backends.SpecErrorf("torchrun: backend_options.launcher accelerate: %s has no accelerate package; install it there or use launcher: torchrun", o.Python)
 	}
 	if o.Script == "" {
 		return b.validateOwnScript(rc, o, info)
@@ -195,7 +199,7 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 func (b *Backend) validateOwnScript(rc sweeps.RunConfig, o Options, info torchInfo) error {
 	if o.ModelImpl == ModelTransformers {
 		if !info.Transformers {
-			return fmt.Errorf("torchrun: model_impl transformers: %s has no transformers package; install it there or use the built-in model", o.Python)
+			return backends.SpecErrorf("torchrun: backend_options.model_impl transformers: %s has no transformers package; install it there or use the built-in model", o.Python)
 		}
 	} else {
 		shape, err := shapes.Lookup(rc.Model)

@@ -124,6 +124,11 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 		{"missing script", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"script": "/nonexistent/train.py"} },
 			"backend_options.script"},
 		{"gpt2 on the built-in model", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "model_impl: transformers"},
+		{"python typo", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"python": "/usr/bin/pythn3"} },
+			"torchrun: backend_options.python: torchrun: /usr/bin/pythn3 cannot import torch"},
+		{"accelerate missing", func(rc *sweeps.RunConfig) {
+			rc.BackendOptions = map[string]any{"launcher": "accelerate"}
+		}, "backend_options.launcher accelerate: /usr/bin/python3 has no accelerate package"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,9 +139,13 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
+			if tc.name == "accelerate missing" && info.Accelerate {
+				return // this python can run it
+			}
 			require.ErrorContains(t, err, tc.want)
 			// The spec's own mistakes are spec errors (exit 2); the rest are verdicts.
-			spec := tc.name == "unknown option" || tc.name == "bad template" || tc.name == "missing script"
+			spec := tc.name == "unknown option" || tc.name == "bad template" || tc.name == "missing script" ||
+				tc.name == "python typo" || tc.name == "accelerate missing"
 			assert.Equal(t, spec, backends.IsSpecError(err), "%s: %v", tc.name, err)
 		})
 	}
