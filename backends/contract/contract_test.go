@@ -121,6 +121,7 @@ func TestReadRanksRefusesBadFigures(t *testing.T) {
 		{"another world", `{"rank": 0, "world_size": 8, ` + good + `}`, "world_size is 8 but the run has 1 ranks"},
 		{"another rank", `{"rank": 3, ` + good + `}`, "rank is 3, but the file is rank 0's"},
 		{"3,000,000 steps is not 2", `{"rank": 0, "steps": [` + strings.Repeat(`{"step": 1, "step_time_s": 0.1},`, 50) + `{"step": 1, "step_time_s": 0.1}]}`, "steps holds 51 measured steps, want 2"},
+		{"a host name of a megabyte", `{"rank": 0, "host": "` + strings.Repeat("h", 1<<20) + `", ` + good + `}`, "host is 1048576 bytes long; a name holds at most 256"},
 		{"type error", "{\"rank\": 0,\n  \"tokens\": \"many\"}", "rank-0.json:2:13: tokens must be a whole number, got a JSON string"},
 		{"syntax error", "{\"rank\": 0,\n  \"tokens\": 8,,}", "rank-0.json:2:15: invalid character ','"},
 		{"not JSON", "\x00\x01garbage", "rank-0.json:1:1: invalid character"},

@@ -190,6 +190,12 @@ func checkRankFile(rc sweeps.RunConfig, f RankFile, r int) error {
 	case len(f.Steps) != rc.Steps:
 		return fmt.Errorf("steps holds %d measured steps, want %d (steps: in the spec; warm-up steps are not reported)", len(f.Steps), rc.Steps)
 	}
+	for _, t := range []struct{ field, v string }{{"device", f.Device}, {"torch", f.Torch}, {"gpu", f.GPU},
+		{"cuda", f.CUDA}, {"nccl", f.NCCL}, {"host", f.Host}} {
+		if len(t.v) > maxName {
+			return fmt.Errorf("%s is %d bytes long; a name holds at most %d", t.field, len(t.v), maxName)
+		}
+	}
 	type figure struct {
 		field     string
 		v, lo, hi float64
@@ -242,8 +248,10 @@ type StepLine struct {
 	Diverged string `json:"-"`
 }
 
-// Bounds of a step line's step and rank: past them the line is garbage.
+// Bounds of a step line's step and rank, and of a name a rank file gives (a host,
+// a GPU, a version): past them the report is garbage.
 const (
+	maxName       = 256
 	maxStepNumber = 1 << 40
 	maxRank       = 1 << 24
 )
