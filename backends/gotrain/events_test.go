@@ -79,3 +79,29 @@ func TestExitCodeOfDivergence(t *testing.T) {
 	assert.Equal(t, "diverged: rank 3's loss became NaN or infinite", divergedError(3, "some\nother lines"))
 	assert.True(t, strings.HasPrefix(divergedError(0, "x\nfsdpbench worker: diverged: the loss is +Inf at warm-up step 1 of 1"), "diverged: the loss is +Inf"))
 }
+
+// FuzzParseOptions: whatever backend_options gotrain accepts is within bounds,
+// and whatever it refuses is a spec error.
+func FuzzParseOptions(f *testing.F) {
+	for _, n := range optionNames {
+		f.Add(n, "1")
+	}
+	f.Add("lr", "NaN")
+	f.Add("step_delay", "forever")
+	f.Add("mem_limit_bytes", "1e19")
+	f.Add("lrr", "0.1")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		o, err := ParseOptions(map[string]any{key: value})
+		if err != nil {
+			if !backends.IsSpecError(err) {
+				t.Fatalf("a bad option is not a spec error: %v", err)
+			}
+			return
+		}
+		if !(o.LR > 0 && o.LR <= maxLR) || !(o.WeightDecay >= 0 && o.WeightDecay <= maxWeightDecay) ||
+			!(o.GradClip >= 0 && o.GradClip <= maxGradClip) || o.StepDelay < 0 || o.StepDelay > maxStepDelay ||
+			o.MemLimitBytes < 0 || o.MemLimitBytes > maxMemLimit {
+			t.Fatalf("accepted %q=%q as %+v", key, value, o)
+		}
+	})
+}

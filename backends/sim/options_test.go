@@ -92,10 +92,14 @@ func FuzzParseOptions(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, value string) {
 		o, err := ParseOptions(map[string]any{key: value})
 		if err != nil {
+			if !backends.IsSpecError(err) {
+				t.Fatalf("a bad option is not a spec error: %v", err)
+			}
 			return
 		}
 		// Whatever is accepted is usable: no negative bandwidth, sleep or efficiency.
 		if o.InterNodeBusBW < 0 || o.IntraNodeBusBW < 0 || o.Efficiency < 0 || o.Efficiency > 1 || o.SleepPerStep < 0 ||
+			o.SleepPerStep > maxSleepPerStep || o.InterNodeBusBW > maxBusBWGBps*1e9 || o.IntraNodeBusBW > maxBusBWGBps*1e9 ||
 			math.IsNaN(o.InterNodeBusBW+o.IntraNodeBusBW+o.Efficiency) {
 			t.Fatalf("accepted %q=%q as %+v", key, value, o)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -97,6 +98,31 @@ func FuzzLogExtractors(f *testing.F) {
 			if _, err := json.Marshal(res); err != nil {
 				t.Fatalf("an accepted result cannot be stored: %v (from %q)", err, out)
 			}
+		}
+	})
+}
+
+// FuzzParseOptions: whatever backend_options torchrun accepts is within bounds,
+// and whatever it refuses is a spec error.
+func FuzzParseOptions(f *testing.F) {
+	for _, n := range knownOptions {
+		f.Add(n, "1")
+	}
+	f.Add("lr", "+Inf")
+	f.Add("rdzv_port", "70000")
+	f.Add("launcher", "deepspeed")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		o, err := ParseOptions(map[string]any{key: value})
+		if err != nil {
+			if !backends.IsSpecError(err) {
+				t.Fatalf("a bad option is not a spec error: %v", err)
+			}
+			return
+		}
+		if !(o.LR > 0 && o.LR <= maxLR) || !(o.WeightDecay >= 0 && o.WeightDecay <= maxWeightDecay) ||
+			o.RdzvPort < 1 || o.RdzvPort > 65535 || o.FSDPAPI < 0 || o.FSDPAPI > 2 ||
+			(o.Launcher != LauncherTorchrun && o.Launcher != LauncherAccelerate) {
+			t.Fatalf("accepted %q=%q as %+v", key, value, o)
 		}
 	})
 }
