@@ -308,8 +308,8 @@ func TestTheLockFilePinsWhatMayRun(t *testing.T) {
 	require.NoError(t, plugins.WriteLock(lockPath, lock))
 	assert.Contains(t, describe().Reason, lockPath+" pins plugin simx to /elsewhere/")
 
-	require.NoError(t, os.WriteFile(lockPath, []byte("{not json"), 0o644))
-	assert.Contains(t, describe().Reason, "the lock file is unreadable")
+	require.NoError(t, os.WriteFile(lockPath, []byte("{\n not json"), 0o644))
+	assert.Contains(t, describe().Reason, "the lock file is unreadable ("+lockPath+":2:2: invalid character 'n'")
 
 	// Names of built-in backends are not taken by plugins.
 	assert.Empty(t, plugins.Load([]string{dir}, lockPath, func(n string) bool { return n == "simx" }, plugins.Options{}))
