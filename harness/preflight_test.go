@@ -36,7 +36,8 @@ func TestPreflightStopsSpecErrorsBeforeAnythingRuns(t *testing.T) {
 		}, nil, "wrapped: bad for big batches (runs ws2-bs2-"},
 		{"infeasible is a verdict, not a spec error", func(sweeps.RunConfig) error { return errors.New("does not fit") }, nil, ""},
 		{"panic is left to the run", func(sweeps.RunConfig) error { panic("boom") }, nil, ""},
-		{"local launcher options", nil, map[string]any{"partition": "gpu"}, "launcher_options.partition: the local launcher takes no options"},
+		{"launcher options", nil, map[string]any{"partiton": "gpu"}, `launcher_options.partiton: the slurm launcher has no such option (did you mean "partition"?)`},
+		{"slurm's options under the local launcher", nil, map[string]any{"partition": "gpu"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

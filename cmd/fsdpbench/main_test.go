@@ -397,7 +397,7 @@ grid:
 		{[]string{"backend_options.efficiency=NaN"}, "backend_options.efficiency: must be a finite number, got NaN"},
 		{[]string{"backend_options.inter_node_bus_bw_gbps=0"}, "backend_options.inter_node_bus_bw_gbps: must be in (0, 20000], got 0"},
 		{[]string{"backend_options.sleep_per_step=forever"}, `backend_options.sleep_per_step: must be a duration such as "50ms" or "2s", got "forever"`},
-		{[]string{"launcher_options.x=1"}, "launcher_options.x: the local launcher takes no options"},
+		{[]string{"launcher_options.x=1"}, "launcher_options.x: the slurm launcher has no such option; known: account, constraint"},
 		{[]string{"backend=gotrain", "backend_options.lrr=1"}, `backend_options.lrr: gotrain has no such option (did you mean "lr"?)`},
 		{[]string{"launcher=slurm"}, "backend sim cannot run under launcher slurm"},
 		{[]string{"launcher=slurm", "launcher_options.partiton=gpu"}, `launcher_options.partiton: the slurm launcher has no such option (did you mean "partition"?)`},

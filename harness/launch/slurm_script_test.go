@@ -135,9 +135,9 @@ func TestParseSlurmOptions(t *testing.T) {
 	}
 }
 
-// TestCheckOptions: launcher_options that the run's launcher does not take are a
-// spec error, also for the local launcher, which takes none (they used to be
-// ignored there).
+// TestCheckOptions: launcher_options are Slurm's; a key Slurm does not take, or a
+// bad value, is a spec error whatever the launcher (under the local launcher they
+// used to be ignored, typos included).
 func TestCheckOptions(t *testing.T) {
 	for _, tt := range []struct {
 		launcher string
@@ -147,8 +147,10 @@ func TestCheckOptions(t *testing.T) {
 		{"", nil, ""},
 		{LocalName, map[string]any{}, ""},
 		{SlurmName, map[string]any{"partition": "gpu"}, ""},
-		{"", map[string]any{"x": 1}, "launcher_options.x: the local launcher takes no options"},
-		{LocalName, map[string]any{"partition": "gpu", "account": "a"}, "launcher_options.account: the local launcher takes no options (launcher_options are for launcher: slurm: account, constraint"},
+		{LocalName, map[string]any{"partition": "gpu", "poll_interval": "200ms"}, ""},
+		{"", map[string]any{"x": 1}, "launcher_options.x: the slurm launcher has no such option"},
+		{LocalName, map[string]any{"partiton": "gpu"}, `launcher_options.partiton: the slurm launcher has no such option (did you mean "partition"?)`},
+		{LocalName, map[string]any{"poll_interval": "soon"}, "launcher_options.poll_interval: must be a duration"},
 		{SlurmName, map[string]any{"x": 1}, "launcher_options.x: the slurm launcher has no such option"},
 		{"kubernetes", nil, `unknown launcher "kubernetes"`},
 	} {
