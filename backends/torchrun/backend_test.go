@@ -167,6 +167,8 @@ func TestRunOutcomes(t *testing.T) {
 		{"badjson", results.StatusFailed, "metrics.json:1:2: invalid character 'n' looking for beginning of object key string (a metrics.json must be one JSON object)"},
 		{"mismatch", results.StatusFailed, "world_size is 3 but the run has 2 ranks"},
 		{"steplines", results.StatusOK, ""},
+		{"diverged", results.StatusDiverged, "diverged: rank 0's loss is +Inf at measured step 2 of 3 (steps[1].loss, "},
+		{"negative", results.StatusFailed, "torchrun: the script printed a broken FSDPBENCH line: step line: step_time_s is -0.5"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
