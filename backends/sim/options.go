@@ -31,21 +31,26 @@ type option struct {
 	set  func(o *Options, v any) error
 }
 
-// Bounds of the options: a bus bandwidth above maxBusBWGBps (ten times NVLink 5's
-// 1.8 TB/s) is a typo, and a simulated step sleeps at most maxSleepPerStep (a run that must last, for tests of cancellation).
+// Bounds of the options. A bus bandwidth above maxBusBWGBps (ten times NVLink 5's
+// 1.8 TB/s) is a typo, and one below minBusBWGBps (10 MB/s) or an efficiency below
+// minEfficiency predicts steps of centuries, past what the figures derived from
+// them can hold (an efficiency of 1e-320 made tokens/s NaN). A simulated step
+// sleeps at most maxSleepPerStep (a run that must last, for tests of cancellation).
 const (
+	minBusBWGBps    = 0.01
 	maxBusBWGBps    = 20000
+	minEfficiency   = 1e-3
 	maxSleepPerStep = time.Hour
 )
 
 var optionTable = map[string]option{
-	"inter_node_bus_bw_gbps": {"bus bandwidth between nodes, GB/s in (0, 20000] (nccl-tests busbw), e.g. 3 for TCP, 25 for 200 Gb/s InfiniBand",
+	"inter_node_bus_bw_gbps": {"bus bandwidth between nodes, GB/s in [0.01, 20000] (nccl-tests busbw), e.g. 3 for TCP, 25 for 200 Gb/s InfiniBand",
 		func(o *Options, v any) error { return setBusBW(&o.InterNodeBusBW, v) }},
-	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in (0, 20000] (nccl-tests busbw)",
+	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in [0.01, 20000] (nccl-tests busbw)",
 		func(o *Options, v any) error { return setBusBW(&o.IntraNodeBusBW, v) }},
-	"efficiency": {"fraction of peak FLOP/s the step's compute reaches, in (0, 1]",
+	"efficiency": {"fraction of peak FLOP/s the step's compute reaches, in [0.001, 1]",
 		func(o *Options, v any) error {
-			f, err := backends.NumberIn(v, 0, 1, true)
+			f, err := backends.NumberIn(v, minEfficiency, 1, false)
 			o.Efficiency = f
 			return err
 		}},
@@ -96,7 +101,7 @@ func ParseOptions(m map[string]any) (Options, error) {
 }
 
 func setBusBW(dst *float64, v any) error {
-	f, err := backends.NumberIn(v, 0, maxBusBWGBps, true)
+	f, err := backends.NumberIn(v, minBusBWGBps, maxBusBWGBps, false)
 	*dst = f * 1e9
 	return err
 }
