@@ -114,6 +114,10 @@ func (o *SlurmOptions) set(k string, v any) error {
 		if err == nil && !slurmTime.MatchString(o.Time) {
 			err = fmt.Errorf("%q is not a Slurm time limit (minutes, \"1:30:00\" or \"1-00:00:00\")", o.Time)
 		}
+		if err == nil && strings.Trim(o.Time, "0:-") == "" {
+			// sbatch reads a zero limit as none at all: a run could hold its nodes forever.
+			err = fmt.Errorf("%q is no time limit (Slurm reads 0 as unlimited); give minutes, \"1:30:00\" or \"1-00:00:00\"", o.Time)
+		}
 	case "cpus_per_task":
 		n, err := backends.WholeIn(v, 1, maxCPUsPerTask)
 		o.CPUsPerTask = int(n)

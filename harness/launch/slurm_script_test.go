@@ -121,6 +121,8 @@ func TestParseSlurmOptions(t *testing.T) {
 		{map[string]any{"partiton": "gpu"}, `launcher_options.partiton: the slurm launcher has no such option (did you mean "partition"?); known: account`},
 		{map[string]any{"time": "90m"}, `"90m" is not a Slurm time limit`},
 		{map[string]any{"time": 1e12}, "launcher_options.time: must be a whole number in [1, 527040]"},
+		{map[string]any{"time": 0}, "launcher_options.time: must be a whole number in [1, 527040], got 0"},
+		{map[string]any{"time": "0:00:00"}, `launcher_options.time: "0:00:00" is no time limit (Slurm reads 0 as unlimited)`},
 		{map[string]any{"cpus_per_task": 0}, "launcher_options.cpus_per_task: must be a whole number in [1, 4096], got 0"},
 		{map[string]any{"cpus_per_task": 2.5}, "launcher_options.cpus_per_task: must be a whole number"},
 		{map[string]any{"gpu_request": "gpus"}, "use gres (--gres=gpu:N) or gpus_per_node"},
