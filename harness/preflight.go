@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sourcegraph/conc/pool"
 
@@ -139,13 +140,29 @@ func runList(ids []string, total int) string {
 	return fmt.Sprintf("runs %s and %d more", strings.Join(ids[:preflightListed], ", "), len(ids)-preflightListed)
 }
 
-// validateSafely calls Validate, turning a panic into no verdict: the run itself
-// then records the panic as a failure, as it would without the preflight.
-func validateSafely(ctx context.Context, be backends.Backend, rc sweeps.RunConfig) (err error) {
-	defer func() {
-		if recover() != nil {
-			err = nil
-		}
+// preflightTimeout bounds one Validate call of the preflight: a backend that takes
+// longer (a hung plugin) gives no verdict here, and its runs report it themselves.
+const preflightTimeout = time.Minute
+
+// validateSafely calls Validate, turning a panic into no verdict (the run itself
+// then records the panic as a failure, as it would without the preflight), and
+// stops waiting after preflightTimeout.
+func validateSafely(ctx context.Context, be backends.Backend, rc sweeps.RunConfig) error {
+	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	ch := make(chan error, 1)
+	go func() {
+		defer func() {
+			if recover() != nil {
+				ch <- nil
+			}
+		}()
+		ch <- be.Validate(ctx, rc)
 	}()
-	return be.Validate(ctx, rc)
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
 }

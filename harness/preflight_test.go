@@ -1,11 +1,13 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -69,4 +71,18 @@ func TestRunList(t *testing.T) {
 	assert.Equal(t, "all 2 runs", runList([]string{"a", "b"}, 2))
 	assert.Equal(t, "run a, b", runList([]string{"a", "b"}, 9))
 	assert.Equal(t, "runs a, b, c and 2 more", runList([]string{"a", "b", "c", "d", "e"}, 9))
+}
+
+// TestPreflightDoesNotWaitForAHungValidate: a Validate that never returns gives no
+// verdict once the preflight stops waiting (here: its context ends).
+func TestPreflightDoesNotWaitForAHungValidate(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	defer close(block)
+	be := &fake{name: "fake", validate: func(sweeps.RunConfig) error { <-block; return nil }}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	assert.NoError(t, validateSafely(ctx, be, runConfig("hung", 1)))
+	assert.Less(t, time.Since(start), 5*time.Second)
 }
