@@ -90,7 +90,13 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	assert.Equal(t, results.StatusDiverged, res.Status, res.Error)
 	assert.Equal(t, "diverged: the loss read from the log is NaN at its 2. reading of 2 (backend_options.logs)", res.Error)
 
-	// FSDPBENCH lines alone.
+	rep, o = logReport(t, map[string]any{"logs": map[string]any{"builtin": "hf_trainer"}},
+		"{'train_runtime': 2.0, 'train_samples_per_second': 1e308, 'epoch': 1.0}")
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, "train_samples_per_second 1e+308 x seq_len 16")
+
+		// FSDPBENCH lines alone.
 	rep, o = logReport(t, nil, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}`, `FSDPBENCH {"step": 2, "loss": NaN, "step_time_s": 0.5}`)
 	res = finish(t, rc, o, rep)
 	assert.Equal(t, results.StatusDiverged, res.Status, res.Error)

@@ -362,6 +362,9 @@ func extractHF(out extracted, l *logLines, seqLen, skip int) error {
 			}
 			if v, ok := m["train_samples_per_second"].(float64); ok {
 				found = true
+				if err := checkLogFigure(LogTokensPerS, v*float64(seqLen)); err != nil {
+					return fmt.Errorf("torchrun: backend_options.logs hf_trainer: train_samples_per_second %v x seq_len %d in line %q: %w", v, seqLen, line, err)
+				}
 				out[LogTokensPerS] = append(out[LogTokensPerS], v*float64(seqLen))
 				if r, ok := m["train_runtime"].(float64); ok {
 					out["train_runtime_s"] = append(out["train_runtime_s"], r)

@@ -146,9 +146,9 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	case ctx.Err() != nil:
 		res.Status, res.Error = results.StatusCanceled, ctx.Err().Error()
 	case errors.As(waitErr, &ee) && ee.ExitCode() == contract.ExitInfeasible:
-		res.Status, res.Error = results.StatusInfeasible, lastLine
+		res.Status, res.Error = results.StatusInfeasible, reason(lastLine, args[0], contract.ExitInfeasible)
 	case errors.As(waitErr, &ee) && ee.ExitCode() == contract.ExitOOM:
-		res.Status, res.Error = results.StatusOOM, lastLine
+		res.Status, res.Error = results.StatusOOM, reason(lastLine, args[0], contract.ExitOOM)
 	case waitErr != nil:
 		res.Status, res.Error = results.StatusFailed, fmt.Sprintf("exec: %s %v: %s (see stderr.log)", args[0], waitErr, lastLine)
 	default:
@@ -160,6 +160,15 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
+}
+
+// reason is the command's own last stderr line, or what its exit code says when it
+// gave none: a final status (infeasible, oom) must say why.
+func reason(lastLine, command string, code int) string {
+	if lastLine != "" {
+		return lastLine
+	}
+	return fmt.Sprintf("exec: %s exited with code %d and printed no reason on stderr", command, code)
 }
 
 // collect reads every rank's report into res (the metrics contract); the model
