@@ -387,6 +387,20 @@ func TestAResultThatCannotBeRightFailsTheRun(t *testing.T) {
 	assert.Equal(t, results.StatusOK, res.Status, res.Error)
 }
 
+// TestExecSaysWhyWhenTheCommandDoesNot: a command that exits "infeasible" (3) or
+// "out of memory" (4) without a word still gets a reason: a final status
+// without one used to be stored with an empty error.
+func TestExecSaysWhyWhenTheCommandDoesNot(t *testing.T) {
+	t.Parallel()
+	for code, status := range map[string]results.Status{"3": results.StatusInfeasible, "4": results.StatusOOM} {
+		res, err := plugins.New("exec", bin("exec"), plugins.Options{}).Run(context.Background(), execRC("sh", "-c", "exit "+code),
+			backends.RunEnv{RunDir: t.TempDir()}, nil)
+		require.NoError(t, err)
+		assert.Equal(t, status, res.Status)
+		assert.Equal(t, "exec: sh exited with code "+code+" and printed no reason on stderr", res.Error)
+	}
+}
+
 // syncWriter serializes writes from the host's goroutines.
 type syncWriter struct {
 	mu sync.Mutex
