@@ -58,8 +58,9 @@ type job struct {
 	oom   int              // the first rank that ran out of device memory, -1 before
 	// diverged is the first rank that stopped on a loss that is not finite, -1
 	// before; badEvent is the first broken FSDPBENCH line.
-	diverged int
-	badEvent string
+	diverged     int
+	divergedSaid bool // diverged is the rank whose own line said so
+	badEvent     string
 }
 
 // srunExit matches srun's report of tasks that failed:
@@ -96,6 +97,11 @@ func (j *job) Line(stream string, task int, line string) (backends.Event, bool) 
 			// in case srun's report is lost (a line cut by the job's end).
 			if strings.Contains(line, "fsdpbench worker:") && strings.Contains(line, errOOMText) && j.oom < 0 {
 				j.oom = task
+			}
+			// The worker that says it diverged is the one to quote (srun reports a
+			// range of tasks by its first).
+			if strings.Contains(line, "fsdpbench worker:") && strings.Contains(line, errDiverged.Error()+": ") && !j.divergedSaid {
+				j.diverged, j.divergedSaid = task, true
 			}
 		}
 		return backends.Event{}, false
