@@ -96,7 +96,7 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	assert.Equal(t, results.StatusFailed, res.Status)
 	assert.Contains(t, res.Error, "train_samples_per_second 1e+308 x seq_len 16")
 
-		// FSDPBENCH lines alone.
+	// FSDPBENCH lines alone.
 	rep, o = logReport(t, nil, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}`, `FSDPBENCH {"step": 2, "loss": NaN, "step_time_s": 0.5}`)
 	res = finish(t, rc, o, rep)
 	assert.Equal(t, results.StatusDiverged, res.Status, res.Error)
