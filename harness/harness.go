@@ -134,6 +134,7 @@ type Summary struct {
 	Total      int
 	OK         int
 	OOM        int
+	Diverged   int
 	Infeasible int
 	Failed     int
 	Timeout    int
@@ -148,8 +149,8 @@ type Summary struct {
 	MaxFit []SearchResult
 }
 
-// Failures is how many runs failed or timed out; oom and infeasible runs are
-// results, not failures.
+// Failures is how many runs failed or timed out; oom, diverged and infeasible runs
+// are results, not failures.
 func (s Summary) Failures() int { return s.Failed + s.Timeout }
 
 // Run executes plan and returns what became of its runs. A run that fails, panics
@@ -163,6 +164,10 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	}
 	if plan == nil || plan.Name == "" {
 		return Summary{}, errors.New("harness: the plan has no name (the spec's name: names its results directory)")
+	}
+	// Mistakes in the spec stop the sweep before anything runs or is written.
+	if err := Preflight(ctx, plan, opts.Registry); err != nil {
+		return Summary{}, err
 	}
 	if err := launch.Check(plan.Launcher); err != nil {
 		return Summary{}, fmt.Errorf("sweep %s: %w", plan.Name, err)
@@ -286,6 +291,8 @@ func (s *Summary) add(o Outcome) {
 		s.OK++
 	case results.StatusOOM:
 		s.OOM++
+	case results.StatusDiverged:
+		s.Diverged++
 	case results.StatusInfeasible:
 		s.Infeasible++
 	case results.StatusTimeout:

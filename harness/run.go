@@ -322,6 +322,11 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 			st, msg := verdict(results.Result{}, err)
 			return st, msg, nil
 		}
+		if backends.IsSpecError(err) {
+			// A mistake in the spec (Preflight missed it: a search point) is no
+			// verdict on the run: failed, so a resume after the fix runs it.
+			return results.StatusFailed, err.Error(), nil
+		}
 		return results.StatusInfeasible, err.Error(), []results.Result{{Status: results.StatusInfeasible, Error: err.Error(), WorldSize: rc.WorldSize}}
 	}
 	if job == nil {

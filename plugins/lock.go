@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 )
 
 // LockFileEnv names the environment variable that moves the lock file.
@@ -51,7 +53,7 @@ func ReadLock(path string) (Lock, error) {
 		return l, err
 	}
 	if err := json.Unmarshal(data, &l); err != nil {
-		return l, fmt.Errorf("%s: %w", path, err)
+		return l, fmt.Errorf("%s: %w", contract.JSONPos(path, data, err), err)
 	}
 	for i, e := range l.Plugins {
 		if sum, err := hex.DecodeString(e.SHA256); err != nil || len(sum) != sha256.Size {

@@ -3,6 +3,7 @@ package sweeps
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -53,6 +54,10 @@ type Plan struct {
 	// Resolved is the spec as run (after --set, defaults written out), stored as
 	// sweep.yaml: parsing it again gives the same runs.
 	Resolved []byte
+	// OptionPos is where each backend and launcher option was given, keyed
+	// "backend_options.NAME": "file:line:col" (or "--set #N column C"), so a
+	// backend's complaint about an option can point at it.
+	OptionPos map[string]string
 }
 
 // Load reads and parses the spec file at path; see Parse.
@@ -87,6 +92,7 @@ func Parse(data []byte, filename string, opts Options) (*Plan, error) {
 	if p.e.failed() {
 		return nil, p.e.err()
 	}
+	plan.OptionPos = sp.optionPos
 	var err error
 	plan.Resolved, err = resolvedYAML(root, filename, sets)
 	if err != nil {
@@ -114,6 +120,7 @@ type spec struct {
 	search                          string
 	searchPos                       pos
 	backendOptions, launcherOptions map[string]any
+	optionPos                       map[string]string
 }
 
 type keyed struct {
@@ -161,8 +168,10 @@ func (p *parsing) read(root *node) *spec {
 			p.readSearch(sp, e)
 		case keyBackendOptions:
 			sp.backendOptions = p.readOptions(e)
+			sp.optionPos = optionPositions(sp.optionPos, e)
 		case keyLauncherOptions:
 			sp.launcherOptions = p.readOptions(e)
+			sp.optionPos = optionPositions(sp.optionPos, e)
 		default:
 			d, ok := keyByName[e.key]
 			switch {
@@ -444,6 +453,29 @@ func (p *parsing) readOptions(e *entry) map[string]any {
 	}
 	p.e.at(e.val.pos, "%s must be a mapping of option: value (e.g. %s: {inter_node_bus_bw_gbps: 3}), got %s", e.key, e.key, e.val.describe())
 	return nil
+}
+
+// optionPositions adds where each option under e (backend_options: or
+// launcher_options:) was given.
+func optionPositions(m map[string]string, e *entry) map[string]string {
+	if e.val.kind != mapNode {
+		return m
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	for _, o := range e.val.entries {
+		at := o.keyPos
+		where := at.file
+		switch {
+		case at.file == setFile:
+			where = "--set #" + strconv.Itoa(at.line) + " column " + strconv.Itoa(at.col)
+		case at.line > 0:
+			where += ":" + strconv.Itoa(at.line) + ":" + strconv.Itoa(at.col)
+		}
+		m[e.key+"."+o.key] = where
+	}
+	return m
 }
 
 // Defaults returns the settings and axis values a run has when the spec does not

@@ -41,6 +41,15 @@ func (e *exitError) Unwrap() error { return e.err }
 func usageError(err error) error { return &exitError{code: ExitUsage, err: err} }
 func failure(err error) error    { return &exitError{code: ExitFailed, err: err} }
 
+// specFailure is a usage error when err is a mistake in the spec that a backend or
+// launcher found (backends.SpecError: exit 2, nothing ran), a failure otherwise.
+func specFailure(err error) error {
+	if backends.IsSpecError(err) {
+		return usageError(err)
+	}
+	return failure(err)
+}
+
 // run executes the command line args and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()

@@ -47,6 +47,9 @@ its lock dies with it, so the same command resumes at once.`,
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			printWarnings(stderr, plan)
 			if dryRun {
+				if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
+					return specFailure(err)
+				}
 				return printDryRun(stdout, plan, harness.Preview(plan, opts), opts.ResultsDir)
 			}
 			opts.Registry = reg
@@ -69,7 +72,7 @@ its lock dies with it, so the same command resumes at once.`,
 				// Nothing ran: another sweep holds the directory, or it cannot be written.
 				return usageError(runErr)
 			case runErr != nil && !interrupted:
-				return failure(runErr)
+				return specFailure(runErr)
 			case interrupted && sum.Dir == "":
 				return &exitError{code: ExitInterrupted, err: errors.New("interrupted before any run started")}
 			}
@@ -153,7 +156,7 @@ func summaryLine(sum harness.Summary) string {
 	for _, c := range []struct {
 		n    int
 		name string
-	}{{sum.OOM, "oom"}, {sum.Infeasible, "infeasible"}, {sum.Failed, "failed"}, {sum.Timeout, "timeout"}, {sum.Canceled, "canceled"}, {sum.NotStarted, "not started"}} {
+	}{{sum.OOM, "oom"}, {sum.Diverged, "diverged"}, {sum.Infeasible, "infeasible"}, {sum.Failed, "failed"}, {sum.Timeout, "timeout"}, {sum.Canceled, "canceled"}, {sum.NotStarted, "not started"}} {
 		if c.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.name))
 		}
