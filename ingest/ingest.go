@@ -31,6 +31,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/torchrun"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // RunArgsFile is the settings file of a past run's folder.
@@ -138,7 +139,7 @@ func Ingest(dirs []string, out string, o Options) ([]Report, error) {
 	}
 	spec, specName := []byte("name: "+o.Name+"\nbackend: torchrun\n"), "(ingest)"
 	if o.Spec != "" {
-		data, err := os.ReadFile(o.Spec)
+		data, err := input.ReadFile(o.Spec, input.Spec)
 		if err != nil {
 			return nil, fmt.Errorf("ingest: --spec: %w", err)
 		}
@@ -376,7 +377,7 @@ func scalar(v any) (string, error) {
 
 // readJSON reads a JSON object; syntax errors name file:line:column.
 func readJSON(path string) (map[string]any, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // RuleKind is what a gate rule checks.
@@ -148,7 +149,7 @@ type rulesFile struct {
 //
 // Errors are *sweeps.SpecError values naming file:line:col.
 func LoadRules(path string) ([]Rule, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadYAML(path, input.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("rules file: %w", err)
 	}

@@ -1,10 +1,13 @@
 package sweeps
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // Options changes how a spec is read. The zero value reads the file as written and
@@ -57,7 +60,7 @@ type Plan struct {
 
 // Load reads and parses the spec file at path; see Parse.
 func Load(path string, opts Options) (*Plan, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, input.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("read sweep spec: %w", err)
 	}
@@ -70,6 +73,17 @@ func Load(path string, opts Options) (*Plan, error) {
 // error as the SpecError's Err.
 func Parse(data []byte, filename string, opts Options) (*Plan, error) {
 	p := &parsing{opts: opts, file: filename}
+	// Editors on Windows write a byte order mark; YAML allows one at the start.
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
+	// Bound the spec before goccy parses it: its parser takes gigabytes on a few
+	// kilobytes of nested brackets.
+	if err := input.CheckYAML(filename, data, input.Spec); err != nil {
+		var ie *input.Error
+		if errors.As(err, &ie) {
+			return nil, &SpecError{File: filename, Line: ie.Line, Column: ie.Column, Msg: ie.Msg, Err: err}
+		}
+		return nil, &SpecError{File: filename, Msg: err.Error(), Err: err}
+	}
 	root := parseYAML(data, filename, &p.e)
 	if p.e.failed() {
 		return nil, p.e.err()

@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // StepPrefix starts a step line on a script's stdout: "FSDPBENCH {json}".
@@ -67,7 +67,7 @@ func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error 
 	files := make([]RankFile, rc.WorldSize)
 	for r := range files {
 		path := filepath.Join(dir, "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
+		data, err := input.ReadJSON(path, input.Metrics)
 		if err != nil {
 			return fmt.Errorf("%s: rank %d exited cleanly but its report is missing: %w", who, r, err)
 		}

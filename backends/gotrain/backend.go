@@ -30,6 +30,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // Name is the backend's name in specs and the registry.
@@ -491,7 +492,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	files := make([]RankFile, rc.WorldSize)
 	for r := range files {
 		path := filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
+		data, err := input.ReadJSON(path, input.Metrics)
 		if err != nil {
 			return fmt.Errorf("gotrain: rank %d exited cleanly but its report is missing: %w", r, err)
 		}

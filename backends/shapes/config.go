@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // hfConfig holds the keys of a Hugging Face config.json that decide a shape.
@@ -80,7 +81,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ReadConfig reads the shape from a Hugging Face config.json at path.
 func ReadConfig(path string) (Shape, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, input.ModelConfig)
 	if err != nil {
 		return Shape{}, fmt.Errorf("model config %s: %w (give a preset name — %s — or the path of a Hugging Face config.json)",
 			path, err, strings.Join(Presets(), ", "))
@@ -96,6 +97,9 @@ func ReadConfig(path string) (Shape, error) {
 // ParseConfig reads a shape from the bytes of a Hugging Face config.json; path only
 // names the file in errors and the shape.
 func ParseConfig(path string, data []byte) (Shape, error) {
+	if err := input.CheckJSON(path, data, input.ModelConfig); err != nil {
+		return Shape{}, err
+	}
 	var c hfConfig
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Shape{}, jsonError(path, data, err)
