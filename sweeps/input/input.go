@@ -240,89 +240,24 @@ func CheckYAML(path string, data []byte, lim Limits) error {
 	if lim.MaxBytes > 0 && int64(len(data)) > lim.MaxBytes {
 		return tooBig(path, lim.what(), int64(len(data)), lim.MaxBytes)
 	}
-	// lexer.Tokenize, stopping at the bound: a token takes some hundreds of bytes.
+	// As lexer.Tokenize, but checking each batch of tokens as it comes and
+	// stopping at the first bound passed: a token takes some hundreds of bytes.
 	var sc scanner.Scanner
 	sc.Init(string(data))
 	var tokens token.Tokens
+	var st yamlScan
 	for {
 		sub, err := sc.Scan()
 		if err == io.EOF {
 			break
 		}
+		from := len(tokens)
 		tokens.Add(sub...)
+		if err := st.check(path, tokens, from, lim); err != nil {
+			return err
+		}
 		if lim.MaxTokens > 0 && len(tokens) > lim.MaxTokens {
 			return yamlErr(path, tokens[lim.MaxTokens], "the %s has more than %d YAML tokens (values, brackets, dashes and colons); no %s needs that many", lim.what(), lim.MaxTokens, lim.what())
-		}
-	}
-	// frames are the open collections: block ones by the column of their entries,
-	// flow ones by their bracket; keys counts a mapping's entries so far.
-	type frame struct {
-		col  int
-		flow bool
-		keys int
-	}
-	var open []frame
-	flow, aliases := 0, 0
-	for i, tk := range tokens {
-		if tk == nil || tk.Position == nil {
-			continue
-		}
-		col := tk.Position.Column
-		switch tk.Type {
-		case token.DocumentHeaderType, token.DocumentEndType:
-			open, flow = open[:0], 0
-			continue
-		case token.SequenceStartType, token.MappingStartType:
-			flow++
-			open = append(open, frame{flow: true})
-		case token.SequenceEndType, token.MappingEndType:
-			for len(open) > 0 {
-				f := open[len(open)-1]
-				open = open[:len(open)-1]
-				if f.flow {
-					flow--
-					break
-				}
-			}
-			continue
-		case token.AliasType:
-			aliases++
-			if lim.MaxAliases > 0 && aliases > lim.MaxAliases {
-				return yamlErr(path, tk, "the %s has more than %d aliases (*name); no %s needs that many", lim.what(), lim.MaxAliases, lim.what())
-			}
-			continue
-		case token.SequenceEntryType, token.MappingKeyType, token.MappingValueType:
-			if flow == 0 {
-				if tk.Type == token.MappingValueType && i > 0 && tokens[i-1].Position != nil &&
-					tokens[i-1].Position.Line == tk.Position.Line {
-					col = tokens[i-1].Position.Column // a mapping's level is its keys' column
-				}
-				keys := 0
-				for len(open) > 0 && open[len(open)-1].col >= col {
-					if open[len(open)-1].col == col {
-						keys = open[len(open)-1].keys // the same collection goes on
-					}
-					open = open[:len(open)-1]
-				}
-				open = append(open, frame{col: col, keys: keys})
-			}
-			if tk.Type == token.MappingValueType && len(open) > 0 {
-				top := &open[len(open)-1]
-				top.keys++
-				// goccy/go-yaml's parser takes time and memory quadratic in the keys of
-				// one block mapping (2 GB for 20,000).
-				if lim.MaxKeys > 0 && top.keys > lim.MaxKeys {
-					return yamlErr(path, tk, "a mapping of the %s has more than %d keys; no %s needs that many", lim.what(), lim.MaxKeys, lim.what())
-				}
-			}
-			if flow > 0 {
-				continue
-			}
-		default:
-			continue
-		}
-		if lim.MaxDepth > 0 && len(open) > lim.MaxDepth {
-			return yamlErr(path, tk, "the %s nests lists and mappings deeper than %d levels; no %s needs that many", lim.what(), lim.MaxDepth, lim.what())
 		}
 	}
 	if lim.MaxValues <= 0 {
@@ -340,6 +275,89 @@ func CheckYAML(path string, data []byte, lim Limits) error {
 		c.count(doc.Body, 0)
 		if c.over != nil {
 			return yamlErr(path, c.over, "the %s expands to more than %d values once its aliases (*name) are expanded; no %s needs that many", lim.what(), lim.MaxValues, lim.what())
+		}
+	}
+	return nil
+}
+
+// yamlScan follows a YAML token stream for CheckYAML's bounds.
+type yamlScan struct {
+	// open holds the open collections: block ones by the column of their
+	// entries, flow ones by their bracket; keys counts a mapping's entries so far.
+	open    []frame
+	flow    int
+	aliases int
+}
+
+type frame struct {
+	col  int
+	flow bool
+	keys int
+}
+
+// check follows tokens[from:], reporting the first bound of lim they pass.
+func (st *yamlScan) check(path string, tokens token.Tokens, from int, lim Limits) error {
+	for i := from; i < len(tokens); i++ {
+		tk := tokens[i]
+		if tk == nil || tk.Position == nil {
+			continue
+		}
+		col := tk.Position.Column
+		switch tk.Type {
+		case token.DocumentHeaderType, token.DocumentEndType:
+			st.open, st.flow = st.open[:0], 0
+			continue
+		case token.SequenceStartType, token.MappingStartType:
+			st.flow++
+			st.open = append(st.open, frame{flow: true})
+		case token.SequenceEndType, token.MappingEndType:
+			for len(st.open) > 0 {
+				f := st.open[len(st.open)-1]
+				st.open = st.open[:len(st.open)-1]
+				if f.flow {
+					st.flow--
+					break
+				}
+			}
+			continue
+		case token.AliasType:
+			st.aliases++
+			if lim.MaxAliases > 0 && st.aliases > lim.MaxAliases {
+				return yamlErr(path, tk, "the %s has more than %d aliases (*name); no %s needs that many", lim.what(), lim.MaxAliases, lim.what())
+			}
+			continue
+		case token.SequenceEntryType, token.MappingKeyType, token.MappingValueType:
+			if st.flow == 0 {
+				if tk.Type == token.MappingValueType && i > 0 && tokens[i-1].Position != nil &&
+					tokens[i-1].Position.Line == tk.Position.Line {
+					col = tokens[i-1].Position.Column // a mapping's level is its keys' column
+				}
+				keys := 0
+				for len(st.open) > 0 && st.open[len(st.open)-1].col >= col {
+					if st.open[len(st.open)-1].col == col {
+						keys = st.open[len(st.open)-1].keys // the same collection goes on
+					}
+					st.open = st.open[:len(st.open)-1]
+				}
+				st.open = append(st.open, frame{col: col, keys: keys})
+			}
+			if tk.Type == token.MappingValueType && len(st.open) > 0 {
+				top := &st.open[len(st.open)-1]
+				top.keys++
+				// goccy/go-yaml's parser takes time and memory quadratic in the keys of
+				// one block mapping (2 GB for 20,000).
+				if lim.MaxKeys > 0 && top.keys > lim.MaxKeys {
+					return yamlErr(path, tk, "a mapping of the %s has more than %d keys; no %s needs that many", lim.what(), lim.MaxKeys, lim.what())
+				}
+			}
+			if st.flow > 0 {
+				continue
+			}
+		default:
+			continue
+		}
+		if lim.MaxDepth > 0 && len(st.open) > lim.MaxDepth {
+			return yamlErr(path, tk, "the %s nests lists and mappings deeper than %d levels; no %s needs that many", lim.what(), lim.MaxDepth, lim.what())
 		}
 	}
 	return nil
