@@ -12,8 +12,8 @@ import (
 // before anything runs.
 const MaxRuns = 1 << 20
 
-// maxProduct bounds world_size and global_batch, far beyond any cluster, so the
-// products below cannot overflow.
+// maxProduct bounds the products below (world_size and global_batch are bounded
+// far lower, MaxWorldSize and MaxGlobalBatch), so they cannot overflow.
 const maxProduct = 1 << 40
 
 // expander turns a checked spec into runs.
@@ -425,10 +425,7 @@ func derive(rc *RunConfig, m mask) *problem {
 			}}
 		}
 	case n && g:
-		if rc.Nodes*rc.GPUsPerNode > maxProduct {
-			return tooLarge(fNodes, "world_size")
-		}
-		rc.WorldSize = rc.Nodes * rc.GPUsPerNode
+		rc.WorldSize = rc.Nodes * rc.GPUsPerNode // both bounded: no overflow
 	case n && w:
 		if rc.WorldSize%rc.Nodes != 0 {
 			nodes, ws := rc.Nodes, rc.WorldSize
@@ -489,9 +486,24 @@ func derive(rc *RunConfig, m mask) *problem {
 	default:
 		prod, ok := mul3(ws, bpd, ga)
 		if !ok {
-			return tooLarge(fBatchPerDevice, "global_batch")
+			prod = maxProduct + 1
 		}
 		rc.GlobalBatch = prod
+	}
+	// A derived value obeys the bound of a given one.
+	for _, d := range []struct {
+		f    field
+		v    int
+		from field // the value to point at
+	}{
+		{fWorldSize, rc.WorldSize, fNodes},
+		{fBatchPerDevice, rc.BatchPerDevice, fGlobalBatch},
+		{fGradAccum, rc.GradAccum, fGlobalBatch},
+		{fGlobalBatch, rc.GlobalBatch, fBatchPerDevice},
+	} {
+		if int64(d.v) > keyDefs[d.f].max {
+			return tooLarge(d.from, d.f, d.v)
+		}
 	}
 	return nil
 }
@@ -510,9 +522,14 @@ func checkPoint(rc *RunConfig) *problem {
 	return nil
 }
 
-func tooLarge(f field, what string) *problem {
+// tooLarge is a derived value past its bound, reported at the value of f.
+func tooLarge(f, derived field, v int) *problem {
+	d := keyDefs[derived]
 	return &problem{f: f, msg: func(func(field) (value, bool)) string {
-		return fmt.Sprintf("%s would exceed %d; use smaller values", what, int64(maxProduct))
+		if v > maxProduct {
+			return fmt.Sprintf("%s would be more than %d, past its bound %d; use smaller values", d.name, int64(maxProduct), d.max)
+		}
+		return fmt.Sprintf("%s would be %d, more than %d; use smaller values", d.name, v, d.max)
 	}}
 }
 

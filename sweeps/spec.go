@@ -228,7 +228,7 @@ func (p *parsing) unknownTopKey(e *entry) {
 			hint = "; did you mean " + c + "?"
 		}
 	}
-	p.e.at(e.keyPos, "unknown key %q (allowed: %s%s)", e.key, strings.Join(TopLevelKeys, ", "), hint)
+	p.e.at(e.keyPos, "unknown key %s (allowed: %s%s)", q(e.key), strings.Join(TopLevelKeys, ", "), hint)
 }
 
 // axisDef looks up a key used as an axis (in grid, include, exclude), reporting why
@@ -236,7 +236,7 @@ func (p *parsing) unknownTopKey(e *entry) {
 func (p *parsing) axisDef(e *entry, where string) (*keyDef, bool) {
 	d, ok := keyByName[e.key]
 	if !ok {
-		p.e.at(e.keyPos, "unknown axis %q in %s (allowed: %s%s)", e.key, where, strings.Join(Axes, ", "), didYouMean(e.key, Axes))
+		p.e.at(e.keyPos, "unknown axis %s in %s (allowed: %s%s)", q(e.key), where, strings.Join(Axes, ", "), didYouMean(e.key, Axes))
 		return nil, false
 	}
 	if d.where&inAxis == 0 {
@@ -265,7 +265,7 @@ func (p *parsing) readBase(sp *spec, e *entry) {
 	for _, be := range m.entries {
 		d, ok := keyByName[be.key]
 		if !ok || d.where&inBase == 0 {
-			p.e.at(be.keyPos, "unknown key %q in base (allowed: %s%s)", be.key, strings.Join(baseKeys, ", "), didYouMean(be.key, baseKeys))
+			p.e.at(be.keyPos, "unknown key %s in base (allowed: %s%s)", q(be.key), strings.Join(baseKeys, ", "), didYouMean(be.key, baseKeys))
 			continue
 		}
 		if be.val.kind == seqNode {
@@ -437,7 +437,7 @@ func (p *parsing) readSearch(sp *spec, e *entry) {
 	}
 	for _, se := range m.entries {
 		if se.key != "batch_per_device" {
-			p.e.at(se.keyPos, "%s; %q cannot be searched%s", want, se.key, didYouMean(se.key, []string{"batch_per_device"}))
+			p.e.at(se.keyPos, "%s; %s cannot be searched%s", want, q(se.key), didYouMean(se.key, []string{"batch_per_device"}))
 			continue
 		}
 		mode, _ := se.val.val.(string)
