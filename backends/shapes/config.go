@@ -131,6 +131,28 @@ func ParseConfig(path string, data []byte) (Shape, error) {
 
 type keyErrFunc func(key, format string, args ...any) error
 
+// Upper bounds of a config.json's dimensions: each is some 10x past the largest
+// published model, and together they keep every count and byte figure derived from
+// a shape (parameters below 2^53, bytes of model state below 2^58) inside an int64.
+const (
+	MaxHidden       = 1 << 18 // hidden_size, n_embd
+	MaxLayers       = 4096    // num_hidden_layers, n_layer
+	MaxHeads        = 1 << 14 // num_attention_heads, num_key_value_heads, n_head
+	MaxIntermediate = 1 << 20 // intermediate_size, n_inner
+	MaxVocab        = 1 << 24 // vocab_size
+	MaxPositions    = 1 << 26 // max_position_embeddings, n_positions
+)
+
+// bounds gives each integer key its upper bound.
+var bounds = map[string]int{
+	"hidden_size": MaxHidden, "n_embd": MaxHidden,
+	"num_hidden_layers": MaxLayers, "n_layer": MaxLayers,
+	"num_attention_heads": MaxHeads, "num_key_value_heads": MaxHeads, "n_head": MaxHeads,
+	"intermediate_size": MaxIntermediate, "n_inner": MaxIntermediate,
+	"vocab_size":              MaxVocab,
+	"max_position_embeddings": MaxPositions, "n_positions": MaxPositions,
+}
+
 // requiredInt reads a positive integer key, or explains what is missing or wrong.
 func requiredInt(v *int, key string, keyErr keyErrFunc) (int, error) {
 	if v == nil {
@@ -138,6 +160,9 @@ func requiredInt(v *int, key string, keyErr keyErrFunc) (int, error) {
 	}
 	if *v <= 0 {
 		return 0, keyErr(key, "%d: must be a positive integer", *v)
+	}
+	if limit, ok := bounds[key]; ok && *v > limit {
+		return 0, keyErr(key, "%d: must be at most %d (past any published model; is the file a model's config.json?)", *v, limit)
 	}
 	return *v, nil
 }
@@ -235,7 +260,7 @@ func parseGPT2(path string, c hfConfig, keyErr keyErrFunc) (Shape, error) {
 	}
 	s.KVHeads = s.Heads
 	// GPT2Config's defaults: n_inner null means 4 × n_embd; heads are tied.
-	if s.Intermediate, err = optional(c.NInner, 4*s.Hidden, "n_inner", keyErr); err != nil {
+	if s.Intermediate, err = optional(c.NInner, min(4*s.Hidden, MaxIntermediate), "n_inner", keyErr); err != nil {
 		return Shape{}, err
 	}
 	s.TiedEmbeddings = c.TieWordEmbeddings == nil || *c.TieWordEmbeddings
