@@ -36,6 +36,7 @@ type sweep struct {
 
 // runOne skips rc when a previous invocation finished it, and executes it otherwise.
 func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
+	migrateRunDir(s.dir, rc)
 	if !s.opts.Rerun {
 		if m, ok := done(s.dir, rc); ok {
 			o := Outcome{Config: rc, Status: m.Status, Error: m.Error, Skipped: true, Metrics: m}
@@ -51,6 +52,21 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error, Started: started, Finished: s.opts.Now()})
 	s.progress.finished(o)
 	return o
+}
+
+// migrateRunDir renames a run stored under rc's legacy ID (sweeps.LegacyID,
+// before IDs carried 64 bits) to its current ID, so a resumed sweep finds it.
+func migrateRunDir(dir *results.SweepDir, rc sweeps.RunConfig) {
+	old, cur := dir.RunDir(rc.LegacyID()), dir.RunDir(rc.ID)
+	if old == cur {
+		return
+	}
+	if _, err := os.Stat(cur); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if fi, err := os.Lstat(old); err == nil && fi.IsDir() {
+		_ = os.Rename(old, cur) // on failure the run is redone under its new ID
+	}
 }
 
 // done reports whether rc's stored run is finished for good and was run with the

@@ -164,6 +164,7 @@ func loadSweep(sd string) ([]Run, error) {
 			return nil, errs[i]
 		}
 		if found[i] {
+			runs[i].Config.MigrateID() // a run stored under a legacy ID matches its point
 			out = append(out, runs[i])
 		}
 	}

@@ -1,6 +1,7 @@
 package sweeps
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -25,9 +26,9 @@ type expander struct {
 	baseVals []value
 	baseMask mask
 	runs     []RunConfig
-	// hashes holds, per grid run, its ID hash (high 32 bits) and index in runs;
-	// included finds include runs by ID.
-	hashes    []uint64
+	// hashes holds, per grid run, its ID hash and index in runs; included finds
+	// include runs by ID.
+	hashes    []idHash
 	included  map[string]int
 	groups    map[string]int  // search group -> index in runs
 	excluded  []int           // points dropped per exclude entry
@@ -76,7 +77,7 @@ func (p *parsing) expand(sp *spec) *Plan {
 	}
 	x.gridCount = total
 	x.runs = make([]RunConfig, 0, total+len(sp.include))
-	x.hashes = make([]uint64, 0, total)
+	x.hashes = make([]idHash, 0, total)
 	x.included = map[string]int{}
 	x.expandGrid()
 	x.checkGridIDs()
@@ -273,13 +274,13 @@ func (x *expander) keep(rc *RunConfig, from pos) bool {
 	idx := len(x.runs) - 1
 	h := rc.assignID()
 	if from.line == 0 {
-		x.hashes = append(x.hashes, uint64(h)<<32|uint64(idx))
+		x.hashes = append(x.hashes, idHash{h: h, idx: uint32(idx)})
 		return true
 	}
 	prev := -1
-	lo, _ := slices.BinarySearch(x.hashes, uint64(h)<<32)
-	for i := lo; i < len(x.hashes) && uint32(x.hashes[i]>>32) == h; i++ {
-		if j := int(uint32(x.hashes[i])); x.runs[j].ID == rc.ID {
+	lo, _ := slices.BinarySearchFunc(x.hashes, h, func(e idHash, h uint64) int { return cmp.Compare(e.h, h) })
+	for i := lo; i < len(x.hashes) && x.hashes[i].h == h; i++ {
+		if j := int(x.hashes[i].idx); x.runs[j].ID == rc.ID {
 			prev = j
 		}
 	}
@@ -298,16 +299,23 @@ func (x *expander) keep(rc *RunConfig, from pos) bool {
 	return false
 }
 
+// idHash is a grid run's ID hash and its index in runs.
+type idHash struct {
+	h   uint64
+	idx uint32
+}
+
 // checkGridIDs reports grid points whose IDs collide.
 func (x *expander) checkGridIDs() {
-	slices.Sort(x.hashes)
+	slices.SortFunc(x.hashes, func(a, b idHash) int { return cmp.Compare(a.h, b.h) })
 	for i := 1; i < len(x.hashes); i++ {
-		if x.hashes[i]>>32 != x.hashes[i-1]>>32 {
+		if x.hashes[i].h != x.hashes[i-1].h {
 			continue
 		}
-		// Equal hashes (about one pair per four billion); compare the IDs, slug included.
-		for k := i - 1; k >= 0 && x.hashes[k]>>32 == x.hashes[i]>>32; k-- {
-			a, b := &x.runs[uint32(x.hashes[k])], &x.runs[uint32(x.hashes[i])]
+		// Equal hashes (about one pair in 30 million over a full grid); compare
+		// the IDs, slug included.
+		for k := i - 1; k >= 0 && x.hashes[k].h == x.hashes[i].h; k-- {
+			a, b := &x.runs[x.hashes[k].idx], &x.runs[x.hashes[i].idx]
 			if a.ID == b.ID {
 				x.collision(a, b, x.sp.namePos)
 			}
@@ -316,9 +324,9 @@ func (x *expander) checkGridIDs() {
 }
 
 func (x *expander) collision(a, b *RunConfig, at pos) {
-	// Two configurations share a slug and 32 bits of SHA-256. Refuse rather than let
+	// Two configurations share a slug and 64 bits of SHA-256. Refuse rather than let
 	// one overwrite the other's results.
-	x.p.e.at(at, "two different runs get the same ID %s (a hash collision: about one chance in four billion per pair); change seed or split the sweep, and report this", a.ID)
+	x.p.e.at(at, "two different runs get the same ID %s (a hash collision: about one chance in 10^19 per pair); change seed or split the sweep, and report this", a.ID)
 }
 
 // keepSearch keeps one run per search group: the point with the smallest
