@@ -159,3 +159,16 @@ func TestHostileSpecsRefusedCheaply(t *testing.T) {
 }
 
 func mkfifo(path string) error { return syscall.Mkfifo(path, 0o644) }
+
+// TestDurationJSONBounded: a run_args.json timeout of 1e300 seconds overflowed
+// time.Duration into garbage; it is an error now.
+func TestDurationJSONBounded(t *testing.T) {
+	var d Duration
+	require.NoError(t, d.UnmarshalJSON([]byte(`90`)))
+	assert.Equal(t, Duration(90*time.Second), d)
+	for _, in := range []string{`1e300`, `-1e300`} {
+		err := d.UnmarshalJSON([]byte(in))
+		require.Error(t, err, in)
+		assert.Contains(t, err.Error(), "out of range")
+	}
+}

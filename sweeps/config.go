@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -70,6 +71,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	var secs float64
 	if err := json.Unmarshal(b, &secs); err != nil {
 		return fmt.Errorf("duration must be a string like \"10m\" or a number of seconds")
+	}
+	// Past ±292 years a time.Duration overflows: converting would give garbage.
+	if math.IsNaN(secs) || math.Abs(secs) > float64(math.MaxInt64)/float64(time.Second) {
+		return fmt.Errorf("duration %g s is out of range", secs)
 	}
 	*d = Duration(secs * float64(time.Second))
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // slurmCommandTimeout bounds one call of sbatch, scontrol, squeue or scancel: a
@@ -137,7 +138,7 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 // there is none. A running job of a changed configuration is cancelled.
 func (s *Slurm) attachable(rc sweeps.RunConfig, runDir string, logf func(string, ...any)) string {
 	id := ""
-	if data, err := os.ReadFile(filepath.Join(runDir, JobIDFile)); err == nil {
+	if data, err := input.ReadFile(filepath.Join(runDir, JobIDFile), input.Limits{What: "job id file", MaxBytes: 1 << 10}); err == nil {
 		id = strings.TrimSpace(string(data))
 	} else {
 		// Killed between sbatch and recording the id: the job is found by its
@@ -159,7 +160,7 @@ func (s *Slurm) attachable(rc sweeps.RunConfig, runDir string, logf func(string,
 	if err != nil || info.Name != JobName(rc) || !info.active() {
 		return ""
 	}
-	script, _ := os.ReadFile(filepath.Join(runDir, ScriptFile))
+	script, _ := input.ReadFile(filepath.Join(runDir, ScriptFile), input.Limits{What: "job script", MaxBytes: 1 << 20})
 	if !bytes.Contains(script, []byte("# fingerprint: "+rc.Fingerprint()+" ")) {
 		logf("Slurm job %s runs an older configuration of this run; cancelling it", id)
 		_, _ = slurmCmd("scancel", id)
