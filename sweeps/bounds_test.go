@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -171,4 +172,27 @@ func TestDurationJSONBounded(t *testing.T) {
 		require.Error(t, err, in)
 		assert.Contains(t, err.Error(), "out of range")
 	}
+}
+
+// TestExcludeWorkBounded: 2,000 exclude entries over a million-point grid (a
+// 70 KB spec) took a minute to expand; the work is bounded and refused at once.
+func TestExcludeWorkBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("name: x\ngrid:\n  seed: [")
+	for i := range 1024 {
+		b.WriteString(strconv.Itoa(i) + ", ")
+	}
+	b.WriteString("]\n  seq_len: [")
+	for i := range 1024 {
+		b.WriteString(strconv.Itoa(i+1) + ", ")
+	}
+	b.WriteString("]\nexclude:\n")
+	for i := range 2000 {
+		b.WriteString("  - {seed: " + strconv.Itoa(i) + ", seq_len: 5000}\n")
+	}
+	start := time.Now()
+	_, err := Parse([]byte(b.String()), "x.yaml", Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exclude has 2000 entries over a grid of 1048576 points, more than 67108864 checks")
+	assert.Less(t, time.Since(start), 10*time.Second)
 }

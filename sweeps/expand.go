@@ -13,6 +13,10 @@ import (
 // before anything runs.
 const MaxRuns = 1 << 20
 
+// maxExcludeChecks bounds exclude entries × grid points, the work of applying
+// exclude (a few seconds at most).
+const maxExcludeChecks = 1 << 26
+
 // maxProduct bounds the products below (world_size and global_batch are bounded
 // far lower, MaxWorldSize and MaxGlobalBatch), so they cannot overflow.
 const maxProduct = 1 << 40
@@ -76,6 +80,13 @@ func (p *parsing) expand(sp *spec) *Plan {
 		total = 0
 	}
 	x.gridCount = total
+	if len(sp.exclude) > 0 && total > maxExcludeChecks/len(sp.exclude) {
+		// Each point is checked against each entry: a 70 KB spec of 2,000 entries
+		// over a million points took a minute.
+		p.e.at(sp.excludePos, "exclude has %d entries over a grid of %d points, more than %d checks; narrow the grid, or merge entries (one entry takes several values of an axis: {seed: [1, 2, 3]})",
+			len(sp.exclude), total, maxExcludeChecks)
+		return nil
+	}
 	x.runs = make([]RunConfig, 0, total+len(sp.include))
 	x.hashes = make([]idHash, 0, total)
 	x.included = map[string]int{}
