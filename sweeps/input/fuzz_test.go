@@ -1,6 +1,7 @@
 package input
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -49,24 +50,22 @@ func FuzzCheckJSON(f *testing.F) {
 	})
 }
 
-// jsonDepth is the nesting of a valid JSON document, counted over its bytes.
+// jsonDepth is the nesting of a valid JSON document, as encoding/json's token
+// reader sees it (an implementation independent of CheckJSON's byte scan).
 func jsonDepth(data []byte) int {
-	depth, deepest, inString, escaped := 0, 0, false, false
-	for _, c := range data {
-		switch {
-		case inString && escaped:
-			escaped = false
-		case inString && c == '\\':
-			escaped = true
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == '[' || c == '{':
+	dec := json.NewDecoder(bytes.NewReader(data))
+	depth, deepest := 0, 0
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return deepest
+		}
+		switch t {
+		case json.Delim('['), json.Delim('{'):
 			depth++
 			deepest = max(deepest, depth)
-		case c == ']' || c == '}':
+		case json.Delim(']'), json.Delim('}'):
 			depth--
 		}
 	}
-	return deepest
 }
