@@ -49,9 +49,10 @@ type Limits struct {
 // its kind holds, and low enough that reading the worst file allowed costs at most
 // some tens of megabytes and a fraction of a second.
 var (
-	// Spec bounds a sweep spec: 256 KiB is some 5,000 include entries; the values
-	// bound matches the largest grid (sweeps.MaxRuns).
-	Spec = Limits{What: "sweep spec", MaxBytes: 256 << 10, MaxDepth: 32, MaxValues: 1 << 20, MaxAliases: 10_000, MaxKeys: 1000, MaxTokens: 100_000}
+	// Spec bounds a sweep spec: 256 KiB is some 5,000 include entries; 200,000
+	// values with aliases expanded is some 40 MB once options and the resolved
+	// spec are built from them (a million took 400 MB).
+	Spec = Limits{What: "sweep spec", MaxBytes: 256 << 10, MaxDepth: 32, MaxValues: 200_000, MaxAliases: 10_000, MaxKeys: 1000, MaxTokens: 100_000}
 	// Rules bounds a gate rules file: a list of rule strings.
 	Rules = Limits{What: "rules file", MaxBytes: 64 << 10, MaxDepth: 16, MaxValues: 100_000, MaxAliases: 1_000, MaxKeys: 1000, MaxTokens: 50_000}
 	// ModelConfig bounds a Hugging Face config.json (a few kilobytes; label maps
