@@ -63,3 +63,21 @@ func FuzzIngestFolder(f *testing.F) {
 		}
 	})
 }
+
+// TestIngestErrorsDoNotEchoInput is issue 13 §7 for ingest: a run_args.json value
+// that is a long list made a 14 KB error message.
+func TestIngestErrorsDoNotEchoInput(t *testing.T) {
+	root := t.TempDir()
+	long := make([]any, 3000)
+	for i := range long {
+		long[i] = i
+	}
+	writeRun(t, root, "r", map[string]any{"max_seq_length": long}, seedMetrics(1, 1, 1))
+	_, err := Ingest([]string{root}, filepath.Join(root, "out"), Options{Name: "x"})
+	if err == nil {
+		t.Fatal("a list for max_seq_length was accepted")
+	}
+	if len(err.Error()) > 400 || !strings.Contains(err.Error(), "bytes in all") {
+		t.Fatalf("a %d-byte error: %.400s", len(err.Error()), err)
+	}
+}

@@ -363,7 +363,7 @@ func scalar(v any) (string, error) {
 	switch x := v.(type) {
 	case string:
 		if strings.ContainsAny(x, ",[]") {
-			return "", fmt.Errorf("value %q holds a comma or bracket, which --set reads as a list; map it with --set yourself", x)
+			return "", fmt.Errorf("value %s holds a comma or bracket, which --set reads as a list; map it with --set yourself", input.Quote(x, 64))
 		}
 		return x, nil
 	case bool:
@@ -371,7 +371,7 @@ func scalar(v any) (string, error) {
 	case float64:
 		return strconv.FormatFloat(x, 'f', -1, 64), nil
 	default:
-		return "", fmt.Errorf("value %v (%T) is not a number, string or boolean", v, v)
+		return "", fmt.Errorf("value %s (%T) is not a number, string or boolean", input.Quote(fmt.Sprint(v), 64), v)
 	}
 }
 
