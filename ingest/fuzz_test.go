@@ -73,7 +73,7 @@ func TestIngestErrorsDoNotEchoInput(t *testing.T) {
 		long[i] = i
 	}
 	writeRun(t, root, "r", map[string]any{"max_seq_length": long}, seedMetrics(1, 1, 1))
-	_, err := Ingest([]string{root}, filepath.Join(root, "out"), Options{Name: "x"})
+	_, err := Ingest([]string{root}, filepath.Join(root, "out"), Options{Name: "x", FSDPSharding: sweeps.FullShard})
 	if err == nil {
 		t.Fatal("a list for max_seq_length was accepted")
 	}
