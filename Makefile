@@ -17,9 +17,11 @@ lint:
 	$(GO) vet ./...
 
 # The tests run while a one-node Slurm is up for the launcher's tests (.ci/with-slurm
-# starts one, and stops it afterwards, when none answers).
+# starts one, and stops it afterwards, when none answers); then every fuzz target
+# runs for a bounded time (.ci/fuzz).
 test: deps lint
 	./.ci/with-slurm $(GO) test -race -timeout 20m ./...
+	GO=$(GO) ./.ci/fuzz
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -2,12 +2,12 @@ package harness
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // manifest keeps manifest.json current: it is rewritten (atomically, one writer at
@@ -34,12 +34,9 @@ func newManifest(dir *results.SweepDir, sweep string, opts Options) *manifest {
 		searched: map[string]bool{},
 		now:      opts.Now,
 	}
-	// A damaged manifest is rebuilt from this invocation's runs; so is anything
-	// but a regular file in its place (a FIFO would block the read for good).
-	if st, err := os.Lstat(m.path); err == nil && st.Mode().IsRegular() {
-		if b, err := os.ReadFile(m.path); err == nil {
-			_ = json.Unmarshal(b, &m.f)
-		}
+	if b, err := input.ReadJSON(m.path, input.RunFile); err == nil {
+		// A damaged manifest is rebuilt from this invocation's runs.
+		_ = json.Unmarshal(b, &m.f)
 	}
 	m.f.Sweep = sweep
 	m.f.Env = opts.Env

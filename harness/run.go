@@ -38,6 +38,7 @@ type sweep struct {
 
 // runOne skips rc when a previous invocation finished it, and executes it otherwise.
 func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
+	migrateRunDir(s.dir, rc)
 	if err := realDir(s.dir.RunDir(rc.ID)); err != nil {
 		// A search point reached now: checkRunDirs saw the planned runs before
 		// anything started. Nothing is written through the link.
@@ -97,6 +98,21 @@ const (
 // ingestedKey is the metrics extra key in which `fsdpbench ingest` names the
 // folder a run came from (package ingest): only ingested runs have it.
 const ingestedKey = "source_dir"
+
+// migrateRunDir renames a run stored under rc's legacy ID (sweeps.LegacyID,
+// before IDs carried 64 bits) to its current ID, so a resumed sweep finds it.
+func migrateRunDir(dir *results.SweepDir, rc sweeps.RunConfig) {
+	old, cur := dir.RunDir(rc.LegacyID()), dir.RunDir(rc.ID)
+	if old == cur {
+		return
+	}
+	if _, err := os.Stat(cur); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if fi, err := os.Lstat(old); err == nil && fi.IsDir() {
+		_ = os.Rename(old, cur) // on failure the run is redone under its new ID
+	}
+}
 
 // done reports whether rc's stored run is finished for good and was run with the
 // same configuration; anything unreadable means "not done" and the run is redone.

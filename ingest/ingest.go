@@ -33,6 +33,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/harness/dirlock"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // RunArgsFile is the settings file of a past run's folder.
@@ -163,7 +164,7 @@ func Ingest(ctx context.Context, dirs []string, out string, o Options) ([]Report
 		return nil, fmt.Errorf("ingest: --name %q: %w", o.Name, err)
 	}
 	if o.Spec != "" {
-		data, err := os.ReadFile(o.Spec)
+		data, err := input.ReadFile(o.Spec, input.Spec)
 		if err != nil {
 			return nil, fmt.Errorf("ingest: --spec: %w", err)
 		}
@@ -512,7 +513,7 @@ func scalar(v any) (string, error) {
 	switch x := v.(type) {
 	case string:
 		if strings.ContainsAny(x, ",[]") {
-			return "", fmt.Errorf("value %q holds a comma or bracket, which --set reads as a list; map it with --set yourself", x)
+			return "", fmt.Errorf("value %s holds a comma or bracket, which --set reads as a list; map it with --set yourself", input.Quote(x, 64))
 		}
 		return x, nil
 	case bool:
@@ -520,13 +521,13 @@ func scalar(v any) (string, error) {
 	case float64:
 		return strconv.FormatFloat(x, 'f', -1, 64), nil
 	default:
-		return "", fmt.Errorf("value %v (%T) is not a number, string or boolean", v, v)
+		return "", fmt.Errorf("value %s (%T) is not a number, string or boolean", input.Quote(fmt.Sprint(v), 64), v)
 	}
 }
 
 // readJSON reads a JSON object; syntax errors name file:line:column.
 func readJSON(path string) (map[string]any, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}

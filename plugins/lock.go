@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // LockFileEnv names the environment variable that moves the lock file.
@@ -48,7 +49,7 @@ func LockPath() string {
 // errors.Is(err, fs.ErrNotExist) recognizes.
 func ReadLock(path string) (Lock, error) {
 	var l Lock
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.RunFile)
 	if err != nil {
 		return l, err
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/perf/benchmath"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // MinStatRepeats is how many repeats each side needs before a comparison is
@@ -38,7 +40,7 @@ func LoadPath(path string) ([]Run, error) {
 	if st.IsDir() {
 		return Load(path)
 	}
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Export)
 	if err != nil {
 		return nil, fmt.Errorf("results %s: %w", path, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // RuleKind is what a gate rule checks.
@@ -166,7 +167,7 @@ func ParseRules(texts []string, from string) ([]Rule, error) {
 //
 // Errors are *sweeps.SpecError values naming file:line:col.
 func LoadRules(path string) ([]Rule, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadYAML(path, input.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("rules file: %w", err)
 	}

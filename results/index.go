@@ -16,6 +16,7 @@ import (
 	"github.com/sourcegraph/conc/iter"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // IndexFile is the sweep's run index: one JSON line per finished run, appended as
@@ -95,7 +96,7 @@ func (s *SweepDir) appendIndex(id string, rc sweeps.RunConfig, m Metrics) error 
 // into the last entry per run ID. A missing index is empty; lines that do not parse
 // (a torn write) are skipped, which only sends those runs to the slow path.
 func readIndex(sweepDir string) (map[string]*indexEntry, error) {
-	data, err := os.ReadFile(filepath.Join(sweepDir, IndexFile))
+	data, err := input.ReadFile(filepath.Join(sweepDir, IndexFile), input.Export)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -170,6 +171,7 @@ func loadSweep(sd string) ([]Run, error) {
 			return nil, errs[i]
 		}
 		if found[i] {
+			runs[i].Config.MigrateID() // a run stored under a legacy ID matches its point
 			out = append(out, runs[i])
 		}
 	}

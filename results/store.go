@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // File names of the results layout (DESIGN.md).
@@ -249,7 +250,7 @@ func writeJSON(path string, v any) error {
 }
 
 func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // StepPrefix starts a step line on a script's stdout: "FSDPBENCH {json}".
@@ -74,7 +74,7 @@ func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error 
 	var div *divergence
 	for r := range files {
 		path := filepath.Join(dir, "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
+		data, err := input.ReadJSON(path, input.Metrics)
 		if err != nil {
 			return fmt.Errorf("%s: rank %d exited cleanly but its report is missing: %w", who, r, err)
 		}

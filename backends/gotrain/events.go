@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // stepEvent reads a worker's stdout line. ok is true for a measured step's event;
@@ -58,9 +58,9 @@ func divergedError(rank int, tail string) string {
 // every figure within bounds.
 func readRankFile(path string, r, steps int) (RankFile, error) {
 	var f RankFile
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
-		return f, fmt.Errorf("gotrain: rank %d exited cleanly but its report is missing: %w", r, err)
+		return f, fmt.Errorf("gotrain: rank %d exited cleanly but its report is missing or unreadable: %w", r, err)
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
 		return f, fmt.Errorf("gotrain: rank %d's report %s: %v", r, contract.JSONPos(path, data, err), err)

@@ -21,6 +21,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // EnvRunConfig names the environment variable that holds the path of the run's
@@ -104,7 +105,7 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	if path == "" {
 		return fmt.Errorf("gotrain worker: %s is not set; the worker is started by the gotrain backend, not by hand", EnvRunConfig)
 	}
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.RunFile)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: read the run config: %w", err)
 	}

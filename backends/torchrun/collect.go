@@ -18,6 +18,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // LegacyMetricsFile is the name of the metrics file existing scripts write.
@@ -138,7 +139,7 @@ var legacyKeys = []string{"wall_time_s", "approx_tokens_per_rank", "approx_token
 // and bf16 must agree with the run's axes: a script that ignored the template
 // would otherwise file its figures under the wrong configuration.
 func (c *collector) fromLegacy(res *results.Result, path string) error {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // slurmCommandTimeout bounds one call of sbatch, scontrol, squeue or scancel: a
@@ -199,7 +200,7 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 // act set, a queued or running job of a changed configuration is cancelled.
 func (s *Slurm) previous(rc sweeps.RunConfig, runDir string, logf func(string, ...any), act bool) (string, bool) {
 	id := ""
-	if data, err := os.ReadFile(filepath.Join(runDir, JobIDFile)); err == nil {
+	if data, err := input.ReadFile(filepath.Join(runDir, JobIDFile), input.Limits{What: "job id file", MaxBytes: 1 << 10}); err == nil {
 		id = strings.TrimSpace(string(data))
 	} else {
 		// Killed between sbatch and recording the id: the job is found by its
@@ -222,7 +223,7 @@ func (s *Slurm) previous(rc sweeps.RunConfig, runDir string, logf func(string, .
 	if id == "" || s.isDone(id) {
 		return "", false
 	}
-	script, _ := os.ReadFile(filepath.Join(runDir, ScriptFile))
+	script, _ := input.ReadFile(filepath.Join(runDir, ScriptFile), input.Limits{What: "job script", MaxBytes: 1 << 20})
 	sameConfig := bytes.Contains(script, []byte("# fingerprint: "+rc.Fingerprint()+" "))
 	info, err := queryJob(id)
 	if errors.Is(err, errJobUnknown) {
