@@ -362,3 +362,53 @@ func TestAdamW(t *testing.T) {
 		})
 	}
 }
+
+func TestAttention(t *testing.T) {
+	shapes := []device.AttnShape{
+		{Batch: 1, Seq: 1, Heads: 1, KVHeads: 1, HeadDim: 1},
+		{Batch: 2, Seq: 5, Heads: 2, KVHeads: 1, HeadDim: 3},
+		{Batch: 1, Seq: 37, Heads: 4, KVHeads: 2, HeadDim: 16},
+		{Batch: 2, Seq: 33, Heads: 3, KVHeads: 3, HeadDim: 64},
+		{Batch: 1, Seq: 70, Heads: 2, KVHeads: 1, HeadDim: 128},
+	}
+	for _, o := range orders {
+		t.Run(o.name, func(t *testing.T) {
+			d := getDriver(t, o.reverse)
+			for _, s := range shapes {
+				t.Run(name("%d-%d-%d-%d-%d", s.Batch, s.Seq, s.Heads, s.KVHeads, s.HeadDim), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(s.Seq), uint64(s.HeadDim)))
+					r := newRef(t)
+					q, k, v := randn(rng, s.QLen(), 1), randn(rng, s.KVLen(), 1), randn(rng, s.KVLen(), 1)
+					out, lse := r.buf(make([]float32, s.QLen())), r.buf(make([]float32, s.LSELen()))
+					r.d.AttentionForward(out, lse, r.buf(q), r.buf(k), r.buf(v), s)
+					scale := float32(1 / math.Sqrt(float64(s.HeadDim)))
+					shape := []any{int32(s.Batch), int32(s.Seq), int32(s.Heads), int32(s.KVHeads), int32(s.HeadDim), scale}
+					got := d.run(t, &AttentionForward, [3]int{CeilDiv(s.Seq, AttnFwdTile), s.Heads, s.Batch},
+						AttnFwdShared(s.HeadDim),
+						[][]byte{make([]byte, 4*s.QLen()), make([]byte, 4*s.LSELen()), f32b(q), f32b(k), f32b(v)},
+						append([]any{buf(0), buf(1), buf(2), buf(3), buf(4)}, shape...)...)
+					requireClose(t, "out", r.host(out), bf32(got[0]), 1e-4, 2e-5)
+					requireClose(t, "lse", r.host(lse), bf32(got[1]), 1e-4, 2e-5)
+
+					// Backward from the reference's out and lse, into nonzero gradients.
+					o, l := r.host(out), r.host(lse)
+					dq0, dk0, dv0, dout := randn(rng, s.QLen(), 1), randn(rng, s.KVLen(), 1), randn(rng, s.KVLen(), 1),
+						randn(rng, s.QLen(), 1)
+					dq, dk, dv := r.buf(dq0), r.buf(dk0), r.buf(dv0)
+					r.d.AttentionBackward(dq, dk, dv, r.buf(dout), r.buf(q), r.buf(k), r.buf(v), out, lse, s)
+					got = d.run(t, &AttentionBackwardDq, [3]int{CeilDiv(s.Seq, AttnBwdTile), s.Heads, s.Batch},
+						AttnBwdShared(s.HeadDim),
+						[][]byte{f32b(dq0), f32b(dout), f32b(q), f32b(k), f32b(v), f32b(o), f32b(l)},
+						append([]any{buf(0), buf(1), buf(2), buf(3), buf(4), buf(5), buf(6)}, shape...)...)
+					requireClose(t, "dq", r.host(dq), bf32(got[0]), 1e-4, 5e-5)
+					got = d.run(t, &AttentionBackwardDkDv, [3]int{CeilDiv(s.Seq, AttnBwdTile), s.KVHeads, s.Batch},
+						AttnBwdShared(s.HeadDim),
+						[][]byte{f32b(dk0), f32b(dv0), f32b(dout), f32b(q), f32b(k), f32b(v), f32b(o), f32b(l)},
+						append([]any{buf(0), buf(1), buf(2), buf(3), buf(4), buf(5), buf(6), buf(7)}, shape...)...)
+					requireClose(t, "dk", r.host(dk), bf32(got[0]), 1e-4, 5e-5)
+					requireClose(t, "dv", r.host(dv), bf32(got[1]), 1e-4, 5e-5)
+				})
+			}
+		})
+	}
+}

@@ -109,7 +109,7 @@ func Build(dir string, o Options) (*Built, error) {
 	if err := writeTree(srcDir, kernels.Sources, "."); err != nil {
 		return nil, err
 	}
-	flags := []string{"-std=c++17", "-fPIC", "-pthread", "-g", "-Wall", "-Wextra", "-Werror", "-I", srcDir, "-I", inc}
+	flags := []string{"-std=c++17", "-fPIC", "-pthread", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas", "-I", srcDir, "-I", inc}
 	if o.ASan {
 		flags = append(flags, "-O1", "-fsanitize=address", "-fno-omit-frame-pointer")
 	} else {

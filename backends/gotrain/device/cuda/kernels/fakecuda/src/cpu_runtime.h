@@ -115,6 +115,10 @@ T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32, const char*
   return fsdp_cpu::shfl(mask, v, src, file, line);
 }
 
+// min and max of CUDA's math library (int and float overloads).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
 // Atomics: real atomics, since blocks run on several OS threads at once.
 inline float atomicAdd(float* p, float v) {
   unsigned* u = reinterpret_cast<unsigned*>(p);
