@@ -137,5 +137,11 @@ func TestPTXParamsMatchABI(t *testing.T) {
 		require.Equal(t, want, got, "%s: PTX parameters against abi.go", k.Name)
 		require.Equal(t, strconv.Itoa(k.Block)+" "+string(sig), reg[k.Name], "%s: the runner's registry against abi.go", k.Name)
 	}
-	require.Len(t, reg, len(kernels.All), "registry: %v", reg)
+	n := 0
+	for name := range reg {
+		if strings.HasPrefix(name, "fsdp_") { // the test build adds testdata/checks.cu's check_ kernels
+			n++
+		}
+	}
+	require.Equal(t, len(kernels.All), n, "fsdp_ kernels in the registry: %v", reg)
 }

@@ -57,7 +57,10 @@ func fake(t *testing.T) *fakecuda.Built {
 			buildErr = err
 			return
 		}
-		built, buildErr = fakecuda.Build(dir, fakecuda.Options{ASan: os.Getenv("FAKECUDA_TEST_ASAN") == "1"})
+		built, buildErr = fakecuda.Build(dir, fakecuda.Options{
+			ASan:  os.Getenv("FAKECUDA_TEST_ASAN") == "1",
+			Extra: []string{"testdata/checks.cu"},
+		})
 		if buildErr == nil {
 			fatbin = dir + "/kernels.fatbin"
 			buildErr = os.WriteFile(fatbin, kernels.Fatbin, 0o644)
@@ -90,15 +93,15 @@ func getDriver(t *testing.T, reverse bool) *driver {
 	if d := drivers[reverse]; d != nil && !d.dead {
 		return d
 	}
-	d := startDriver(t, b, reverse, nil)
+	d := startDriver(t, b.Driver, fatbin, reverse, nil)
 	drivers[reverse] = d
 	return d
 }
 
 // startDriver starts a driver with extra environment variables.
-func startDriver(t *testing.T, b *fakecuda.Built, reverse bool, env []string) *driver {
+func startDriver(t *testing.T, drv, fatbin string, reverse bool, env []string) *driver {
 	t.Helper()
-	cmd := exec.Command(b.Driver, fatbin)
+	cmd := exec.Command(drv, fatbin)
 	cmd.Env = append(os.Environ(), "FAKECUDA_SCHEDULE=forward")
 	if reverse {
 		cmd.Env = append(cmd.Env, "FAKECUDA_SCHEDULE=reverse")
@@ -126,6 +129,9 @@ type bufArg struct{ idx, off int }
 // buf is the pointer to buffer i; at is buffer i from element (4 bytes) off.
 func buf(i int) bufArg     { return bufArg{i, 0} }
 func at(i, off int) bufArg { return bufArg{i, 4 * off} }
+
+// statusDead is the status of a launch whose driver died.
+const statusDead = ^uint32(0)
 
 // launchResult is a launch's status and buffers after it.
 type launchResult struct {
@@ -186,9 +192,12 @@ func (d *driver) launch(t *testing.T, k *kernels.Kernel, grid [3]int, shared int
 	require.NoError(t, d.in.Flush())
 	var res launchResult
 	if err := binary.Read(d.out, le, &res.status); err != nil {
+		// The driver died (a kernel aborted on a barrier check, or a CHECK failed):
+		// status dead, stderr says why.
 		d.dead = true
 		d.cmd.Wait()
-		t.Fatalf("%s: driver died (%v): %v\n%s", k.Name, d.cmd.ProcessState, err, d.stderr.String())
+		res.status = statusDead
+		return res
 	}
 	for _, b := range bufs {
 		out := make([]byte, len(b))
@@ -207,7 +216,7 @@ func (d *driver) launch(t *testing.T, k *kernels.Kernel, grid [3]int, shared int
 func (d *driver) run(t *testing.T, k *kernels.Kernel, grid [3]int, shared int, bufs [][]byte, args ...any) [][]byte {
 	t.Helper()
 	r := d.launch(t, k, grid, shared, bufs, args...)
-	require.Zero(t, r.status, "%s: launch status\n%s", k.Name, d.stderr.String())
+	require.Zero(t, r.status, "%s: launch status (%v)\n%s", k.Name, d.cmd.ProcessState, d.stderr.String())
 	return r.bufs
 }
 

@@ -40,6 +40,9 @@ type Options struct {
 	// access of a kernel aborts with a report. Built.Driver then carries the
 	// sanitizer runtime; a Go process loading Built.Lib needs LD_PRELOAD of libasan.
 	ASan bool
+	// Extra are more kernel sources (paths of .cu files) compiled into the fake's
+	// registry, such as kernels that test the runner itself.
+	Extra []string
 }
 
 // Built is what Build produced.
@@ -114,6 +117,15 @@ func Build(dir string, o Options) (*Built, error) {
 		flags = append(flags, "-O1", "-fsanitize=address", "-fno-omit-frame-pointer")
 	} else {
 		flags = append(flags, "-O2")
+	}
+	for _, x := range o.Extra {
+		data, err := os.ReadFile(x)
+		if err != nil {
+			return nil, fmt.Errorf("fakecuda: extra kernel source: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(srcDir, filepath.Base(x)), data, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	units, _ := filepath.Glob(filepath.Join(srcDir, "*.cu"))
 	units = append(units, filepath.Join(srcDir, "runner.cc"), filepath.Join(srcDir, "libcuda.cc"))
