@@ -131,3 +131,16 @@ func TestFaults(t *testing.T) {
 		require.Equal(t, uint32(1), r.status) // CUDA_ERROR_INVALID_VALUE
 	})
 }
+
+// TestASanCatchesOverrun runs only in the AddressSanitizer pass (make
+// kernels-asan): a kernel reading past its dynamic shared memory must be reported.
+func TestASanCatchesOverrun(t *testing.T) {
+	if os.Getenv("FAKECUDA_TEST_ASAN") != "1" {
+		t.Skip("the AddressSanitizer pass is make kernels-asan (FAKECUDA_TEST_ASAN=1)")
+	}
+	fb := checksFatbin(t)
+	d := startDriver(t, built.Driver, fb, false, nil)
+	r := d.launch(t, check("check_shared_overrun", 256), grid1(1), 256, [][]byte{make([]byte, 4*64)}, buf(0))
+	require.Equal(t, statusDead, r.status)
+	require.Contains(t, d.stderr.String(), "AddressSanitizer: heap-buffer-overflow")
+}

@@ -49,3 +49,12 @@ extern "C" __global__ void __launch_bounds__(64) check_partial_mask(float* out) 
   out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, (float)threadIdx.x, 1);
 }
 FSDP_REGISTER(check_partial_mask, 64)
+
+// Reads one float past the dynamic shared memory: AddressSanitizer must report it.
+extern "C" __global__ void __launch_bounds__(64) check_shared_overrun(float* out) {
+  FSDP_DYNAMIC_SHARED(float, s);
+  s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x + 1];
+}
+FSDP_REGISTER(check_shared_overrun, 64)
