@@ -110,6 +110,7 @@ var ptxKind = map[kernels.Kind]string{kernels.Ptr: "u64", kernels.I64: "u64", ke
 // fake's registry (compiled from the same source by g++, which tells pointers from
 // int64) to give the same signature letter for letter.
 func TestPTXParamsMatchABI(t *testing.T) {
+	needFake(t)
 	fakecuda.NeedToolkit(t)
 	text := cuobjdump(t, "-ptx")
 	entries := map[string][]string{}

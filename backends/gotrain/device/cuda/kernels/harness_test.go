@@ -47,9 +47,29 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fake builds the fake libcuda and driver once per test process.
+// DriverEnv names a prebuilt driver to run the op tests with instead of building
+// the fake: gpucheck.sh sets it to a driver linked against the system's libcuda.so.1,
+// so the same tests run the kernels on a real GPU against the cpu device.
+const DriverEnv = "FSDPBENCH_KERNELS_DRIVER"
+
+// fake builds the fake libcuda and driver once per test process (or takes the
+// driver of DriverEnv).
 func fake(t *testing.T) *fakecuda.Built {
 	t.Helper()
+	if drv := os.Getenv(DriverEnv); drv != "" {
+		buildOnce.Do(func() {
+			dir, err := os.MkdirTemp("", "kernels-gpu-")
+			if err != nil {
+				buildErr = err
+				return
+			}
+			built = &fakecuda.Built{Dir: dir, Driver: drv}
+			fatbin = dir + "/kernels.fatbin"
+			buildErr = os.WriteFile(fatbin, kernels.Fatbin, 0o644)
+		})
+		require.NoError(t, buildErr)
+		return built
+	}
 	fakecuda.NeedToolkit(t)
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fakecuda-")
@@ -68,6 +88,14 @@ func fake(t *testing.T) *fakecuda.Built {
 	})
 	require.NoError(t, buildErr)
 	return built
+}
+
+// needFake skips tests of the fake itself when DriverEnv runs a real GPU.
+func needFake(t *testing.T) {
+	t.Helper()
+	if os.Getenv(DriverEnv) != "" {
+		t.Skipf("%s is set: the kernels run on a real GPU, not on the fake", DriverEnv)
+	}
 }
 
 // orders are the two schedules every kernel test runs under.

@@ -15,6 +15,7 @@ import (
 // are CUDA too) into a fatbin the drivers of these tests load.
 func checksFatbin(t *testing.T) string {
 	t.Helper()
+	needFake(t)
 	fake(t)
 	out := filepath.Join(t.TempDir(), "checks.fatbin")
 	msg, err := exec.Command("nvcc", "-fatbin", "-arch=sm_80", "-Werror", "all-warnings", "-I", ".",
@@ -100,6 +101,7 @@ func TestShuffles(t *testing.T) {
 // them: cuInit's error, out of memory past FAKECUDA_MEM_LIMIT, and a failed launch
 // that is sticky (the launch's sync returns 719, CUDA_ERROR_LAUNCH_FAILED).
 func TestFaults(t *testing.T) {
+	needFake(t)
 	fake(t)
 	t.Run("init", func(t *testing.T) {
 		cmd := exec.Command(built.Driver, fatbin)
