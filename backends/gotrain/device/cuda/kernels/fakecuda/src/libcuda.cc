@@ -463,8 +463,14 @@ CUresult cuLaunchKernel(CUfunction hfunc, unsigned int gx, unsigned int gy, unsi
     if (extra != nullptr || (params == nullptr && !k->sig.empty())) return CUDA_ERROR_INVALID_VALUE;
     if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 || bx == 0 || by == 0 || bz == 0)
       return CUDA_ERROR_INVALID_VALUE;
-    // The kernels are compiled with __launch_bounds__(block): more threads fail.
-    if (bx * by * bz > unsigned(k->block)) return CUDA_ERROR_INVALID_VALUE;
+    // The kernels are compiled with __launch_bounds__(block) and index their
+    // threads assuming exactly that block (kernels.Kernel.Block): more threads fail
+    // on a GPU too, fewer would compute garbage there, so both are refused here.
+    if (bx * by * bz != unsigned(k->block)) {
+      std::fprintf(stderr, "fakecuda: %s launched with block (%u,%u,%u), compiled for %d threads\n",
+                   k->name.c_str(), bx, by, bz, k->block);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     if (int(shared) > f->maxDynamicShared) return CUDA_ERROR_INVALID_VALUE;
     // Pointer arguments must point into an allocation (or be null), as a guard
     // against a wrapper passing a host address or an integer where a pointer goes.
