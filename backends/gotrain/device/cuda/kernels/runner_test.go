@@ -160,8 +160,12 @@ func TestFakeDriverAPI(t *testing.T) {
 	inc, err := fakecuda.CUDAInclude()
 	require.NoError(t, err)
 	exe := filepath.Join(t.TempDir(), "api_check")
-	out, err := exec.Command("g++", "-std=c++17", "-Wall", "-Werror", "-I", inc, "testdata/api_check.cc", "-o", exe,
-		"-L", b.Dir, "-l:libcuda.so.1", "-Wl,-rpath,"+b.Dir).CombinedOutput()
+	args := []string{"-std=c++17", "-Wall", "-Werror", "-I", inc, "testdata/api_check.cc", "-o", exe,
+		"-L", b.Dir, "-l:libcuda.so.1", "-Wl,-rpath," + b.Dir}
+	if os.Getenv("FAKECUDA_TEST_ASAN") == "1" { // the fake carries ASan: so must its program
+		args = append(args, "-fsanitize=address")
+	}
+	out, err := exec.Command("g++", args...).CombinedOutput()
 	require.NoError(t, err, "g++: %s", out)
 	cmd := exec.Command(exe, fatbin)
 	cmd.Env = append(os.Environ(), "FAKECUDA_MEM_LIMIT=1048576")
