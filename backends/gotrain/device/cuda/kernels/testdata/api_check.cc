@@ -128,12 +128,28 @@ int main(int argc, char** argv) {
   OK(cuMemFree(b));
   TRUE(fakecuda_mem_used() == 0);
 
+  // A second module, unloaded: its functions go with it (LeakSanitizer checks).
+  CUmodule mod2;
+  CUfunction fn2;
+  OK(cuModuleLoadData(&mod2, image.data()));
+  OK(cuModuleGetFunction(&fn2, mod2, "fsdp_zero"));
+  OK(cuModuleUnload(mod2));
+  EXPECT(cuModuleUnload(mod2), CUDA_ERROR_INVALID_HANDLE);
+
   // A host address passed as a pointer argument: the context fails, sticky.
   CUdeviceptr host = reinterpret_cast<CUdeviceptr>(src);
   void* bad[] = {&host, &alpha, &count};
   OK(cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, nullptr, bad, nullptr));
   EXPECT(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
   EXPECT(cuMemAlloc(&a, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT(cuModuleUnload(mod), CUDA_ERROR_ILLEGAL_ADDRESS);
+  // Releasing the last reference frees the context's resources and its error.
+  OK(cuDevicePrimaryCtxRelease(dev));
+  EXPECT(cuDevicePrimaryCtxRelease(dev), CUDA_ERROR_INVALID_CONTEXT);
+  OK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  OK(cuMemAlloc(&a, 4));
+  OK(cuMemFree(a));
+  OK(cuDevicePrimaryCtxRelease(dev));
   std::printf("ok\n");
   return 0;
 }
