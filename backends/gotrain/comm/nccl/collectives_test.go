@@ -29,7 +29,9 @@ var collectives = []collective{
 		name:   "all_gather",
 		inLen:  func(n, _ int) int { return n },
 		outLen: func(n, size int) int { return n * size },
-		host:   func(ctx context.Context, c comm.Communicator, out, in []float32) error { return c.AllGather(ctx, out, in) },
+		host: func(ctx context.Context, c comm.Communicator, out, in []float32) error {
+			return c.AllGather(ctx, out, in)
+		},
 		buf: func(ctx context.Context, b comm.BufferCollectives, out, in device.Buffer) error {
 			return b.AllGatherBuffers(ctx, out, in)
 		},

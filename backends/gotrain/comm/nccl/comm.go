@@ -170,6 +170,7 @@ type Communicator struct {
 	// without the lock, and is freed by abort or Close only.
 	h         unsafe.Pointer
 	flight    atomic.Pointer[flight]
+	fam       *family
 	abortOnce sync.Once
 	aborted   atomic.Pointer[abortInfo]
 	stop      chan struct{}
@@ -183,6 +184,31 @@ var (
 	_ comm.Communicator      = (*Communicator)(nil)
 	_ comm.BufferCollectives = (*Communicator)(nil)
 )
+
+// family is the communicators of one process that come from one world (it
+// and its splits). A failure in one is the cause of what the others see next:
+// a rank whose shard group failed leaves the world group too, and the world
+// group must name the rank that failed first, not the one that left.
+type family struct {
+	mu      sync.Mutex
+	verdict *Error
+}
+
+// cause is the first failure with a rank that this process saw, or nil.
+func (f *family) cause() *Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.verdict
+}
+
+// record keeps e as the cause unless one is known.
+func (f *family) record(e *Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.verdict == nil && e.Rank >= 0 {
+		f.verdict = e
+	}
+}
 
 // abortInfo is why the communicator was aborted.
 type abortInfo struct {
@@ -227,6 +253,11 @@ func Dial(ctx context.Context, info rendezvous.Info, lib *Library, opts Options)
 // id and broadcasts it over ctl, every rank calls ncclCommInitRank. world maps
 // ctl's ranks to world ranks, for messages. The communicator owns ctl.
 func New(ctx context.Context, ctl comm.Communicator, lib *Library, world []int, opts Options) (*Communicator, error) {
+	return newComm(ctx, ctl, lib, world, opts, &family{})
+}
+
+// newComm is New for a member of fam.
+func newComm(ctx context.Context, ctl comm.Communicator, lib *Library, world []int, opts Options, fam *family) (*Communicator, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -258,11 +289,11 @@ func New(ctx context.Context, ctl comm.Communicator, lib *Library, world []int, 
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", world[ctl.Rank()], err)
 	}
-	return launch(lib, ctl, h, world, opts)
+	return launch(lib, ctl, h, world, opts, fam)
 }
 
 // launch checks NCCL's view of the group against ctl's and starts the watchdog.
-func launch(lib *Library, ctl comm.Communicator, h unsafe.Pointer, world []int, opts Options) (*Communicator, error) {
+func launch(lib *Library, ctl comm.Communicator, h unsafe.Pointer, world []int, opts Options, fam *family) (*Communicator, error) {
 	n, r, err := lib.countRank(h)
 	if err == nil && (n != ctl.Size() || r != ctl.Rank()) {
 		err = fmt.Errorf("NCCL ranks this process %d of %d, the control ring %d of %d", r, n, ctl.Rank(), ctl.Size())
@@ -271,7 +302,7 @@ func launch(lib *Library, ctl comm.Communicator, h unsafe.Pointer, world []int, 
 		C.fb_free(lib.commDestroy, h)
 		return nil, fmt.Errorf("nccl: rank %d: %w", world[ctl.Rank()], err)
 	}
-	c := &Communicator{lib: lib, ctl: ctl, opts: opts, rank: r, size: n, world: world, h: h, usable: true, stop: make(chan struct{})}
+	c := &Communicator{lib: lib, ctl: ctl, opts: opts, rank: r, size: n, world: world, h: h, usable: true, fam: fam, stop: make(chan struct{})}
 	c.wg.Add(1)
 	go c.watchdog()
 	return c, nil
@@ -335,6 +366,7 @@ const (
 	statusTimedOut  = 1 // waited past the deadline (or was cancelled)
 	statusLocal     = 2 // NCCL reported an error on this rank
 	statusCancelled = 3
+	statusRemote    = 4 // another group of this process failed because of a rank
 )
 
 // run issues one collective under the watchdog: call enqueues it (and, with
@@ -387,8 +419,10 @@ func (c *Communicator) run(ctx context.Context, kind comm.Kind, elems int, call 
 		return nil
 	}
 	c.usable = false
-	c.broken = c.diagnose(ctx, kind, seq, why.status, why.reason)
-	return c.broken
+	e := c.diagnose(ctx, kind, seq, why.status, why.reason)
+	c.fam.record(e)
+	c.broken = e
+	return e
 }
 
 // waitStream waits for the stream while the watchdog runs; it returns a
@@ -408,43 +442,65 @@ func (c *Communicator) waitStream() string {
 }
 
 // diagnose exchanges every rank's status over the control ring, so all ranks
-// name the same rank: one that reported an NCCL error, else one that never
-// issued this collective; a rank that died or hung is named by the ring.
-func (c *Communicator) diagnose(ctx context.Context, kind comm.Kind, seq uint64, status int, reason string) error {
+// name the same rank: one that reported an NCCL error; else the cause another
+// group of a rank's process already found; else one that never issued this
+// collective. A rank that died or hung meanwhile is named by the ring itself.
+func (c *Communicator) diagnose(ctx context.Context, kind comm.Kind, seq uint64, status int, reason string) *Error {
 	e := &Error{Op: kind, Seq: seq, Rank: c.worldRank(), Reason: reason, ReportedBy: c.worldRank()}
+	culprit := c.worldRank()
+	if status != statusLocal {
+		e.Rank = -1
+		if v := c.fam.cause(); v != nil {
+			status, culprit = statusRemote, v.Rank
+			e.Rank, e.Reason = v.Rank, fmt.Sprintf("failed first, in another group (%s)", v.Reason)
+		}
+	}
 	if c.size == 1 {
 		return e
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.opts.controlTimeout())
 	defer cancel()
-	mine := []float32{float32(status), math.Float32frombits(uint32(seq))}
-	all := make([]float32, 2*c.size)
+	mine := []float32{float32(status), math.Float32frombits(uint32(seq)), float32(culprit)}
+	all := make([]float32, 3*c.size)
 	if err := c.ctl.AllGather(dctx, all, mine); err != nil {
+		if e.Rank >= 0 {
+			return e // the cause is known here; the ring saw its consequence
+		}
 		var pe *comm.PeerError
 		if errors.As(err, &pe) {
-			e.Rank, e.Reason, e.Err = pe.Rank, fmt.Sprintf("found by the control ring while %s", reason), pe
+			e.Rank, e.Reason, e.Err = pe.Rank, fmt.Sprintf("found by the control ring while the collective %s", reason), pe
 			return e
 		}
 		e.Err = err
 		return e
 	}
+	rec := func(r int) (int, uint64, int) {
+		return int(all[3*r]), uint64(math.Float32bits(all[3*r+1])), int(all[3*r+2])
+	}
 	for r := range c.size {
-		if int(all[2*r]) == statusLocal {
-			e.Rank = c.world[r]
+		if st, _, _ := rec(r); st == statusLocal {
 			if r != c.rank {
-				e.Reason = "NCCL error on that rank (its own report names it)"
+				e.Rank, e.Reason = c.world[r], "NCCL error on that rank (its own report has the details)"
 			}
 			return e
 		}
 	}
 	for r := range c.size {
-		if uint64(math.Float32bits(all[2*r+1])) < seq {
-			e.Rank, e.Reason = c.world[r], fmt.Sprintf("never issued the collective (it was at #%d)", math.Float32bits(all[2*r+1]))
+		if st, _, who := rec(r); st == statusRemote {
+			if r != c.rank {
+				e.Rank, e.Reason = who, fmt.Sprintf("failed first, in another group (rank %d saw it)", c.world[r])
+			}
+			return e
+		}
+	}
+	for r := range c.size {
+		if _, at, _ := rec(r); at < seq {
+			e.Rank, e.Reason = c.world[r], fmt.Sprintf("never issued the collective (it was at #%d)", at)
 			return e
 		}
 	}
 	if status != statusCancelled {
-		e.Rank, e.Reason = -1, fmt.Sprintf("every rank timed out in it (%s): a hang inside NCCL or the device", reason)
+		e.Reason = fmt.Sprintf("every rank timed out in it (%s): a hang inside NCCL or the device", reason)
 	}
 	return e
 }
@@ -730,7 +786,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (comm.Communic
 			sub.Close()
 			return nil, err
 		}
-		nc, err := New(ctx, sub, c.lib, world, c.opts)
+		nc, err := newComm(ctx, sub, c.lib, world, c.opts, c.fam)
 		if err != nil {
 			sub.Close()
 			return nil, err
@@ -768,7 +824,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (comm.Communic
 		sub.Close()
 		return nil, err
 	}
-	nc, err := launch(c.lib, sub, h, world, c.opts)
+	nc, err := launch(c.lib, sub, h, world, c.opts, c.fam)
 	if err != nil {
 		sub.Close()
 		return nil, err
@@ -818,6 +874,14 @@ func (c *Communicator) Close() error {
 	close(c.stop)
 	c.wg.Wait()
 	var err error
+	if c.usable && c.aborted.Load() == nil && c.fam.cause() != nil {
+		// Another group of this process failed: this one's peers may be
+		// waiting in a collective that this rank will never issue; they time
+		// out and exchange statuses, and learn the cause from this rank.
+		c.abort("closed after a failure in another group", statusRemote)
+		c.diagnose(context.Background(), comm.KindBarrier, c.seq+1, statusRemote, "")
+		c.usable = false
+	}
 	if c.usable && c.aborted.Load() == nil {
 		if rc := C.fb_free(c.lib.commDestroy, c.h); rc != ncclSuccess {
 			err = fmt.Errorf("nccl: ncclCommDestroy: code %d", int(rc))
