@@ -115,8 +115,8 @@ func (o Options) withDefaults() (Options, error) {
 // controlTimeout is the control ring's op timeout: after a collective fails on
 // one rank (at once, for an asynchronous error) the others arrive at the status
 // exchange only when their own watchdog fires, up to Timeout later, so the
-// ring must wait that long before it calls a silent peer hung.
-func (o Options) controlTimeout() time.Duration { return 2*o.Timeout + 5*time.Second }
+// ring must wait longer than that before it calls a silent peer hung.
+func (o Options) controlTimeout() time.Duration { return o.Timeout + 5*time.Second }
 
 // Error is a collective that failed on an NCCL communicator. Every rank of the
 // group reports the same failed rank when the status exchange succeeded.
