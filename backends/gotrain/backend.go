@@ -169,7 +169,7 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 	return backends.Description{
 		Name: Name,
 		Summary: "the Go trainer: one worker process per rank on this host, FSDP strategies and DDP " +
-			"over a TCP ring, measured on the cpu device",
+			"over a TCP ring (or NCCL with comm: nccl), measured on the cpu device",
 		Available: true,
 		Axes: map[string][]string{
 			"mixed_precision": {sweeps.FP32},
