@@ -57,7 +57,6 @@ const (
 	versionMultiRankGPU = 23000 // two ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1)
 )
 
-
 // Library is a loaded libnccl with its entry points.
 type Library struct {
 	// Path is the file or soname that loaded.
