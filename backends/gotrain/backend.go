@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -62,10 +63,18 @@ type Options struct {
 	// MemLimitBytes caps each rank's device memory (0: none), so out-of-memory is
 	// reproducible on cpu.
 	MemLimitBytes int64
+	// Comm is the communicator: CommTCP (the TCP ring) or CommNCCL
+	// (libnccl.so.2; on the cpu device only a host-memory NCCL such as the
+	// tests' fake accepts the buffers). Empty is the device's own: tcp on cpu
+	// (nccl for the cuda device, when it lands).
+	Comm string
+	// CollectiveTimeout bounds one collective (0: comm.DefaultOpTimeout); past
+	// it the run fails naming the rank.
+	CollectiveTimeout time.Duration
 }
 
 // optionNames are the backend_options gotrain knows, for errors.
-var optionNames = []string{"grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
+var optionNames = []string{"grad_clip", "lr", "collective_timeout", "comm", "mem_limit_bytes", "step_delay", "weight_decay"}
 
 // Bounds of the options: anything past them is a typo, not an experiment.
 const (
@@ -74,6 +83,14 @@ const (
 	maxGradClip    = 1e6
 	maxStepDelay   = time.Hour
 	maxMemLimit    = 1 << 50 // 1 PiB
+	// maxCollectiveTimeout bounds collective_timeout.
+	maxCollectiveTimeout = 24 * time.Hour
+)
+
+// Communicators for Options.Comm.
+const (
+	CommTCP  = "tcp"
+	CommNCCL = "nccl"
 )
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
@@ -100,6 +117,13 @@ func ParseOptions(m map[string]any) (Options, error) {
 			o.MemLimitBytes, err = backends.WholeIn(v, 0, maxMemLimit)
 		case "step_delay":
 			o.StepDelay, err = backends.DurationIn(v, 0, maxStepDelay)
+		case "collective_timeout":
+			o.CollectiveTimeout, err = backends.DurationIn(v, time.Millisecond, maxCollectiveTimeout)
+		case "comm":
+			o.Comm, _ = v.(string)
+			if o.Comm != CommTCP && o.Comm != CommNCCL {
+				err = fmt.Errorf("must be %q or %q, got %v", CommTCP, CommNCCL, v)
+			}
 		default:
 			return o, backends.UnknownOption("backend_options", "gotrain", k, optionNames)
 		}
@@ -130,7 +154,7 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 	return backends.Description{
 		Name: Name,
 		Summary: "the Go trainer: one worker process per rank on this host, FSDP strategies and DDP " +
-			"over a TCP ring, measured on the cpu device",
+			"over a TCP ring (or NCCL with comm: nccl), measured on the cpu device",
 		Available: true,
 		Axes: map[string][]string{
 			"mixed_precision": {sweeps.FP32},
@@ -144,8 +168,14 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 // shape the model package builds, any precision but fp32, cpu_offload, compile, and
 // a world size that is not nodes × gpus_per_node.
 func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
-	if _, err := ParseOptions(rc.BackendOptions); err != nil {
+	opts, err := ParseOptions(rc.BackendOptions)
+	if err != nil {
 		return err
+	}
+	if opts.Comm == CommNCCL {
+		if _, err := nccl.Load(); err != nil {
+			return fmt.Errorf("gotrain: backend_options.comm nccl: %w", err)
+		}
 	}
 	if rc.Hardware != "cpu" && rc.Hardware != hardware.Auto {
 		return fmt.Errorf("gotrain runs on the cpu device only; hardware %q needs the cuda device (set hardware: cpu)", rc.Hardware)
@@ -522,6 +552,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	// long as its slowest rank.
 	res.Steps = make([]results.Step, rc.Steps)
 	r0 := files[0]
+	res.Env.NCCL = r0.NCCL
 	for i := range res.Steps {
 		loss := r0.Losses[i]
 		st := results.Step{Step: i + 1, Loss: &loss, StepTimeS: r0.StepTimesS[i], Tokens: rc.TokensPerStep()}
