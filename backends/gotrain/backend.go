@@ -74,7 +74,7 @@ type Options struct {
 }
 
 // optionNames are the backend_options gotrain knows, for errors.
-var optionNames = []string{"grad_clip", "lr", "collective_timeout", "comm", "mem_limit_bytes", "step_delay", "weight_decay"}
+var optionNames = []string{"collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
 
 // Bounds of the options: anything past them is a typo, not an experiment.
 const (
@@ -94,7 +94,8 @@ const (
 )
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
-// duration such as "200ms") and mem_limit_bytes, each bounded. Errors are
+// duration such as "200ms"), mem_limit_bytes, comm (tcp | nccl) and
+// collective_timeout (a duration), each bounded. Errors are
 // *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
