@@ -1,0 +1,253 @@
+package cuda
+
+import (
+	"bufio"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+)
+
+// newTestDevice opens GPU 0 (the fake unless the real libraries were asked for)
+// and closes it when the test ends.
+func newTestDevice(t *testing.T, o Options) *Device {
+	t.Helper()
+	if o.WorkspaceBytes == 0 {
+		o.WorkspaceBytes = 1 << 20
+	}
+	d, err := New(o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	return d
+}
+
+func requireFakes(t *testing.T) {
+	t.Helper()
+	if fakes.cuda == "" {
+		t.Skip("checks the fakes' records; runs with the fake libraries (" + EnvTestLibraries + " unset)")
+	}
+}
+
+func TestInfoFromTheLibraries(t *testing.T) {
+	requireFakes(t)
+	d := newTestDevice(t, Options{})
+	assert.Equal(t, Info{GPU: "fakecuda host GPU", ComputeCapability: "9.0", MemoryBytes: 1 << 30, CUDA: "99.1",
+		CUBLAS: "99.1.0", LibCUDA: fakes.cuda, LibCUBLAS: fakes.cublas}, d.Info())
+	assert.Equal(t, "cuda:0", d.Name())
+}
+
+// gemmLog is what the fake cuBLAS logged, one map per call.
+func gemmLog(t *testing.T, path string) []map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	var out []map[string]string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := map[string]string{}
+		for _, kv := range strings.Fields(sc.Text()) {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+		out = append(out, m)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+// TestMatMulColumnMajorMapping runs MatMul with every transpose combination on
+// non-square shapes and checks both the result (against a row-major triple loop)
+// and the exact column-major call the fake cuBLAS received: operands swapped, m
+// and n swapped, each leading dimension the length of a stored row.
+func TestMatMulColumnMajorMapping(t *testing.T) {
+	requireFakes(t)
+	log := filepath.Join(t.TempDir(), "gemm.log")
+	t.Setenv("FSDPBENCH_FAKECUBLAS_LOG", log)
+	d := newTestDevice(t, Options{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	m, n, k := 3, 5, 7
+	for _, tc := range []struct {
+		transA, transB bool
+		alpha, beta    float32
+		lda, ldb       int // the column-major call's, for the swapped operands
+	}{
+		{false, false, 1, 0, n, k}, {true, false, 1, 0, n, m}, {false, true, 1, 0, k, k},
+		{true, true, 0.5, 1, k, m}, {false, true, -2, 0.25, k, k},
+	} {
+		before := len(gemmLog(t, log))
+		a, b, c := randf(rng, m*k), randf(rng, k*n), randf(rng, m*n)
+		want := make([]float32, m*n)
+		for i := range m {
+			for j := range n {
+				s := 0.0
+				for l := range k {
+					av, bv := a[i*k+l], b[l*n+j]
+					if tc.transA {
+						av = a[l*m+i]
+					}
+					if tc.transB {
+						bv = b[j*k+l]
+					}
+					s += float64(av) * float64(bv)
+				}
+				want[i*n+j] = float32(float64(tc.alpha)*s + float64(tc.beta)*float64(c[i*n+j]))
+			}
+		}
+		ab, bb, cb := upload(t, d, a), upload(t, d, b), upload(t, d, c)
+		d.MatMul(cb, ab, bb, tc.transA, tc.transB, m, n, k, tc.alpha, tc.beta)
+		got := download(t, d, cb)
+		require.NoError(t, d.Sync())
+		assert.InDeltaSlice(t, want, got, 1e-5)
+
+		calls := gemmLog(t, log)[before:]
+		require.Len(t, calls, 1)
+		g := calls[0]
+		flag := func(b bool) string {
+			if b {
+				return "T"
+			}
+			return "N"
+		}
+		assert.Equal(t, "cublasSgemm_v2", g["call"])
+		assert.Equal(t, flag(tc.transB), g["transa"], "op(B) comes first")
+		assert.Equal(t, flag(tc.transA), g["transb"])
+		assert.Equal(t, []string{strconv.Itoa(n), strconv.Itoa(m), strconv.Itoa(k)}, []string{g["m"], g["n"], g["k"]})
+		assert.Equal(t, strconv.Itoa(tc.lda), g["lda"])
+		assert.Equal(t, strconv.Itoa(tc.ldb), g["ldb"])
+		assert.Equal(t, strconv.Itoa(n), g["ldc"])
+		assert.Equal(t, ptrText(Pointer(bb)), g["A"])
+		assert.Equal(t, ptrText(Pointer(ab)), g["B"])
+		assert.Equal(t, ptrText(Pointer(cb)), g["C"])
+		assert.Equal(t, ptrText(d.ComputeStream()), g["stream"], "cuBLAS runs on the compute stream")
+	}
+}
+
+func ptrText(p uintptr) string { return "0x" + strconv.FormatUint(uint64(p), 16) }
+
+func TestMatMulBF16Mode(t *testing.T) {
+	requireFakes(t)
+	log := filepath.Join(t.TempDir(), "gemm.log")
+	t.Setenv("FSDPBENCH_FAKECUBLAS_LOG", log)
+	d := newTestDevice(t, Options{GEMM: GEMMBF16})
+	// 1 + 2⁻¹⁰ is exact in fp32 and rounds to 1 in bf16 (8 bits of mantissa).
+	x := float32(1 + 1.0/1024)
+	a, b := upload(t, d, []float32{x}), upload(t, d, []float32{x})
+	c := alloc(t, d, 1)
+	d.MatMul(c, a, b, false, false, 1, 1, 1, 1, 0)
+	assert.Equal(t, []float32{1}, download(t, d, c), "inputs rounded to bf16, product accumulated in fp32")
+	calls := gemmLog(t, log)
+	require.Len(t, calls, 1)
+	assert.Equal(t, "cublasGemmEx", calls[0]["call"])
+	assert.Equal(t, "75", calls[0]["compute"], "CUBLAS_COMPUTE_32F_FAST_16BF")
+}
+
+func TestMatMulEmptyShapes(t *testing.T) {
+	requireFakes(t)
+	log := filepath.Join(t.TempDir(), "gemm.log")
+	t.Setenv("FSDPBENCH_FAKECUBLAS_LOG", log)
+	d := newTestDevice(t, Options{})
+	c := upload(t, d, []float32{1, 2, 3, 4})
+	d.MatMul(c, alloc(t, d, 0), alloc(t, d, 0), false, true, 2, 2, 0, 1, 0.5)
+	assert.Equal(t, []float32{0.5, 1, 1.5, 2}, download(t, d, c), "k = 0 scales C by beta")
+	d.MatMul(alloc(t, d, 0), alloc(t, d, 0), alloc(t, d, 6), false, false, 0, 2, 3, 1, 0)
+	calls := gemmLog(t, log)
+	require.Len(t, calls, 1, "m = 0 issues nothing")
+	assert.Equal(t, "1", calls[0]["lda"], "leading dimensions stay ≥ 1 when k = 0")
+	require.NoError(t, d.Sync())
+}
+
+// TestFailuresAreSticky injects a cuBLAS failure: the op returns, later ops are
+// skipped, and Sync reports the first failure, again at every call.
+func TestFailuresAreSticky(t *testing.T) {
+	requireFakes(t)
+	t.Setenv("FSDPBENCH_FAKECUBLAS_FAIL_AT", "2")
+	d, err := New(Options{WorkspaceBytes: 1 << 20})
+	require.NoError(t, err)
+	a := upload(t, d, []float32{2})
+	c := alloc(t, d, 1)
+	d.MatMul(c, a, a, false, false, 1, 1, 1, 1, 0)
+	require.NoError(t, d.Sync())
+	d.MatMul(c, a, a, false, false, 1, 1, 1, 1, 0) // fails
+	d.CopyFromHost(c, []float32{7})                // skipped
+	err = d.Sync()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cuda:0: MatMul: cuBLAS: CUBLAS_STATUS_EXECUTION_FAILED (13)")
+	assert.Equal(t, err.Error(), d.Sync().Error(), "the failure stays")
+	assert.Equal(t, err.Error(), d.Close().Error(), "Close reports it too")
+}
+
+func TestOutOfDriverMemory(t *testing.T) {
+	requireFakes(t)
+	t.Setenv("FSDPBENCH_FAKECUDA_MEM_BYTES", strconv.Itoa(24<<20))
+	d := newTestDevice(t, Options{})
+	a, err := d.Alloc(4<<20, device.Params) // 16 MiB: a segment of its own
+	require.NoError(t, err)
+	_, err = d.Alloc(4<<20, device.Grads)
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	assert.Contains(t, err.Error(), "cuda:0: allocate 16777216 bytes of grads")
+	assert.Equal(t, int64(16<<20), d.Memory().Total, "a failed allocation charges nothing")
+	d.Free(a)
+	b, err := d.Alloc(4<<20, device.Grads)
+	require.NoError(t, err, "the freed block is reused")
+	d.Free(b)
+	require.NoError(t, d.Sync())
+}
+
+func TestCloseFreesEverything(t *testing.T) {
+	requireFakes(t)
+	// A second device on the same GPU sees the driver's memory through cuMemGetInfo.
+	witness := newTestDevice(t, Options{})
+	live := func() int64 { return witness.Extras().DeviceUsed }
+	before := live()
+	d, err := New(Options{WorkspaceBytes: 1 << 20})
+	require.NoError(t, err)
+	_, err = d.Alloc(1000, device.Params)
+	require.NoError(t, err)
+	b, err := d.Alloc(3<<20, device.Activations)
+	require.NoError(t, err)
+	d.Free(b)
+	assert.Greater(t, live(), before)
+	require.NoError(t, d.Close())
+	require.NoError(t, d.Close(), "a second Close does nothing")
+	assert.Equal(t, before, live(), "every segment back to the driver")
+}
+
+func randf(rng *rand.Rand, n int) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(rng.NormFloat64())
+	}
+	return out
+}
+
+func alloc(t *testing.T, d device.Device, n int) device.Buffer {
+	t.Helper()
+	b, err := d.Alloc(n, device.Other)
+	require.NoError(t, err)
+	return b
+}
+
+func upload(t *testing.T, d device.Device, v []float32) device.Buffer {
+	t.Helper()
+	b := alloc(t, d, len(v))
+	d.CopyFromHost(b, v)
+	return b
+}
+
+func download(t *testing.T, d device.Device, b device.Buffer) []float32 {
+	t.Helper()
+	out := make([]float32, b.Len())
+	d.CopyToHost(out, b)
+	return out
+}
