@@ -25,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels"
 )
 
 // elemBytes is the size of a buffer element: buffers hold float32.
@@ -124,6 +125,11 @@ type Device struct {
 	scratch map[string]scratch
 	err     error
 	closed  bool
+	// rope caches the cos/sin tables in scratch for the last RoPE shape.
+	rope device.RoPEShape
+
+	// launchHook, when set (tests), sees every launch before it is issued.
+	launchHook func(k *kernels.Kernel, args []arg)
 }
 
 // scratch is one named piece of the device's scratch memory.
