@@ -22,7 +22,7 @@ type kernelSet struct {
 // picks the cubin for the GPU, or JIT-compiles the PTX) and looks every kernel up,
 // so a fatbin without code for this GPU fails at New rather than at the first op.
 func loadKernels(d *Device) (*kernelSet, error) {
-	img := fatbinImage
+	img := kernels.Fatbin
 	if len(img) == 0 {
 		return nil, fmt.Errorf("the kernels' fatbin is empty: regenerate it with go generate ./backends/gotrain/device/cuda/kernels")
 	}
