@@ -130,16 +130,28 @@ var _ backends.Backend = (*Backend)(nil)
 // Name returns "gotrain".
 func (*Backend) Name() string { return Name }
 
-// Describe says the backend trains on cpu here, in fp32.
+// Describe says the backend trains here in fp32, on the cpu device and, where
+// this machine has a GPU, on the cuda device; Reason says why the cuda device
+// cannot run here.
 func (*Backend) Describe(context.Context) (backends.Description, error) {
+	hw := []string{"cpu", hardware.Auto}
+	reason := cudaReason()
+	if reason == "" {
+		for _, n := range hardware.Names() {
+			if p, err := hardware.Lookup(n); err == nil && p.IsGPU {
+				hw = append(hw, n)
+			}
+		}
+	}
 	return backends.Description{
 		Name: Name,
 		Summary: "the Go trainer: one worker process per rank on this host, FSDP strategies and DDP " +
-			"over a TCP ring, measured on the cpu device",
+			"over a TCP ring, on the cpu device or the cuda device",
 		Available: true,
+		Reason:    reason,
 		Axes: map[string][]string{
 			"mixed_precision": {sweeps.FP32},
-			"hardware":        {"cpu", hardware.Auto},
+			"hardware":        hw,
 		},
 		Source: "builtin",
 	}, nil
@@ -152,8 +164,8 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	if _, err := ParseOptions(rc.BackendOptions); err != nil {
 		return err
 	}
-	if rc.Hardware != "cpu" && rc.Hardware != hardware.Auto {
-		return fmt.Errorf("gotrain runs on the cpu device only; hardware %q needs the cuda device (set hardware: cpu)", rc.Hardware)
+	if _, err := useCUDA(rc.Hardware); err != nil {
+		return err
 	}
 	switch rc.MixedPrecision {
 	case sweeps.FP32:
@@ -506,10 +518,12 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	if err != nil {
 		return err
 	}
-	prof, err := hardware.Lookup("cpu")
+	r0 := files[0]
+	prof, err := runProfile(rc.Hardware, r0.Env.GPU != "")
 	if err != nil {
 		return err
 	}
+	res.Env.Hardware, res.Env.GPU, res.Env.Driver, res.Env.CUDA, res.Env.CUBLAS = prof.Name, r0.Env.GPU, r0.Env.Driver, r0.Env.CUDA, r0.Env.CUBLAS
 	peak, err := prof.Peak(sweeps.FP32)
 	if err != nil {
 		return err
@@ -517,7 +531,6 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	// Rank 0's losses (every rank computes the same global loss); a step lasts as
 	// long as its slowest rank.
 	res.Steps = make([]results.Step, rc.Steps)
-	r0 := files[0]
 	for i := range res.Steps {
 		loss := r0.Losses[i]
 		st := results.Step{Step: i + 1, Loss: &loss, StepTimeS: r0.StepTimesS[i], Tokens: rc.TokensPerStep()}
@@ -529,7 +542,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		}
 		res.Steps[i] = st
 	}
-	var peakAlloc, peakRSS int64
+	var peakAlloc, peakRSS, peakReserved int64
 	comm := &results.CommBytes{}
 	for _, f := range files {
 		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
@@ -538,6 +551,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 			res.MemBreakdownBytes = f.PeakBytes
 		}
 		peakRSS = max(peakRSS, f.PeakRSSBytes)
+		peakReserved = max(peakReserved, f.PeakMemReservedBytes)
 		comm.AllGather = max(comm.AllGather, f.CommBytesPerStep.AllGather)
 		comm.ReduceScatter = max(comm.ReduceScatter, f.CommBytesPerStep.ReduceScatter)
 		comm.AllReduce = max(comm.AllReduce, f.CommBytesPerStep.AllReduce)
@@ -554,6 +568,9 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	res.PeakFlopsPerS = peak
 	res.PeakMemAllocatedBytes = results.I64(peakAlloc)
 	res.PeakRSSBytes = results.I64(peakRSS)
+	if peakReserved > 0 {
+		res.PeakMemReservedBytes = results.I64(peakReserved)
+	}
 	if prof.MemBytes > 0 {
 		res.DeviceMemBytes = results.I64(prof.MemBytes)
 	}

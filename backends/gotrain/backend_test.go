@@ -166,7 +166,8 @@ func TestValidate(t *testing.T) {
 		{"compile", func(rc *sweeps.RunConfig) { rc.Compile = true }, "compile"},
 		{"gpt2", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "gpt2"},
 		{"world", func(rc *sweeps.RunConfig) { rc.WorldSize = 3 }, "nodes 1 × gpus_per_node 2"},
-		{"gpu hardware", func(rc *sweeps.RunConfig) { rc.Hardware = "h100-sxm" }, "cpu device only"},
+		{"gpu hardware without a GPU", func(rc *sweeps.RunConfig) { rc.Hardware = "h100-sxm" },
+			"hardware h100-sxm needs gotrain's cuda device, and this machine has none: no CUDA device: "},
 		{"option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"lrr": 1.0} }, `unknown backend_options key "lrr"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,4 +298,38 @@ func TestParseOptions(t *testing.T) {
 		_, err := ParseOptions(bad)
 		assert.Error(t, err, "%v", bad)
 	}
+}
+
+// TestDescribeSaysWhyNoCUDA: on a machine without a GPU (CI, with the toolkit's
+// real libcuda installed) `fsdpbench backends` shows why the cuda device cannot
+// run, and offers only cpu and auto as hardware.
+func TestDescribeSaysWhyNoCUDA(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidia0"); err == nil {
+		t.Skip("this machine has a GPU")
+	}
+	d, err := New().Describe(context.Background())
+	require.NoError(t, err)
+	assert.True(t, d.Available, "the cpu device always runs")
+	assert.True(t, strings.HasPrefix(d.Reason, "cuda device: no CUDA device: "), d.Reason)
+	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libcuda.so.1"); err == nil {
+		assert.Contains(t, d.Reason, "cuInit: CUDA_ERROR_NO_DEVICE (100)")
+	}
+	assert.Equal(t, []string{"cpu", "auto"}, d.Axes["hardware"])
+}
+
+func TestRunProfile(t *testing.T) {
+	for _, tc := range []struct {
+		hw    string
+		onGPU bool
+		want  string
+	}{{"cpu", false, "cpu"}, {"auto", false, "cpu"}, {"h100-sxm", true, "h100-sxm"}} {
+		p, err := runProfile(tc.hw, tc.onGPU)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, p.Name, tc.hw)
+	}
+	_, err := useCUDA("h100-sxmm")
+	require.ErrorContains(t, err, `unknown hardware "h100-sxmm"`)
+	gpu, err := useCUDA("cpu")
+	require.NoError(t, err)
+	assert.False(t, gpu)
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
-	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -81,6 +80,12 @@ type RankFile struct {
 	PeakMemAllocatedBytes int64            `json:"peak_mem_allocated_bytes"`
 	PeakBytes             map[string]int64 `json:"peak_bytes"`
 	PeakRSSBytes          int64            `json:"peak_rss_bytes"`
+	// Env is the device this rank trained on (GPU name, driver, CUDA, cuBLAS).
+	Env deviceEnv `json:"env"`
+	// PeakMemReservedBytes is the cuda device's arena at its peak (0 on cpu);
+	// ExtraBytes what the device held beyond the tracked buffers (device.ExtraMemory).
+	PeakMemReservedBytes int64            `json:"peak_mem_reserved_bytes,omitempty"`
+	ExtraBytes           map[string]int64 `json:"extra_bytes,omitempty"`
 	// CommBytesPerStep is the payload this rank sent per measured step, per collective.
 	CommBytesPerStep results.CommBytes `json:"comm_bytes_per_step"`
 }
@@ -119,7 +124,11 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
 	defer world.Close()
-	dev := cpu.New(cpu.Options{LimitBytes: opts.MemLimitBytes})
+	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
+	}
+	defer closeDev()
 	tr, err := fsdp.New(ctx, dev, world, fsdp.Config{
 		Shape: shape, Sharding: rc.Sharding, GPUsPerNode: rc.GPUsPerNode,
 		BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
@@ -132,7 +141,7 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	}
 	defer tr.Close()
 
-	out := RankFile{Rank: info.Rank}
+	out := RankFile{Rank: info.Rank, Env: denv}
 	out.Host, _ = os.Hostname()
 	enc := json.NewEncoder(env.Stdout)
 	var before comm.Stats
@@ -179,6 +188,10 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 		}
 	}
 	out.PeakRSSBytes = peakRSS()
+	if x, ok := dev.(device.ExtraMemory); ok {
+		out.ExtraBytes = x.ExtraMemory()
+		out.PeakMemReservedBytes = out.ExtraBytes["arena_peak_reserved"]
+	}
 	if n := int64(rc.Steps); n > 0 {
 		d := rr.Comm
 		out.CommBytesPerStep = results.CommBytes{

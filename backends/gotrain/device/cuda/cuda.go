@@ -19,6 +19,8 @@ import "C"
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +71,9 @@ type Info struct {
 	ComputeCapability string `json:"compute_capability"`
 	// MemoryBytes is the device's total memory.
 	MemoryBytes int64 `json:"memory_bytes"`
+	// Driver is the NVIDIA kernel module's version ("535.104.05") from
+	// /proc/driver/nvidia/version; empty where that file is missing (a fake driver).
+	Driver string `json:"driver,omitempty"`
 	// CUDA is the CUDA version the driver implements ("12.2"), from cuDriverGetVersion.
 	CUDA string `json:"cuda"`
 	// CUBLAS is cuBLAS's version ("11.11.3").
@@ -189,7 +194,7 @@ func New(o Options) (*Device, error) {
 	d.info = Info{
 		GPU: C.GoString(&name[0]), ComputeCapability: fmt.Sprintf("%d.%d", major, minor), MemoryBytes: int64(total),
 		CUDA:    fmt.Sprintf("%d.%d", libs.driverVersion/1000, libs.driverVersion%1000/10),
-		LibCUDA: libs.cuda.Path, LibCUBLAS: libs.cublas.Path,
+		LibCUDA: libs.cuda.Path, LibCUBLAS: libs.cublas.Path, Driver: driverVersion(),
 	}
 	if err := d.open(); err != nil {
 		d.release()
@@ -556,3 +561,17 @@ func (d *Device) scratchLocked(name string, bytes int64) (uint64, bool) {
 	d.scratch[name] = scratch{ptr: ptr, bytes: size}
 	return ptr, true
 }
+
+// driverVersion reads the kernel module's version from the first line of
+// /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64 Kernel Module
+// 535.104.05  Sat Aug 19 …", or "… Open Kernel Module for x86_64  580.65.06 …").
+func driverVersion() string {
+	b, err := os.ReadFile("/proc/driver/nvidia/version")
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return driverVersionRE.FindString(first)
+}
+
+var driverVersionRE = regexp.MustCompile(`\b\d{3,}\.\d+(\.\d+)?\b`)
