@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -61,7 +62,24 @@ type Options struct {
 	// MemLimitBytes caps each rank's device memory (0: none), so out-of-memory is
 	// reproducible on cpu.
 	MemLimitBytes int64
+	// Comm is the communicator: CommTCP (the TCP ring) or CommNCCL
+	// (libnccl.so.2; on the cpu device only a host-memory NCCL such as the
+	// tests' fake accepts the buffers). Empty is the device's own: tcp on cpu
+	// (nccl for the cuda device, when it lands).
+	Comm string
+	// CollectiveTimeout bounds one collective (0: comm.DefaultOpTimeout); past
+	// it the run fails naming the rank.
+	CollectiveTimeout time.Duration
 }
+
+// Communicators for Options.Comm.
+const (
+	CommTCP  = "tcp"
+	CommNCCL = "nccl"
+)
+
+// maxCollectiveTimeout bounds collective_timeout.
+const maxCollectiveTimeout = 24 * time.Hour
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
 // duration such as "200ms") and mem_limit_bytes. Unknown keys are errors.
@@ -94,16 +112,19 @@ func ParseOptions(m map[string]any) (Options, error) {
 			f, err = num(k, v)
 			o.MemLimitBytes = int64(f)
 		case "step_delay":
-			s, ok := v.(string)
-			if !ok {
-				return o, fmt.Errorf("gotrain: backend_options.step_delay must be a duration such as \"200ms\", got %v", v)
+			o.StepDelay, err = duration(k, v)
+		case "collective_timeout":
+			o.CollectiveTimeout, err = duration(k, v)
+			if err == nil && (o.CollectiveTimeout <= 0 || o.CollectiveTimeout > maxCollectiveTimeout) {
+				err = fmt.Errorf("gotrain: backend_options.collective_timeout %v must be positive and at most %v", o.CollectiveTimeout, maxCollectiveTimeout)
 			}
-			o.StepDelay, err = time.ParseDuration(s)
-			if err != nil {
-				err = fmt.Errorf("gotrain: backend_options.step_delay: %w", err)
+		case "comm":
+			o.Comm, _ = v.(string)
+			if o.Comm != CommTCP && o.Comm != CommNCCL {
+				err = fmt.Errorf("gotrain: backend_options.comm must be %q or %q, got %v", CommTCP, CommNCCL, v)
 			}
 		default:
-			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes)", k)
+			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes, comm, collective_timeout)", k)
 		}
 		if err != nil {
 			return o, err
@@ -113,6 +134,19 @@ func ParseOptions(m map[string]any) (Options, error) {
 		return o, fmt.Errorf("gotrain: backend_options: lr must be positive; weight_decay, grad_clip, step_delay and mem_limit_bytes not negative")
 	}
 	return o, nil
+}
+
+// duration reads backend_options.k as a duration such as "200ms".
+func duration(k string, v any) (time.Duration, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("gotrain: backend_options.%s must be a duration such as \"200ms\", got %v", k, v)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("gotrain: backend_options.%s: %w", k, err)
+	}
+	return d, nil
 }
 
 // Backend runs the Go trainer in worker processes on this host.
@@ -161,8 +195,14 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 // shape the model package builds, any precision but fp32, cpu_offload, compile, and
 // a world size that is not nodes × gpus_per_node.
 func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
-	if _, err := ParseOptions(rc.BackendOptions); err != nil {
+	opts, err := ParseOptions(rc.BackendOptions)
+	if err != nil {
 		return err
+	}
+	if opts.Comm == CommNCCL {
+		if _, err := nccl.Load(); err != nil {
+			return fmt.Errorf("gotrain: backend_options.comm nccl: %w", err)
+		}
 	}
 	if _, err := useCUDA(rc.Hardware); err != nil {
 		return err
@@ -531,6 +571,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	// Rank 0's losses (every rank computes the same global loss); a step lasts as
 	// long as its slowest rank.
 	res.Steps = make([]results.Step, rc.Steps)
+	res.Env.NCCL = r0.NCCL
 	for i := range res.Steps {
 		loss := r0.Losses[i]
 		st := results.Step{Step: i + 1, Loss: &loss, StepTimeS: r0.StepTimesS[i], Tokens: rc.TokensPerStep()}

@@ -333,3 +333,23 @@ func TestRunProfile(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, gpu)
 }
+
+func TestParseCommOptions(t *testing.T) {
+	o, err := ParseOptions(map[string]any{"comm": "nccl", "collective_timeout": "90s"})
+	require.NoError(t, err)
+	assert.Equal(t, CommNCCL, o.Comm)
+	assert.Equal(t, 90*time.Second, o.CollectiveTimeout)
+	for _, tc := range []struct {
+		opts map[string]any
+		want string
+	}{
+		{map[string]any{"comm": "mpi"}, `comm must be "tcp" or "nccl"`},
+		{map[string]any{"comm": 1}, `comm must be "tcp" or "nccl"`},
+		{map[string]any{"collective_timeout": "0s"}, "must be positive"},
+		{map[string]any{"collective_timeout": "25h"}, "at most 24h0m0s"},
+		{map[string]any{"collective_timeout": 30}, "must be a duration"},
+	} {
+		_, err := ParseOptions(tc.opts)
+		assert.ErrorContains(t, err, tc.want, "%v", tc.opts)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
@@ -88,6 +89,9 @@ type RankFile struct {
 	ExtraBytes           map[string]int64 `json:"extra_bytes,omitempty"`
 	// CommBytesPerStep is the payload this rank sent per measured step, per collective.
 	CommBytesPerStep results.CommBytes `json:"comm_bytes_per_step"`
+	// NCCL is the version of the libnccl the run used, with its path
+	// ("2.27.3 (/path/libnccl.so.2)"); empty on the TCP ring.
+	NCCL string `json:"nccl,omitempty"`
 }
 
 // Worker runs one rank of a gotrain run: it reads the RunConfig named by
@@ -119,7 +123,7 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
-	world, err := comm.Dial(ctx, info, comm.Options{})
+	world, ncclVersion, err := dialWorld(ctx, info, opts)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
@@ -141,7 +145,7 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	}
 	defer tr.Close()
 
-	out := RankFile{Rank: info.Rank, Env: denv}
+	out := RankFile{Rank: info.Rank, Env: denv, NCCL: ncclVersion}
 	out.Host, _ = os.Hostname()
 	enc := json.NewEncoder(env.Stdout)
 	var before comm.Stats
@@ -212,6 +216,24 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
 	return nil
+}
+
+// dialWorld opens the world communicator that backend_options.comm names; for
+// NCCL it also returns the library's version and path.
+func dialWorld(ctx context.Context, info rendezvous.Info, opts Options) (comm.Communicator, string, error) {
+	if opts.Comm != CommNCCL {
+		c, err := comm.Dial(ctx, info, comm.Options{OpTimeout: opts.CollectiveTimeout})
+		return c, "", err
+	}
+	lib, err := nccl.Load()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := nccl.Dial(ctx, info, lib, nccl.Options{Timeout: opts.CollectiveTimeout})
+	if err != nil {
+		return nil, "", err
+	}
+	return c, fmt.Sprintf("%s (%s)", lib.VersionString(), lib.Path), nil
 }
 
 // peakRSS is this process's peak resident set; Linux reports ru_maxrss in KiB.

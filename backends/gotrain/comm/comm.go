@@ -38,15 +38,10 @@
 //
 // # Device buffers
 //
-// The TCP ring works on host []float32. A cuda communicator (NCCL) will take device
-// buffers, so fsdp/ should reach collectives through a small adapter over its
-// device's buffer type instead of passing raw slices around: an interface such as
-//
-//	type hostBuffer interface{ HostFloat32s() []float32 }
-//
-// implemented by the cpu device's buffers (a free view of their host memory), with
-// the adapter calling this package on the views, and a cuda communicator taking the
-// device buffers directly behind the same adapter methods.
+// The TCP ring works on host []float32. fsdp reaches collectives on its device's
+// buffers through BufferCollectives (OnBuffers): a communicator on device memory
+// (comm/nccl) implements it on device pointers, and every other one, the ring
+// included, runs on the buffers' host views (device.HostBuffer), without copies.
 package comm
 
 import (

@@ -168,8 +168,10 @@ type Trainer struct {
 
 // New builds rank world.Rank()'s trainer: it splits the communicators the strategy
 // needs (a collective: every rank calls New together), allocates the shards and
-// initializes them. The device's buffers must be host float32 (the cpu device in
-// float32 mode), since the communicator reads them in place.
+// initializes them. Collectives on the units' buffers go through
+// comm.OnBuffers: a device-memory communicator (NCCL) takes the buffers
+// themselves, the TCP ring their host views, so with it the device's buffers
+// must be host float32 (the cpu device in float32 mode).
 func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Config) (*Trainer, error) {
 	if dev == nil || world == nil {
 		return nil, errors.New("fsdp: New needs a device and a world communicator")
@@ -302,9 +304,11 @@ func (t *Trainer) allocate() error {
 			if err != nil {
 				return fmt.Errorf("fsdp: allocate the %s shard of unit %s (%d elements): %w", b.cat, mu.Name, u.shardLen, err)
 			}
-			if host(buf) == nil {
-				t.dev.Free(buf)
-				return fmt.Errorf("fsdp: device %s does not keep float32 buffers in host memory, which the TCP communicator needs; use the cpu device in float32 mode", t.dev.Name())
+			if comm.NeedsHostBuffers(t.world) {
+				if _, err := comm.HostView(buf); err != nil {
+					t.dev.Free(buf)
+					return fmt.Errorf("fsdp: device %s: %w", t.dev.Name(), err)
+				}
 			}
 			*b.dst = buf
 		}
@@ -316,14 +320,6 @@ func (t *Trainer) allocate() error {
 		if t.replicated || n == 1 {
 			u.full = u.shard
 		}
-	}
-	return nil
-}
-
-// host is b's host memory, nil when it has none.
-func host(b device.Buffer) []float32 {
-	if h, ok := b.(device.HostBuffer); ok {
-		return h.Host()
 	}
 	return nil
 }
@@ -478,8 +474,8 @@ func (t *Trainer) startGather(ctx context.Context, i int) error {
 	u.full, u.owned = full, true
 	done := make(chan error, 1)
 	u.pending = done
-	dst, src := host(full), host(u.shard)
-	go func() { done <- t.gather.AllGather(ctx, dst, src) }()
+	shard, g := u.shard, comm.OnBuffers(t.gather)
+	go func() { done <- g.AllGatherBuffers(ctx, full, shard) }()
 	return nil
 }
 
@@ -515,7 +511,7 @@ func (t *Trainer) reduce(ctx context.Context, i int) error {
 	u, name := t.units[i], t.model.Units[i].Name
 	if u.accum != nil {
 		if t.shard != nil {
-			if err := t.shard.ReduceScatter(ctx, host(u.gradShard), host(u.accum), comm.Average); err != nil {
+			if err := comm.OnBuffers(t.shard).ReduceScatterBuffers(ctx, u.gradShard, u.accum, comm.Average); err != nil {
 				return fmt.Errorf("reduce-scatter the gradient of unit %s: %w", name, err)
 			}
 		} else {
@@ -525,7 +521,7 @@ func (t *Trainer) reduce(ctx context.Context, i int) error {
 		u.accum = nil
 	}
 	if t.replicate != nil {
-		if err := t.replicate.AllReduce(ctx, host(u.gradShard), comm.Average); err != nil {
+		if err := comm.OnBuffers(t.replicate).AllReduceBuffers(ctx, u.gradShard, comm.Average); err != nil {
 			return fmt.Errorf("all-reduce the gradient of unit %s: %w", name, err)
 		}
 	}
