@@ -15,6 +15,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -123,16 +124,16 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
-	world, ncclVersion, err := dialWorld(ctx, info, opts)
-	if err != nil {
-		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
-	}
-	defer world.Close()
 	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
 	defer closeDev()
+	world, ncclVersion, err := dialWorld(ctx, info, opts, dev)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
+	}
+	defer world.Close()
 	tr, err := fsdp.New(ctx, dev, world, fsdp.Config{
 		Shape: shape, Sharding: rc.Sharding, GPUsPerNode: rc.GPUsPerNode,
 		BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
@@ -220,7 +221,7 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 
 // dialWorld opens the world communicator that backend_options.comm names; for
 // NCCL it also returns the library's version and path.
-func dialWorld(ctx context.Context, info rendezvous.Info, opts Options) (comm.Communicator, string, error) {
+func dialWorld(ctx context.Context, info rendezvous.Info, opts Options, dev device.Device) (comm.Communicator, string, error) {
 	if opts.Comm != CommNCCL {
 		c, err := comm.Dial(ctx, info, comm.Options{OpTimeout: opts.CollectiveTimeout})
 		return c, "", err
@@ -229,7 +230,11 @@ func dialWorld(ctx context.Context, info rendezvous.Info, opts Options) (comm.Co
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := nccl.Dial(ctx, info, lib, nccl.Options{Timeout: opts.CollectiveTimeout})
+	no := nccl.Options{Timeout: opts.CollectiveTimeout}
+	if cd, ok := dev.(*cuda.Device); ok { // collectives on the cuda device's comm stream
+		no.Stream, no.Staging = cd.CollectiveStream(), cd
+	}
+	c, err := nccl.Dial(ctx, info, lib, no)
 	if err != nil {
 		return nil, "", err
 	}

@@ -326,6 +326,9 @@ func (b *buffer) Slice(off, n int) device.Buffer {
 	return &buffer{d: b.d, ptr: b.ptr + uint64(off)*elemBytes, n: n, a: b.a, view: true}
 }
 
+// DevicePointer is the device address of b's first element (NCCL's buffers).
+func (b *buffer) DevicePointer() uintptr { return uintptr(b.ptr) }
+
 // Pointer returns the device address of b's first element, for code that hands
 // buffers to other CUDA libraries (NCCL). It panics for a buffer of another device.
 func Pointer(b device.Buffer) uintptr {

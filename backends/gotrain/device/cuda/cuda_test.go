@@ -251,3 +251,32 @@ func download(t *testing.T, d device.Device, b device.Buffer) []float32 {
 	d.CopyToHost(out, b)
 	return out
 }
+
+// TestCollectiveStreamAndStaging is the side NCCL uses: device pointers of
+// buffers and views, the comm stream's handle and completion, and host slices
+// staged through device memory.
+func TestCollectiveStreamAndStaging(t *testing.T) {
+	requireFakes(t)
+	d := newTestDevice(t, Options{})
+	b := upload(t, d, []float32{1, 2, 3, 4})
+	assert.Equal(t, Pointer(b)+8, b.Slice(2, 2).(interface{ DevicePointer() uintptr }).DevicePointer())
+	s := d.CollectiveStream()
+	assert.Equal(t, d.CommStream(), s.Handle())
+	assert.NotEqual(t, d.ComputeStream(), d.CommStream())
+	done, err := s.Done()
+	require.NoError(t, err)
+	assert.True(t, done)
+	p, err := d.Scratch(3)
+	require.NoError(t, err)
+	require.NoError(t, d.ToDevice(p, []float32{5, 6, 7}))
+	out := make([]float32, 3)
+	require.NoError(t, d.ToHost(out, p))
+	assert.Equal(t, []float32{5, 6, 7}, out)
+	require.NoError(t, d.MakeCurrent())
+	e := d.Record(device.CommStream)
+	d.Wait(device.ComputeStream, e)
+	require.NoError(t, d.WaitHost(e))
+	d.Release(e)
+	assert.Equal(t, int64(1<<20), d.Extras().Workspace)
+	assert.Positive(t, d.ExtraMemory()["arena_reserved"])
+}

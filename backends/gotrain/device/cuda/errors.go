@@ -38,6 +38,7 @@ const (
 	cudaErrorOutOfMemory = 2
 	cudaErrorStubLibrary = 34
 	cudaErrorNoDevice    = 100
+	cudaErrorNotReady    = 600
 	// blasDriverError is what the shim returns instead of a cuBLAS status when
 	// making the context current failed: 1000 + the CUresult.
 	blasDriverError = 1000

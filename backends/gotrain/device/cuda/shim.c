@@ -114,6 +114,8 @@ CUresult fsdp_memset32(CUcontext ctx, CUdeviceptr dst, unsigned int v, size_t n,
 CUresult fsdp_stream_create(CUcontext ctx, CUstream *s) { WITH(ctx, p_cuStreamCreate(s, 1)); }
 CUresult fsdp_stream_destroy(CUcontext ctx, CUstream s) { WITH(ctx, p_cuStreamDestroy_v2(s)); }
 CUresult fsdp_stream_sync(CUcontext ctx, CUstream s) { WITH(ctx, p_cuStreamSynchronize(s)); }
+CUresult fsdp_stream_query(CUcontext ctx, CUstream s) { WITH(ctx, p_cuStreamQuery(s)); }
+CUresult fsdp_make_current(CUcontext ctx) { return use(ctx); }
 // CU_EVENT_DISABLE_TIMING: events only order streams, and untimed ones are cheaper.
 CUresult fsdp_event_create(CUcontext ctx, CUevent *e) { WITH(ctx, p_cuEventCreate(e, 2)); }
 CUresult fsdp_event_destroy(CUcontext ctx, CUevent e) { WITH(ctx, p_cuEventDestroy_v2(e)); }

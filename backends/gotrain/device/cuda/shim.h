@@ -30,6 +30,9 @@ CUresult fsdp_memset32(CUcontext ctx, CUdeviceptr dst, unsigned int v, size_t n,
 CUresult fsdp_stream_create(CUcontext ctx, CUstream *s);
 CUresult fsdp_stream_destroy(CUcontext ctx, CUstream s);
 CUresult fsdp_stream_sync(CUcontext ctx, CUstream s);
+CUresult fsdp_stream_query(CUcontext ctx, CUstream s);
+// fsdp_make_current makes ctx current on the calling thread.
+CUresult fsdp_make_current(CUcontext ctx);
 CUresult fsdp_event_create(CUcontext ctx, CUevent *e);
 CUresult fsdp_event_destroy(CUcontext ctx, CUevent e);
 CUresult fsdp_event_record(CUcontext ctx, CUevent e, CUstream s);
