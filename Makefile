@@ -3,7 +3,7 @@
 # localhost, and runs every test with -race.
 GO ?= go
 
-.PHONY: test deps build lint bench
+.PHONY: test deps build lint bench gpu-check
 
 build:
 	$(GO) build -o bin/fsdpbench ./cmd/fsdpbench
@@ -23,3 +23,10 @@ test: deps lint
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# gpu-check builds the cuda device's test binaries here and runs them on a GPU
+# (the op suite against the cpu device, compute-sanitizer, training runs against
+# the cpu losses, benchmarks); see .ci/gpu-check for running the two halves on
+# different machines.
+gpu-check:
+	bash .ci/gpu-check

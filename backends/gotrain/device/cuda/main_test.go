@@ -15,7 +15,11 @@ import (
 const EnvTestLibraries = "FSDPBENCH_CUDA_TEST_LIBS"
 
 // fakes are the paths of the built fake libraries (empty with real libraries).
-var fakes struct{ cuda, cublas, dir string }
+var fakes struct {
+	cuda, cublas, dir string
+	// runsKernels is true when the fake libcuda executes kernels (the kernels package's).
+	runsKernels bool
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(EnvTestLibraries) != "real" {

@@ -1,0 +1,26 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/devicetest"
+)
+
+// TestConformance runs the device conformance suite on the cuda device against the
+// cpu device: over the fake libraries here (the kernels executed on the CPU by
+// the kernels' fake libcuda, GEMMs by the fake cuBLAS), and over a real GPU when
+// FSDPBENCH_CUDA_TEST_LIBS=real (scripts/gpu-check.sh), in fp32 GEMM mode.
+func TestConformance(t *testing.T) {
+	if fakes.cuda != "" && !fakes.runsKernels {
+		t.Skip("the fake libcuda that runs kernels comes with the kernels package")
+	}
+	devicetest.Run(t, devicetest.Suite{
+		New: func(t *testing.T, limit int64) device.Device {
+			return newTestDevice(t, Options{LimitBytes: limit})
+		},
+		Reference:       func() device.Device { return cpu.New(cpu.Options{Float64: true}) },
+		MemoryReference: func() device.Device { return cpu.New(cpu.Options{}) },
+	})
+}

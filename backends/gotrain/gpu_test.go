@@ -1,0 +1,76 @@
+package gotrain
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// EnvRequireGPU makes the GPU tests fail instead of skip where no CUDA device is
+// usable: scripts/gpu-check.sh sets it on the GPU machine.
+const EnvRequireGPU = "FSDPBENCH_REQUIRE_GPU"
+
+// requireGPU skips t without a usable cuda device, or fails it under EnvRequireGPU.
+func requireGPU(t *testing.T) {
+	t.Helper()
+	if err := cuda.Probe(); err != nil {
+		if os.Getenv(EnvRequireGPU) == "1" {
+			t.Fatalf("%s=1 but %v", EnvRequireGPU, err)
+		}
+		t.Skipf("needs a GPU (scripts/gpu-check.sh runs it on one): %v", err)
+	}
+}
+
+// TestCUDATracksCPU trains the tiny model for 20 steps at world size 1 on the cpu
+// device (TCP ring) and on the cuda device (NCCL), for each strategy with and
+// without activation checkpointing, and requires the same losses: the cuda device
+// in fp32 differs from the cpu device only by summation order, ≤ 1e-4 relative
+// per step over 20 steps.
+func TestCUDATracksCPU(t *testing.T) {
+	requireGPU(t)
+	for _, sharding := range []string{sweeps.FullShard, sweeps.ShardGradOp, sweeps.NoShard, sweeps.DDP} {
+		for _, ckpt := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s,checkpointing=%v", sharding, ckpt), func(t *testing.T) {
+				run := func(hw string, opts map[string]any) results.Result {
+					rc := tinyRun(1, 1, sharding)
+					rc.Steps, rc.Hardware, rc.ActivationCheckpointing, rc.BackendOptions = 20, hw, ckpt, opts
+					rc.AssignID()
+					res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+					require.NoError(t, err)
+					require.Equal(t, results.StatusOK, res.Status, res.Error)
+					return res
+				}
+				cpuRes := run("cpu", nil)
+				gpuRes := run("auto", map[string]any{"comm": "nccl"})
+				assert.NotEmpty(t, gpuRes.Env.GPU, "the run trained on the GPU")
+				assert.NotEmpty(t, gpuRes.Env.CUBLAS)
+				require.Len(t, gpuRes.Steps, len(cpuRes.Steps))
+				for i := range cpuRes.Steps {
+					c, g := *cpuRes.Steps[i].Loss, *gpuRes.Steps[i].Loss
+					assert.LessOrEqual(t, math.Abs(c-g), 1e-4*math.Abs(c), "step %d: cpu %v, cuda %v", i+1, c, g)
+				}
+				assert.Equal(t, cpuRes.MemBreakdownBytes, gpuRes.MemBreakdownBytes, "the same bytes per category")
+				t.Logf("%s: cpu %.3fs, cuda %.3fs measured; GPU %s, driver %s, CUDA %s, cuBLAS %s, NCCL %s, reserved %v",
+					sharding, cpuRes.MeasuredWallS, gpuRes.MeasuredWallS, gpuRes.Env.GPU, gpuRes.Env.Driver,
+					gpuRes.Env.CUDA, gpuRes.Env.CUBLAS, gpuRes.Env.NCCL, deref(gpuRes.PeakMemReservedBytes))
+			})
+		}
+	}
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
