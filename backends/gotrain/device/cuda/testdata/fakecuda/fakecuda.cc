@@ -1,8 +1,8 @@
 // fakecuda.cc: a libcuda for the cuda device's tests of memory, copies, streams
 // and cuBLAS calls, built by the tests with g++ and never linked into the product.
 // Device memory is host memory (malloc); a stream's work runs when it is issued,
-// which is an order CUDA allows. It launches no kernel: the kernels' own fake
-// (the kernels package) runs those. FSDPBENCH_FAKECUDA_MEM_BYTES sets the GPU's
+// which is an order CUDA allows. It runs no kernel: the kernels' own fake (the
+// kernels package) runs those. FSDPBENCH_FAKECUDA_MEM_BYTES sets the GPU's
 // memory (default 1 GiB) so out-of-memory is reproducible, and every allocation
 // still live is counted, so a test can see that Close freed everything.
 #include <cstdint>
@@ -175,9 +175,16 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *) {
   *f = reinterpret_cast<CUfunction>(m);  // any handle: this fake launches nothing
   return kSuccess;
 }
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                        void **, void **) {
-  return kNotSupported;
+// cuLaunchKernel runs nothing: it fails, or with FSDPBENCH_FAKECUDA_NOOP_LAUNCH=1
+// succeeds without running the kernel, for tests of what the device launches.
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned, CUstream, void **params, void **extra) {
+  const char *noop = getenv("FSDPBENCH_FAKECUDA_NOOP_LAUNCH");
+  if (noop == nullptr || strcmp(noop, "1") != 0) return kNotSupported;
+  if (CUresult r = ready()) return r;
+  if (f == nullptr || gx == 0 || gy == 0 || gz == 0 || bx == 0 || by != 1 || bz != 1 || bx > 1024) return kInvalidValue;
+  if (params == nullptr || extra != nullptr) return kInvalidValue;
+  return kSuccess;
 }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
   if (CUresult r = ready()) return r;
