@@ -64,8 +64,8 @@ type Options struct {
 	MemLimitBytes int64
 	// Comm is the communicator: CommTCP (the TCP ring) or CommNCCL
 	// (libnccl.so.2; on the cpu device only a host-memory NCCL such as the
-	// tests' fake accepts the buffers). Empty is the device's own: tcp on cpu
-	// (nccl for the cuda device, when it lands).
+	// tests' fake accepts the buffers). Empty is the device's own: tcp on cpu,
+	// nccl on the cuda device (commFor).
 	Comm string
 	// CollectiveTimeout bounds one collective (0: comm.DefaultOpTimeout); past
 	// it the run fails naming the rank.
@@ -199,13 +199,16 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	if err != nil {
 		return err
 	}
-	if opts.Comm == CommNCCL {
+	gpu, err := useCUDA(rc.Hardware)
+	if err != nil {
+		return err
+	}
+	if c, err := commFor(opts.Comm, gpu); err != nil {
+		return err
+	} else if c == CommNCCL {
 		if _, err := nccl.Load(); err != nil {
 			return fmt.Errorf("gotrain: backend_options.comm nccl: %w", err)
 		}
-	}
-	if _, err := useCUDA(rc.Hardware); err != nil {
-		return err
 	}
 	switch rc.MixedPrecision {
 	case sweeps.FP32:

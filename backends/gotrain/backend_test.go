@@ -317,6 +317,20 @@ func TestDescribeSaysWhyNoCUDA(t *testing.T) {
 	assert.Equal(t, []string{"cpu", "auto"}, d.Axes["hardware"])
 }
 
+func TestCommFor(t *testing.T) {
+	for _, tc := range []struct {
+		comm  string
+		onGPU bool
+		want  string
+	}{{"", false, CommTCP}, {"", true, CommNCCL}, {CommNCCL, false, CommNCCL}, {CommNCCL, true, CommNCCL}, {CommTCP, false, CommTCP}} {
+		got, err := commFor(tc.comm, tc.onGPU)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "%q on GPU %v", tc.comm, tc.onGPU)
+	}
+	_, err := commFor(CommTCP, true)
+	require.ErrorContains(t, err, "set comm: nccl")
+}
+
 func TestRunProfile(t *testing.T) {
 	for _, tc := range []struct {
 		hw    string

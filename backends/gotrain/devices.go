@@ -96,3 +96,18 @@ func runProfile(hw string, onGPU bool) (hardware.Profile, error) {
 	}
 	return hardware.Lookup("cpu")
 }
+
+// commFor is the communicator a run uses: the one backend_options.comm names, or
+// when it is empty the device's own, the TCP ring on cpu and NCCL on cuda. The TCP
+// ring works on host memory, so it refuses the cuda device.
+func commFor(comm string, onGPU bool) (string, error) {
+	switch {
+	case comm == "" && onGPU:
+		return CommNCCL, nil
+	case comm == "":
+		return CommTCP, nil
+	case comm == CommTCP && onGPU:
+		return "", fmt.Errorf("gotrain: backend_options.comm tcp runs collectives on host memory and the cuda device's buffers are on the GPU: set comm: nccl, or leave it unset")
+	}
+	return comm, nil
+}

@@ -222,7 +222,12 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 // dialWorld opens the world communicator that backend_options.comm names; for
 // NCCL it also returns the library's version and path.
 func dialWorld(ctx context.Context, info rendezvous.Info, opts Options, dev device.Device) (comm.Communicator, string, error) {
-	if opts.Comm != CommNCCL {
+	_, onGPU := dev.(*cuda.Device)
+	which, err := commFor(opts.Comm, onGPU)
+	if err != nil {
+		return nil, "", err
+	}
+	if which != CommNCCL {
 		c, err := comm.Dial(ctx, info, comm.Options{OpTimeout: opts.CollectiveTimeout})
 		return c, "", err
 	}
