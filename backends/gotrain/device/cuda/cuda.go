@@ -384,7 +384,10 @@ func (d *Device) Free(b device.Buffer) {
 	}
 	if x.a.ptr != 0 {
 		d.mu.Lock()
-		err := d.arena.free(x.a.ptr)
+		var err error
+		if !d.closed { // Close gave every segment back already
+			err = d.arena.free(x.a.ptr)
+		}
 		d.mu.Unlock()
 		if err != nil {
 			panic(fmt.Sprintf("%s: Free: %v", d.name, err))

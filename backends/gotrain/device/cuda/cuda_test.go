@@ -280,3 +280,18 @@ func TestCollectiveStreamAndStaging(t *testing.T) {
 	assert.Equal(t, int64(1<<20), d.Extras().Workspace)
 	assert.Positive(t, d.ExtraMemory()["arena_reserved"])
 }
+
+// TestUseAfterClose: ops on a closed device fail through Sync instead of crashing,
+// and buffers can still be freed (the tracker balances).
+func TestUseAfterClose(t *testing.T) {
+	requireFakes(t)
+	d, err := New(Options{WorkspaceBytes: 1 << 20})
+	require.NoError(t, err)
+	b := upload(t, d, []float32{1, 2})
+	require.NoError(t, d.Close())
+	d.Scale(b, 2)
+	d.Zero(b)
+	d.Free(b)
+	assert.Zero(t, d.Memory().Total)
+	require.ErrorContains(t, d.Sync(), "after Close")
+}

@@ -96,6 +96,10 @@ func (d *Device) launch(k *kernels.Kernel, g grid, shared int, args ...arg) {
 	if g.x < 1 || g.y < 1 || g.z < 1 || g.y > 65535 || g.z > 65535 || g.x > math.MaxInt32 {
 		panic(fmt.Sprintf("cuda: %s: grid %+v outside CUDA's limits", k.Name, g))
 	}
+	if d.k == nil { // closed
+		d.issue(k.Name, func() int { return 0 })
+		return
+	}
 	f := d.k.fns[k]
 	d.issue(k.Name, func() int {
 		return int(C.fsdp_launch(d.ctx, f, C.uint(g.x), C.uint(g.y), C.uint(g.z), C.uint(k.Block), C.uint(shared),

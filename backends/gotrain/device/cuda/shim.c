@@ -30,12 +30,21 @@ void fsdp_sym_set(int lib, int i, void *p) {
 // The context current on this OS thread, as far as the shim set it. A thread
 // whose context some other code changed is corrected at the next device call only
 // if it went through the shim; nothing else in the process uses CUDA contexts.
+// generation counts device closes: a primary context released to nobody is
+// destroyed, and one retained later may have the same handle, so a thread's cached
+// binding is trusted only within one generation.
 static __thread CUcontext current;
+static __thread unsigned current_gen;
+static unsigned generation;
 
 static CUresult use(CUcontext ctx) {
-  if (current == ctx) return 0;
+  unsigned gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+  if (current == ctx && current_gen == gen) return 0;
   CUresult r = p_cuCtxSetCurrent(ctx);
-  if (r == 0) current = ctx;
+  if (r == 0) {
+    current = ctx;
+    current_gen = gen;
+  }
   return r;
 }
 
@@ -80,6 +89,7 @@ CUresult fsdp_device_close(CUdevice dev, CUcontext ctx) {
   if (r == 0) r = p_cuCtxSynchronize();
   CUresult r2 = p_cuDevicePrimaryCtxRelease_v2(dev);
   // The primary context may now be gone; no thread may keep believing it current.
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
   current = NULL;
   return r != 0 ? r : r2;
 }
