@@ -17,10 +17,19 @@ func TestConformance(t *testing.T) {
 		t.Skip("the fake libcuda that runs kernels comes with the kernels package")
 	}
 	devicetest.Run(t, devicetest.Suite{
-		New: func(t *testing.T, limit int64) device.Device {
-			return newTestDevice(t, Options{LimitBytes: limit})
-		},
+		New:             newConformanceDevice,
 		Reference:       func() device.Device { return cpu.New(cpu.Options{Float64: true}) },
 		MemoryReference: func() device.Device { return cpu.New(cpu.Options{}) },
 	})
+}
+
+func newConformanceDevice(t *testing.T, limit int64) device.Device {
+	return newTestDevice(t, Options{LimitBytes: limit})
+}
+
+// TestAccountingMatchesCPU is the suite's memory part, which needs no kernel: the
+// tracker is charged exactly what the cpu device charges, step for step.
+func TestAccountingMatchesCPU(t *testing.T) {
+	devicetest.Accounting(t, newConformanceDevice(t, 0), cpu.New(cpu.Options{}))
+	devicetest.OutOfMemory(t, newConformanceDevice)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels"
 )
 
 // newTestDevice opens GPU 0 (the fake unless the real libraries were asked for)
@@ -223,6 +224,9 @@ func TestCloseFreesEverything(t *testing.T) {
 	assert.Equal(t, before, live(), "every segment back to the driver")
 }
 
+// kernelsSumScratch is the reduction scratch Sum takes: SumMaxPartials floats.
+const kernelsSumScratch = kernels.SumMaxPartials * elemBytes
+
 func randf(rng *rand.Rand, n int) []float32 {
 	out := make([]float32, n)
 	for i := range out {
@@ -294,4 +298,26 @@ func TestUseAfterClose(t *testing.T) {
 	d.Free(b)
 	assert.Zero(t, d.Memory().Total)
 	require.ErrorContains(t, d.Sync(), "after Close")
+}
+
+// TestExtrasReportedApart: what the arena holds beyond the tracked buffers (the
+// cuBLAS workspace, rounding, scratch, free blocks) is reported next to the
+// tracker's figures and never charged to them.
+func TestExtrasReportedApart(t *testing.T) {
+	requireFakes(t)
+	t.Setenv("FSDPBENCH_FAKECUDA_NOOP_LAUNCH", "1")
+	d := newTestDevice(t, Options{})
+	b, err := d.Alloc(1000, device.Params)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4000), d.Memory().Total, "the tracker: 4 bytes per element, as on cpu")
+	d.Sum(b) // takes the reduction's scratch
+	e := d.Extras()
+	assert.Equal(t, int64(1<<20), e.Workspace)
+	assert.Equal(t, int64(kernelsSumScratch), e.Scratch)
+	assert.Equal(t, int64(smallSegment), e.Arena.Reserved, "workspace, buffer and scratch share one 2 MiB segment")
+	assert.Equal(t, e.Arena.Reserved-4000, e.Slack)
+	assert.Equal(t, int64(1<<20+4096+kernelsSumScratch), e.Arena.InBlocks)
+	assert.Positive(t, e.DeviceUsed)
+	d.Free(b)
+	assert.Equal(t, e.Arena.Reserved, d.Extras().Slack, "freed blocks stay in the arena as slack")
 }

@@ -70,8 +70,8 @@ func Run(t *testing.T, s Suite) {
 	t.Run("adamw", func(t *testing.T) { testAdamW(t, newDevice(t, 0)) })
 	t.Run("elementwise and aliasing", func(t *testing.T) { testElementwise(t, newDevice(t, 0)) })
 	t.Run("sums", func(t *testing.T) { testSums(t, newDevice(t, 0)) })
-	t.Run("accounting", func(t *testing.T) { testAccounting(t, newDevice(t, 0), memRef) })
-	t.Run("out of memory", func(t *testing.T) { testOutOfMemory(t, newDevice) })
+	t.Run("accounting", func(t *testing.T) { Accounting(t, newDevice(t, 0), memRef) })
+	t.Run("out of memory", func(t *testing.T) { OutOfMemory(t, newDevice) })
 	t.Run("foreign buffers", func(t *testing.T) { testForeign(t, newDevice(t, 0), reference()) })
 }
 

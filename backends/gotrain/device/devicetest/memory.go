@@ -111,9 +111,10 @@ var accountingSequence = []struct {
 	{1 << 20, device.Optimizer, -1}, {257, device.Activations, 0}, {7, device.Other, 4}, {1 << 18, device.Grads, 3},
 }
 
-// testAccounting runs accountingSequence on dut and, when ref is not nil, on ref,
-// and compares Memory() after every step byte for byte; views cost nothing.
-func testAccounting(t *testing.T, dut, ref device.Device) {
+// Accounting runs a sequence of Alloc and Free (sizes including zero, frees out of
+// order, a ResetPeak midway) on dut and, when ref is not nil, on ref, and compares
+// Memory() after every step byte for byte; views cost nothing.
+func Accounting(t *testing.T, dut, ref device.Device) {
 	devs := []device.Device{dut}
 	if ref != nil {
 		devs = append(devs, ref)
@@ -162,7 +163,10 @@ func testAccounting(t *testing.T, dut, ref device.Device) {
 	sync(t, dut)
 }
 
-func testOutOfMemory(t *testing.T, newDevice Factory) {
+// OutOfMemory checks the tracker's limit: an allocation exactly at it fits, one
+// byte past it fails with device.ErrOutOfMemory naming the device and the bytes,
+// and freed memory is available again.
+func OutOfMemory(t *testing.T, newDevice Factory) {
 	probe := newDevice(t, 0)
 	one, err := probe.Alloc(1, device.Other)
 	require.NoError(t, err)
