@@ -2,11 +2,13 @@ package cuda
 
 import (
 	"bufio"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -320,4 +322,45 @@ func TestExtrasReportedApart(t *testing.T) {
 	assert.Positive(t, e.DeviceUsed)
 	d.Free(b)
 	assert.Equal(t, e.Arena.Reserved, d.Extras().Slack, "freed blocks stay in the arena as slack")
+}
+
+// TestConcurrentUse issues ops from several goroutines at once on buffers of their
+// own, as a collective filling one unit while an op reads another does: every
+// goroutine's results stay its own (the goroutines move between OS threads, each of
+// which must have the context bound before its driver calls).
+func TestConcurrentUse(t *testing.T) {
+	requireFakes(t)
+	d := newTestDevice(t, Options{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			x := float32(g + 1)
+			a, err := d.Alloc(4, device.Activations)
+			if err != nil {
+				errs <- err
+				return
+			}
+			c, _ := d.Alloc(4, device.Activations)
+			for range 50 {
+				d.CopyFromHost(a, []float32{x, 0, 0, x})
+				d.MatMul(c, a, a, false, false, 2, 2, 2, 1, 0) // x·I squared
+				out := make([]float32, 4)
+				d.CopyToHost(out, c)
+				if out[0] != x*x || out[3] != x*x || out[1] != 0 {
+					errs <- fmt.Errorf("goroutine %d read %v", g, out)
+					return
+				}
+			}
+			d.Free(a)
+			d.Free(c)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.NoError(t, d.Sync())
+	assert.Zero(t, d.Memory().Total)
 }
