@@ -17,7 +17,7 @@ import (
 )
 
 // EnvRequireGPU makes the GPU tests fail instead of skip where no CUDA device is
-// usable: scripts/gpu-check.sh sets it on the GPU machine.
+// usable: .ci/gpu-check sets it on the GPU machine.
 const EnvRequireGPU = "FSDPBENCH_REQUIRE_GPU"
 
 // requireGPU skips t without a usable cuda device, or fails it under EnvRequireGPU.
@@ -27,7 +27,7 @@ func requireGPU(t *testing.T) {
 		if os.Getenv(EnvRequireGPU) == "1" {
 			t.Fatalf("%s=1 but %v", EnvRequireGPU, err)
 		}
-		t.Skipf("needs a GPU (scripts/gpu-check.sh runs it on one): %v", err)
+		t.Skipf("needs a GPU (.ci/gpu-check runs it on one): %v", err)
 	}
 }
 

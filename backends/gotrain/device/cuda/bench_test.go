@@ -7,7 +7,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 )
 
-// The benchmarks time ops on a real GPU (scripts/gpu-check.sh runs them); over the
+// The benchmarks time ops on a real GPU (.ci/gpu-check runs them); over the
 // fakes they would time the host.
 func benchDevice(b *testing.B, o Options) *Device {
 	b.Helper()

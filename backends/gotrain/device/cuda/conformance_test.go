@@ -11,7 +11,7 @@ import (
 // TestConformance runs the device conformance suite on the cuda device against the
 // cpu device: over the fake libraries here (the kernels executed on the CPU by
 // the kernels' fake libcuda, GEMMs by the fake cuBLAS), and over a real GPU when
-// FSDPBENCH_CUDA_TEST_LIBS=real (scripts/gpu-check.sh), in fp32 GEMM mode.
+// FSDPBENCH_CUDA_TEST_LIBS=real (.ci/gpu-check), in fp32 GEMM mode.
 func TestConformance(t *testing.T) {
 	if fakes.cuda != "" && !fakes.runsKernels {
 		t.Skip("the fake libcuda that runs kernels comes with the kernels package")

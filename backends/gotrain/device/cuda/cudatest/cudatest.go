@@ -1,0 +1,71 @@
+// Package cudatest builds the fake libraries the cuda device is tested over: a
+// libcuda and a libcublas that run on the host (testdata/ of package cuda, built
+// with g++ from the source tree), so that any package's tests can run the cuda
+// device, or processes that open it, without a GPU. Nothing here is linked into
+// the product.
+package cudatest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// Fakes are built fake libraries.
+type Fakes struct {
+	// LibCUDA and LibCUBLAS are the libraries' paths.
+	LibCUDA, LibCUBLAS string
+	// RunsKernels is true when LibCUDA executes the kernels.
+	RunsKernels bool
+}
+
+// Env is the environment that binds a process's cuda device to the fakes.
+func (f Fakes) Env() []string {
+	return []string{"FSDPBENCH_LIBCUDA=" + f.LibCUDA, "FSDPBENCH_LIBCUBLAS=" + f.LibCUBLAS}
+}
+
+// Setenv binds this process's cuda device to the fakes (before its first use:
+// the device binds its libraries once per process).
+func (f Fakes) Setenv() {
+	for _, kv := range [][2]string{{"FSDPBENCH_LIBCUDA", f.LibCUDA}, {"FSDPBENCH_LIBCUBLAS", f.LibCUBLAS}} {
+		os.Setenv(kv[0], kv[1])
+	}
+}
+
+// CXXFlagsEnv names extra g++ flags for the fakes (e.g. -fsanitize=address).
+const CXXFlagsEnv = "FSDPBENCH_FAKE_CXXFLAGS"
+
+// Build compiles the fakes into dir with g++; a missing g++ is an error that says
+// what to install.
+func Build(dir string) (Fakes, error) {
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		return Fakes{}, fmt.Errorf("cudatest: cannot locate the package's source tree")
+	}
+	pkg := filepath.Dir(filepath.Dir(self)) // backends/gotrain/device/cuda
+	var f Fakes
+	var err error
+	if f.LibCUDA, err = buildFake(pkg, dir, "fakecuda"); err != nil {
+		return Fakes{}, err
+	}
+	if f.LibCUBLAS, err = buildFake(pkg, dir, "fakecublas"); err != nil {
+		return Fakes{}, err
+	}
+	return f, nil
+}
+
+// buildFake compiles testdata/<name>/<name>.cc of the cuda package into dir.
+func buildFake(pkg, dir, name string) (string, error) {
+	out := filepath.Join(dir, "lib"+name+".so")
+	src := filepath.Join(pkg, "testdata", name, name+".cc")
+	args := []string{"-std=c++17", "-O1", "-g", "-Wall", "-Werror", "-fPIC", "-shared", "-I", pkg, src, "-o", out}
+	if flags := os.Getenv(CXXFlagsEnv); flags != "" {
+		args = append([]string{flags}, args...)
+	}
+	if b, err := exec.Command("g++", args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the fake %s with g++ (install g++; the cuda tests need it): %v\n%s", name, err, b)
+	}
+	return out, nil
+}
