@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl/ncclfake"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/cudatest"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -19,6 +22,29 @@ import (
 // EnvRequireGPU makes the GPU tests fail instead of skip where no CUDA device is
 // usable: .ci/gpu-check sets it on the GPU machine.
 const EnvRequireGPU = "FSDPBENCH_REQUIRE_GPU"
+
+// envQuick shortens TestCUDATracksCPU to two configurations of 3 steps.
+const envQuick = "FSDPBENCH_CUDA_TRACK_QUICK"
+
+// TestCUDAOverFakesTracksCPU runs TestCUDATracksCPU, shortened, in a process
+// bound to the fake libcuda (which runs the kernels on the CPU), the fake cuBLAS
+// and the fake NCCL: the whole cuda code path of a training run, workers and all,
+// on a machine without a GPU.
+func TestCUDAOverFakesTracksCPU(t *testing.T) {
+	dir := t.TempDir()
+	f, err := cudatest.Build(dir)
+	require.NoError(t, err)
+	if !f.RunsKernels {
+		t.Skip("needs the fake libcuda that runs kernels (the kernels package's)")
+	}
+	lib, err := ncclfake.Build(dir)
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDATracksCPU$", "-test.v")
+	cmd.Env = append(append(os.Environ(), f.Env()...), "FSDPBENCH_LIBNCCL="+lib, EnvRequireGPU+"=1", envQuick+"=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "--- PASS: TestCUDATracksCPU")
+}
 
 // requireGPU skips t without a usable cuda device, or fails it under EnvRequireGPU.
 func requireGPU(t *testing.T) {
@@ -38,33 +64,44 @@ func requireGPU(t *testing.T) {
 // per step over 20 steps.
 func TestCUDATracksCPU(t *testing.T) {
 	requireGPU(t)
+	type config struct {
+		sharding string
+		ckpt     bool
+	}
+	var configs []config
 	for _, sharding := range []string{sweeps.FullShard, sweeps.ShardGradOp, sweeps.NoShard, sweeps.DDP} {
-		for _, ckpt := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s,checkpointing=%v", sharding, ckpt), func(t *testing.T) {
-				run := func(hw string, opts map[string]any) results.Result {
-					rc := tinyRun(1, 1, sharding)
-					rc.Steps, rc.Hardware, rc.ActivationCheckpointing, rc.BackendOptions = 20, hw, ckpt, opts
-					rc.AssignID()
-					res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
-					require.NoError(t, err)
-					require.Equal(t, results.StatusOK, res.Status, res.Error)
-					return res
-				}
-				cpuRes := run("cpu", nil)
-				gpuRes := run("auto", map[string]any{"comm": "nccl"})
-				assert.NotEmpty(t, gpuRes.Env.GPU, "the run trained on the GPU")
-				assert.NotEmpty(t, gpuRes.Env.CUBLAS)
-				require.Len(t, gpuRes.Steps, len(cpuRes.Steps))
-				for i := range cpuRes.Steps {
-					c, g := *cpuRes.Steps[i].Loss, *gpuRes.Steps[i].Loss
-					assert.LessOrEqual(t, math.Abs(c-g), 1e-4*math.Abs(c), "step %d: cpu %v, cuda %v", i+1, c, g)
-				}
-				assert.Equal(t, cpuRes.MemBreakdownBytes, gpuRes.MemBreakdownBytes, "the same bytes per category")
-				t.Logf("%s: cpu %.3fs, cuda %.3fs measured; GPU %s, driver %s, CUDA %s, cuBLAS %s, NCCL %s, reserved %v",
-					sharding, cpuRes.MeasuredWallS, gpuRes.MeasuredWallS, gpuRes.Env.GPU, gpuRes.Env.Driver,
-					gpuRes.Env.CUDA, gpuRes.Env.CUBLAS, gpuRes.Env.NCCL, deref(gpuRes.PeakMemReservedBytes))
-			})
-		}
+		configs = append(configs, config{sharding, false}, config{sharding, true})
+	}
+	steps := 20
+	if os.Getenv(envQuick) == "1" { // over the fakes, where every kernel runs on the CPU
+		configs, steps = []config{{sweeps.FullShard, false}, {sweeps.DDP, true}}, 3
+	}
+	for _, cf := range configs {
+		sharding, ckpt := cf.sharding, cf.ckpt
+		t.Run(fmt.Sprintf("%s,checkpointing=%v", sharding, ckpt), func(t *testing.T) {
+			run := func(hw string, opts map[string]any) results.Result {
+				rc := tinyRun(1, 1, sharding)
+				rc.Steps, rc.Hardware, rc.ActivationCheckpointing, rc.BackendOptions = steps, hw, ckpt, opts
+				rc.AssignID()
+				res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+				require.NoError(t, err)
+				require.Equal(t, results.StatusOK, res.Status, res.Error)
+				return res
+			}
+			cpuRes := run("cpu", nil)
+			gpuRes := run("auto", map[string]any{"comm": "nccl"})
+			assert.NotEmpty(t, gpuRes.Env.GPU, "the run trained on the GPU")
+			assert.NotEmpty(t, gpuRes.Env.CUBLAS)
+			require.Len(t, gpuRes.Steps, len(cpuRes.Steps))
+			for i := range cpuRes.Steps {
+				c, g := *cpuRes.Steps[i].Loss, *gpuRes.Steps[i].Loss
+				assert.LessOrEqual(t, math.Abs(c-g), 1e-4*math.Abs(c), "step %d: cpu %v, cuda %v", i+1, c, g)
+			}
+			assert.Equal(t, cpuRes.MemBreakdownBytes, gpuRes.MemBreakdownBytes, "the same bytes per category")
+			t.Logf("%s: cpu %.3fs, cuda %.3fs measured; GPU %s, driver %s, CUDA %s, cuBLAS %s, NCCL %s, reserved %v",
+				sharding, cpuRes.MeasuredWallS, gpuRes.MeasuredWallS, gpuRes.Env.GPU, gpuRes.Env.Driver,
+				gpuRes.Env.CUDA, gpuRes.Env.CUBLAS, gpuRes.Env.NCCL, deref(gpuRes.PeakMemReservedBytes))
+		})
 	}
 }
 
