@@ -586,7 +586,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		}
 		res.Steps[i] = st
 	}
-	var peakAlloc, peakRSS, peakReserved int64
+	var peakAlloc, peakRSS, peakReserved, peakDevice int64
 	comm := &results.CommBytes{}
 	for _, f := range files {
 		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
@@ -596,6 +596,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		}
 		peakRSS = max(peakRSS, f.PeakRSSBytes)
 		peakReserved = max(peakReserved, f.PeakMemReservedBytes)
+		peakDevice = max(peakDevice, f.PeakDeviceMemBytes)
 		comm.AllGather = max(comm.AllGather, f.CommBytesPerStep.AllGather)
 		comm.ReduceScatter = max(comm.ReduceScatter, f.CommBytesPerStep.ReduceScatter)
 		comm.AllReduce = max(comm.AllReduce, f.CommBytesPerStep.AllReduce)
@@ -605,7 +606,8 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, Host: f.Host,
 			MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens / int64(rc.WorldSize),
 			PeakMemAllocatedBytes: results.I64(f.PeakMemAllocatedBytes),
-			PeakRSSBytes:          results.I64(f.PeakRSSBytes), LossLast: &loss})
+			PeakRSSBytes:          results.I64(f.PeakRSSBytes), LossLast: &loss,
+			PeakMemReservedBytes: nonZero(f.PeakMemReservedBytes), PeakDeviceMemBytes: nonZero(f.PeakDeviceMemBytes)})
 	}
 	res.Status = results.StatusOK
 	res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)
@@ -614,6 +616,9 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	res.PeakRSSBytes = results.I64(peakRSS)
 	if peakReserved > 0 {
 		res.PeakMemReservedBytes = results.I64(peakReserved)
+	}
+	if peakDevice > 0 {
+		res.PeakDeviceMemBytes = results.I64(peakDevice)
 	}
 	if prof.MemBytes > 0 {
 		res.DeviceMemBytes = results.I64(prof.MemBytes)

@@ -9,6 +9,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/results"
 )
 
 // useCUDA says which device a run's hardware asks for: cpu → the cpu device; a GPU
@@ -110,4 +111,12 @@ func commFor(comm string, onGPU bool) (string, error) {
 		return "", fmt.Errorf("gotrain: backend_options.comm tcp runs collectives on host memory and the cuda device's buffers are on the GPU: set comm: nccl, or leave it unset")
 	}
 	return comm, nil
+}
+
+// nonZero is a figure only the cuda device measures: nil (unknown) when 0.
+func nonZero(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return results.I64(v)
 }

@@ -86,8 +86,11 @@ type RankFile struct {
 	Env deviceEnv `json:"env"`
 	// PeakMemReservedBytes is the cuda device's arena at its peak (0 on cpu);
 	// ExtraBytes what the device held beyond the tracked buffers (device.ExtraMemory).
-	PeakMemReservedBytes int64            `json:"peak_mem_reserved_bytes,omitempty"`
-	ExtraBytes           map[string]int64 `json:"extra_bytes,omitempty"`
+	PeakMemReservedBytes int64 `json:"peak_mem_reserved_bytes,omitempty"`
+	// PeakDeviceMemBytes is the GPU's memory in use (cuMemGetInfo) at its largest
+	// at a step's end, everything on the GPU included (0 on cpu).
+	PeakDeviceMemBytes int64            `json:"peak_device_mem_bytes,omitempty"`
+	ExtraBytes         map[string]int64 `json:"extra_bytes,omitempty"`
 	// CommBytesPerStep is the payload this rank sent per measured step, per collective.
 	CommBytesPerStep results.CommBytes `json:"comm_bytes_per_step"`
 	// NCCL is the version of the libnccl the run used, with its path
@@ -196,6 +199,7 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	if x, ok := dev.(device.ExtraMemory); ok {
 		out.ExtraBytes = x.ExtraMemory()
 		out.PeakMemReservedBytes = out.ExtraBytes["arena_peak_reserved"]
+		out.PeakDeviceMemBytes = out.ExtraBytes["peak_device_used"]
 	}
 	if n := int64(rc.Steps); n > 0 {
 		d := rr.Comm

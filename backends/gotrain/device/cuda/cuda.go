@@ -101,8 +101,11 @@ type Extras struct {
 	// first allocation: the CUDA context, the loaded kernels, cuBLAS's handle,
 	// and whatever other processes hold on the GPU.
 	Context int64 `json:"context_bytes"`
-	// DeviceUsed is total − free from cuMemGetInfo now: everything on the GPU.
-	DeviceUsed int64 `json:"device_used_bytes"`
+	// DeviceUsed is total − free from cuMemGetInfo now: everything on the GPU;
+	// PeakDeviceUsed its largest value seen at a Sync (once per training step),
+	// a sampled stand-in for NVML's peak.
+	DeviceUsed     int64 `json:"device_used_bytes"`
+	PeakDeviceUsed int64 `json:"peak_device_used_bytes"`
 }
 
 // Device is a GPU. Its methods are safe for concurrent use as device.Device
@@ -130,6 +133,8 @@ type Device struct {
 	scratch map[string]scratch
 	err     error
 	closed  bool
+	// peakUsed is the largest total − free of cuMemGetInfo seen at a Sync.
+	peakUsed int64
 	// rope caches the cos/sin tables in scratch for the last RoPE shape.
 	rope device.RoPEShape
 
@@ -286,7 +291,7 @@ func (d *Device) Name() string { return d.name }
 func (d *Device) Extras() Extras {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	e := Extras{Arena: d.arena.stats, Workspace: d.opts.WorkspaceBytes, Context: d.context}
+	e := Extras{Arena: d.arena.stats, Workspace: d.opts.WorkspaceBytes, Context: d.context, PeakDeviceUsed: d.peakUsed}
 	e.Slack = e.Arena.Reserved - d.tr.Stats().Total
 	for _, s := range d.scratch {
 		e.Scratch += s.bytes
@@ -294,6 +299,7 @@ func (d *Device) Extras() Extras {
 	var free, total C.size_t
 	if !d.closed && C.fsdp_mem_info(d.ctx, &free, &total) == 0 {
 		e.DeviceUsed = int64(total) - int64(free)
+		e.PeakDeviceUsed = max(e.PeakDeviceUsed, e.DeviceUsed)
 	}
 	return e
 }
@@ -422,6 +428,10 @@ func (d *Device) syncLocked() error {
 	}
 	d.issue("Sync compute stream", func() int { return int(C.fsdp_stream_sync(d.ctx, d.compute)) })
 	d.issue("Sync comm stream", func() int { return int(C.fsdp_stream_sync(d.ctx, d.comm)) })
+	var free, total C.size_t
+	if d.err == nil && C.fsdp_mem_info(d.ctx, &free, &total) == 0 {
+		d.peakUsed = max(d.peakUsed, int64(total)-int64(free))
+	}
 	return d.errLocked()
 }
 

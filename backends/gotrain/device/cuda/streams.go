@@ -100,7 +100,7 @@ func (d *Device) ExtraMemory() map[string]int64 {
 	return map[string]int64{
 		"arena_reserved": e.Arena.Reserved, "arena_peak_reserved": e.Arena.PeakReserved,
 		"arena_slack": e.Slack, "cublas_workspace": e.Workspace, "scratch": e.Scratch,
-		"context": e.Context, "device_used": e.DeviceUsed,
+		"context": e.Context, "device_used": e.DeviceUsed, "peak_device_used": e.PeakDeviceUsed,
 	}
 }
 
