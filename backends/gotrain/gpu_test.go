@@ -92,6 +92,8 @@ func TestCUDATracksCPU(t *testing.T) {
 			gpuRes := run("auto", map[string]any{"comm": "nccl"})
 			assert.NotEmpty(t, gpuRes.Env.GPU, "the run trained on the GPU")
 			assert.NotEmpty(t, gpuRes.Env.CUBLAS)
+			assert.NotNil(t, gpuRes.PeakMemReservedBytes, "the arena's reserved peak")
+			assert.NotNil(t, gpuRes.PeakDeviceMemBytes, "the GPU's memory in use at its peak")
 			require.Len(t, gpuRes.Steps, len(cpuRes.Steps))
 			for i := range cpuRes.Steps {
 				c, g := *cpuRes.Steps[i].Loss, *gpuRes.Steps[i].Loss

@@ -586,7 +586,11 @@ func driverVersion() string {
 	if err != nil {
 		return ""
 	}
-	first, _, _ := strings.Cut(string(b), "\n")
+	return parseDriverVersion(string(b))
+}
+
+func parseDriverVersion(text string) string {
+	first, _, _ := strings.Cut(text, "\n")
 	return driverVersionRE.FindString(first)
 }
 
