@@ -321,6 +321,7 @@ type buffer struct {
 	view bool
 }
 
+// Len, Category, Device and Slice are device.Buffer's.
 func (b *buffer) Len() int                  { return b.n }
 func (b *buffer) Category() device.Category { return b.a.cat }
 func (b *buffer) Device() device.Device     { return b.d }
@@ -488,6 +489,7 @@ func (d *Device) get(op string, b device.Buffer, want int) *buffer {
 	return x
 }
 
+// CopyFromHost copies src into dst on the compute stream; src may be reused when it returns.
 func (d *Device) CopyFromHost(dst device.Buffer, src []float32) {
 	x := d.get("CopyFromHost", dst, len(src))
 	if len(src) == 0 {
@@ -502,6 +504,7 @@ func (d *Device) CopyFromHost(dst device.Buffer, src []float32) {
 	})
 }
 
+// CopyToHost copies src into dst after the compute stream's work and returns when dst holds it.
 func (d *Device) CopyToHost(dst []float32, src device.Buffer) {
 	x := d.get("CopyToHost", src, len(dst))
 	if len(dst) == 0 {
@@ -541,6 +544,7 @@ func (d *Device) Copy(dst, src device.Buffer) {
 	})
 }
 
+// Zero sets b to 0 with cuMemsetD32 on the compute stream.
 func (d *Device) Zero(b device.Buffer) {
 	x := d.buf("Zero", b)
 	if x.n == 0 {

@@ -50,6 +50,7 @@ type CUDAError struct {
 	Code int
 }
 
+// Error names the call, the code's name and its number.
 func (e *CUDAError) Error() string {
 	name, ok := cuResultNames[e.Code]
 	if !ok {
@@ -64,6 +65,7 @@ type BLASError struct {
 	Status int
 }
 
+// Error names the call, the status's name and its number.
 func (e *BLASError) Error() string {
 	name, ok := cublasStatusNames[e.Status]
 	if !ok {

@@ -38,6 +38,8 @@ func columnMajor(c, a, b uint64, transA, transB bool, m, n, k int) gemmCall {
 	return g
 }
 
+// MatMul is one cuBLAS GEMM on the compute stream (columnMajor maps the operands):
+// cublasSgemm in GEMMFP32 mode, cublasGemmEx with bf16 tensor-core inputs in GEMMBF16.
 func (d *Device) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int, alpha, beta float32) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("%s: MatMul: negative size m=%d n=%d k=%d", d.name, m, n, k))

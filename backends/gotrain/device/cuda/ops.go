@@ -17,6 +17,7 @@ import (
 
 var _ device.Device = (*Device)(nil)
 
+// Add runs kernels.Add: dst += alpha·src.
 func (d *Device) Add(dst, src device.Buffer, alpha float32) {
 	s := d.buf("Add", src)
 	t := d.get("Add", dst, s.n)
@@ -28,6 +29,7 @@ func (d *Device) Add(dst, src device.Buffer, alpha float32) {
 	d.launch(&kernels.Add, grid{kernels.GridStride(int64(s.n)), 1, 1}, 0, ptrArg(t), ptrArg(s), f32Arg(alpha), i64Arg(s.n))
 }
 
+// Scale runs kernels.Scale: x *= alpha.
 func (d *Device) Scale(x device.Buffer, alpha float32) {
 	b := d.buf("Scale", x)
 	if b.n == 0 {
@@ -38,8 +40,10 @@ func (d *Device) Scale(x device.Buffer, alpha float32) {
 	d.launch(&kernels.Scale, grid{kernels.GridStride(int64(b.n)), 1, 1}, 0, ptrArg(b), f32Arg(alpha), i64Arg(b.n))
 }
 
+// Sum is Σ x, reduced by kernels.SumPartials and finished in float64 on the host.
 func (d *Device) Sum(x device.Buffer) float64 { return d.sum("Sum", x, 0) }
 
+// SumSquares is Σ x², as Sum.
 func (d *Device) SumSquares(x device.Buffer) float64 { return d.sum("SumSquares", x, 1) }
 
 // sum reduces x on the device to at most kernels.SumMaxPartials float32 partials
@@ -98,6 +102,7 @@ func (d *Device) checkTokens(op string, tokens []int32, n, dim int) {
 	}
 }
 
+// EmbeddingForward runs kernels.EmbeddingForward with the tokens staged in scratch.
 func (d *Device) EmbeddingForward(out, table device.Buffer, tokens []int32, dim int) {
 	tab := d.buf("EmbeddingForward table", table)
 	d.checkTokens("EmbeddingForward", tokens, tab.n, dim)
@@ -113,6 +118,7 @@ func (d *Device) EmbeddingForward(out, table device.Buffer, tokens []int32, dim 
 	}
 }
 
+// EmbeddingBackward runs kernels.EmbeddingBackward (deterministic, in token order).
 func (d *Device) EmbeddingBackward(dtable, dout device.Buffer, tokens []int32, dim int) {
 	tab := d.buf("EmbeddingBackward dtable", dtable)
 	d.checkTokens("EmbeddingBackward", tokens, tab.n, dim)
@@ -128,6 +134,7 @@ func (d *Device) EmbeddingBackward(dtable, dout device.Buffer, tokens []int32, d
 	}
 }
 
+// RMSNormForward runs kernels.RMSNormForward, one block per row.
 func (d *Device) RMSNormForward(out, rstd, x, weight device.Buffer, rows, dim int, eps float32) {
 	n := rows * dim
 	o, r := d.get("RMSNormForward out", out, n), d.get("RMSNormForward rstd", rstd, rows)
@@ -141,6 +148,7 @@ func (d *Device) RMSNormForward(out, rstd, x, weight device.Buffer, rows, dim in
 		i32Arg(rows), i32Arg(dim), f32Arg(eps))
 }
 
+// RMSNormBackward runs kernels.RMSNormBackwardDx and kernels.RMSNormBackwardDw.
 func (d *Device) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffer, rows, dim int) {
 	n := rows * dim
 	gx, gw := d.get("RMSNormBackward dx", dx, n), d.get("RMSNormBackward dweight", dweight, dim)
@@ -157,11 +165,13 @@ func (d *Device) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffe
 		ptrArg(xb), ptrArg(r), i32Arg(rows), i32Arg(dim))
 }
 
+// RoPEForward rotates x in place with kernels.RoPE.
 func (d *Device) RoPEForward(x device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEForward", s)
 	d.rotate(d.get("RoPEForward x", x, s.Len()), s, 1)
 }
 
+// RoPEBackward rotates dx back in place with kernels.RoPE.
 func (d *Device) RoPEBackward(dx device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEBackward", s)
 	d.rotate(d.get("RoPEBackward dx", dx, s.Len()), s, -1)
@@ -234,6 +244,7 @@ func attnArgs(s device.AttnShape) []arg {
 		f32Arg(float32(1 / math.Sqrt(float64(s.HeadDim))))}
 }
 
+// AttentionForward runs the flash-style kernels.AttentionForward.
 func (d *Device) AttentionForward(out, lse, q, k, v device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionForward", s)
 	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
@@ -248,6 +259,7 @@ func (d *Device) AttentionForward(out, lse, q, k, v device.Buffer, s device.Attn
 		kernels.AttentionForward.Shared(s.HeadDim), args...)
 }
 
+// AttentionBackward runs kernels.AttentionBackwardDq and kernels.AttentionBackwardDkDv.
 func (d *Device) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionBackward", s)
 	gq, gk, gv := d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()), d.get("AttentionBackward dv", dv, s.KVLen())
@@ -266,6 +278,7 @@ func (d *Device) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Bu
 	d.launch(&kernels.AttentionBackwardDkDv, grid{tiles, s.KVHeads, s.Batch}, kernels.AttentionBackwardDkDv.Shared(s.HeadDim), args...)
 }
 
+// SwiGLUForward runs kernels.SwiGLUForward.
 func (d *Device) SwiGLUForward(out, gate, up device.Buffer) {
 	g := d.buf("SwiGLUForward gate", gate)
 	o, u := d.get("SwiGLUForward out", out, g.n), d.get("SwiGLUForward up", up, g.n)
@@ -277,6 +290,7 @@ func (d *Device) SwiGLUForward(out, gate, up device.Buffer) {
 	d.launch(&kernels.SwiGLUForward, grid{kernels.GridStride(int64(g.n)), 1, 1}, 0, ptrArg(o), ptrArg(g), ptrArg(u), i64Arg(g.n))
 }
 
+// SwiGLUBackward runs kernels.SwiGLUBackward.
 func (d *Device) SwiGLUBackward(dgate, dup, dout, gate, up device.Buffer) {
 	g := d.buf("SwiGLUBackward gate", gate)
 	n := g.n
@@ -299,6 +313,7 @@ func (d *Device) checkTargets(op string, targets []int32, vocab int) {
 	}
 }
 
+// CrossEntropyForward runs kernels.CrossEntropyForward with the targets staged in scratch.
 func (d *Device) CrossEntropyForward(losses, logits device.Buffer, targets []int32, vocab int) {
 	d.checkTargets("CrossEntropyForward", targets, vocab)
 	l := d.get("CrossEntropyForward losses", losses, len(targets))
@@ -314,6 +329,7 @@ func (d *Device) CrossEntropyForward(losses, logits device.Buffer, targets []int
 	}
 }
 
+// CrossEntropyBackward runs kernels.CrossEntropyBackward; dlogits may be logits.
 func (d *Device) CrossEntropyBackward(dlogits, logits device.Buffer, targets []int32, vocab int, scale float32) {
 	d.checkTargets("CrossEntropyBackward", targets, vocab)
 	n := len(targets) * vocab
