@@ -3,7 +3,7 @@
 # localhost, and runs every test with -race.
 GO ?= go
 
-.PHONY: test deps build lint bench gpu-check
+.PHONY: test deps build lint bench kernels-asan gpu-check
 
 build:
 	$(GO) build -o bin/fsdpbench ./cmd/fsdpbench
@@ -20,6 +20,12 @@ lint:
 # starts one, and stops it afterwards, when none answers).
 test: deps lint
 	./.ci/with-slurm $(GO) test -race -timeout 20m ./...
+	$(MAKE) kernels-asan
+
+# The CUDA kernels' CPU-runner tests once more, with the fake libcuda and its driver
+# built with AddressSanitizer (an out-of-bounds access of a kernel aborts the test).
+kernels-asan:
+	FAKECUDA_TEST_ASAN=1 $(GO) test -count=1 -timeout 20m ./backends/gotrain/device/cuda/kernels/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -9,6 +9,8 @@
 // must match bit for bit use __fmul_rn / __fadd_rn, which both sides honour).
 #pragma once
 
+#include <math.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -113,8 +115,24 @@ T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32, const char*
   return fsdp_cpu::shfl(mask, v, src, file, line);
 }
 
+// min and max of CUDA's math library (int and float overloads).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
 // Atomics: real atomics, since blocks run on several OS threads at once.
-inline float atomicAdd(float* p, float v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline float atomicAdd(float* p, float v) {
+  unsigned* u = reinterpret_cast<unsigned*>(p);
+  unsigned old = __atomic_load_n(u, __ATOMIC_RELAXED), upd;
+  do {
+    float f;
+    std::memcpy(&f, &old, 4);
+    f += v;
+    std::memcpy(&upd, &f, 4);
+  } while (!__atomic_compare_exchange_n(u, &old, upd, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  float r;
+  std::memcpy(&r, &old, 4);
+  return r;
+}
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
@@ -159,11 +177,7 @@ inline float __uint_as_float(unsigned i) {
   std::memcpy(&f, &i, 4);
   return f;
 }
-using std::expf;
-using std::fmaxf;
-using std::fminf;
-using std::logf;
-using std::sqrtf;
+// expf, logf, sqrtf, fmaxf, fminf: the C library's (<math.h> through <cmath>).
 
 // ---- the kernel registry: what cuModuleGetFunction finds and cuLaunchKernel calls ----
 namespace fsdp_cpu {
