@@ -13,9 +13,6 @@ import (
 // the kernels' fake libcuda, GEMMs by the fake cuBLAS), and over a real GPU when
 // FSDPBENCH_CUDA_TEST_LIBS=real (.ci/gpu-check), in fp32 GEMM mode.
 func TestConformance(t *testing.T) {
-	if fakes.cuda != "" && !fakes.runsKernels {
-		t.Skip("the fake libcuda that runs kernels comes with the kernels package")
-	}
 	devicetest.Run(t, devicetest.Suite{
 		New:             newConformanceDevice,
 		Reference:       func() device.Device { return cpu.New(cpu.Options{Float64: true}) },

@@ -41,8 +41,13 @@ func requireFakes(t *testing.T) {
 func TestInfoFromTheLibraries(t *testing.T) {
 	requireFakes(t)
 	d := newTestDevice(t, Options{})
-	assert.Equal(t, Info{GPU: "fakecuda host GPU", ComputeCapability: "9.0", MemoryBytes: 1 << 30, CUDA: "99.1",
-		CUBLAS: "99.1.0", LibCUDA: fakes.cuda, LibCUBLAS: fakes.cublas}, d.Info())
+	info := d.Info()
+	assert.Equal(t, "fakecuda CPU runner", info.GPU)
+	assert.Equal(t, "8.0", info.ComputeCapability, "the fake is an A100")
+	assert.Positive(t, info.MemoryBytes)
+	assert.Regexp(t, `^1[1-9]\.\d$`, info.CUDA, "the toolkit's CUDA_VERSION the fake reports")
+	assert.Equal(t, "99.1.0", info.CUBLAS, "the fake cuBLAS's version")
+	assert.Equal(t, []string{fakes.cuda, fakes.cublas}, []string{info.LibCUDA, info.LibCUBLAS})
 	assert.Equal(t, "cuda:0", d.Name())
 }
 
@@ -192,7 +197,7 @@ func TestFailuresAreSticky(t *testing.T) {
 
 func TestOutOfDriverMemory(t *testing.T) {
 	requireFakes(t)
-	t.Setenv("FSDPBENCH_FAKECUDA_MEM_BYTES", strconv.Itoa(24<<20))
+	t.Setenv("FAKECUDA_MEM_LIMIT", strconv.Itoa(24<<20))
 	d := newTestDevice(t, Options{})
 	a, err := d.Alloc(4<<20, device.Params) // 16 MiB: a segment of its own
 	require.NoError(t, err)
@@ -307,7 +312,6 @@ func TestUseAfterClose(t *testing.T) {
 // tracker's figures and never charged to them.
 func TestExtrasReportedApart(t *testing.T) {
 	requireFakes(t)
-	t.Setenv("FSDPBENCH_FAKECUDA_NOOP_LAUNCH", "1")
 	d := newTestDevice(t, Options{})
 	b, err := d.Alloc(1000, device.Params)
 	require.NoError(t, err)

@@ -16,8 +16,7 @@ import (
 )
 
 // launched runs every op once on d with a hook that records each launch, and
-// returns the argument kinds per kernel. The fake libcuda, told to, accepts every
-// launch and runs nothing, which is all this needs.
+// returns the argument kinds per kernel.
 func launched(t *testing.T, d *Device) map[string][][]kernels.Kind {
 	t.Helper()
 	got := map[string][][]kernels.Kind{}
@@ -79,7 +78,6 @@ var ptxType = map[kernels.Kind][]string{
 // the PTX in the embedded fatbin declares (cuobjdump -ptx).
 func TestLaunchWrappersMatchKernelsAndPTX(t *testing.T) {
 	requireFakes(t)
-	t.Setenv("FSDPBENCH_FAKECUDA_NOOP_LAUNCH", "1")
 	got := launched(t, newTestDevice(t, Options{}))
 	names := make([]string, 0, len(got))
 	for n := range got {

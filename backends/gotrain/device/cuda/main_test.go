@@ -9,17 +9,13 @@ import (
 )
 
 // EnvTestLibraries picks the libraries the package's tests bind: unset or "fake"
-// builds the fakes in testdata with g++ (a missing g++ fails the tests) and points
+// builds the fakes with g++ (cudatest; a missing g++ or toolkit fails the tests) and points
 // FSDPBENCH_LIBCUDA / FSDPBENCH_LIBCUBLAS at them; "real" leaves the search to
 // dynload, which is how .ci/gpu-check runs the suite on a GPU.
 const EnvTestLibraries = "FSDPBENCH_CUDA_TEST_LIBS"
 
 // fakes are the built fake libraries (zero with real libraries).
-var fakes struct {
-	cuda, cublas string
-	// runsKernels is true when the fake libcuda executes kernels (the kernels package's).
-	runsKernels bool
-}
+var fakes struct{ cuda, cublas string }
 
 func TestMain(m *testing.M) {
 	var dir string
@@ -29,7 +25,7 @@ func TestMain(m *testing.M) {
 		if err == nil {
 			var f cudatest.Fakes
 			f, err = cudatest.Build(dir)
-			fakes.cuda, fakes.cublas, fakes.runsKernels = f.LibCUDA, f.LibCUBLAS, f.RunsKernels
+			fakes.cuda, fakes.cublas = f.LibCUDA, f.LibCUBLAS
 			f.Setenv()
 		}
 		if err != nil {

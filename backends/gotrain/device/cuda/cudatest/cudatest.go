@@ -1,8 +1,9 @@
-// Package cudatest builds the fake libraries the cuda device is tested over: a
-// libcuda and a libcublas that run on the host (testdata/ of package cuda, built
-// with g++ from the source tree), so that any package's tests can run the cuda
-// device, or processes that open it, without a GPU. Nothing here is linked into
-// the product.
+// Package cudatest builds the fake libraries the cuda device is tested over, so
+// that any package's tests can run the cuda device, or processes that open it,
+// without a GPU: the kernels package's fake libcuda, which runs the kernels on the
+// CPU (kernels/fakecuda), and a fake libcublas that computes GEMMs on the host and
+// checks each call's column-major arguments (testdata/fakecublas of package cuda,
+// built with g++ from the source tree). Nothing here is linked into the product.
 package cudatest
 
 import (
@@ -11,14 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels/fakecuda"
 )
 
 // Fakes are built fake libraries.
 type Fakes struct {
 	// LibCUDA and LibCUBLAS are the libraries' paths.
 	LibCUDA, LibCUBLAS string
-	// RunsKernels is true when LibCUDA executes the kernels.
-	RunsKernels bool
 }
 
 // Env is the environment that binds a process's cuda device to the fakes.
@@ -45,11 +46,11 @@ func Build(dir string) (Fakes, error) {
 		return Fakes{}, fmt.Errorf("cudatest: cannot locate the package's source tree")
 	}
 	pkg := filepath.Dir(filepath.Dir(self)) // backends/gotrain/device/cuda
-	var f Fakes
-	var err error
-	if f.LibCUDA, err = buildFake(pkg, dir, "fakecuda"); err != nil {
-		return Fakes{}, err
+	b, err := fakecuda.Build(filepath.Join(dir, "fakecuda"), fakecuda.Options{})
+	if err != nil {
+		return Fakes{}, fmt.Errorf("cudatest: the fake libcuda: %w", err)
 	}
+	f := Fakes{LibCUDA: b.Lib}
 	if f.LibCUBLAS, err = buildFake(pkg, dir, "fakecublas"); err != nil {
 		return Fakes{}, err
 	}
