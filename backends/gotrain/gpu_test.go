@@ -41,6 +41,7 @@ func TestCUDAOverFakesTracksCPU(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "--- PASS: TestCUDATracksCPU")
+	t.Logf("%s", out)
 }
 
 // requireGPU skips t without a usable cuda device, or fails it under EnvRequireGPU.
