@@ -3,6 +3,7 @@ package gotrain
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
@@ -52,6 +53,12 @@ func firstLine(s string) string {
 	return first
 }
 
+// EnvShareGPUs, set to 1, lets the ranks of a node outnumber its GPUs: local rank r
+// trains on GPU r mod count, for tests of several ranks on one GPU (the fakes, or
+// real NCCL ≥ 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1). Unset, such a rank fails
+// naming the GPU it asked for, as torchrun's would.
+const EnvShareGPUs = "FSDPBENCH_CUDA_SHARE_GPUS"
+
 // deviceEnv is what a rank reports about its device.
 type deviceEnv struct {
 	Device string `json:"device"`
@@ -72,7 +79,11 @@ func openDevice(hw string, limit int64, localRank int) (device.Device, deviceEnv
 		d := cpu.New(cpu.Options{LimitBytes: limit})
 		return d, deviceEnv{Device: d.Name()}, func() error { return nil }, nil
 	}
-	d, err := cuda.New(cuda.Options{Ordinal: localRank, LimitBytes: limit})
+	ord := localRank
+	if n, err := cuda.DeviceCount(); err == nil && ord >= n && os.Getenv(EnvShareGPUs) == "1" {
+		ord %= n
+	}
+	d, err := cuda.New(cuda.Options{Ordinal: ord, LimitBytes: limit})
 	if err != nil {
 		if errors.Is(err, cuda.ErrNoDevice) {
 			return nil, deviceEnv{}, nil, fmt.Errorf("hardware %s: %w", hw, err)

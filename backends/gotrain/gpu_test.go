@@ -37,7 +37,8 @@ func TestCUDAOverFakesTracksCPU(t *testing.T) {
 	lib, err := ncclfake.Build(dir)
 	require.NoError(t, err)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDATracksCPU$", "-test.v")
-	cmd.Env = append(append(os.Environ(), f.Env()...), "FSDPBENCH_LIBNCCL="+lib, EnvRequireGPU+"=1", envQuick+"=1")
+	cmd.Env = append(append(os.Environ(), f.Env()...), "FSDPBENCH_LIBNCCL="+lib, EnvRequireGPU+"=1", envQuick+"=1",
+		EnvShareGPUs+"=1")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "--- PASS: TestCUDATracksCPU")
@@ -65,20 +66,22 @@ func TestCUDATracksCPU(t *testing.T) {
 	type config struct {
 		sharding string
 		ckpt     bool
+		ws       int
 	}
 	var configs []config
 	for _, sharding := range []string{sweeps.FullShard, sweeps.ShardGradOp, sweeps.NoShard, sweeps.DDP} {
-		configs = append(configs, config{sharding, false}, config{sharding, true})
+		configs = append(configs, config{sharding, false, 1}, config{sharding, true, 1})
 	}
 	steps := 20
 	if os.Getenv(envQuick) == "1" { // over the fakes, where every kernel runs on the CPU
-		configs, steps = []config{{sweeps.FullShard, false}, {sweeps.DDP, true}}, 3
+		// Two ranks share the fake's one GPU (EnvShareGPUs), as real NCCL allows only from 2.30.
+		configs, steps = []config{{sweeps.FullShard, false, 1}, {sweeps.DDP, true, 1}, {sweeps.FullShard, true, 2}}, 3
 	}
 	for _, cf := range configs {
 		sharding, ckpt := cf.sharding, cf.ckpt
-		t.Run(fmt.Sprintf("%s,checkpointing=%v", sharding, ckpt), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s,checkpointing=%v,world=%d", sharding, ckpt, cf.ws), func(t *testing.T) {
 			run := func(hw string, opts map[string]any) results.Result {
-				rc := tinyRun(1, 1, sharding)
+				rc := tinyRun(cf.ws, 1, sharding)
 				rc.Steps, rc.Hardware, rc.ActivationCheckpointing, rc.BackendOptions = steps, hw, ckpt, opts
 				rc.AssignID()
 				res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
@@ -110,4 +113,53 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+// envFault names the fault TestCUDAFault expects the run to end with.
+const envFault = "FSDPBENCH_CUDA_FAULT_CASE"
+
+// TestCUDAFaultsOverFakes injects faults into the fake libcuda under a training run
+// on the cuda device, each in a process of its own bound to the fakes: a kernel
+// launch that fails (sticky, as a GPU's) fails the run naming the rank and the
+// error; a GPU whose memory runs out mid-run ends it as oom.
+func TestCUDAFaultsOverFakes(t *testing.T) {
+	dir := t.TempDir()
+	f, err := cudatest.Build(dir)
+	require.NoError(t, err)
+	lib, err := ncclfake.Build(dir)
+	require.NoError(t, err)
+	for _, tc := range []struct{ name, env string }{
+		{"launch", "FAKECUDA_FAIL_LAUNCH=fsdp_attn_fwd:3"},
+		{"oom", "FAKECUDA_MEM_LIMIT=" + fmt.Sprint(35<<20)}, // the run reserves 36 MiB, the cuBLAS workspace 32 of them
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestCUDAFault$", "-test.v")
+			cmd.Env = append(append(os.Environ(), f.Env()...), "FSDPBENCH_LIBNCCL="+lib, envFault+"="+tc.name, tc.env)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), "--- PASS: TestCUDAFault")
+		})
+	}
+}
+
+// TestCUDAFault is TestCUDAFaultsOverFakes's child.
+func TestCUDAFault(t *testing.T) {
+	which := os.Getenv(envFault)
+	if which == "" {
+		t.Skip("run by TestCUDAFaultsOverFakes in a process bound to the fakes")
+	}
+	rc := tinyRun(1, 1, sweeps.FullShard)
+	rc.Hardware = "auto"
+	rc.AssignID()
+	res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	switch which {
+	case "launch":
+		assert.Equal(t, results.StatusFailed, res.Status)
+		assert.Contains(t, res.Error, "rank 0 exited")
+		assert.Contains(t, res.Error, "CUDA_ERROR_LAUNCH_FAILED (719)")
+	case "oom":
+		assert.Equal(t, results.StatusOOM, res.Status, res.Error)
+		assert.Contains(t, res.Error, "rank 0 ran out of device memory")
+	}
 }

@@ -18,6 +18,7 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -224,6 +225,9 @@ func (d *Device) open() error {
 	}
 	ws, err := d.arena.alloc(d.opts.WorkspaceBytes)
 	if err != nil {
+		if errors.Is(err, errDriverOOM) {
+			err = fmt.Errorf("%w: %w", err, device.ErrOutOfMemory)
+		}
 		return fmt.Errorf("the cuBLAS workspace of %d bytes: %w", d.opts.WorkspaceBytes, err)
 	}
 	d.workspace = ws
@@ -368,7 +372,7 @@ func (d *Device) Alloc(n int, cat device.Category) (device.Buffer, error) {
 		d.mu.Unlock()
 		if err != nil {
 			d.tr.Release(bytes, cat)
-			if strings.Contains(err.Error(), errDriverOOM.Error()) {
+			if errors.Is(err, errDriverOOM) {
 				return nil, fmt.Errorf("%s: allocate %d bytes of %v: %v: %w", d.name, bytes, cat, err, device.ErrOutOfMemory)
 			}
 			return nil, fmt.Errorf("%s: allocate %d bytes of %v: %w", d.name, bytes, cat, err)

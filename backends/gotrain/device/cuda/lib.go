@@ -127,3 +127,12 @@ func Probe() error {
 	_, err := bind()
 	return err
 }
+
+// DeviceCount is the number of GPUs the driver lists, or the reason there are none.
+func DeviceCount() (int, error) {
+	l, err := bind()
+	if err != nil {
+		return 0, err
+	}
+	return l.devices, nil
+}
