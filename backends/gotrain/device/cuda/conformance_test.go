@@ -12,12 +12,26 @@ import (
 // cpu device: over the fake libraries here (the kernels executed on the CPU by
 // the kernels' fake libcuda, GEMMs by the fake cuBLAS), and over a real GPU when
 // FSDPBENCH_CUDA_TEST_LIBS=real (.ci/gpu-check), in fp32 GEMM mode.
+//
+// Over the fakes it runs twice: with each block's threads scheduled first to last
+// and last to first between barriers (FAKECUDA_SCHEDULE=reverse), which exposes a
+// missing barrier.
 func TestConformance(t *testing.T) {
-	devicetest.Run(t, devicetest.Suite{
+	suite := devicetest.Suite{
 		New:             newConformanceDevice,
 		Reference:       func() device.Device { return cpu.New(cpu.Options{Float64: true}) },
 		MemoryReference: func() device.Device { return cpu.New(cpu.Options{}) },
-	})
+	}
+	if fakes.cuda == "" {
+		devicetest.Run(t, suite)
+		return
+	}
+	for _, order := range []string{"forward", "reverse"} {
+		t.Run(order, func(t *testing.T) {
+			t.Setenv("FAKECUDA_SCHEDULE", order)
+			devicetest.Run(t, suite)
+		})
+	}
 }
 
 func newConformanceDevice(t *testing.T, limit int64) device.Device {
