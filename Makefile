@@ -3,7 +3,7 @@
 # localhost, and runs every test with -race.
 GO ?= go
 
-.PHONY: test deps build lint bench kernels-asan gpu-check
+.PHONY: test deps build lint bench kernels-asan cuda-asan gpu-check
 
 build:
 	$(GO) build -o bin/fsdpbench ./cmd/fsdpbench
@@ -21,11 +21,19 @@ lint:
 test: deps lint
 	./.ci/with-slurm $(GO) test -race -timeout 20m ./...
 	$(MAKE) kernels-asan
+	$(MAKE) cuda-asan
 
 # The CUDA kernels' CPU-runner tests once more, with the fake libcuda and its driver
 # built with AddressSanitizer (an out-of-bounds access of a kernel aborts the test).
 kernels-asan:
 	FAKECUDA_TEST_ASAN=1 $(GO) test -count=1 -timeout 20m ./backends/gotrain/device/cuda/kernels/
+
+# The cuda device's tests over fakes built with AddressSanitizer: the test binary is
+# built first, so that only it, not the go tool, runs with the sanitizer preloaded.
+cuda-asan:
+	$(GO) test -c -o bin/cuda-asan.test ./backends/gotrain/device/cuda
+	cd backends/gotrain/device/cuda && FSDPBENCH_FAKE_ASAN=1 ASAN_OPTIONS=detect_leaks=0 \
+		LD_PRELOAD="$$(g++ -print-file-name=libasan.so)" ../../../../bin/cuda-asan.test -test.count=1 -test.timeout 20m
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

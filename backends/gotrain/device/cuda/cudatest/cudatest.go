@@ -35,8 +35,11 @@ func (f Fakes) Setenv() {
 	}
 }
 
-// CXXFlagsEnv names extra g++ flags for the fakes (e.g. -fsanitize=address).
-const CXXFlagsEnv = "FSDPBENCH_FAKE_CXXFLAGS"
+// ASanEnv, set to 1, builds both fakes with AddressSanitizer: an out-of-bounds
+// access of a kernel, a copy or a GEMM then aborts with a report. The process that
+// loads them needs the sanitizer's runtime first (LD_PRELOAD of g++'s libasan.so;
+// make cuda-asan does it).
+const ASanEnv = "FSDPBENCH_FAKE_ASAN"
 
 // Build compiles the fakes into dir with g++; a missing g++ is an error that says
 // what to install.
@@ -46,24 +49,25 @@ func Build(dir string) (Fakes, error) {
 		return Fakes{}, fmt.Errorf("cudatest: cannot locate the package's source tree")
 	}
 	pkg := filepath.Dir(filepath.Dir(self)) // backends/gotrain/device/cuda
-	b, err := fakecuda.Build(filepath.Join(dir, "fakecuda"), fakecuda.Options{})
+	asan := os.Getenv(ASanEnv) == "1"
+	b, err := fakecuda.Build(filepath.Join(dir, "fakecuda"), fakecuda.Options{ASan: asan})
 	if err != nil {
 		return Fakes{}, fmt.Errorf("cudatest: the fake libcuda: %w", err)
 	}
 	f := Fakes{LibCUDA: b.Lib}
-	if f.LibCUBLAS, err = buildFake(pkg, dir, "fakecublas"); err != nil {
+	if f.LibCUBLAS, err = buildFake(pkg, dir, "fakecublas", asan); err != nil {
 		return Fakes{}, err
 	}
 	return f, nil
 }
 
 // buildFake compiles testdata/<name>/<name>.cc of the cuda package into dir.
-func buildFake(pkg, dir, name string) (string, error) {
+func buildFake(pkg, dir, name string, asan bool) (string, error) {
 	out := filepath.Join(dir, "lib"+name+".so")
 	src := filepath.Join(pkg, "testdata", name, name+".cc")
 	args := []string{"-std=c++17", "-O1", "-g", "-Wall", "-Werror", "-fPIC", "-shared", "-I", pkg, src, "-o", out}
-	if flags := os.Getenv(CXXFlagsEnv); flags != "" {
-		args = append([]string{flags}, args...)
+	if asan {
+		args = append([]string{"-fsanitize=address", "-fno-omit-frame-pointer"}, args...)
 	}
 	if b, err := exec.Command("g++", args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the fake %s with g++ (install g++; the cuda tests need it): %v\n%s", name, err, b)
