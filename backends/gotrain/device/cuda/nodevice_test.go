@@ -17,10 +17,14 @@ import (
 // binds the libraries named in its environment, once, as a real program does.
 const envHelper = "FSDPBENCH_CUDA_NODEVICE_HELPER"
 
-// hasGPU reports whether this machine has an NVIDIA GPU node.
+// hasGPU reports whether this machine has an NVIDIA GPU: a GPU device node, or
+// nvidia-smi listing one (a VM may name its nodes differently).
 func hasGPU() bool {
-	_, err := os.Stat("/dev/nvidia0")
-	return err == nil
+	if nodes, _ := filepath.Glob("/dev/nvidia[0-9]*"); len(nodes) > 0 {
+		return true
+	}
+	out, err := exec.Command("nvidia-smi", "-L").Output()
+	return err == nil && strings.Contains(string(out), "GPU 0")
 }
 
 // stubLibcuda is the toolkit's stub libcuda.so, which answers 34 to every call.
