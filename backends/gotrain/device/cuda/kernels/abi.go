@@ -18,7 +18,8 @@
 //   - Element counts of flat buffers are int64; row counts and widths are int32
 //     (all offsets are computed in 64 bits inside the kernels).
 //   - Grid-stride kernels are correct for any grid ≥ 1; GridStride gives the grid
-//     the device should use.
+//     the device should use. A grid with a zero dimension (no rows, seq 0) is not a
+//     launch (CUDA_ERROR_INVALID_VALUE): the device skips the op instead.
 //   - Kernels that add into gradients (backward ops) read-modify-write; none uses
 //     atomics, so every result is deterministic run to run.
 package kernels

@@ -13,8 +13,9 @@ extern "C" __global__ void __launch_bounds__(ELEM_BLOCK)
 FSDP_REGISTER(fsdp_copy, ELEM_BLOCK)
 
 // fsdp_add rounds the product and the sum apart, as the cpu device's dst += alpha·x.
+// dst may be src (no __restrict__): each element is read and written by one thread.
 extern "C" __global__ void __launch_bounds__(ELEM_BLOCK)
-    fsdp_add(float* __restrict__ dst, const float* __restrict__ src, float alpha, long long n) {
+    fsdp_add(float* dst, const float* src, float alpha, long long n) {
   GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], __fmul_rn(alpha, src[i]));
 }
 FSDP_REGISTER(fsdp_add, ELEM_BLOCK)

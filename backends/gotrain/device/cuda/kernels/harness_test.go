@@ -109,8 +109,27 @@ type driver struct {
 	cmd    *exec.Cmd
 	in     *bufio.Writer
 	out    io.Reader
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	dead   bool
+}
+
+// lockedBuffer is the driver's stderr, written by exec's copying goroutine while a
+// test may read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // getDriver returns the shared driver of a schedule order, starting it once.
@@ -139,7 +158,7 @@ func startDriver(t *testing.T, drv, fatbin string, reverse bool, env []string) *
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	d := &driver{cmd: cmd, in: bufio.NewWriter(stdin), out: bufio.NewReader(stdout), stderr: &bytes.Buffer{}}
+	d := &driver{cmd: cmd, in: bufio.NewWriter(stdin), out: bufio.NewReader(stdout), stderr: &lockedBuffer{}}
 	cmd.Stderr = d.stderr
 	require.NoError(t, cmd.Start())
 	return d
@@ -244,7 +263,9 @@ func (d *driver) launch(t *testing.T, k *kernels.Kernel, grid [3]int, shared int
 func (d *driver) run(t *testing.T, k *kernels.Kernel, grid [3]int, shared int, bufs [][]byte, args ...any) [][]byte {
 	t.Helper()
 	r := d.launch(t, k, grid, shared, bufs, args...)
-	require.Zero(t, r.status, "%s: launch status (%v)\n%s", k.Name, d.cmd.ProcessState, d.stderr.String())
+	if r.status != 0 {
+		t.Fatalf("%s: launch status %#x (driver %v)\n%s", k.Name, r.status, d.cmd.ProcessState, d.stderr.String())
+	}
 	return r.bufs
 }
 

@@ -210,6 +210,10 @@ func TestRMSNorm(t *testing.T) {
 						buf(0), buf(1), buf(2), buf(3), int32(s.rows), int32(s.dim), float32(1e-5))
 					requireClose(t, "out", r.host(out), bf32(got[0]), 2e-5, 1e-6)
 					requireClose(t, "rstd", r.host(rstd), bf32(got[1]), 2e-5, 1e-6)
+					got = d.run(t, &RMSNormForward, grid1(s.rows), 0,
+						[][]byte{f32b(x), make([]byte, 4*s.rows), f32b(w)},
+						buf(0), buf(1), buf(0), buf(2), int32(s.rows), int32(s.dim), float32(1e-5))
+					requireClose(t, "out in place of x", r.host(out), bf32(got[0]), 2e-5, 1e-6)
 
 					// Backward from the reference's rstd, so dw's column sums compare exactly.
 					rs := r.host(rstd)
@@ -290,6 +294,8 @@ func TestSwiGLU(t *testing.T) {
 				got := d.run(t, &SwiGLUForward, g, 0, [][]byte{make([]byte, 4*n), f32b(gate), f32b(up)},
 					buf(0), buf(1), buf(2), int64(n))
 				requireClose(t, "out", r.host(out), bf32(got[0]), 2e-5, 1e-6)
+				got = d.run(t, &SwiGLUForward, g, 0, [][]byte{f32b(gate), f32b(up)}, buf(1), buf(0), buf(1), int64(n))
+				requireClose(t, "out in place of up", r.host(out), bf32(got[1]), 2e-5, 1e-6)
 
 				dg0, du0, dy := randn(rng, n, 1), randn(rng, n, 1), randn(rng, n, 1)
 				dg, du := r.buf(dg0), r.buf(du0)

@@ -1,8 +1,11 @@
 // RMSNorm (Zhang & Sennrich 2019), as Hugging Face's LlamaRMSNorm: one block a row.
+// out may be x and dx may be dout (no __restrict__ on them): a row is read whole by
+// the reduction, whose barriers come before any write, and then each element is
+// read and written by one thread.
 #include "common.cuh"
 
 extern "C" __global__ void __launch_bounds__(ELEM_BLOCK)
-    fsdp_rmsnorm_fwd(float* __restrict__ out, float* __restrict__ rstd, const float* __restrict__ x,
+    fsdp_rmsnorm_fwd(float* out, float* __restrict__ rstd, const float* x,
                      const float* __restrict__ w, int rows, int dim, float eps) {
   __shared__ float scratch[32];
   int r = blockIdx.x;
@@ -20,7 +23,7 @@ FSDP_REGISTER(fsdp_rmsnorm_fwd, ELEM_BLOCK)
 
 // dx += r·w⊙dy − (r³/dim)·x·Σ(w⊙dy⊙x), one block a row.
 extern "C" __global__ void __launch_bounds__(ELEM_BLOCK)
-    fsdp_rmsnorm_bwd_dx(float* __restrict__ dx, const float* __restrict__ dy, const float* __restrict__ x,
+    fsdp_rmsnorm_bwd_dx(float* dx, const float* dy, const float* __restrict__ x,
                         const float* __restrict__ w, const float* __restrict__ rstd, int rows, int dim) {
   __shared__ float scratch[32];
   int r = blockIdx.x;

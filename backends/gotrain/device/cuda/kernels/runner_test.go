@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels/fakecuda"
 )
 
 // checksFatbin compiles testdata/checks.cu with nvcc (so the runner's test kernels
@@ -125,13 +126,16 @@ func TestFaults(t *testing.T) {
 		r := d.launch(t, &kernels.Scale, grid1(1), 0, [][]byte{f32b([]float32{2})}, buf(0), float32(3), int64(1))
 		require.Equal(t, uint32(719), r.status)
 	})
-	t.Run("block over the launch bounds", func(t *testing.T) {
-		d := startDriver(t, built.Driver, fatbin, false, nil)
-		big := kernels.Scale
-		big.Block = 512
-		r := d.launch(t, &big, grid1(1), 0, [][]byte{f32b([]float32{2})}, buf(0), float32(3), int64(1))
-		require.Equal(t, uint32(1), r.status) // CUDA_ERROR_INVALID_VALUE
-	})
+	for _, block := range []int{512, 128} {
+		t.Run(name("block %d for %d", block, kernels.Scale.Block), func(t *testing.T) {
+			d := startDriver(t, built.Driver, fatbin, false, nil)
+			k := kernels.Scale
+			k.Block = block
+			r := d.launch(t, &k, grid1(1), 0, [][]byte{f32b([]float32{2})}, buf(0), float32(3), int64(1))
+			require.Equal(t, uint32(1), r.status) // CUDA_ERROR_INVALID_VALUE
+			require.Contains(t, d.stderr.String(), "compiled for 256 threads")
+		})
+	}
 }
 
 // TestASanCatchesOverrun runs only in the AddressSanitizer pass (make
@@ -145,4 +149,27 @@ func TestASanCatchesOverrun(t *testing.T) {
 	r := d.launch(t, check("check_shared_overrun", 256), grid1(1), 256, [][]byte{make([]byte, 4*64)}, buf(0))
 	require.Equal(t, statusDead, r.status)
 	require.Contains(t, d.stderr.String(), "AddressSanitizer: heap-buffer-overflow")
+}
+
+// TestFakeDriverAPI builds testdata/api_check.cc against the fake and runs it: each
+// driver call the cuda device uses, with its error cases (bounds, handles, out of
+// memory, launch limits, a sticky illegal address).
+func TestFakeDriverAPI(t *testing.T) {
+	needFake(t)
+	b := fake(t)
+	inc, err := fakecuda.CUDAInclude()
+	require.NoError(t, err)
+	exe := filepath.Join(t.TempDir(), "api_check")
+	args := []string{"-std=c++17", "-Wall", "-Werror", "-I", inc, "testdata/api_check.cc", "-o", exe,
+		"-L", b.Dir, "-l:libcuda.so.1", "-Wl,-rpath," + b.Dir}
+	if os.Getenv("FAKECUDA_TEST_ASAN") == "1" { // the fake carries ASan: so must its program
+		args = append(args, "-fsanitize=address")
+	}
+	out, err := exec.Command("g++", args...).CombinedOutput()
+	require.NoError(t, err, "g++: %s", out)
+	cmd := exec.Command(exe, fatbin)
+	cmd.Env = append(os.Environ(), "FAKECUDA_MEM_LIMIT=1048576")
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "ok")
 }

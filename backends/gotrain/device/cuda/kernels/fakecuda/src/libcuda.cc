@@ -237,29 +237,57 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
 
 // ---- contexts: one, shared by the primary and created paths ----
 
+int ctxRefs = 0;  // retains and creates not yet released or destroyed
+
+// reset_context frees what the context held once its last reference goes, as the
+// real driver does, and clears a sticky error: a new context starts clean.
+void reset_context() {
+  for (auto& kv : functions) delete kv.second;
+  functions.clear();
+  for (Module* m : modules) delete m;
+  modules.clear();
+  for (CUstream x : streams) delete reinterpret_cast<char*>(x);
+  streams.clear();
+  for (Event* e : events) delete e;
+  events.clear();
+  for (auto& kv : allocs) std::free(reinterpret_cast<void*>(kv.first));
+  allocs.clear();
+  used = 0;
+  sticky = CUDA_SUCCESS;
+}
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   GUARD();
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  ctxRefs++;
   *pctx = reinterpret_cast<CUcontext>(&ctxToken);
   return CUDA_SUCCESS;
-}
-
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
-  GUARD();
-  return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult cuCtxCreate(CUcontext* pctx, unsigned int, CUdevice dev) {
   GUARD();
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  ctxRefs++;
   *pctx = reinterpret_cast<CUcontext>(&ctxToken);
+  return CUDA_SUCCESS;
+}
+
+// Release and destroy work after a failure (they are how a program recovers).
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (ctxRefs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--ctxRefs == 0) reset_context();
   return CUDA_SUCCESS;
 }
 
 CUresult cuCtxDestroy(CUcontext ctx) {
   std::lock_guard<std::mutex> lock(mu);
   if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
-  return ctx == reinterpret_cast<CUcontext>(&ctxToken) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx != reinterpret_cast<CUcontext>(&ctxToken) || ctxRefs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--ctxRefs == 0) reset_context();
+  return CUDA_SUCCESS;
 }
 
 CUresult cuCtxSetCurrent(CUcontext ctx) {
@@ -463,8 +491,14 @@ CUresult cuLaunchKernel(CUfunction hfunc, unsigned int gx, unsigned int gy, unsi
     if (extra != nullptr || (params == nullptr && !k->sig.empty())) return CUDA_ERROR_INVALID_VALUE;
     if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 || bx == 0 || by == 0 || bz == 0)
       return CUDA_ERROR_INVALID_VALUE;
-    // The kernels are compiled with __launch_bounds__(block): more threads fail.
-    if (bx * by * bz > unsigned(k->block)) return CUDA_ERROR_INVALID_VALUE;
+    // The kernels are compiled with __launch_bounds__(block) and index their
+    // threads assuming exactly that block (kernels.Kernel.Block): more threads fail
+    // on a GPU too, fewer would compute garbage there, so both are refused here.
+    if (bx * by * bz != unsigned(k->block)) {
+      std::fprintf(stderr, "fakecuda: %s launched with block (%u,%u,%u), compiled for %d threads\n",
+                   k->name.c_str(), bx, by, bz, k->block);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     if (int(shared) > f->maxDynamicShared) return CUDA_ERROR_INVALID_VALUE;
     // Pointer arguments must point into an allocation (or be null), as a guard
     // against a wrapper passing a host address or an integer where a pointer goes.

@@ -278,10 +278,8 @@ int run(const KernelEntry* k, dim3 grid, dim3 block, size_t shared, void** param
     cur_block = nullptr;
     put_stacks(b.fibers);
   };
-  if (nworkers == 1) {
-    work();
-    return 0;
-  }
+  // Always on threads of our own, never the caller's: the caller may be a Go
+  // thread in a cgo call, which should not have its stack switched under it.
   std::vector<std::thread> ts;
   for (unsigned w = 0; w < nworkers; w++) ts.emplace_back(work);
   for (auto& t : ts) t.join();
