@@ -180,7 +180,7 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 	return backends.Description{
 		Name: Name,
 		Summary: "the Go trainer: one worker process per rank on this host, FSDP strategies and DDP " +
-			"over a TCP ring, on the cpu device or the cuda device",
+			"over a TCP ring (or NCCL with comm: nccl), on the cpu device or the cuda device (NCCL)",
 		Available: true,
 		Reason:    reason,
 		Axes: map[string][]string{

@@ -292,3 +292,29 @@ func TestHostPointersNeedAHostMemoryLibrary(t *testing.T) {
 	err = nc[0].AllReduce(context.Background(), []float32{1}, comm.Sum)
 	require.ErrorContains(t, err, "needs the device's staging")
 }
+
+// TestTwoRanksOnOneGPU: NCCL before 2.30 refuses a second rank on a GPU with
+// ncclInvalidUsage at init; the error says why and what to do.
+func TestTwoRanksOnOneGPU(t *testing.T) {
+	t.Setenv("FSDPBENCH_FAKE_NCCL_FAULT", "dupgpu")
+	for _, tt := range []struct {
+		version  string
+		wantHint bool
+	}{{"22703", true}, {"23000", false}} {
+		t.Run(tt.version, func(t *testing.T) {
+			t.Setenv("FSDPBENCH_FAKE_NCCL_VERSION", tt.version)
+			lib, err := open()
+			require.NoError(t, err)
+			lib.HostMemory = false // as a real NCCL
+			id, err := lib.uniqueID()
+			require.NoError(t, err)
+			_, err = lib.initRank(2, 1, id)
+			require.ErrorContains(t, err, "ncclCommInitRank (rank 1 of 2): invalid usage")
+			if tt.wantHint {
+				assert.ErrorContains(t, err, "refuses two ranks on one GPU (2.30 allows it with NCCL_MULTI_RANK_GPU_ENABLE=1)")
+			} else {
+				assert.NotContains(t, err.Error(), "two ranks")
+			}
+		})
+	}
+}

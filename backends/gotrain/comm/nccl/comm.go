@@ -392,7 +392,14 @@ func (c *Communicator) run(ctx context.Context, kind comm.Kind, elems int, call 
 	if c.opts.Stream != nil {
 		stream = c.opts.Stream.Handle()
 	}
-	rc := call(c.h, stream)
+	var rc C.fbResult
+	if ctx.Err() != nil {
+		// Cancelled before it began: never issue it, and tell the peers
+		// through the status exchange, as a cancel in flight does.
+		c.abort("cancelled", statusCancelled)
+	} else {
+		rc = call(c.h, stream)
+	}
 	var local string
 	switch {
 	case c.aborted.Load() != nil:
@@ -456,6 +463,9 @@ func (c *Communicator) diagnose(ctx context.Context, kind comm.Kind, seq uint64,
 		}
 	}
 	if c.size == 1 {
+		if e.Rank < 0 && status != statusCancelled {
+			e.Rank = c.worldRank() // alone, a hang can only be this rank's
+		}
 		return e
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.opts.controlTimeout())

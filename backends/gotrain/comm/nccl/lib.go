@@ -47,7 +47,7 @@ const (
 	ncclSuccess         = 0
 	ncclInvalidUsage    = 5
 	ncclFloat32         = 7
-	ncclBfloat16        = 9 // for bf16 collectives of the cuda device's mixed precision
+	ncclBfloat16        = 9 // bf16 collectives, with the cuda device
 	ncclSum             = 0
 	ncclAvg             = 4
 	ncclSplitNoColor    = -1
@@ -56,8 +56,6 @@ const (
 	versionMin          = 21000 // ncclAvg appeared in 2.10.0
 	versionMultiRankGPU = 23000 // two ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1)
 )
-
-var _ = ncclBfloat16
 
 // Library is a loaded libnccl with its entry points.
 type Library struct {

@@ -22,7 +22,8 @@ const (
 	// 2.17.3 (before ncclCommSplit).
 	EnvVersion = "FSDPBENCH_FAKE_NCCL_VERSION"
 	// EnvFault injects a fault: "async:R:K" (the process with RANK=R raises an
-	// asynchronous error at its K-th collective) or "hang:R:K" (it stops).
+	// asynchronous error at its K-th collective), "hang:R:K" (it stops) or
+	// "dupgpu" (ncclCommInitRank refuses, as for two ranks on one GPU).
 	EnvFault = "FSDPBENCH_FAKE_NCCL_FAULT"
 )
 

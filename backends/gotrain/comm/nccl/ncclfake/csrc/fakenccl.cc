@@ -16,7 +16,9 @@
 //                                K-th collective (counted over the process) does not
 //                                take part and raises an asynchronous ncclSystemError;
 //                                "hang:R:K" - that process stops (SIGSTOP), as a hung
-//                                host does.
+//                                host does; "dupgpu" - ncclCommInitRank fails with
+//                                ncclInvalidUsage, as NCCL before 2.30 does for two
+//                                ranks on one GPU.
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -283,6 +285,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   if (!comm) return ncclInvalidArgument;
+  const char* f = getenv("FSDPBENCH_FAKE_NCCL_FAULT");
+  if (f && strcmp(f, "dupgpu") == 0) return ncclInvalidUsage;  // NCCL < 2.30: "Duplicate GPU detected"
   if (strncmp(id.internal, "/fsdpfake-", 10) != 0 || memchr(id.internal, 0, sizeof id.internal) == nullptr) return ncclInvalidArgument;
   ncclComm* c = new ncclComm();
   ncclResult_t r = openShared(c, id.internal, nranks, rank);
