@@ -17,9 +17,12 @@ lint:
 	$(GO) vet ./...
 
 # The tests run while a one-node Slurm is up for the launcher's tests (.ci/with-slurm
-# starts one, and stops it afterwards, when none answers).
+# starts one, and stops it afterwards, when none answers); then every fuzz target
+# runs for a bounded time (.ci/fuzz), and the CUDA kernels'
+# CPU-runner tests once more under AddressSanitizer.
 test: deps lint
 	./.ci/with-slurm $(GO) test -race -timeout 20m ./...
+	GO=$(GO) ./.ci/fuzz
 	$(MAKE) kernels-asan
 	$(MAKE) cuda-asan
 

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,75 +79,62 @@ const (
 	CommNCCL = "nccl"
 )
 
-// maxCollectiveTimeout bounds collective_timeout.
-const maxCollectiveTimeout = 24 * time.Hour
+// optionNames are the backend_options gotrain knows, for errors.
+var optionNames = []string{"collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
+
+// Bounds of the options: anything past them is a typo, not an experiment.
+const (
+	maxLR                = 10
+	maxWeightDecay       = 10
+	maxGradClip          = 1e6
+	maxStepDelay         = time.Hour
+	maxMemLimit          = 1 << 50 // 1 PiB
+	maxCollectiveTimeout = 24 * time.Hour
+)
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
-// duration such as "200ms") and mem_limit_bytes. Unknown keys are errors.
+// duration such as "200ms") and mem_limit_bytes, each bounded. Errors are
+// *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
-	num := func(k string, v any) (float64, error) {
-		switch x := v.(type) {
-		case float64:
-			return x, nil
-		case int:
-			return float64(x), nil
-		case int64:
-			return float64(x), nil
-		case uint64:
-			return float64(x), nil
-		}
-		return 0, fmt.Errorf("gotrain: backend_options.%s must be a number, got %v", k, v)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	for k, v := range m {
+	sort.Strings(keys) // the same error first on every run
+	for _, k := range keys {
+		v := m[k]
 		var err error
 		switch k {
 		case "lr":
-			o.LR, err = num(k, v)
+			o.LR, err = backends.NumberIn(v, 0, maxLR, true)
 		case "weight_decay":
-			o.WeightDecay, err = num(k, v)
+			o.WeightDecay, err = backends.NumberIn(v, 0, maxWeightDecay, false)
 		case "grad_clip":
-			o.GradClip, err = num(k, v)
+			o.GradClip, err = backends.NumberIn(v, 0, maxGradClip, false)
 		case "mem_limit_bytes":
-			var f float64
-			f, err = num(k, v)
-			o.MemLimitBytes = int64(f)
+			o.MemLimitBytes, err = backends.WholeIn(v, 0, maxMemLimit)
 		case "step_delay":
-			o.StepDelay, err = duration(k, v)
+			o.StepDelay, err = backends.DurationIn(v, 0, maxStepDelay)
 		case "collective_timeout":
-			o.CollectiveTimeout, err = duration(k, v)
-			if err == nil && (o.CollectiveTimeout <= 0 || o.CollectiveTimeout > maxCollectiveTimeout) {
-				err = fmt.Errorf("gotrain: backend_options.collective_timeout %v must be positive and at most %v", o.CollectiveTimeout, maxCollectiveTimeout)
+			o.CollectiveTimeout, err = backends.DurationIn(v, 0, maxCollectiveTimeout)
+			if err == nil && o.CollectiveTimeout <= 0 {
+				err = fmt.Errorf("must be positive, got %v", v)
 			}
 		case "comm":
-			o.Comm, _ = v.(string)
-			if o.Comm != CommTCP && o.Comm != CommNCCL {
-				err = fmt.Errorf("gotrain: backend_options.comm must be %q or %q, got %v", CommTCP, CommNCCL, v)
+			c, _ := v.(string)
+			if c != CommTCP && c != CommNCCL {
+				err = fmt.Errorf("must be %q or %q, got %v", CommTCP, CommNCCL, v)
 			}
+			o.Comm = c
 		default:
-			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes, comm, collective_timeout)", k)
+			return o, backends.UnknownOption("backend_options", "gotrain", k, optionNames)
 		}
 		if err != nil {
-			return o, err
+			return o, backends.SpecErrorf("gotrain: backend_options.%s: %w", k, err)
 		}
 	}
-	if !(o.LR > 0) || o.WeightDecay < 0 || o.GradClip < 0 || o.StepDelay < 0 || o.MemLimitBytes < 0 {
-		return o, fmt.Errorf("gotrain: backend_options: lr must be positive; weight_decay, grad_clip, step_delay and mem_limit_bytes not negative")
-	}
 	return o, nil
-}
-
-// duration reads backend_options.k as a duration such as "200ms".
-func duration(k string, v any) (time.Duration, error) {
-	s, ok := v.(string)
-	if !ok {
-		return 0, fmt.Errorf("gotrain: backend_options.%s must be a duration such as \"200ms\", got %v", k, v)
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("gotrain: backend_options.%s: %w", k, err)
-	}
-	return d, nil
 }
 
 // Backend runs the Go trainer in worker processes on this host.
@@ -282,6 +270,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		res.Env.Hosts = []string{host}
 	}
 	if err := b.Validate(ctx, rc); err != nil {
+		if backends.IsSpecError(err) {
+			return res, err // bad options: the backend's failure to run, not a verdict on rc
+		}
 		res.Status, res.Error, res.Finished = results.StatusInfeasible, err.Error(), time.Now()
 		return res, nil
 	}
@@ -318,6 +309,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		fmt.Fprintf(w, "[rank %d] %s\n", rank, line)
 	}
 	var steps []results.Step
+	var badEvent string // the first broken FSDPBENCH line, which fails the run
 	var stepsMu sync.Mutex
 
 	workers := make([]*worker, 0, rc.WorldSize)
@@ -380,12 +372,15 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 						for sc.Scan() {
 							line := sc.Text()
 							writeLine(stdout, w.rank, line)
-							ev, ok := strings.CutPrefix(line, EventPrefix)
-							if !ok {
-								continue
+							we, ok, err := stepEvent(line)
+							if err != nil {
+								stepsMu.Lock()
+								if badEvent == "" {
+									badEvent = fmt.Sprintf("rank %d: %v", w.rank, err)
+								}
+								stepsMu.Unlock()
 							}
-							var we workerEvent
-							if json.Unmarshal([]byte(ev), &we) != nil || we.Event != "step" || we.Warmup {
+							if !ok {
 								continue
 							}
 							loss := we.Loss
@@ -419,7 +414,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
 
 	var first *exit // the first worker to end badly on its own
-	oom := -1
+	oom, diverged := -1, -1
 	canceled := false
 	done := 0
 	var hardKill <-chan time.Time
@@ -434,6 +429,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			var ee *exec.ExitError
 			if errors.As(e.err, &ee) && ee.ExitCode() == ExitOOM && oom < 0 {
 				oom = e.rank
+			}
+			if errors.As(e.err, &ee) && ee.ExitCode() == ExitDiverged && diverged < 0 {
+				diverged = e.rank
 			}
 			if first == nil && !e.killed {
 				first = &e
@@ -473,6 +471,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		if tail := workers[oom].lastLines(); tail != "" {
 			res.Error += ":\n" + tail
 		}
+	case diverged >= 0:
+		res.Status = results.StatusDiverged
+		res.Error = divergedError(diverged, workers[diverged].lastLines())
 	case first != nil:
 		res.Status = results.StatusFailed
 		res.Error = fmt.Sprintf("rank %d exited: %v", first.rank, first.err)
@@ -482,6 +483,8 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	case canceled:
 		res.Status = results.StatusCanceled
 		res.Error = fmt.Sprintf("canceled: %v; every worker was stopped", context.Cause(ctx))
+	case badEvent != "":
+		res.Status, res.Error = results.StatusFailed, "gotrain: a worker printed a broken FSDPBENCH line: "+badEvent
 	default:
 		if err := b.collect(&res, rc, env.RunDir, steps); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
@@ -545,17 +548,11 @@ func signaled(err error) bool {
 func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir string, steps []results.Step) error {
 	files := make([]RankFile, rc.WorldSize)
 	for r := range files {
-		path := filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
+		f, err := readRankFile(filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json"), r, rc.Steps)
 		if err != nil {
-			return fmt.Errorf("gotrain: rank %d exited cleanly but its report is missing: %w", r, err)
+			return err
 		}
-		if err := json.Unmarshal(data, &files[r]); err != nil {
-			return fmt.Errorf("gotrain: rank %d's report %s: %w", r, path, err)
-		}
-		if len(files[r].StepTimesS) != rc.Steps {
-			return fmt.Errorf("gotrain: rank %d reported %d measured steps, want %d", r, len(files[r].StepTimesS), rc.Steps)
-		}
+		files[r] = f
 	}
 	shape, err := shapes.Lookup(rc.Model)
 	if err != nil {
