@@ -52,6 +52,7 @@ type Env struct {
 	Driver      string   `json:"driver,omitempty"`
 	CUDA        string   `json:"cuda,omitempty"`
 	NCCL        string   `json:"nccl,omitempty"`
+	CUBLAS      string   `json:"cublas,omitempty"`
 	Torch       string   `json:"torch,omitempty"`
 	Go          string   `json:"go,omitempty"`
 	Fsdpbench   string   `json:"fsdpbench,omitempty"`

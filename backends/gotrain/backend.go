@@ -65,32 +65,31 @@ type Options struct {
 	MemLimitBytes int64
 	// Comm is the communicator: CommTCP (the TCP ring) or CommNCCL
 	// (libnccl.so.2; on the cpu device only a host-memory NCCL such as the
-	// tests' fake accepts the buffers). Empty is the device's own: tcp on cpu
-	// (nccl for the cuda device, when it lands).
+	// tests' fake accepts the buffers). Empty is the device's own: tcp on cpu,
+	// nccl on the cuda device (commFor).
 	Comm string
 	// CollectiveTimeout bounds one collective (0: comm.DefaultOpTimeout); past
 	// it the run fails naming the rank.
 	CollectiveTimeout time.Duration
 }
 
+// Communicators for Options.Comm.
+const (
+	CommTCP  = "tcp"
+	CommNCCL = "nccl"
+)
+
 // optionNames are the backend_options gotrain knows, for errors.
 var optionNames = []string{"collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
 
 // Bounds of the options: anything past them is a typo, not an experiment.
 const (
-	maxLR          = 10
-	maxWeightDecay = 10
-	maxGradClip    = 1e6
-	maxStepDelay   = time.Hour
-	maxMemLimit    = 1 << 50 // 1 PiB
-	// maxCollectiveTimeout bounds collective_timeout.
+	maxLR                = 10
+	maxWeightDecay       = 10
+	maxGradClip          = 1e6
+	maxStepDelay         = time.Hour
+	maxMemLimit          = 1 << 50 // 1 PiB
 	maxCollectiveTimeout = 24 * time.Hour
-)
-
-// Communicators for Options.Comm.
-const (
-	CommTCP  = "tcp"
-	CommNCCL = "nccl"
 )
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
@@ -119,12 +118,16 @@ func ParseOptions(m map[string]any) (Options, error) {
 		case "step_delay":
 			o.StepDelay, err = backends.DurationIn(v, 0, maxStepDelay)
 		case "collective_timeout":
-			o.CollectiveTimeout, err = backends.DurationIn(v, time.Millisecond, maxCollectiveTimeout)
+			o.CollectiveTimeout, err = backends.DurationIn(v, 0, maxCollectiveTimeout)
+			if err == nil && o.CollectiveTimeout <= 0 {
+				err = fmt.Errorf("must be positive, got %v", v)
+			}
 		case "comm":
-			o.Comm, _ = v.(string)
-			if o.Comm != CommTCP && o.Comm != CommNCCL {
+			c, _ := v.(string)
+			if c != CommTCP && c != CommNCCL {
 				err = fmt.Errorf("must be %q or %q, got %v", CommTCP, CommNCCL, v)
 			}
+			o.Comm = c
 		default:
 			return o, backends.UnknownOption("backend_options", "gotrain", k, optionNames)
 		}
@@ -150,16 +153,28 @@ var _ backends.Backend = (*Backend)(nil)
 // Name returns "gotrain".
 func (*Backend) Name() string { return Name }
 
-// Describe says the backend trains on cpu here, in fp32.
+// Describe says the backend trains here in fp32, on the cpu device and, where
+// this machine has a GPU, on the cuda device; Reason says why the cuda device
+// cannot run here.
 func (*Backend) Describe(context.Context) (backends.Description, error) {
+	hw := []string{"cpu", hardware.Auto}
+	reason := cudaReason()
+	if reason == "" {
+		for _, n := range hardware.Names() {
+			if p, err := hardware.Lookup(n); err == nil && p.IsGPU {
+				hw = append(hw, n)
+			}
+		}
+	}
 	return backends.Description{
 		Name: Name,
 		Summary: "the Go trainer: one worker process per rank on this host, FSDP strategies and DDP " +
-			"over a TCP ring (or NCCL with comm: nccl), measured on the cpu device",
+			"over a TCP ring (or NCCL with comm: nccl), on the cpu device or the cuda device (NCCL)",
 		Available: true,
+		Reason:    reason,
 		Axes: map[string][]string{
 			"mixed_precision": {sweeps.FP32},
-			"hardware":        {"cpu", hardware.Auto},
+			"hardware":        hw,
 		},
 		Source: "builtin",
 	}, nil
@@ -173,13 +188,16 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	if err != nil {
 		return err
 	}
-	if opts.Comm == CommNCCL {
+	gpu, err := useCUDA(rc.Hardware)
+	if err != nil {
+		return err
+	}
+	if c, err := commFor(opts.Comm, gpu); err != nil {
+		return err
+	} else if c == CommNCCL {
 		if _, err := nccl.Load(); err != nil {
 			return fmt.Errorf("gotrain: backend_options.comm nccl: %w", err)
 		}
-	}
-	if rc.Hardware != "cpu" && rc.Hardware != hardware.Auto {
-		return fmt.Errorf("gotrain runs on the cpu device only; hardware %q needs the cuda device (set hardware: cpu)", rc.Hardware)
 	}
 	switch rc.MixedPrecision {
 	case sweeps.FP32:
@@ -541,10 +559,12 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	if err != nil {
 		return err
 	}
-	prof, err := hardware.Lookup("cpu")
+	r0 := files[0]
+	prof, err := runProfile(rc.Hardware, r0.Env.GPU != "")
 	if err != nil {
 		return err
 	}
+	res.Env.Hardware, res.Env.GPU, res.Env.Driver, res.Env.CUDA, res.Env.CUBLAS = prof.Name, r0.Env.GPU, r0.Env.Driver, r0.Env.CUDA, r0.Env.CUBLAS
 	peak, err := prof.Peak(sweeps.FP32)
 	if err != nil {
 		return err
@@ -552,7 +572,6 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	// Rank 0's losses (every rank computes the same global loss); a step lasts as
 	// long as its slowest rank.
 	res.Steps = make([]results.Step, rc.Steps)
-	r0 := files[0]
 	res.Env.NCCL = r0.NCCL
 	for i := range res.Steps {
 		loss := r0.Losses[i]
@@ -565,7 +584,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		}
 		res.Steps[i] = st
 	}
-	var peakAlloc, peakRSS int64
+	var peakAlloc, peakRSS, peakReserved, peakDevice int64
 	comm := &results.CommBytes{}
 	for _, f := range files {
 		res.MeasuredWallS = max(res.MeasuredWallS, f.MeasuredWallS)
@@ -574,6 +593,8 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 			res.MemBreakdownBytes = f.PeakBytes
 		}
 		peakRSS = max(peakRSS, f.PeakRSSBytes)
+		peakReserved = max(peakReserved, f.PeakMemReservedBytes)
+		peakDevice = max(peakDevice, f.PeakDeviceMemBytes)
 		comm.AllGather = max(comm.AllGather, f.CommBytesPerStep.AllGather)
 		comm.ReduceScatter = max(comm.ReduceScatter, f.CommBytesPerStep.ReduceScatter)
 		comm.AllReduce = max(comm.AllReduce, f.CommBytesPerStep.AllReduce)
@@ -583,13 +604,20 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		res.PerRank = append(res.PerRank, results.RankResult{Rank: f.Rank, Host: f.Host,
 			MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens / int64(rc.WorldSize),
 			PeakMemAllocatedBytes: results.I64(f.PeakMemAllocatedBytes),
-			PeakRSSBytes:          results.I64(f.PeakRSSBytes), LossLast: &loss})
+			PeakRSSBytes:          results.I64(f.PeakRSSBytes), LossLast: &loss,
+			PeakMemReservedBytes: nonZero(f.PeakMemReservedBytes), PeakDeviceMemBytes: nonZero(f.PeakDeviceMemBytes)})
 	}
 	res.Status = results.StatusOK
 	res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)
 	res.PeakFlopsPerS = peak
 	res.PeakMemAllocatedBytes = results.I64(peakAlloc)
 	res.PeakRSSBytes = results.I64(peakRSS)
+	if peakReserved > 0 {
+		res.PeakMemReservedBytes = results.I64(peakReserved)
+	}
+	if peakDevice > 0 {
+		res.PeakDeviceMemBytes = results.I64(peakDevice)
+	}
 	if prof.MemBytes > 0 {
 		res.DeviceMemBytes = results.I64(prof.MemBytes)
 	}

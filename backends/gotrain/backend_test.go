@@ -167,7 +167,8 @@ func TestValidate(t *testing.T) {
 		{"compile", func(rc *sweeps.RunConfig) { rc.Compile = true }, "compile"},
 		{"gpt2", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "gpt2"},
 		{"world", func(rc *sweeps.RunConfig) { rc.WorldSize = 3 }, "nodes 1 × gpus_per_node 2"},
-		{"gpu hardware", func(rc *sweeps.RunConfig) { rc.Hardware = "h100-sxm" }, "cpu device only"},
+		{"gpu hardware without a GPU", func(rc *sweeps.RunConfig) { rc.Hardware = "h100-sxm" },
+			"hardware h100-sxm needs gotrain's cuda device, and this machine has none: no CUDA device: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tinyRun(2, 1, sweeps.FullShard)
@@ -307,7 +308,7 @@ func TestOptionErrors(t *testing.T) {
 		want string
 	}{
 		{"misspelt", map[string]any{"lrr": 1.0}, `backend_options.lrr: gotrain has no such option (did you mean "lr"?)`},
-		{"unknown", map[string]any{"x": 1}, "known: grad_clip, lr, mem_limit_bytes, step_delay, weight_decay"},
+		{"unknown", map[string]any{"x": 1}, "known: collective_timeout, comm, grad_clip, lr, mem_limit_bytes, step_delay, weight_decay"},
 		{"negative lr", map[string]any{"lr": -1.0}, "backend_options.lr: must be in (0, 10], got -1"},
 		{"zero lr", map[string]any{"lr": 0}, "backend_options.lr: must be in (0, 10], got 0"},
 		{"nan lr", map[string]any{"lr": math.NaN()}, "backend_options.lr: must be a finite number"},
@@ -335,6 +336,54 @@ func TestOptionErrors(t *testing.T) {
 	}
 }
 
+// TestDescribeSaysWhyNoCUDA: on a machine without a GPU (CI, with the toolkit's
+// real libcuda installed) `fsdpbench backends` shows why the cuda device cannot
+// run, and offers only cpu and auto as hardware.
+func TestDescribeSaysWhyNoCUDA(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidia0"); err == nil {
+		t.Skip("this machine has a GPU")
+	}
+	d, err := New().Describe(context.Background())
+	require.NoError(t, err)
+	assert.True(t, d.Available, "the cpu device always runs")
+	assert.True(t, strings.HasPrefix(d.Reason, "cuda device: no CUDA device: "), d.Reason)
+	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libcuda.so.1"); err == nil {
+		assert.Contains(t, d.Reason, "cuInit: CUDA_ERROR_NO_DEVICE (100)")
+	}
+	assert.Equal(t, []string{"cpu", "auto"}, d.Axes["hardware"])
+}
+
+func TestCommFor(t *testing.T) {
+	for _, tc := range []struct {
+		comm  string
+		onGPU bool
+		want  string
+	}{{"", false, CommTCP}, {"", true, CommNCCL}, {CommNCCL, false, CommNCCL}, {CommNCCL, true, CommNCCL}, {CommTCP, false, CommTCP}} {
+		got, err := commFor(tc.comm, tc.onGPU)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "%q on GPU %v", tc.comm, tc.onGPU)
+	}
+	_, err := commFor(CommTCP, true)
+	require.ErrorContains(t, err, "set comm: nccl")
+}
+
+func TestRunProfile(t *testing.T) {
+	for _, tc := range []struct {
+		hw    string
+		onGPU bool
+		want  string
+	}{{"cpu", false, "cpu"}, {"auto", false, "cpu"}, {"h100-sxm", true, "h100-sxm"}} {
+		p, err := runProfile(tc.hw, tc.onGPU)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, p.Name, tc.hw)
+	}
+	_, err := useCUDA("h100-sxmm")
+	require.ErrorContains(t, err, `unknown hardware "h100-sxmm"`)
+	gpu, err := useCUDA("cpu")
+	require.NoError(t, err)
+	assert.False(t, gpu)
+}
+
 func TestParseCommOptions(t *testing.T) {
 	o, err := ParseOptions(map[string]any{"comm": "nccl", "collective_timeout": "90s"})
 	require.NoError(t, err)
@@ -344,10 +393,10 @@ func TestParseCommOptions(t *testing.T) {
 		opts map[string]any
 		want string
 	}{
-		{map[string]any{"comm": "mpi"}, `comm must be "tcp" or "nccl"`},
-		{map[string]any{"comm": 1}, `comm must be "tcp" or "nccl"`},
+		{map[string]any{"comm": "mpi"}, `backend_options.comm: must be "tcp" or "nccl"`},
+		{map[string]any{"comm": 1}, `backend_options.comm: must be "tcp" or "nccl"`},
 		{map[string]any{"collective_timeout": "0s"}, "must be positive"},
-		{map[string]any{"collective_timeout": "25h"}, "at most 24h0m0s"},
+		{map[string]any{"collective_timeout": "25h"}, "must be between 0s and 24h0m0s"},
 		{map[string]any{"collective_timeout": 30}, "must be a duration"},
 	} {
 		_, err := ParseOptions(tc.opts)

@@ -16,7 +16,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
-	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -93,6 +93,15 @@ type RankFile struct {
 	PeakMemAllocatedBytes int64            `json:"peak_mem_allocated_bytes"`
 	PeakBytes             map[string]int64 `json:"peak_bytes"`
 	PeakRSSBytes          int64            `json:"peak_rss_bytes"`
+	// Env is the device this rank trained on (GPU name, driver, CUDA, cuBLAS).
+	Env deviceEnv `json:"env"`
+	// PeakMemReservedBytes is the cuda device's arena at its peak (0 on cpu);
+	// ExtraBytes what the device held beyond the tracked buffers (device.ExtraMemory).
+	PeakMemReservedBytes int64 `json:"peak_mem_reserved_bytes,omitempty"`
+	// PeakDeviceMemBytes is the GPU's memory in use (cuMemGetInfo) at its largest
+	// at a step's end, everything on the GPU included (0 on cpu).
+	PeakDeviceMemBytes int64            `json:"peak_device_mem_bytes,omitempty"`
+	ExtraBytes         map[string]int64 `json:"extra_bytes,omitempty"`
 	// CommBytesPerStep is the payload this rank sent per measured step, per collective.
 	CommBytesPerStep results.CommBytes `json:"comm_bytes_per_step"`
 	// NCCL is the version of the libnccl the run used, with its path
@@ -129,12 +138,16 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
-	world, ncclVersion, err := dialWorld(ctx, info, opts)
+	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
+	}
+	defer closeDev()
+	world, ncclVersion, err := dialWorld(ctx, info, opts, dev)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
 	defer world.Close()
-	dev := cpu.New(cpu.Options{LimitBytes: opts.MemLimitBytes})
 	tr, err := fsdp.New(ctx, dev, world, fsdp.Config{
 		Shape: shape, Sharding: rc.Sharding, GPUsPerNode: rc.GPUsPerNode,
 		BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
@@ -147,7 +160,7 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	}
 	defer tr.Close()
 
-	out := RankFile{Rank: info.Rank, NCCL: ncclVersion}
+	out := RankFile{Rank: info.Rank, Env: denv, NCCL: ncclVersion}
 	out.Host, _ = os.Hostname()
 	enc := json.NewEncoder(env.Stdout)
 	var before comm.Stats
@@ -204,6 +217,11 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 		}
 	}
 	out.PeakRSSBytes = peakRSS()
+	if x, ok := dev.(device.ExtraMemory); ok {
+		out.ExtraBytes = x.ExtraMemory()
+		out.PeakMemReservedBytes = out.ExtraBytes["arena_peak_reserved"]
+		out.PeakDeviceMemBytes = out.ExtraBytes["peak_device_used"]
+	}
 	if n := int64(rc.Steps); n > 0 {
 		d := rr.Comm
 		out.CommBytesPerStep = results.CommBytes{
@@ -228,8 +246,13 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 
 // dialWorld opens the world communicator that backend_options.comm names; for
 // NCCL it also returns the library's version and path.
-func dialWorld(ctx context.Context, info rendezvous.Info, opts Options) (comm.Communicator, string, error) {
-	if opts.Comm != CommNCCL {
+func dialWorld(ctx context.Context, info rendezvous.Info, opts Options, dev device.Device) (comm.Communicator, string, error) {
+	_, onGPU := dev.(*cuda.Device)
+	which, err := commFor(opts.Comm, onGPU)
+	if err != nil {
+		return nil, "", err
+	}
+	if which != CommNCCL {
 		c, err := comm.Dial(ctx, info, comm.Options{OpTimeout: opts.CollectiveTimeout})
 		return c, "", err
 	}
@@ -237,7 +260,11 @@ func dialWorld(ctx context.Context, info rendezvous.Info, opts Options) (comm.Co
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := nccl.Dial(ctx, info, lib, nccl.Options{Timeout: opts.CollectiveTimeout})
+	no := nccl.Options{Timeout: opts.CollectiveTimeout}
+	if cd, ok := dev.(*cuda.Device); ok { // collectives on the cuda device's comm stream
+		no.Stream, no.Staging = cd.CollectiveStream(), cd
+	}
+	c, err := nccl.Dial(ctx, info, lib, no)
 	if err != nil {
 		return nil, "", err
 	}

@@ -338,6 +338,9 @@ func TestBackendsAndVersion(t *testing.T) {
 	res := fsdpbench(t, dir, "backends")
 	require.Equal(t, 0, res.code, res.stderr)
 	assert.Regexp(t, `sim\s*│\s*yes\s*│\s*no`, res.stdout)
+	if _, err := os.Stat("/dev/nvidia0"); err != nil { // no GPU: gotrain says why its cuda device cannot run
+		assert.Regexp(t, `gotrain\s*│\s*yes\s*│.*│\s*cuda device: no CUDA device: `, res.stdout)
+	}
 
 	res = fsdpbench(t, dir, "version")
 	require.Equal(t, 0, res.code, res.stderr)

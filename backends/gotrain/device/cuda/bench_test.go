@@ -1,0 +1,93 @@
+package cuda
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+)
+
+// The benchmarks time ops on a real GPU (.ci/gpu-check runs them); over the
+// fakes they would time the host.
+func benchDevice(b *testing.B, o Options) *Device {
+	b.Helper()
+	if fakes.cuda != "" {
+		b.Skip("times a real GPU: run with " + EnvTestLibraries + "=real")
+	}
+	d, err := New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func benchBuf(b *testing.B, d device.Device, n int) device.Buffer {
+	buf, err := d.Alloc(n, device.Other)
+	if err != nil {
+		b.Fatal(err)
+	}
+	host := make([]float32, n)
+	for i := range host {
+		host[i] = float32(i%7-3) / 8
+	}
+	d.CopyFromHost(buf, host)
+	return buf
+}
+
+// BenchmarkMatMul reports TFLOP/s of square products in both GEMM modes, the
+// shape of llama-1b's MLP projections (2048 × 8192 by a 4096-token batch).
+func BenchmarkMatMul(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		gemm GEMMMode
+	}{{"fp32", GEMMFP32}, {"bf16", GEMMBF16}} {
+		for _, s := range []struct{ m, n, k int }{{4096, 4096, 4096}, {4096, 8192, 2048}} {
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", mode.name, s.m, s.n, s.k), func(b *testing.B) {
+				d := benchDevice(b, Options{GEMM: mode.gemm})
+				a, x, c := benchBuf(b, d, s.m*s.k), benchBuf(b, d, s.n*s.k), benchBuf(b, d, s.m*s.n)
+				d.MatMul(c, a, x, false, true, s.m, s.n, s.k, 1, 0)
+				if err := d.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					d.MatMul(c, a, x, false, true, s.m, s.n, s.k, 1, 0)
+				}
+				if err := d.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			})
+		}
+	}
+}
+
+// BenchmarkAttention times llama-1b's attention (32 heads, 8 kv heads, head dim
+// 64) at seq 2048, forward and backward, reporting TFLOP/s of the causal product
+// (forward 2·2·seq²/2·heads·headDim, backward 2.5× that).
+func BenchmarkAttention(b *testing.B) {
+	s := device.AttnShape{Batch: 1, Seq: 2048, Heads: 32, KVHeads: 8, HeadDim: 64}
+	flops := 2.0 * 2 * float64(s.Seq) * float64(s.Seq) / 2 * float64(s.Heads*s.HeadDim)
+	d := benchDevice(b, Options{})
+	q, k, v := benchBuf(b, d, s.QLen()), benchBuf(b, d, s.KVLen()), benchBuf(b, d, s.KVLen())
+	out, lse := benchBuf(b, d, s.QLen()), benchBuf(b, d, s.LSELen())
+	dq, dk, dv := benchBuf(b, d, s.QLen()), benchBuf(b, d, s.KVLen()), benchBuf(b, d, s.KVLen())
+	b.Run("forward", func(b *testing.B) {
+		for b.Loop() {
+			d.AttentionForward(out, lse, q, k, v, s)
+		}
+		if err := d.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+	})
+	b.Run("backward", func(b *testing.B) {
+		for b.Loop() {
+			d.AttentionBackward(dq, dk, dv, out, q, k, v, out, lse, s)
+		}
+		if err := d.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(2.5*flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+	})
+}

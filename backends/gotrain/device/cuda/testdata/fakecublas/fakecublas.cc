@@ -1,0 +1,193 @@
+// fakecublas.cc: a libcublas for tests, built by the cuda package's tests with g++
+// and never linked into the product. It implements the entry points the cuda
+// device calls (cudaapi.h) on the host: device pointers are host pointers, as in
+// the fake libcuda the tests pair it with, and each GEMM runs when it is called
+// (the fake libcuda runs a stream's work in issue order on the calling thread).
+//
+// Every GEMM is checked as cuBLAS would check it and more strictly: column-major
+// leading dimensions (lda ≥ max(1, rows of A as stored), ...), the handle, the
+// stream and the workspace set before the first GEMM, the data and compute types
+// of cublasGemmEx. A call that breaks a rule returns CUBLAS_STATUS_INVALID_VALUE
+// and prints why on stderr. Each call is appended to the file named by
+// FSDPBENCH_FAKECUBLAS_LOG (one line, key=value), so the tests can check the
+// row-major ↔ column-major mapping of every MatMul. FSDPBENCH_FAKECUBLAS_FAIL_AT=n
+// makes the n-th GEMM (1-based) of each handle fail with CUBLAS_STATUS_EXECUTION_FAILED.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+extern "C" {
+#include "cudaapi.h"
+}
+
+namespace {
+
+constexpr int kSuccess = 0, kNotInitialized = 1, kInvalidValue = 7, kExecutionFailed = 13;
+constexpr int kOpN = 0, kOpT = 1;
+constexpr int kR32F = 0, kCompute32F = 68, kCompute32FFast16BF = 75, kGemmDefault = -1;
+constexpr uint32_t kMagic = 0xb1a5f00d;
+
+struct Handle {
+  uint32_t magic = kMagic;
+  cudaStream_t stream = nullptr;
+  bool streamSet = false;
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+  int mathMode = 0;
+  long gemms = 0;  // GEMMs issued through this handle
+};
+
+std::mutex mu;
+
+Handle *check(cublasHandle_t h) {
+  auto *x = reinterpret_cast<Handle *>(h);
+  if (x == nullptr || x->magic != kMagic) return nullptr;
+  return x;
+}
+
+int reject(const char *call, const char *why) {
+  fprintf(stderr, "fakecublas: %s: %s\n", call, why);
+  return kInvalidValue;
+}
+
+// bf16 rounds x to bfloat16 (round to nearest even), as tensor cores read fp32
+// inputs under CUBLAS_COMPUTE_32F_FAST_16BF.
+float bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+void logCall(const char *call, Handle *h, int ta, int tb, int m, int n, int k, float alpha, const void *A, int lda,
+             const void *B, int ldb, float beta, const void *C, int ldc, int compute) {
+  const char *path = getenv("FSDPBENCH_FAKECUBLAS_LOG");
+  if (path == nullptr || *path == 0) return;
+  FILE *f = fopen(path, "a");
+  if (f == nullptr) return;
+  fprintf(f,
+          "call=%s transa=%c transb=%c m=%d n=%d k=%d alpha=%.9g A=%p lda=%d B=%p ldb=%d beta=%.9g C=%p ldc=%d "
+          "compute=%d stream=%p workspace=%zu\n",
+          call, ta == kOpT ? 'T' : 'N', tb == kOpT ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+          compute, (void *)h->stream, h->workspaceBytes);
+  fclose(f);
+}
+
+int gemm(const char *call, cublasHandle_t handle, int ta, int tb, int m, int n, int k, float alpha, const float *A,
+         int lda, const float *B, int ldb, float beta, float *C, int ldc, int compute) {
+  std::lock_guard<std::mutex> lock(mu);
+  Handle *h = check(handle);
+  if (h == nullptr) return kNotInitialized;
+  if (!h->streamSet) return reject(call, "no cublasSetStream before the first GEMM: it would run on the legacy default stream");
+  if (h->workspace == nullptr || h->workspaceBytes == 0) return reject(call, "no cublasSetWorkspace: cuBLAS would allocate behind the allocator");
+  if ((ta != kOpN && ta != kOpT) || (tb != kOpN && tb != kOpT)) return reject(call, "transa/transb not N or T");
+  if (m < 0 || n < 0 || k < 0) return reject(call, "negative m, n or k");
+  int rowsA = ta == kOpN ? m : k, rowsB = tb == kOpN ? k : n;
+  if (lda < (rowsA > 1 ? rowsA : 1)) return reject(call, "lda < max(1, rows of A as stored)");
+  if (ldb < (rowsB > 1 ? rowsB : 1)) return reject(call, "ldb < max(1, rows of B as stored)");
+  if (ldc < (m > 1 ? m : 1)) return reject(call, "ldc < max(1, m)");
+  if (m > 0 && n > 0 && (C == nullptr || (k > 0 && (A == nullptr || B == nullptr)))) return reject(call, "null matrix");
+  logCall(call, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, compute);
+  h->gemms++;
+  const char *failAt = getenv("FSDPBENCH_FAKECUBLAS_FAIL_AT");
+  if (failAt != nullptr && atol(failAt) == h->gemms) {
+    fprintf(stderr, "fakecublas: %s: injected failure at GEMM %ld of its handle\n", call, h->gemms);
+    return kExecutionFailed;
+  }
+  bool round = compute == kCompute32FFast16BF;
+  auto a = [&](int i, int l) {  // op(A)[i,l], column-major
+    float x = ta == kOpN ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
+    return round ? bf16(x) : x;
+  };
+  auto b = [&](int l, int j) {  // op(B)[l,j]
+    float x = tb == kOpN ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
+    return round ? bf16(x) : x;
+  };
+  for (int j = 0; j < n; j++) {
+    for (int i = 0; i < m; i++) {
+      double s = 0;
+      for (int l = 0; l < k; l++) s += (double)a(i, l) * (double)b(l, j);
+      float &c = C[i + (size_t)j * ldc];
+      // BLAS: beta = 0 ignores C (it may hold NaN).
+      c = (float)((double)alpha * s + (beta == 0 ? 0.0 : (double)beta * (double)c));
+    }
+  }
+  return kSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
+  if (handle == nullptr) return kInvalidValue;
+  *handle = reinterpret_cast<cublasHandle_t>(new Handle());
+  return kSuccess;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  Handle *h = check(handle);
+  if (h == nullptr) return kNotInitialized;
+  h->magic = 0;
+  delete h;
+  return kSuccess;
+}
+
+cublasStatus_t cublasGetVersion_v2(cublasHandle_t handle, int *version) {
+  if (check(handle) == nullptr) return kNotInitialized;
+  *version = 990100;  // 99.1.0: no real cuBLAS has it, so a report shows the fake
+  return kSuccess;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t s) {
+  Handle *h = check(handle);
+  if (h == nullptr) return kNotInitialized;
+  h->stream = s;
+  h->streamSet = true;
+  return kSuccess;
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *ws, size_t bytes) {
+  Handle *h = check(handle);
+  if (h == nullptr) return kNotInitialized;
+  if (ws == nullptr && bytes > 0) return reject("cublasSetWorkspace_v2", "null workspace of non-zero size");
+  if (((uintptr_t)ws) % 256 != 0) return reject("cublasSetWorkspace_v2", "workspace not 256-byte aligned");
+  h->workspace = ws;
+  h->workspaceBytes = bytes;
+  return kSuccess;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  Handle *h = check(handle);
+  if (h == nullptr) return kNotInitialized;
+  if (mode != 0) return reject("cublasSetMathMode", "the device asks for CUBLAS_DEFAULT_MATH (fp32 parity) and nothing else");
+  h->mathMode = mode;
+  return kSuccess;
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                              int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
+                              const float *beta, float *C, int ldc) {
+  return gemm("cublasSgemm_v2", handle, transa, transb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc, kCompute32F);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  if (Atype != kR32F || Btype != kR32F || Ctype != kR32F)
+    return reject("cublasGemmEx", "the device's buffers are fp32: A, B and C must be CUDA_R_32F");
+  if (computeType != kCompute32F && computeType != kCompute32FFast16BF)
+    return reject("cublasGemmEx", "compute type must be CUBLAS_COMPUTE_32F or _32F_FAST_16BF with fp32 scalars");
+  if (algo != kGemmDefault) return reject("cublasGemmEx", "algo must be CUBLAS_GEMM_DEFAULT");
+  return gemm("cublasGemmEx", handle, transa, transb, m, n, k, *(const float *)alpha, (const float *)A, lda,
+              (const float *)B, ldb, *(const float *)beta, (float *)C, ldc, computeType);
+}
+
+}  // extern "C"

@@ -1,0 +1,42 @@
+package device
+
+// Stream names one of a device's streams.
+type Stream int
+
+const (
+	// ComputeStream runs every Device op.
+	ComputeStream Stream = iota
+	// CommStream runs collectives on device buffers (NCCL), so that communication
+	// overlaps compute.
+	CommStream
+)
+
+// Event marks the work issued on a stream up to some point.
+type Event interface{}
+
+// Streams is implemented by devices whose ops run asynchronously on a compute
+// stream and that have a second stream for communication (cuda). fsdp
+// type-asserts it for prefetch overlap; a device without it (cpu) runs
+// everything in issue order, which is always correct. The rules are CUDA's:
+// work on one stream runs in issue order; work on two streams is ordered only
+// through events. A buffer written on one stream and read on the other needs
+// Wait on the reader's stream for an event recorded after the write; a buffer
+// freed after use on the comm stream needs the compute stream to have waited
+// for that use first (the allocator reuses memory in compute-stream order).
+type Streams interface {
+	// Record returns an event that completes when the work issued on s so far has.
+	Record(s Stream) Event
+	// Wait makes work issued on s from now on wait for e, without blocking the host.
+	Wait(s Stream, e Event)
+	// WaitHost blocks the caller until e has completed.
+	WaitHost(e Event) error
+	// Release returns e to the device; e must not be used afterwards.
+	Release(e Event)
+}
+
+// ExtraMemory is implemented by devices that hold memory beyond the tracked
+// buffers (an allocator's slack, library workspaces, the context): bytes by name,
+// reported next to the tracker's figures and never mixed into them.
+type ExtraMemory interface {
+	ExtraMemory() map[string]int64
+}

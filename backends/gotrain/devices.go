@@ -1,0 +1,133 @@
+package gotrain
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda"
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/results"
+)
+
+// useCUDA says which device a run's hardware asks for: cpu → the cpu device; a GPU
+// profile → the cuda device, and an error with the reason when this machine cannot
+// run it; auto → the cuda device where there is one, else the cpu device.
+func useCUDA(hw string) (bool, error) {
+	switch hw {
+	case "cpu":
+		return false, nil
+	case hardware.Auto:
+		return cuda.Probe() == nil, nil
+	}
+	p, err := hardware.Lookup(hw)
+	if err != nil {
+		return false, err
+	}
+	if !p.IsGPU {
+		return false, nil
+	}
+	if err := cuda.Probe(); err != nil {
+		return false, fmt.Errorf("hardware %s needs gotrain's cuda device, and this machine has none: %s (set hardware: cpu to train on the cpu device)",
+			hw, firstLine(err.Error()))
+	}
+	return true, nil
+}
+
+// cudaReason is why gotrain's cuda device cannot run here, "" when it can.
+func cudaReason() string {
+	if err := cuda.Probe(); err != nil {
+		return "cuda device: " + firstLine(err.Error())
+	}
+	return ""
+}
+
+func firstLine(s string) string {
+	first, rest, found := strings.Cut(s, "\n")
+	if found && strings.TrimSpace(rest) != "" {
+		return first + " …"
+	}
+	return first
+}
+
+// EnvShareGPUs, set to 1, lets the ranks of a node outnumber its GPUs: local rank r
+// trains on GPU r mod count, for tests of several ranks on one GPU (the fakes, or
+// real NCCL ≥ 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1). Unset, such a rank fails
+// naming the GPU it asked for, as torchrun's would.
+const EnvShareGPUs = "FSDPBENCH_CUDA_SHARE_GPUS"
+
+// deviceEnv is what a rank reports about its device.
+type deviceEnv struct {
+	Device string `json:"device"`
+	GPU    string `json:"gpu,omitempty"`
+	Driver string `json:"driver,omitempty"`
+	CUDA   string `json:"cuda,omitempty"`
+	CUBLAS string `json:"cublas,omitempty"`
+}
+
+// openDevice opens the device of a run for the rank with this local rank (its GPU
+// ordinal), and returns how to close it.
+func openDevice(hw string, limit int64, localRank int) (device.Device, deviceEnv, func() error, error) {
+	gpu, err := useCUDA(hw)
+	if err != nil {
+		return nil, deviceEnv{}, nil, err
+	}
+	if !gpu {
+		d := cpu.New(cpu.Options{LimitBytes: limit})
+		return d, deviceEnv{Device: d.Name()}, func() error { return nil }, nil
+	}
+	ord := localRank
+	if n, err := cuda.DeviceCount(); err == nil && ord >= n && os.Getenv(EnvShareGPUs) == "1" {
+		ord %= n
+	}
+	d, err := cuda.New(cuda.Options{Ordinal: ord, LimitBytes: limit})
+	if err != nil {
+		if errors.Is(err, cuda.ErrNoDevice) {
+			return nil, deviceEnv{}, nil, fmt.Errorf("hardware %s: %w", hw, err)
+		}
+		return nil, deviceEnv{}, nil, err
+	}
+	info := d.Info()
+	return d, deviceEnv{Device: d.Name(), GPU: info.GPU, Driver: info.Driver, CUDA: info.CUDA, CUBLAS: info.CUBLAS}, d.Close, nil
+}
+
+// runProfile is the hardware profile a run's MFU is computed against: the named
+// profile, or for auto the detected GPU's when the run trained on cuda and the
+// cpu profile otherwise.
+func runProfile(hw string, onGPU bool) (hardware.Profile, error) {
+	if hw != hardware.Auto {
+		return hardware.Lookup(hw)
+	}
+	if onGPU {
+		if p, _ := hardware.Detect(); p.IsGPU {
+			return p, nil
+		}
+	}
+	return hardware.Lookup("cpu")
+}
+
+// commFor is the communicator a run uses: the one backend_options.comm names, or
+// when it is empty the device's own, the TCP ring on cpu and NCCL on cuda. The TCP
+// ring works on host memory, so it refuses the cuda device.
+func commFor(comm string, onGPU bool) (string, error) {
+	switch {
+	case comm == "" && onGPU:
+		return CommNCCL, nil
+	case comm == "":
+		return CommTCP, nil
+	case comm == CommTCP && onGPU:
+		return "", fmt.Errorf("gotrain: backend_options.comm tcp runs collectives on host memory and the cuda device's buffers are on the GPU: set comm: nccl, or leave it unset")
+	}
+	return comm, nil
+}
+
+// nonZero is a figure only the cuda device measures: nil (unknown) when 0.
+func nonZero(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return results.I64(v)
+}
