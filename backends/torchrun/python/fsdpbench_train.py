@@ -176,8 +176,14 @@ def attention(q, k, v, heads, kv_heads):
     rep = heads // kv_heads
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    if q.is_cuda and hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        # On a GPU, fused attention (flash / memory-efficient) as any real FSDP
+        # script uses: the probabilities are never stored, as in the Go trainer.
+        # On the CPU the eager form below keeps the cross-engine parity tests exact.
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(b, t, heads * hd)
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-    mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
     scores = scores.masked_fill(mask, float("-inf"))
     out = torch.softmax(scores, dim=-1) @ v
     return out.transpose(1, 2).reshape(b, t, heads * hd)
