@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,8 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -61,10 +64,25 @@ type Options struct {
 	// MemLimitBytes caps each rank's device memory (0: none), so out-of-memory is
 	// reproducible on cpu.
 	MemLimitBytes int64
+	// CollectiveTimeout is how long a rank waits for a peer inside one collective
+	// before it names that peer as hung and the run fails. 0: the default, 10
+	// minutes (torch's NCCL default), or half the run's timeout when that is
+	// shorter, so that a hung rank is named before the run times out.
+	CollectiveTimeout time.Duration
 }
 
+// Bounds of backend_options.collective_timeout.
+const (
+	MinCollectiveTimeout = time.Second
+	MaxCollectiveTimeout = 24 * time.Hour
+)
+
+// collectiveTimeoutOption is the option's name in messages.
+const collectiveTimeoutOption = "backend_options.collective_timeout"
+
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
-// duration such as "200ms") and mem_limit_bytes. Unknown keys are errors.
+// duration such as "200ms"), mem_limit_bytes and collective_timeout (a duration,
+// MinCollectiveTimeout to MaxCollectiveTimeout). Unknown keys are errors.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
 	num := func(k string, v any) (float64, error) {
@@ -93,6 +111,18 @@ func ParseOptions(m map[string]any) (Options, error) {
 			var f float64
 			f, err = num(k, v)
 			o.MemLimitBytes = int64(f)
+		case "collective_timeout":
+			s, ok := v.(string)
+			if !ok {
+				return o, fmt.Errorf("gotrain: %s must be a duration such as \"30s\", got %v", collectiveTimeoutOption, v)
+			}
+			o.CollectiveTimeout, err = time.ParseDuration(s)
+			switch {
+			case err != nil:
+				err = fmt.Errorf("gotrain: %s: %w", collectiveTimeoutOption, err)
+			case o.CollectiveTimeout < MinCollectiveTimeout || o.CollectiveTimeout > MaxCollectiveTimeout:
+				err = fmt.Errorf("gotrain: %s %v is out of range: use %v to %v", collectiveTimeoutOption, o.CollectiveTimeout, MinCollectiveTimeout, MaxCollectiveTimeout)
+			}
 		case "step_delay":
 			s, ok := v.(string)
 			if !ok {
@@ -103,7 +133,7 @@ func ParseOptions(m map[string]any) (Options, error) {
 				err = fmt.Errorf("gotrain: backend_options.step_delay: %w", err)
 			}
 		default:
-			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes)", k)
+			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes, collective_timeout)", k)
 		}
 		if err != nil {
 			return o, err
@@ -255,6 +285,11 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	if err != nil {
 		return res, fmt.Errorf("gotrain: find a free port for the rendezvous: %w", err)
 	}
+	opts, err := ParseOptions(rc.BackendOptions)
+	if err != nil {
+		return res, err
+	}
+	collTimeout := collectiveTimeout(ctx, opts)
 
 	var outMu sync.Mutex // one line at a time into each shared writer
 	writeLine := func(w io.Writer, rank int, line string) {
@@ -264,6 +299,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	var steps []results.Step
 	var stepsMu sync.Mutex
+	// blamed holds what the ranks said about a failed peer, by the peer's rank.
+	blamed := map[int]string{}
+	var blamedOrder []int
 
 	workers := make([]*worker, 0, rc.WorldSize)
 	exits := make(chan exit, rc.WorldSize)
@@ -279,9 +317,17 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	var pids strings.Builder
 	var readers sync.WaitGroup
+	var releases []func() // of the threads the workers were forked from (contract.Tie)
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
 	for r := 0; r < rc.WorldSize; r++ {
 		cmd := exec.Command(exe, "worker")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// A worker dies with this process, even by SIGKILL: nothing else would stop
+		// it before its next write, or before the rendezvous times out.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Env = append(os.Environ(),
 			"MASTER_ADDR=127.0.0.1",
 			"MASTER_PORT="+strconv.Itoa(port),
@@ -291,13 +337,16 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(rc.GPUsPerNode),
 			"GROUP_RANK="+strconv.Itoa(r/rc.GPUsPerNode),
 			EnvRunConfig+"="+cfgPath,
+			EnvCollectiveTimeout+"="+collTimeout.String(),
 		)
 		outPipe, err := cmd.StdoutPipe()
 		if err == nil {
 			var errPipe io.ReadCloser
 			errPipe, err = cmd.StderrPipe()
 			if err == nil {
-				err = cmd.Start()
+				var release func()
+				release, err = contract.Tie(cmd.Start)
+				releases = append(releases, release)
 			}
 			if err == nil {
 				w := &worker{rank: r, cmd: cmd}
@@ -330,7 +379,19 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 								continue
 							}
 							var we workerEvent
-							if json.Unmarshal([]byte(ev), &we) != nil || we.Event != "step" || we.Warmup {
+							if json.Unmarshal([]byte(ev), &we) != nil {
+								continue
+							}
+							if we.Event == "peer_failed" && we.Peer != nil {
+								stepsMu.Lock()
+								if _, ok := blamed[*we.Peer]; !ok {
+									blamed[*we.Peer] = we.Reason
+									blamedOrder = append(blamedOrder, *we.Peer)
+								}
+								stepsMu.Unlock()
+								continue
+							}
+							if we.Event != "step" || we.Warmup {
 								continue
 							}
 							loss := we.Loss
@@ -366,6 +427,20 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	var first *exit // the first worker to end badly on its own
 	oom := -1
 	canceled := false
+	// stopped lists the ranks found stopped (SIGSTOP, SIGTSTP, a tracer) when the
+	// run began to end: such a rank hangs its peers, and is the one to name.
+	var stopped []int
+	findStopped := func() {
+		if stopped != nil {
+			return
+		}
+		stopped = []int{}
+		for _, w := range workers {
+			if contract.Stopped(w.cmd.Process.Pid) {
+				stopped = append(stopped, w.rank)
+			}
+		}
+	}
 	done := 0
 	var hardKill <-chan time.Time
 	ctxDone := ctx.Done()
@@ -388,12 +463,14 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 				first = &e
 			}
 			if hardKill == nil {
+				findStopped()
 				killAll()
 				hardKill = time.After(killGrace)
 			}
 		case <-ctxDone:
 			ctxDone = nil // a closed channel would spin this loop
 			if hardKill == nil {
+				findStopped()
 				canceled = true
 				killAll()
 				hardKill = time.After(killGrace)
@@ -418,6 +495,17 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		if tail := workers[oom].lastLines(); tail != "" {
 			res.Error += ":\n" + tail
 		}
+	case first != nil && !signaled(first.err) && len(blamedOrder) > 0:
+		// The ranks that exited on their own did so because of a peer, which they
+		// name: that peer (hung, stopped or dead) is the cause, whoever exited first.
+		peer := blamedOrder[0]
+		res.Status = results.StatusFailed
+		res.Error = fmt.Sprintf("rank %d failed%s: %s", peer, stoppedNote(stopped, peer), blamed[peer])
+		if peer >= 0 && peer < len(workers) {
+			if tail := workers[peer].lastLines(); tail != "" {
+				res.Error += "; its last stderr lines:\n" + tail
+			}
+		}
 	case first != nil:
 		res.Status = results.StatusFailed
 		res.Error = fmt.Sprintf("rank %d exited: %v", first.rank, first.err)
@@ -427,6 +515,15 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	case canceled:
 		res.Status = results.StatusCanceled
 		res.Error = fmt.Sprintf("canceled: %v; every worker was stopped", context.Cause(ctx))
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			res.Status = results.StatusTimeout
+			res.Error = "timed out; every worker was stopped"
+		}
+		if len(stopped) > 0 {
+			res.Error = fmt.Sprintf("rank %d was stopped by a signal (SIGSTOP or SIGTSTP) and hung the run; %s", stopped[0], res.Error)
+		} else if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			res.Error = fmt.Sprintf("no rank reported a hung peer within %s (%v); %s", collectiveTimeoutOption, collTimeout, res.Error)
+		}
 	default:
 		if err := b.collect(&res, rc, env.RunDir, steps); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
@@ -434,6 +531,32 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
+}
+
+// stoppedNote says that rank was found stopped, if it was.
+func stoppedNote(stopped []int, rank int) string {
+	if slices.Contains(stopped, rank) {
+		return " (it was stopped by a signal: SIGSTOP or SIGTSTP)"
+	}
+	return ""
+}
+
+// defaultCollectiveShare is the part of the run's remaining time that the default
+// collective timeout may take: a hung rank must be named before the run times out.
+const defaultCollectiveShare = 2
+
+// collectiveTimeout is the workers' collective timeout: the option when set, else
+// comm's default or half the time ctx has left, whichever is shorter (no less than
+// MinCollectiveTimeout).
+func collectiveTimeout(ctx context.Context, o Options) time.Duration {
+	if o.CollectiveTimeout > 0 {
+		return o.CollectiveTimeout
+	}
+	t := comm.DefaultOpTimeout
+	if d, ok := ctx.Deadline(); ok {
+		t = min(t, max(time.Until(d)/defaultCollectiveShare, MinCollectiveTimeout))
+	}
+	return t
 }
 
 // newResult is a Result with what rc says before anything runs.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -25,6 +26,11 @@ import (
 // EnvRunConfig names the environment variable that holds the path of the run's
 // RunConfig (JSON) for a worker.
 const EnvRunConfig = "FSDPBENCH_RUN_CONFIG"
+
+// EnvCollectiveTimeout names the variable by which Run gives its workers the
+// collective timeout it chose (a Go duration); without it a worker uses
+// backend_options.collective_timeout, or comm's default.
+const EnvCollectiveTimeout = "FSDPBENCH_COLLECTIVE_TIMEOUT"
 
 // EventPrefix starts every line of a worker's stdout that the backend parses; the
 // rest of the line is one JSON workerEvent.
@@ -64,6 +70,10 @@ type workerEvent struct {
 	Loss      float64 `json:"loss,omitempty"`
 	StepTimeS float64 `json:"step_time_s,omitempty"`
 	Tokens    int64   `json:"tokens,omitempty"`
+	// Peer and Reason come with event "peer_failed": this rank stopped because the
+	// peer of that world rank died or hung, as Reason (comm's error) says.
+	Peer   *int   `json:"peer,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // RankFile is what a worker writes to ranks/rank-<r>.json in the run directory at
@@ -89,7 +99,45 @@ type RankFile struct {
 // FSDPBENCH_RUN_CONFIG and its place from torchrun's (or Slurm's) variables, trains
 // warmup_steps + steps steps, prints rank 0's steps as FSDPBENCH lines and writes
 // ranks/rank-<r>.json next to the config file. `fsdpbench worker` calls it.
+//
+// SIGTERM, SIGINT and SIGHUP stop it cleanly (its collectives abort and tell the
+// peers); when a collective fails because of a peer, it prints a "peer_failed"
+// line naming that peer, so the backend can blame the right rank.
 func Worker(ctx context.Context, env WorkerEnv) error {
+	ctx, stop := stopOnSignals(ctx)
+	defer stop()
+	err := work(ctx, env)
+	if err != nil && ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			err = fmt.Errorf("%w (%v)", err, cause)
+		}
+	}
+	return err
+}
+
+// stopOnSignals cancels ctx, with the signal as the cause, on SIGTERM, SIGINT or
+// SIGHUP (a closed terminal or session): a worker stops as it would for a
+// cancelled run, instead of dying where it stands.
+func stopOnSignals(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(fmt.Errorf("stopped by signal %v", s))
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
+func work(ctx context.Context, env WorkerEnv) error {
 	path := env.Getenv(EnvRunConfig)
 	if path == "" {
 		return fmt.Errorf("gotrain worker: %s is not set; the worker is started by the gotrain backend, not by hand", EnvRunConfig)
@@ -114,7 +162,13 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
-	world, err := comm.Dial(ctx, info, comm.Options{})
+	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption}
+	if v := env.Getenv(EnvCollectiveTimeout); v != "" {
+		if copts.OpTimeout, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)
+		}
+	}
+	world, err := comm.Dial(ctx, info, copts)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
@@ -151,6 +205,11 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 		}
 		rep, err := tr.Step(ctx)
 		if err != nil {
+			var pe *comm.PeerError
+			if errors.As(err, &pe) && ctx.Err() == nil {
+				_, _ = io.WriteString(env.Stdout, EventPrefix)
+				_ = enc.Encode(workerEvent{Event: "peer_failed", Rank: info.Rank, Peer: &pe.Rank, Reason: pe.Error()})
+			}
 			return fmt.Errorf("gotrain worker: %w", err)
 		}
 		if info.Rank == 0 {

@@ -21,12 +21,13 @@ func main() {
 	os.Exit(code)
 }
 
-// onInterrupt cancels the context on the first SIGINT or SIGTERM, so running runs
+// onInterrupt cancels the context on the first SIGINT, SIGTERM or SIGHUP (a closed
+// terminal or session would otherwise kill fsdpbench where it stands), so running runs
 // stop and their state is recorded, and calls force on the second. It returns the
 // function that stops listening.
 func onInterrupt(cancel context.CancelFunc, stderr io.Writer, force func()) func() {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
 	go func() {
 		select {

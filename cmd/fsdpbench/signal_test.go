@@ -150,26 +150,30 @@ func TestInterruptThenResume(t *testing.T) {
 }
 
 func TestOnInterruptCancelsThenForces(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	forced := make(chan struct{})
-	var stderr syncBuffer
-	stop := onInterrupt(cancel, &stderr, func() { close(forced) })
-	defer stop()
+	for _, first := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(first.String(), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			forced := make(chan struct{})
+			var stderr syncBuffer
+			stop := onInterrupt(cancel, &stderr, func() { close(forced) })
+			defer stop()
 
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first SIGINT did not cancel the context")
-	}
-	assert.Contains(t, stderr.String(), "press Ctrl-C again to force")
+			require.NoError(t, syscall.Kill(os.Getpid(), first))
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the first %v did not cancel the context", first)
+			}
+			assert.Contains(t, stderr.String(), "press Ctrl-C again to force")
 
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
-	select {
-	case <-forced:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second signal did not force the exit")
+			require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+			select {
+			case <-forced:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the second signal did not force the exit")
+			}
+		})
 	}
 }
 
