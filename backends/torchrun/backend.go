@@ -84,6 +84,10 @@ func New() *Backend { return &Backend{probes: map[string]probe{}} }
 // Name returns "torchrun".
 func (*Backend) Name() string { return Name }
 
+// probeWaitDelay is how long the torch probe's output may stay open after python
+// exited.
+const probeWaitDelay = 2 * time.Second
+
 // torch asks python which torch it has (once per interpreter).
 func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 	b.mu.Lock()
@@ -93,7 +97,15 @@ func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", probeScript).Output()
+	cmd := exec.CommandContext(ctx, python, "-c", probeScript)
+	// Output waits for EOF on python's stdout: something the interpreter started
+	// (a sitecustomize, a plugin of a library) that keeps it open must not hold the
+	// probe once python has exited.
+	cmd.WaitDelay = probeWaitDelay
+	out, err := cmd.Output()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // python exited 0; its output was read up to then
+	}
 	var p probe
 	if err != nil {
 		var ee *exec.ExitError

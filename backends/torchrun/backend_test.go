@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -370,4 +372,25 @@ func TestLogOptionErrors(t *testing.T) {
 		assert.Contains(t, err.Error(), "backend_options.logs: ")
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// TestTorchProbeIsNotHeldByAChildOfPython: the probe returns once python has
+// exited, though a process it left keeps python's stdout open.
+func TestTorchProbeIsNotHeldByAChildOfPython(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "daemon.pid")
+	t.Setenv("PROBE_DAEMON_PID", pidFile)
+	python, err := filepath.Abs("testdata/python_leaves_a_child.sh")
+	require.NoError(t, err)
+	defer func() {
+		if data, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}()
+	begin := time.Now()
+	info, err := New().torch(context.Background(), python)
+	require.NoError(t, err)
+	assert.Equal(t, "2.5.0", info.Version)
+	assert.Less(t, time.Since(begin), probeWaitDelay+5*time.Second)
 }
