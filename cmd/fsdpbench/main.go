@@ -15,7 +15,12 @@ import (
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stopSignals := onInterrupt(cancel, os.Stderr, func() { os.Exit(ExitInterrupted) })
+	stopSignals := func() {}
+	// A gotrain worker stops on signals itself (gotrain.Worker), without the
+	// sweep's "press Ctrl-C again" dialogue in its log.
+	if len(os.Args) < 2 || os.Args[1] != "worker" {
+		stopSignals = onInterrupt(cancel, os.Stderr, func() { os.Exit(ExitInterrupted) })
+	}
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stopSignals()
 	os.Exit(code)
