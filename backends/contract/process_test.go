@@ -188,3 +188,22 @@ func TestTieKeepsItsThreadUntilReleased(t *testing.T) {
 	_, err = Tie(func() error { return errors.New("no") })
 	assert.EqualError(t, err, "no")
 }
+
+// BenchmarkRunGroup is what RunGroup costs a command that does nothing (`true`):
+// the reaper's start and exit on top of the command's.
+func BenchmarkRunGroup(b *testing.B) {
+	for b.Loop() {
+		if _, err := RunGroup(context.Background(), exec.Command("true"), time.Second, Lines{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlainRun is the same command without RunGroup, for comparison.
+func BenchmarkPlainRun(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
