@@ -21,6 +21,7 @@ import (
 	"github.com/sourcegraph/conc/pool"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/harness/dirlock"
 	"github.com/fsdpbench/fsdpbench/harness/launch"
 	"github.com/fsdpbench/fsdpbench/harness/sampler"
 	"github.com/fsdpbench/fsdpbench/results"
@@ -30,6 +31,10 @@ import (
 // DefaultResultsDir is where sweeps write when no results directory is given. It is
 // never the source package results/ (DESIGN.md).
 const DefaultResultsDir = "fsdpbench-results"
+
+// MaxJobs bounds Options.Jobs (sweep --jobs): more runs at once than this measure
+// nothing but contention, and each holds goroutines, files and processes.
+const MaxJobs = 1024
 
 // DefaultGrace is how long a backend gets to return after its context is cancelled
 // before the harness stops waiting for it.
@@ -84,7 +89,24 @@ type Options struct {
 	// SampleInterval is how often the GPUs are read; default
 	// sampler.DefaultInterval. Negative turns sampling off.
 	SampleInterval time.Duration
+	// WaitLock makes Run wait while another process holds the sweep's results
+	// directory (dirlock) instead of refusing at once with who holds it.
+	WaitLock bool
 }
+
+// RefusedError is an error that stopped a sweep before any run started: its
+// results directory cannot be written, another process holds it, or a run's
+// directory is not one fsdpbench may write. The CLI exits 2 on it: nothing ran,
+// and running the same command again after fixing the cause is safe.
+type RefusedError struct{ Err error }
+
+// Error is the cause's message.
+func (e *RefusedError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause (a *dirlock.HeldError, a file system error, ...).
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+func refused(err error) error { return &RefusedError{Err: err} }
 
 // Outcome is what became of one run.
 type Outcome struct {
@@ -112,6 +134,7 @@ type Summary struct {
 	Total      int
 	OK         int
 	OOM        int
+	Diverged   int
 	Infeasible int
 	Failed     int
 	Timeout    int
@@ -126,8 +149,8 @@ type Summary struct {
 	MaxFit []SearchResult
 }
 
-// Failures is how many runs failed or timed out; oom and infeasible runs are
-// results, not failures.
+// Failures is how many runs failed or timed out; oom, diverged and infeasible runs
+// are results, not failures.
 func (s Summary) Failures() int { return s.Failed + s.Timeout }
 
 // Run executes plan and returns what became of its runs. A run that fails, panics
@@ -142,6 +165,10 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	if plan == nil || plan.Name == "" {
 		return Summary{}, errors.New("harness: the plan has no name (the spec's name: names its results directory)")
 	}
+	// Mistakes in the spec stop the sweep before anything runs or is written.
+	if err := Preflight(ctx, plan, opts.Registry); err != nil {
+		return Summary{}, err
+	}
 	if err := launch.Check(plan.Launcher); err != nil {
 		return Summary{}, fmt.Errorf("sweep %s: %w", plan.Name, err)
 	}
@@ -155,11 +182,28 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	}
 	dir, err := results.OpenSweep(filepath.Join(opts.ResultsDir, plan.Name))
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, refused(err)
+	}
+	// One process at a time in a sweep's directory, for the whole sweep: two
+	// would run every run twice, measure them against each other, and the one
+	// interrupted would overwrite what the other finished.
+	lock, err := dirlock.Acquire(ctx, dir.Path, dirlock.Options{Wait: opts.WaitLock, OnWait: func(he *dirlock.HeldError) {
+		fmt.Fprintf(opts.Out, "waiting for %s: in use by %s\n", dir.Path, he.Holder)
+	}})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Summary{}, ctx.Err()
+		}
+		return Summary{}, refused(err)
+	}
+	defer func() { _ = lock.Release() }()
+	clearDebris(dir.Path)
+	if err := checkRunDirs(dir, plan.Runs); err != nil {
+		return Summary{}, refused(err)
 	}
 	if len(plan.Resolved) > 0 {
 		if err := dir.WriteSpec(plan.Resolved); err != nil {
-			return Summary{}, err
+			return Summary{}, refused(err)
 		}
 	}
 
@@ -178,7 +222,7 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	s.progress = newProgress(opts, plan.Name, len(plan.Runs))
 	if err := s.manifest.flush(); err != nil {
 		s.progress.close()
-		return Summary{}, err
+		return Summary{}, refused(err)
 	}
 
 	p := pool.New().WithMaxGoroutines(opts.Jobs).WithContext(ctx)
@@ -247,6 +291,8 @@ func (s *Summary) add(o Outcome) {
 		s.OK++
 	case results.StatusOOM:
 		s.OOM++
+	case results.StatusDiverged:
+		s.Diverged++
 	case results.StatusInfeasible:
 		s.Infeasible++
 	case results.StatusTimeout:
@@ -265,7 +311,10 @@ func (o *Options) defaults() error {
 	if o.ResultsDir == "" {
 		o.ResultsDir = DefaultResultsDir
 	}
-	if o.Jobs <= 0 {
+	if o.Jobs < 0 || o.Jobs > MaxJobs {
+		return fmt.Errorf("harness: Options.Jobs is %d: give 1 to %d runs at once (0 means 1)", o.Jobs, MaxJobs)
+	}
+	if o.Jobs == 0 {
 		o.Jobs = 1
 	}
 	if o.Out == nil {

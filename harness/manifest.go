@@ -2,12 +2,12 @@ package harness
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // manifest keeps manifest.json current: it is rewritten (atomically, one writer at
@@ -34,7 +34,7 @@ func newManifest(dir *results.SweepDir, sweep string, opts Options) *manifest {
 		searched: map[string]bool{},
 		now:      opts.Now,
 	}
-	if b, err := os.ReadFile(m.path); err == nil {
+	if b, err := input.ReadJSON(m.path, input.RunFile); err == nil {
 		// A damaged manifest is rebuilt from this invocation's runs.
 		_ = json.Unmarshal(b, &m.f)
 	}

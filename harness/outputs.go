@@ -33,7 +33,7 @@ func writeRanks(dir string, ranks []results.RankResult) error {
 	if len(ranks) == 0 {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil { // the umask decides, as for files
 		return fmt.Errorf("ranks directory: %w", err)
 	}
 	for _, rr := range ranks {

@@ -10,7 +10,8 @@ import (
 // Planned says what Run would do with one run of a plan.
 type Planned struct {
 	Config sweeps.RunConfig
-	// Action is "run", "rerun" or "skip".
+	// Action is "run", "rerun", "skip", or "refuse" (the run's directory is a
+	// link or not a directory: Run refuses the sweep).
 	Action string
 	// Why explains the action: "new", "done: ok", "changed since: ok",
 	// "was canceled", "--rerun".
@@ -30,16 +31,25 @@ func Preview(plan *sweeps.Plan, opts Options) []Planned {
 	for _, rc := range plan.Runs {
 		p := Planned{Config: rc, Action: "run", Why: "new"}
 		m, err := dir.ReadMetrics(rc.ID)
+		lerr := realDir(dir.RunDir(rc.ID))
+		_, state := done(dir, rc)
 		switch {
+		case lerr != nil:
+			p.Action, p.Why = "refuse", lerr.Error()
+		case state == doneIngested:
+			p.Action, p.Why = "refuse", "its directory holds a run that ingest wrote"
 		case err != nil:
 		case opts.Rerun:
 			p.Action, p.Why = "rerun", "--rerun"
 		case !m.Status.Final():
 			p.Action, p.Why = "rerun", "was "+string(m.Status)
 		default:
-			if _, ok := done(dir, rc); ok {
+			switch state {
+			case doneOK:
 				p.Action, p.Why = "skip", "done: "+string(m.Status)
-			} else {
+			case doneForeignID:
+				p.Action, p.Why = "skip", "done: "+string(m.Status)+"; its files name another run ID and will be relabelled"
+			default:
 				p.Action, p.Why = "rerun", "changed since: "+string(m.Status)
 			}
 		}

@@ -8,12 +8,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/harness/launch"
 	"github.com/fsdpbench/fsdpbench/harness/sampler"
 	"github.com/fsdpbench/fsdpbench/results"
@@ -36,8 +38,32 @@ type sweep struct {
 
 // runOne skips rc when a previous invocation finished it, and executes it otherwise.
 func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
+	migrateRunDir(s.dir, rc)
+	if err := realDir(s.dir.RunDir(rc.ID)); err != nil {
+		// A search point reached now: checkRunDirs saw the planned runs before
+		// anything started. Nothing is written through the link.
+		o := Outcome{Config: rc, Status: results.StatusFailed, Error: err.Error()}
+		s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error})
+		s.progress.finished(o)
+		return o
+	}
+	m, state := done(s.dir, rc)
+	if state == doneIngested {
+		// A past run that `fsdpbench ingest` wrote: not this sweep's
+		// measurement, so neither skipped as done nor overwritten.
+		src, _ := m.Extra[ingestedKey].(string)
+		o := Outcome{Config: rc, Status: results.StatusFailed, Error: fmt.Sprintf("%s holds a run ingested from %s, not measured by a sweep; "+
+			"a sweep neither counts it as done nor overwrites it: give the sweep another name (name: in the spec), or remove that directory",
+			s.dir.RunDir(rc.ID), src)}
+		s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error})
+		s.progress.finished(o)
+		return o
+	}
 	if !s.opts.Rerun {
-		if m, ok := done(s.dir, rc); ok {
+		if state != notDone {
+			if state == doneForeignID {
+				m = s.repairID(rc, m)
+			}
 			o := Outcome{Config: rc, Status: m.Status, Error: m.Error, Skipped: true, Metrics: m}
 			s.manifest.recordSkipped(results.ManifestEntry{ID: rc.ID, Status: m.Status, Error: m.Error, Started: m.Started, Finished: m.Finished})
 			s.progress.finished(o)
@@ -53,18 +79,155 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	return o
 }
 
+// doneState is what a previous invocation left of a run.
+type doneState int
+
+const (
+	// notDone: no final result of this configuration; the run is (re)run.
+	notDone doneState = iota
+	// doneOK: finished for good with this configuration; the run is skipped.
+	doneOK
+	// doneForeignID: finished with this configuration, but its run_args.json or
+	// metrics.json names another run ID (copied or renamed by hand, or an old
+	// ID scheme): the result stands and the files are relabelled.
+	doneForeignID
+	// doneIngested: the directory holds a past run that ingest wrote.
+	doneIngested
+)
+
+// ingestedKey is the metrics extra key in which `fsdpbench ingest` names the
+// folder a run came from (package ingest): only ingested runs have it.
+const ingestedKey = "source_dir"
+
+// migrateRunDir renames a run stored under rc's legacy ID (sweeps.LegacyID,
+// before IDs carried 64 bits) to its current ID, so a resumed sweep finds it.
+func migrateRunDir(dir *results.SweepDir, rc sweeps.RunConfig) {
+	old, cur := dir.RunDir(rc.LegacyID()), dir.RunDir(rc.ID)
+	if old == cur {
+		return
+	}
+	if _, err := os.Stat(cur); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if fi, err := os.Lstat(old); err == nil && fi.IsDir() {
+		_ = os.Rename(old, cur) // on failure the run is redone under its new ID
+	}
+}
+
 // done reports whether rc's stored run is finished for good and was run with the
 // same configuration; anything unreadable means "not done" and the run is redone.
-func done(dir *results.SweepDir, rc sweeps.RunConfig) (results.Metrics, bool) {
+// The configuration is compared by fingerprint, which leaves the ID out, so a
+// run stored under a directory that its files disagree with is still found.
+func done(dir *results.SweepDir, rc sweeps.RunConfig) (results.Metrics, doneState) {
 	m, err := dir.ReadMetrics(rc.ID)
-	if err != nil || !m.Status.Final() {
-		return results.Metrics{}, false
+	if err != nil {
+		return results.Metrics{}, notDone
+	}
+	if _, ok := m.Extra[ingestedKey]; ok {
+		return m, doneIngested
+	}
+	if !m.Status.Final() {
+		return results.Metrics{}, notDone
 	}
 	stored, err := dir.ReadRunArgs(rc.ID)
 	if err != nil || stored.Fingerprint() != rc.Fingerprint() {
-		return results.Metrics{}, false
+		return results.Metrics{}, notDone
 	}
-	return m, true
+	if stored.ID != rc.ID || stored.Sweep != rc.Sweep || (m.RunID != "" && m.RunID != rc.ID) {
+		return m, doneForeignID
+	}
+	return m, doneOK
+}
+
+// repairID rewrites the run_args.json and metrics.json of a finished run whose
+// files name another run, so that report, compare and gate show it under its
+// own ID. metrics.json is rewritten too (even when its run_id was right) so that
+// the index's cached line, keyed by its size and time, is replaced as well. When
+// the files cannot be written the run is reported as it is, and the next
+// invocation tries again.
+func (s *sweep) repairID(rc sweeps.RunConfig, m results.Metrics) results.Metrics {
+	stored, _ := s.dir.ReadRunArgs(rc.ID)
+	was := stored.ID
+	if was == rc.ID {
+		was = m.RunID
+	}
+	m.RunID = rc.ID
+	err := s.dir.WriteRunArgs(rc)
+	if err == nil {
+		err = s.dir.WriteMetrics(rc.ID, m)
+	}
+	note := fmt.Sprintf("fsdpbench: %s: its files named run %q; relabelled %s (the configuration matches)", rc.ID, was, rc.ID)
+	if err != nil {
+		note = fmt.Sprintf("fsdpbench: %s: its files name run %q and could not be relabelled: %v", rc.ID, was, err)
+	}
+	appendLog(filepath.Join(s.dir.RunDir(rc.ID), results.StderrFile), note)
+	return m
+}
+
+// appendLog adds one line to a run's log file, best effort: a log line must not
+// change what becomes of a run.
+func appendLog(path, line string) {
+	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() {
+		return // a link planted in the log's place is not written through
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.WriteString(f, line+"\n")
+}
+
+// realDir refuses a run directory that is a symbolic link (or anything but a
+// directory): writing through it would put results outside the results
+// directory, and report and gate do not follow it, so a run stored there would
+// count as done for the sweep and be missing everywhere else.
+func realDir(path string) error {
+	st, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case st.Mode()&fs.ModeSymlink != 0:
+		target, _ := os.Readlink(path)
+		return fmt.Errorf("%s is a symbolic link (to %s), not a run directory: fsdpbench writes only inside the results directory "+
+			"and report and gate do not follow links; replace it by a copy (cp -rL) or remove it, then run the sweep again", path, target)
+	case !st.IsDir():
+		what := "file"
+		if !st.Mode().IsRegular() {
+			what = "special file (" + st.Mode().Type().String() + ")"
+		}
+		return fmt.Errorf("%s is a %s, not a run directory; move it away, then run the sweep again", path, what)
+	}
+	return nil
+}
+
+// checkRunDirs refuses the sweep before anything runs when a planned run's
+// directory is not a plain directory (realDir). It reads runs/ once rather than
+// each of (up to a million) run directories.
+func checkRunDirs(dir *results.SweepDir, runs []sweeps.RunConfig) error {
+	entries, err := os.ReadDir(filepath.Join(dir.Path, results.RunsDir))
+	if err != nil {
+		return fmt.Errorf("results directory %s: %w", dir.Path, err)
+	}
+	odd := map[string]bool{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			odd[e.Name()] = true
+		}
+	}
+	if len(odd) == 0 {
+		return nil
+	}
+	for _, rc := range runs {
+		if odd[rc.ID] {
+			if err := realDir(dir.RunDir(rc.ID)); err != nil {
+				return fmt.Errorf("sweep %s: %w", rc.Sweep, err)
+			}
+		}
+	}
+	return nil
 }
 
 // execute runs rc's lifecycle: run_args.json first, the logs, Validate, the repeats,
@@ -72,9 +235,23 @@ func done(dir *results.SweepDir, rc sweeps.RunConfig) (results.Metrics, bool) {
 func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	runDir := s.dir.RunDir(rc.ID)
 	o := Outcome{Config: rc}
+	keepJob := false
+	if s.slurm != nil && launcherName(s.plan, rc) == launch.SlurmName {
+		// The job whose result the previous attempt recorded is never collected
+		// again; one that ended (or still runs) unrecorded is, and keeps its files.
+		if prev, err := s.dir.ReadMetrics(rc.ID); err == nil {
+			id, _ := prev.Extra[launch.ExtraJobID].(string)
+			s.slurm.Recorded(id)
+		}
+		keepJob = s.slurm.Pending(rc, runDir)
+	} else {
+		// Run here now: a job an earlier slurm attempt left must never be taken
+		// for this attempt's if the spec goes back to launcher: slurm.
+		_ = os.Remove(filepath.Join(runDir, launch.JobIDFile))
+	}
 	// A previous attempt's metrics.json must go before run_args.json is rewritten:
 	// if this attempt is killed, the pair would otherwise pass for a finished run.
-	if err := clearRun(runDir); err != nil {
+	if err := clearRun(runDir, keepJob); err != nil {
 		o.Status, o.Error = results.StatusFailed, err.Error()
 		return o
 	}
@@ -119,6 +296,8 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	}
 	m := results.Normalize(rc, repeats)
 	m.RunID, m.Status, m.Error = rc.ID, status, msg
+	m = results.Checked(rc, m) // a figure no run can have fails the run, naming the field
+	status, msg = m.Status, m.Error
 	if err := s.dir.WriteMetrics(rc.ID, m); err != nil {
 		// Without metrics.json the run reads as unfinished and a resume redoes it.
 		status, msg = results.StatusFailed, fmt.Sprintf("write %s: %v", results.MetricsFile, err)
@@ -159,11 +338,27 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 			st, msg := verdict(results.Result{}, err)
 			return st, msg, nil
 		}
+		if backends.IsSpecError(err) {
+			// A mistake in the spec (Preflight missed it: a search point) is no
+			// verdict on the run: failed, so a resume after the fix runs it.
+			return results.StatusFailed, err.Error(), nil
+		}
 		return results.StatusInfeasible, err.Error(), []results.Result{{Status: results.StatusInfeasible, Error: err.Error(), WorldSize: rc.WorldSize}}
+	}
+	if job == nil {
+		if reason := hostCapacity(rc); reason != "" {
+			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}
+		}
 	}
 
 	var devices []int
 	if be.needsGPU && job == nil {
+		// More GPUs than the host has is known before anything starts: a
+		// refusal with its reason, as the host's RAM is (hostCapacity).
+		if have := s.opts.Devices.Devices(); rc.GPUsPerNode > have {
+			reason := fmt.Sprintf("does not fit this host: the run needs %d GPUs per node and this host has %d (CUDA_VISIBLE_DEVICES or /dev/nvidia*); lower gpus_per_node, or use launcher: slurm", rc.GPUsPerNode, have)
+			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}
+		}
 		devs, release, err := s.opts.Devices.Acquire(runCtx, rc.GPUsPerNode)
 		if err != nil {
 			st, msg := verdict(results.Result{}, err)
@@ -184,6 +379,12 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 	var out []results.Result
 	var samples []sampler.Sample
 	for r := range max(rc.Repeats, 1) {
+		// A backend that returns at once whatever its context says must not keep
+		// an interrupted run going through its remaining repeats.
+		if err := runCtx.Err(); err != nil {
+			st, msg := verdict(results.Result{}, err)
+			return st, msg, out
+		}
 		env := backends.RunEnv{
 			RunDir:   runDir,
 			Repeat:   r,
@@ -308,14 +509,64 @@ func launcherName(plan *sweeps.Plan, rc sweeps.RunConfig) string {
 	return "local"
 }
 
+// hostCapacity says why rc cannot run on this host, or "": the check `fsdpbench
+// plan` makes with the analytic model, for runs whose ranks all share this host's
+// RAM (hardware cpu). A run predicted not to fit is not started: 100,000 workers,
+// or ranks that together need more memory than the host has, would take the
+// machine down rather than end in a measured out-of-memory. GPU runs are left to
+// find their memory wall themselves (and Local.Acquire refuses more GPUs than the
+// host has). No prediction (a model sim does not know) refuses nothing.
+func hostCapacity(rc sweeps.RunConfig) string {
+	pred, err := sim.Predict(rc)
+	if err != nil || pred.Feasible || pred.Hardware.IsGPU {
+		return ""
+	}
+	return "does not fit this host: " + pred.Reason + " (the prediction `fsdpbench plan` shows)"
+}
+
 // clearRun removes what a previous attempt of the run left, keeping the directory.
-func clearRun(runDir string) error {
-	for _, name := range []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.RanksDir} {
+// The logs go too: os.Create would follow a link planted in their place. So does
+// any other link in the directory (a backend writing a file of its own would
+// follow it out of the results directory), and the temporary files of writes a
+// kill interrupted. With keepJob, a Slurm job of that attempt is to be
+// re-attached or collected, and what its ranks write (ranks/) stays.
+func clearRun(runDir string, keepJob bool) error {
+	names := []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.StdoutFile, results.StderrFile}
+	if !keepJob {
+		names = append(names, results.RanksDir)
+	}
+	if entries, err := os.ReadDir(runDir); err == nil {
+		for _, e := range entries {
+			if e.Type()&fs.ModeSymlink != 0 || debris.MatchString(e.Name()) {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	for _, name := range names {
 		if err := os.RemoveAll(filepath.Join(runDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("clear the previous attempt of %s: %w", runDir, err)
 		}
 	}
 	return nil
+}
+
+// debris matches the temporary files of results.WriteFileAtomic
+// (".<name>.tmp<digits>"), which a writer killed between create and rename leaves.
+var debris = regexp.MustCompile(`^\..+\.tmp[0-9]+$`)
+
+// clearDebris removes the temporary files that killed writers left in the sweep's
+// directory (manifest.json's, sweep.yaml's). Only the lock's holder may: another
+// process's write in progress would look the same.
+func clearDebris(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && debris.MatchString(e.Name()) {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // runLogs serializes the writes of a run's ranks and events into its log files.

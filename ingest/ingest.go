@@ -16,6 +16,7 @@
 package ingest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,8 +30,10 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/torchrun"
+	"github.com/fsdpbench/fsdpbench/harness/dirlock"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // RunArgsFile is the settings file of a past run's folder.
@@ -73,6 +76,11 @@ type Options struct {
 	TrainsModelAxis bool
 	// Now stamps the manifest (time.Now when nil).
 	Now func() time.Time
+	// Wait makes Ingest wait while another process writes the tree, instead of
+	// returning a *dirlock.HeldError.
+	Wait bool
+	// OnWait is told once when Ingest starts waiting, and for whom.
+	OnWait func(*dirlock.HeldError)
 }
 
 // Report is what was made of one folder.
@@ -129,24 +137,47 @@ type run struct {
 
 // Ingest reads every run folder under dirs and writes the results tree
 // <out>/<o.Name>/. Folders that come out as the same run are its repeats.
-func Ingest(dirs []string, out string, o Options) ([]Report, error) {
+//
+// It holds the tree's lock (dirlock) while it writes, as a sweep does: with a
+// sweep or another ingest writing the same tree it returns a *dirlock.HeldError,
+// or waits with o.Wait (until ctx ends).
+//
+// An existing tree is written again only when every run it holds was ingested
+// from a folder that this call reads again: re-running an ingest, over the same
+// folders or more of them, brings every run back and is safe; anything else (a
+// sweep's tree, an ingest of other folders) would lose runs and is refused.
+func Ingest(ctx context.Context, dirs []string, out string, o Options) ([]Report, error) {
 	if o.Name == "" {
 		return nil, errors.New("ingest: the sweep needs a name (--name)")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	spec, specName := []byte("name: "+o.Name+"\nbackend: torchrun\n"), "(ingest)"
+	// The name becomes a directory: the spec's own rule for names says which
+	// (no "..", no separators), checked on a spec that quotes it whole.
+	quoted, err := json.Marshal(o.Name)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: --name: %w", err)
+	}
+	spec, specName := []byte("name: "+string(quoted)+"\nbackend: torchrun\n"), "(ingest --name)"
+	if _, err := sweeps.Parse(spec, specName, sweeps.Options{}); err != nil {
+		return nil, fmt.Errorf("ingest: --name %q: %w", o.Name, err)
+	}
 	if o.Spec != "" {
-		data, err := os.ReadFile(o.Spec)
+		data, err := input.ReadFile(o.Spec, input.Spec)
 		if err != nil {
 			return nil, fmt.Errorf("ingest: --spec: %w", err)
 		}
 		spec, specName = data, o.Spec
 	}
+	target := filepath.Join(out, o.Name)
 	folders, err := Find(dirs)
 	if err != nil {
 		return nil, err
+	}
+	folders = outside(folders, target)
+	if len(folders) == 0 {
+		return nil, fmt.Errorf("ingest: the only %s files under %s are in %s, the tree this ingest writes", torchrun.LegacyMetricsFile, strings.Join(dirs, ", "), target)
 	}
 	var runs []run
 	var resolved []byte
@@ -161,7 +192,16 @@ func Ingest(dirs []string, out string, o Options) ([]Report, error) {
 		runs = append(runs, r)
 	}
 
-	sd, err := results.OpenSweep(filepath.Join(out, o.Name))
+	sd, err := results.OpenSweep(target)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := dirlock.Acquire(ctx, sd.Path, dirlock.Options{Wait: o.Wait, OnWait: o.OnWait})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = lock.Release() }()
+	previous, err := replaceable(sd, folders)
 	if err != nil {
 		return nil, err
 	}
@@ -187,6 +227,15 @@ func Ingest(dirs []string, out string, o Options) ([]Report, error) {
 			reps = append(reps, r.res)
 		}
 		m := results.Normalize(rc, reps)
+		if m.Extra == nil {
+			m.Extra = map[string]any{}
+		}
+		sources := make([]string, 0, len(group))
+		for _, r := range group {
+			src, _ := r.res.Extra["source_dir"].(string)
+			sources = append(sources, src)
+		}
+		m.Extra[sourceDirsKey] = sources
 		if err := sd.WriteRunArgs(rc); err != nil {
 			return nil, err
 		}
@@ -198,11 +247,108 @@ func Ingest(dirs []string, out string, o Options) ([]Report, error) {
 	if err := sd.WriteManifest(man); err != nil {
 		return nil, err
 	}
+	// Runs of the previous ingest that these folders now give other IDs (another
+	// --set or --spec): the same folders, mapped anew, so the old ones go.
+	for _, id := range previous {
+		if _, ok := byID[id]; !ok {
+			if err := os.RemoveAll(sd.RunDir(id)); err != nil {
+				return nil, fmt.Errorf("ingest: remove %s, which the folders no longer give: %w", sd.RunDir(id), err)
+			}
+		}
+	}
 	reports := make([]Report, len(runs))
 	for i, r := range runs {
 		reports[i] = r.rep
 	}
 	return reports, nil
+}
+
+// sourceDirsKey is the metrics' extra key that lists the folders (absolute) a run
+// was ingested from; "source_dir" holds the last one, as it always has.
+const sourceDirsKey = "source_dirs"
+
+// outside drops the folders inside dir: an ingest never reads the tree it writes.
+func outside(folders []string, dir string) []string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return folders
+	}
+	var kept []string
+	for _, f := range folders {
+		if fa, err := filepath.Abs(f); err == nil && (fa == abs || strings.HasPrefix(fa, abs+string(filepath.Separator))) {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return kept
+}
+
+// replaceable checks that writing the tree sd again loses no run: every run it
+// holds must have been ingested from one of folders. It returns the IDs it holds.
+func replaceable(sd *results.SweepDir, folders []string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(sd.Path, results.RunsDir))
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	reading := map[string]bool{}
+	for _, f := range folders {
+		if abs, err := filepath.Abs(f); err == nil {
+			reading[abs] = true
+		}
+	}
+	refuse := func(why string) error {
+		return fmt.Errorf("ingest: %s already holds %s; writing the tree again would lose it. "+
+			"Choose another --name, or remove %s first", sd.Path, why, sd.Path)
+	}
+	var ids []string
+	for _, e := range entries {
+		m, err := sd.ReadMetrics(e.Name())
+		if err != nil {
+			if leftover(sd.RunDir(e.Name())) {
+				ids = append(ids, e.Name())
+				continue
+			}
+			return nil, refuse(fmt.Sprintf("run %s, which no ingest wrote (it has no readable %s)", e.Name(), results.MetricsFile))
+		}
+		var sources []string
+		switch v := m.Extra[sourceDirsKey].(type) {
+		case []any:
+			for _, x := range v {
+				if s, ok := x.(string); ok {
+					sources = append(sources, s)
+				}
+			}
+		}
+		if s, ok := m.Extra["source_dir"].(string); ok && len(sources) == 0 {
+			sources = []string{s}
+		}
+		if len(sources) == 0 {
+			return nil, refuse(fmt.Sprintf("run %s, measured by a sweep rather than ingested", e.Name()))
+		}
+		for _, src := range sources {
+			if abs, err := filepath.Abs(src); err != nil || !reading[abs] {
+				return nil, refuse(fmt.Sprintf("run %s, ingested from %s, which this ingest does not read (give that folder too)", e.Name(), src))
+			}
+		}
+		ids = append(ids, e.Name())
+	}
+	return ids, nil
+}
+
+// leftover reports whether a run directory holds nothing but what an ingest
+// killed between writing run_args.json and metrics.json leaves (a sweep's run
+// has its logs from its first moments): it is rewritten or removed, not refused.
+func leftover(runDir string) bool {
+	entries, err := os.ReadDir(runDir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.Name() != results.RunArgsFile {
+			return false
+		}
+	}
+	return true
 }
 
 // one maps a folder onto a run config and reads its metrics.
@@ -276,6 +422,11 @@ func one(dir string, spec []byte, specName string, o Options) (run, *sweeps.Plan
 		}
 		res.Extra["run_args"] = kept
 	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // a later ingest from another directory must recognize the folder
+	}
+	// The harness reads this key too: a sweep never takes an ingested run for
+	// its own measurement.
 	res.Extra["source_dir"] = dir
 	if st, err := os.Stat(metricsPath); err == nil {
 		res.Finished = st.ModTime()
@@ -362,7 +513,7 @@ func scalar(v any) (string, error) {
 	switch x := v.(type) {
 	case string:
 		if strings.ContainsAny(x, ",[]") {
-			return "", fmt.Errorf("value %q holds a comma or bracket, which --set reads as a list; map it with --set yourself", x)
+			return "", fmt.Errorf("value %s holds a comma or bracket, which --set reads as a list; map it with --set yourself", input.Quote(x, 64))
 		}
 		return x, nil
 	case bool:
@@ -370,13 +521,13 @@ func scalar(v any) (string, error) {
 	case float64:
 		return strconv.FormatFloat(x, 'f', -1, 64), nil
 	default:
-		return "", fmt.Errorf("value %v (%T) is not a number, string or boolean", v, v)
+		return "", fmt.Errorf("value %s (%T) is not a number, string or boolean", input.Quote(fmt.Sprint(v), 64), v)
 	}
 }
 
 // readJSON reads a JSON object; syntax errors name file:line:column.
 func readJSON(path string) (map[string]any, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}

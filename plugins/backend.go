@@ -113,7 +113,7 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	defer cancel()
 	s, err := b.start(ctx, b.callLogger(), nil, nil)
 	if err != nil {
-		if ctx.Err() != nil {
+		if parent.Err() != nil {
 			return d, err
 		}
 		d.Reason = err.Error()
@@ -145,14 +145,24 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	return got, nil
 }
 
-// Validate returns the plugin's refusal of rc. When the plugin cannot be asked
-// (it crashed, or its binary changed since Describe) Validate accepts rc and lets Run
-// fail: the harness records a Validate error as "infeasible", a final verdict that a
-// resume would never revisit, while a broken plugin is a failure.
+// Validate returns the plugin's refusal of rc: a *backends.SpecError when the
+// plugin may not run at all (plugins.lock does not pin it, or its binary changed
+// since it was pinned) or when the plugin says the spec is wrong, a plain error for
+// a configuration it cannot run. When the plugin cannot be asked (it crashed)
+// Validate accepts rc and lets Run fail: the harness records a Validate error as
+// "infeasible", a final verdict that a resume would never revisit, while a broken
+// plugin is a failure.
 func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	s, err := b.start(ctx, b.callLogger(), nil, nil)
 	if err != nil {
 		if ctx.Err() != nil {
+			return err
+		}
+		if backends.IsSpecError(err) {
+			// Unpinned, or changed since pinned: every run would be refused alike.
+			if b.refusal != "" {
+				return backends.SpecErrorf("plugin %s (%s) may not run: %w", b.name, b.path, err)
+			}
 			return err
 		}
 		return nil
@@ -176,10 +186,8 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		return ctx.Err()
 	case err != nil:
 		return nil
-	case refusal != "":
-		return errors.New(refusal)
 	}
-	return nil
+	return refusal
 }
 
 // Run executes one repeat on a fresh plugin process. The plugin's hclog logs and
@@ -207,6 +215,15 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	if ctx.Err() != nil && err != nil {
 		// The harness tells a timeout from an interruption by its own contexts.
 		return res, fmt.Errorf("plugin %s: %w", b.name, ctx.Err())
+	}
+	if err == nil {
+		if cerr := backends.CheckResult(rc, res); cerr != nil {
+			// Nothing of a result that lies is kept: its figures would reach the
+			// tables (peaks are taken from every repeat, failed ones included).
+			return results.Result{Status: results.StatusFailed, WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
+				Started: res.Started, Finished: res.Finished, Env: res.Env,
+				Error: fmt.Sprintf("plugin %s (%s) returned a result that cannot be right: %v", b.name, b.path, cerr)}, nil
+		}
 	}
 	return res, err
 }
@@ -240,7 +257,7 @@ type session struct {
 // start starts the plugin and completes the handshake, or says why it could not.
 func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr io.Writer) (*session, error) {
 	if b.refusal != "" {
-		return nil, errors.New(b.refusal)
+		return nil, backends.SpecErr(errors.New(b.refusal))
 	}
 	procCtx, cancelProc := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(procCtx, b.path)
@@ -339,7 +356,7 @@ func (b *Backend) startError(err error, stderr string) error {
 		if b.lockPath != "" {
 			pinned = b.lockPath + " pins"
 		}
-		return fmt.Errorf("%s: refused: its sha256 is %s but %s %s; if you rebuilt or replaced it on purpose, run `fsdpbench plugins lock`",
+		return backends.SpecErrorf("%s: refused: its sha256 is %s but %s %s; if you rebuilt or replaced it on purpose, run `fsdpbench plugins lock`",
 			where, have, pinned, hex.EncodeToString(b.opts.Checksum))
 	}
 	first, more, _ := strings.Cut(err.Error(), "\n")

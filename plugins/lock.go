@@ -10,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // LockFileEnv names the environment variable that moves the lock file.
@@ -46,12 +49,12 @@ func LockPath() string {
 // errors.Is(err, fs.ErrNotExist) recognizes.
 func ReadLock(path string) (Lock, error) {
 	var l Lock
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.RunFile)
 	if err != nil {
 		return l, err
 	}
 	if err := json.Unmarshal(data, &l); err != nil {
-		return l, fmt.Errorf("%s: %w", path, err)
+		return l, fmt.Errorf("%s: %w", contract.JSONPos(path, data, err), err)
 	}
 	for i, e := range l.Plugins {
 		if sum, err := hex.DecodeString(e.SHA256); err != nil || len(sum) != sha256.Size {

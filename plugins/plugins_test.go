@@ -73,7 +73,7 @@ func buildPlugins(dir string) error {
 			return fmt.Errorf("building %s: %w", pkg, err)
 		}
 	}
-	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2", "daemon", "slow"} {
+	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2", "liar", "daemon", "slow"} {
 		if err := os.Link(filepath.Join(dir, "fixture"), filepath.Join(dir, plugins.Prefix+mode)); err != nil {
 			return err
 		}
@@ -352,6 +352,13 @@ func TestTheLockFilePinsWhatMayRun(t *testing.T) {
 	d := describe()
 	assert.False(t, d.Available)
 	assert.Contains(t, d.Reason, "not pinned: there is no lock file at "+lockPath)
+	// Validate says so as a spec error: the sweep stops (exit 2) before anything runs.
+	validate := func() error {
+		return plugins.Load([]string{dir}, lockPath, nil, plugins.Options{})[0].Validate(context.Background(), simRC(3, ""))
+	}
+	err = validate()
+	assert.True(t, backends.IsSpecError(err), "%v", err)
+	assert.ErrorContains(t, err, "plugin simx ("+plug+") may not run: not pinned")
 
 	lock, err := plugins.Pin(plugins.Discover([]string{dir}))
 	require.NoError(t, err)
@@ -368,6 +375,9 @@ func TestTheLockFilePinsWhatMayRun(t *testing.T) {
 	d = describe()
 	assert.False(t, d.Available)
 	assert.Regexp(t, `plugin simx \(.*\): refused: its sha256 is [0-9a-f]{64} but `+lockPath+` pins [0-9a-f]{64}; if you rebuilt or replaced it on purpose, run `+"`fsdpbench plugins lock`", d.Reason)
+	err = validate()
+	assert.True(t, backends.IsSpecError(err), "%v", err)
+	assert.ErrorContains(t, err, "refused: its sha256 is")
 	rc := simRC(3, "")
 	_, err = plugins.Load([]string{dir}, lockPath, nil, plugins.Options{})[0].Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
 	assert.ErrorContains(t, err, "refused: its sha256 is")
@@ -377,11 +387,97 @@ func TestTheLockFilePinsWhatMayRun(t *testing.T) {
 	require.NoError(t, plugins.WriteLock(lockPath, lock))
 	assert.Contains(t, describe().Reason, lockPath+" pins plugin simx to /elsewhere/")
 
-	require.NoError(t, os.WriteFile(lockPath, []byte("{not json"), 0o644))
-	assert.Contains(t, describe().Reason, "the lock file is unreadable")
+	require.NoError(t, os.WriteFile(lockPath, []byte("{\n not json"), 0o644))
+	assert.Contains(t, describe().Reason, "the lock file is unreadable ("+lockPath+":2:2: invalid character 'n'")
 
 	// Names of built-in backends are not taken by plugins.
 	assert.Empty(t, plugins.Load([]string{dir}, lockPath, func(n string) bool { return n == "simx" }, plugins.Options{}))
+}
+
+// TestValidateTellsSpecErrorsFromInfeasibleRuns: a plugin's refusal crosses the
+// wire as what it is, a mistake in the spec (exit 2 before anything runs) or a
+// configuration the backend cannot run (an infeasible run).
+func TestValidateTellsSpecErrorsFromInfeasibleRuns(t *testing.T) {
+	t.Parallel()
+	misspelt := simRC(3, "")
+	misspelt.BackendOptions = map[string]any{"efficency": 0.5}
+	nan := simRC(3, "")
+	nan.BackendOptions = map[string]any{"efficiency": "NaN"}
+	hybrid := simRC(3, "")
+	hybrid.Sharding = sweeps.HybridShard
+	for _, tc := range []struct {
+		name, bin string
+		rc        sweeps.RunConfig
+		spec      bool
+		want      string
+	}{
+		{"misspelt option", "simx", misspelt, true, `backend_options.efficency: the sim backend has no such option (did you mean "efficiency"?)`},
+		{"NaN option", "simx", nan, true, "backend_options.efficiency: must be a finite number"},
+		{"infeasible", "simx", hybrid, false, "hybrid_shard"},
+		{"bad template", "exec", execRC(fakeTrainer, "{no_such_axis}"), true, "no_such_axis"},
+		{"unknown exec option", "exec", func() sweeps.RunConfig {
+			rc := execRC(fakeTrainer)
+			rc.BackendOptions["comand"] = "x"
+			return rc
+		}(), true, `unknown backend_options key "comand"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := plugins.New(tc.bin, bin(tc.bin), plugins.Options{}).Validate(context.Background(), tc.rc)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, tc.spec, backends.IsSpecError(err), "%v", err)
+		})
+	}
+}
+
+// TestAResultThatCannotBeRightFailsTheRun: a plugin's result is checked where it
+// enters, and a run whose plugin lies fails with the field named; such results
+// used to be stored (status "banana" as a run, 300,000 steps of a 3-step run that inflated throughput 100,000 times).
+func TestAResultThatCannotBeRightFailsTheRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ws   int
+		want string
+	}{
+		{1, `status "banana" is not a run status`},
+		{2, "steps holds 300000 steps but the run measures 3"},
+		{4, "steps[1].step_time_s is -"},
+		{8, "peak_mem_reserved_bytes is -1; it must be in [0, "},
+	} {
+		t.Run(fmt.Sprint(tc.ws), func(t *testing.T) {
+			t.Parallel()
+			rc := simRC(3, "")
+			rc.WorldSize, rc.GPUsPerNode, rc.GlobalBatch = tc.ws, tc.ws, tc.ws
+			rc.Backend = "liar"
+			res, err := plugins.New("liar", bin("liar"), plugins.Options{}).Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, results.StatusFailed, res.Status)
+			assert.Contains(t, res.Error, "plugin liar ("+bin("liar")+") returned a result that cannot be right: "+tc.want)
+			assert.Empty(t, res.Steps)
+			assert.Nil(t, res.PeakMemReservedBytes)
+		})
+	}
+	// The same plugin's honest runs pass.
+	rc := simRC(3, "")
+	rc.WorldSize, rc.GPUsPerNode, rc.GlobalBatch = 16, 16, 16
+	res, err := plugins.New("liar", bin("liar"), plugins.Options{}).Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusOK, res.Status, res.Error)
+}
+
+// TestExecSaysWhyWhenTheCommandDoesNot: a command that exits "infeasible" (3) or
+// "out of memory" (4) without a word still gets a reason: a final status
+// without one used to be stored with an empty error.
+func TestExecSaysWhyWhenTheCommandDoesNot(t *testing.T) {
+	t.Parallel()
+	for code, status := range map[string]results.Status{"3": results.StatusInfeasible, "4": results.StatusOOM} {
+		res, err := plugins.New("exec", bin("exec"), plugins.Options{}).Run(context.Background(), execRC("sh", "-c", "exit "+code),
+			backends.RunEnv{RunDir: t.TempDir()}, nil)
+		require.NoError(t, err)
+		assert.Equal(t, status, res.Status)
+		assert.Equal(t, "exec: sh exited with code "+code+" and printed no reason on stderr", res.Error)
+	}
 }
 
 // syncWriter serializes writes from the host's goroutines.

@@ -195,7 +195,7 @@ var registry = []Column{
 	axis("compile", "torch.compile", func(c *sweeps.RunConfig) any { return c.Compile }),
 	axis("backend_options", "backend-specific options (JSON)", func(c *sweeps.RunConfig) any { return optS(optionsText(c.BackendOptions)) }),
 
-	textual(metric("status", "status", UnitNone, "ok, oom, failed, timeout, canceled or infeasible", func(m *Metrics) any { return optS(string(m.Status)) })),
+	textual(metric("status", "status", UnitNone, "ok, oom, diverged, failed, timeout, canceled or infeasible", func(m *Metrics) any { return optS(string(m.Status)) })),
 	textual(metric("error", "error", UnitNone, "why the run is not ok", func(m *Metrics) any { return optS(m.Error) })),
 	textual(metric("predicted", "predicted", UnitNone, "figures come from the analytic model, not a measurement", func(m *Metrics) any { return m.Predicted })),
 	metric("steps_measured", "steps", UnitNone, "measured steps per repeat", func(m *Metrics) any { return nonZero(int64(m.StepsMeasured)) }),

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/perf/benchmath"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // MinStatRepeats is how many repeats each side needs before a comparison is
@@ -38,7 +40,7 @@ func LoadPath(path string) ([]Run, error) {
 	if st.IsDir() {
 		return Load(path)
 	}
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Export)
 	if err != nil {
 		return nil, fmt.Errorf("results %s: %w", path, err)
 	}
@@ -52,11 +54,25 @@ func LoadPath(path string) ([]Run, error) {
 		return nil, fmt.Errorf("%s: %w (expected the array `fsdpbench export --format json` writes)", path, err)
 	}
 	runs := make([]Run, len(exported))
+	seen := map[[2]string]int{}
 	for i, e := range exported {
 		if e.Config.ID == "" {
 			return nil, fmt.Errorf("%s: element %d has no config.id; export the runs again with `fsdpbench export --format json`", path, i)
 		}
+		at := fmt.Sprintf("%s: element %d", path, i)
+		if j, ok := seen[[2]string{e.Config.Sweep, e.Config.ID}]; ok {
+			return nil, fmt.Errorf("%s repeats run %s of sweep %q (element %d); export the runs again with `fsdpbench export --format json`",
+				at, clip(e.Config.ID), clip(e.Config.Sweep), j)
+		}
+		seen[[2]string{e.Config.Sweep, e.Config.ID}] = i
 		runs[i] = Run{Config: e.Config, Metrics: e.Metrics, Derived: e.Derived}
+		if err := CheckRun(&runs[i]); err != nil {
+			var ie *InvalidRunError
+			if errors.As(err, &ie) {
+				ie.Path, ie.Hint = at, "export the runs again with `fsdpbench export --format json`, or drop this element"
+			}
+			return nil, err
+		}
 	}
 	return runs, nil
 }
@@ -82,46 +98,85 @@ type Pair struct {
 
 // MatchRuns pairs the runs of baseline and current by run ID. Every run of either
 // side is in exactly one pair: baseline order first, then runs only in current.
-func MatchRuns(baseline, current []Run) []Pair {
-	dup := map[string]bool{}
+//
+// An ID held by several sweeps on a side (one results directory holding two sweeps
+// of the same spec) is matched by sweep and ID first; what is left is matched by ID
+// where the ID is left once on each side. An ID still left on one side several times
+// and on the other side at all cannot be matched without guessing: the error names
+// it and the sweeps, and says to give one sweep's directory.
+func MatchRuns(baseline, current []Run) ([]Pair, error) {
+	type sweepID struct{ sweep, id string }
+	count := map[string]int{}
 	for _, side := range [][]Run{baseline, current} {
 		seen := map[string]bool{}
 		for i := range side {
 			id := side[i].Config.ID
-			if seen[id] {
-				dup[id] = true
+			if !seen[id] {
+				seen[id] = true
+				continue
 			}
-			seen[id] = true
+			count[id] = 2 // the ID is held by several sweeps of one side
 		}
 	}
 	key := func(r *Run) string {
-		if dup[r.Config.ID] {
+		if count[r.Config.ID] > 1 {
 			return r.Config.Sweep + "/" + r.Config.ID
 		}
 		return r.Config.ID
 	}
 	var pairs []Pair
-	at := map[string]int{}
+	at := map[sweepID]int{}
 	for i := range baseline {
-		k := key(&baseline[i])
+		k := sweepID{baseline[i].Config.Sweep, baseline[i].Config.ID}
 		if _, ok := at[k]; ok {
-			continue // the same sweep/ID twice: Load never gives that
+			continue // the same sweep/ID twice: Load and LoadPath refuse that
 		}
 		at[k] = len(pairs)
-		pairs = append(pairs, Pair{Key: k, Baseline: &baseline[i]})
+		pairs = append(pairs, Pair{Key: key(&baseline[i]), Baseline: &baseline[i]})
 	}
+	var rest []int // current runs with no baseline run of the same sweep and ID
 	for i := range current {
-		k := key(&current[i])
-		if j, ok := at[k]; ok {
-			if pairs[j].Current == nil {
-				pairs[j].Current = &current[i]
-			}
+		k := sweepID{current[i].Config.Sweep, current[i].Config.ID}
+		if j, ok := at[k]; ok && pairs[j].Current == nil {
+			pairs[j].Current = &current[i]
 			continue
 		}
-		at[k] = len(pairs)
-		pairs = append(pairs, Pair{Key: k, Current: &current[i]})
+		rest = append(rest, i)
 	}
-	return pairs
+	// The runs left on each side, by ID.
+	leftBase := map[string][]int{}
+	for j := range pairs {
+		if pairs[j].Current == nil {
+			leftBase[pairs[j].Baseline.Config.ID] = append(leftBase[pairs[j].Baseline.Config.ID], j)
+		}
+	}
+	leftCur := map[string][]int{}
+	for _, i := range rest {
+		leftCur[current[i].Config.ID] = append(leftCur[current[i].Config.ID], i)
+	}
+	for _, i := range rest {
+		id := current[i].Config.ID
+		bs, cs := leftBase[id], leftCur[id]
+		switch {
+		case len(bs) == 1 && len(cs) == 1:
+			pairs[bs[0]].Current = &current[i]
+			continue
+		case len(bs) > 0 && len(cs) > 0:
+			sweepsOf := func(rs []string) string { return strings.Join(rs, ", ") }
+			var bn, cn []string
+			for _, j := range bs {
+				bn = append(bn, strconv.Quote(pairs[j].Baseline.Config.Sweep))
+			}
+			for _, c := range cs {
+				cn = append(cn, strconv.Quote(current[c].Config.Sweep))
+			}
+			return nil, fmt.Errorf("run %s is in sweeps %s of the baseline and %s of the current results: "+
+				"which to compare with which cannot be told; give one sweep's directory on each side (<results>/<sweep>)",
+				clip(id), sweepsOf(bn), sweepsOf(cn))
+		}
+		pairs = append(pairs, Pair{Key: key(&current[i]), Current: &current[i]})
+	}
+	return pairs, nil
 }
 
 // SideStat is one run's figure for one metric, as a comparison sees it.
@@ -129,7 +184,8 @@ type SideStat struct {
 	// Value is the headline figure (metrics.json; Column.Value).
 	Value float64 `json:"value"`
 	// N is the number of per-repeat samples; with N >= MinStatRepeats, Center, Lo and
-	// Hi are the median and its 95% CI (benchmath.AssumeNothing, as benchstat).
+	// Hi are the median and its 95% CI (benchmath.AssumeNothing, as benchstat). With
+	// fewer, Center is the median and Lo = Hi = Center (no finite interval).
 	N      int       `json:"n"`
 	Center float64   `json:"center"`
 	Lo     float64   `json:"lo"`
@@ -163,7 +219,12 @@ func sideStat(c *Column, r *Run) *SideStat {
 		s.sample = append([]float64(nil), xs...)
 		s.N = len(xs)
 		sum := benchmath.AssumeNothing.Summary(benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds), Confidence)
-		s.Center, s.Lo, s.Hi = sum.Center, sum.Lo, sum.Hi
+		s.Center, s.Lo, s.Hi = sum.Center, sum.Center, sum.Center
+		if !math.IsInf(sum.Lo, 0) && !math.IsInf(sum.Hi, 0) {
+			// Fewer than MinStatRepeats samples give an infinite interval, which says
+			// nothing and which JSON cannot hold: no interval then.
+			s.Lo, s.Hi = sum.Lo, sum.Hi
+		}
 	}
 	return s
 }
@@ -210,7 +271,9 @@ func compareMetric(c *Column, b, cur *Run, alpha float64) Delta {
 		base, now = d.Baseline.Center, d.Current.Center
 	}
 	if base != 0 {
-		d.Change = F64(now/base - 1)
+		// A tiny baseline can overflow the ratio; JSON holds no infinity, and the
+		// largest float says "beyond any limit" as well.
+		d.Change = F64(max(-math.MaxFloat64, min(math.MaxFloat64, now/base-1)))
 	}
 	return d
 }
@@ -268,7 +331,7 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 	if alpha == 0 {
 		alpha = DefaultAlpha
 	}
-	if alpha <= 0 || alpha >= 1 {
+	if !(alpha > 0 && alpha < 1) {
 		return nil, fmt.Errorf("alpha %v: give a significance level between 0 and 1, such as 0.05", alpha)
 	}
 	cols, err := resolveMetrics(opt.Metrics, DefaultCompareMetrics)
@@ -287,7 +350,11 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 	for _, c := range cols {
 		cmp.Metrics = append(cmp.Metrics, c.Name)
 	}
-	for _, p := range MatchRuns(baseline, current) {
+	pairs, err := MatchRuns(baseline, current)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pairs {
 		row := ComparisonRow{Run: p.Key}
 		if p.Baseline != nil {
 			row.BaselineStatus, row.Sweep = p.Baseline.Metrics.Status, p.Baseline.Config.Sweep

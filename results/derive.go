@@ -2,6 +2,7 @@ package results
 
 import (
 	"encoding/json"
+	"math"
 	"sort"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -142,7 +143,11 @@ func Derive(runs []Run) {
 				*b.Metrics.TokensPerSPerRank <= 0 {
 				continue
 			}
-			r.Derived.ScalingEfficiency = F64(*r.Metrics.TokensPerSPerRank / *b.Metrics.TokensPerSPerRank)
+			eff := *r.Metrics.TokensPerSPerRank / *b.Metrics.TokensPerSPerRank
+			if math.IsInf(eff, 0) || math.IsNaN(eff) {
+				continue // figures CheckMetrics refuses; unknown rather than +Inf
+			}
+			r.Derived.ScalingEfficiency = F64(eff)
 			r.Derived.ScalingBaseline = b.Config.ID
 		}
 	}
@@ -173,7 +178,11 @@ func Derive(runs []Run) {
 		if peak == nil || basePeak == nil || *basePeak <= 0 {
 			continue
 		}
-		r.Derived.MemorySaving = F64(1 - float64(*peak)/float64(*basePeak))
+		saving := 1 - float64(*peak)/float64(*basePeak)
+		if math.IsInf(saving, 0) || math.IsNaN(saving) {
+			continue
+		}
+		r.Derived.MemorySaving = F64(saving)
 		r.Derived.MemoryBaseline = b.Config.ID
 		r.Derived.MemorySavingOf = of
 	}
@@ -185,8 +194,8 @@ func modelStateBytes(b map[string]int64) *int64 {
 	p, okP := b["params"]
 	g, okG := b["grads"]
 	o, okO := b["optimizer"]
-	if !okP || !okG || !okO {
-		return nil
+	if !okP || !okG || !okO || p < 0 || g < 0 || o < 0 || p > math.MaxInt64-g || p+g > math.MaxInt64-o {
+		return nil // missing, or figures that would overflow: unknown, not a wrapped sum
 	}
 	return I64(p + g + o)
 }

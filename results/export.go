@@ -3,6 +3,7 @@ package results
 import (
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 
@@ -49,6 +50,11 @@ type ExportedRun struct {
 func WriteJSON(w io.Writer, runs []Run) error {
 	out := make([]ExportedRun, len(runs))
 	for i, r := range runs {
+		// A figure JSON cannot hold (or that no run can have) is refused by name,
+		// before anything is written.
+		if err := CheckRun(&runs[i]); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
 		out[i] = ExportedRun{Config: r.Config, Metrics: r.Metrics, Derived: r.Derived}
 	}
 	enc := json.NewEncoder(w)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // RuleKind is what a gate rule checks.
@@ -34,6 +36,14 @@ const (
 // DefaultRules guard the figures a nightly job cares about: throughput per rank and
 // peak memory. They apply when no rule is given.
 var DefaultRules = []string{"tokens_per_s_per_rank:-5%", "peak_mem_reserved_bytes:+3%", "peak_mem_allocated_bytes:+3%"}
+
+// MaxRiseLimit bounds the limit of a relative rule (a fraction: 10,000 is a rise of
+// 1,000,000%): a larger one could never fail.
+const MaxRiseLimit = 1e4
+
+// maxFractionBound bounds an absolute rule on a fraction column (mfu, memory_saving,
+// scaling_efficiency): beyond it the bound was written as a percentage.
+const maxFractionBound = 10
 
 // ruleSyntax is the help every rule error ends with.
 const ruleSyntax = "write METRIC:-5% (fail on a drop beyond 5%), METRIC:+3% (fail on a rise beyond 3%), METRIC>=0.35 or METRIC<=8e10"
@@ -87,32 +97,46 @@ func ParseRule(s string) (Rule, error) {
 		case strings.HasPrefix(rest, "+"):
 			r.Kind = RuleRise
 		default:
-			return Rule{}, fmt.Errorf("rule %q: the change needs a direction, - (a drop fails) or + (a rise fails); %s", s, ruleSyntax)
+			return Rule{}, fmt.Errorf("rule %q: the change needs a direction, - (a drop fails) or + (a rise fails); %s", clip(s), ruleSyntax)
 		}
 		if !strings.HasSuffix(rest, "%") {
-			return Rule{}, fmt.Errorf("rule %q: a relative threshold is a percentage, such as -5%%; %s", s, ruleSyntax)
+			return Rule{}, fmt.Errorf("rule %q: a relative threshold is a percentage, such as -5%%; %s", clip(s), ruleSyntax)
 		}
 		rest = strings.TrimSuffix(rest[1:], "%")
 	} else {
-		return Rule{}, fmt.Errorf("rule %q: no threshold; %s", s, ruleSyntax)
+		return Rule{}, fmt.Errorf("rule %q: no threshold; %s", clip(s), ruleSyntax)
 	}
 	r.Metric = strings.TrimSpace(r.Metric)
+	if len(r.Metric) > 100 {
+		return Rule{}, fmt.Errorf("rule %q: no metric has so long a name; %s", clip(s), ruleSyntax)
+	}
 	c, err := LookupColumn(r.Metric, KindMetric, KindDerived)
 	if err != nil {
-		return Rule{}, fmt.Errorf("rule %q: %w", s, err)
+		return Rule{}, fmt.Errorf("rule %q: %w", clip(s), err)
 	}
 	if c.text {
-		return Rule{}, fmt.Errorf("rule %q: %s is text, not a figure; gate numeric metrics such as tokens_per_s_per_rank", s, r.Metric)
+		return Rule{}, fmt.Errorf("rule %q: %s is text, not a figure; gate numeric metrics such as tokens_per_s_per_rank", clip(s), r.Metric)
 	}
 	v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 	if err != nil {
-		return Rule{}, fmt.Errorf("rule %q: %q is not a number; %s", s, strings.TrimSpace(rest), ruleSyntax)
+		return Rule{}, fmt.Errorf("rule %q: %q is not a number; %s", clip(s), clip(strings.TrimSpace(rest)), ruleSyntax)
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		// Every comparison with NaN is false: the rule would never fail.
+		return Rule{}, fmt.Errorf("rule %q: %q is not a finite number; %s", clip(s), clip(strings.TrimSpace(rest)), ruleSyntax)
 	}
 	if r.relative() {
-		if v < 0 {
-			return Rule{}, fmt.Errorf("rule %q: give the threshold once, with its sign: -5%% or +3%%", s)
+		switch {
+		case v < 0 || strings.HasPrefix(strings.TrimSpace(rest), "-") || strings.HasPrefix(strings.TrimSpace(rest), "+"):
+			return Rule{}, fmt.Errorf("rule %q: give the threshold once, with its sign: -5%% or +3%%", clip(s))
+		case r.Kind == RuleDrop && v >= 100:
+			return Rule{}, fmt.Errorf("rule %q: a figure cannot drop by %g%% or more, so the rule would never fail; give a limit below 100%%, such as -5%%", clip(s), v)
+		case v > MaxRiseLimit*100:
+			return Rule{}, fmt.Errorf("rule %q: a limit of %g%% is beyond any change a run can show; give at most %g%%", clip(s), v, MaxRiseLimit*100)
 		}
 		v /= 100
+	} else if c.Unit == UnitFraction && math.Abs(v) > maxFractionBound {
+		return Rule{}, fmt.Errorf("rule %q: %s is a fraction (0.35 for 35%%), so the bound %g can never decide; write it as a fraction", clip(s), r.Metric, v)
 	}
 	r.Limit = v
 	return r, nil
@@ -134,11 +158,6 @@ func ParseRules(texts []string, from string) ([]Rule, error) {
 	return out, errors.Join(errs...)
 }
 
-// rulesFile is the YAML of a rules file.
-type rulesFile struct {
-	Rules []string `yaml:"rules"`
-}
-
 // LoadRules reads a rules file:
 //
 //	rules:
@@ -148,44 +167,92 @@ type rulesFile struct {
 //
 // Errors are *sweeps.SpecError values naming file:line:col.
 func LoadRules(path string) ([]Rule, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadYAML(path, input.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("rules file: %w", err)
 	}
 	return ParseRulesFile(path, data)
 }
 
+// rulesShape is the help every rules-file error ends with.
+const rulesShape = "a rules file is `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"
+
 // ParseRulesFile reads the rules file held in data (LoadRules); path names it in errors.
+//
+// It reads the YAML syntax tree rather than decoding into a struct: the decoder
+// panics on some malformed files (FuzzParseRulesFile), and a rules file needs no
+// anchors, aliases or tags, which are refused (no alias can expand).
 func ParseRulesFile(path string, data []byte) ([]Rule, error) {
-	var f rulesFile
-	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
-		se := &sweeps.SpecError{File: path, Msg: yaml.FormatError(err, false, false), Err: err}
-		var ye yaml.Error
-		if errors.As(err, &ye) {
-			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
-				se.Line, se.Column = tk.Position.Line, tk.Position.Column
-				se.Msg = ye.GetMessage() + "; a rules file is `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"
-			}
+	at := func(n ast.Node, format string, args ...any) *sweeps.SpecError {
+		line, col := nodePos(n)
+		if line == 0 {
+			line, col = 1, 1
 		}
-		return nil, se
+		return &sweeps.SpecError{File: path, Line: line, Column: col, Msg: fmt.Sprintf(format, args...) + "; " + rulesShape}
 	}
-	if len(f.Rules) == 0 {
-		return nil, &sweeps.SpecError{File: path, Line: 1, Column: 1,
-			Msg: "no rules; write `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"}
-	}
-	file, err := parser.ParseBytes(data, 0)
+	file, err := parseYAML(path, data)
 	if err != nil {
-		return nil, &sweeps.SpecError{File: path, Msg: err.Error(), Err: err}
+		return nil, err
+	}
+	var body ast.Node
+	for _, d := range file.Docs {
+		if d == nil || d.Body == nil {
+			continue
+		}
+		if _, ok := d.Body.(*ast.CommentGroupNode); ok {
+			continue
+		}
+		if body != nil {
+			return nil, at(d.Body, "a second YAML document")
+		}
+		body = d.Body
+	}
+	var entries []*ast.MappingValueNode
+	switch b := body.(type) {
+	case nil:
+	case *ast.MappingNode:
+		entries = b.Values
+	case *ast.MappingValueNode:
+		entries = []*ast.MappingValueNode{b}
+	default:
+		return nil, at(body, "expected `rules:`, found %s", nodeKind(body))
+	}
+	var list *ast.SequenceNode
+	seen := false
+	for _, e := range entries {
+		key, ok := e.Key.(*ast.StringNode)
+		if !ok || key.Value != "rules" {
+			return nil, at(e.Key, "unknown key %s", clip(strconv.Quote(keyText(e.Key))))
+		}
+		if seen {
+			return nil, at(e.Key, "`rules` given twice")
+		}
+		seen = true
+		switch v := e.Value.(type) {
+		case nil, *ast.NullNode:
+		case *ast.SequenceNode:
+			list = v
+		default:
+			return nil, at(e.Value, "`rules` must be a list, found %s", nodeKind(e.Value))
+		}
+	}
+	if list == nil || len(list.Values) == 0 {
+		return nil, &sweeps.SpecError{File: path, Line: 1, Column: 1, Msg: "no rules; write `rules:` followed by a list such as `- tokens_per_s_per_rank:-5%`"}
 	}
 	var errs sweeps.SpecErrors
 	var out []Rule
-	for i, text := range f.Rules {
-		line, col := 0, 0
-		if p, err := yaml.PathString(fmt.Sprintf("$.rules[%d]", i)); err == nil {
-			if n, err := p.FilterFile(file); err == nil && n != nil {
-				line, col = nodePos(n)
-			}
+	for _, item := range list.Values {
+		var text string
+		switch v := item.(type) {
+		case *ast.StringNode:
+			text = v.Value
+		case *ast.LiteralNode:
+			text = v.Value.Value
+		default:
+			errs = append(errs, at(item, "a rule is text such as tokens_per_s_per_rank:-5%%, found %s", nodeKind(item)))
+			continue
 		}
+		line, col := nodePos(item)
 		r, err := ParseRule(text)
 		if err != nil {
 			errs = append(errs, &sweeps.SpecError{File: path, Line: line, Column: col, Msg: err.Error()})
@@ -201,6 +268,57 @@ func ParseRulesFile(path string, data []byte) ([]Rule, error) {
 		return nil, errs[0]
 	}
 	return nil, errs
+}
+
+// parseYAML parses data into its syntax tree; errors carry file:line:col. A panic of
+// the parser on a malformed file is an error about the file, not a crash.
+func parseYAML(path string, data []byte) (file *ast.File, err error) {
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a UTF-8 byte order mark is no part of a key
+	defer func() {
+		if p := recover(); p != nil {
+			file, err = nil, &sweeps.SpecError{File: path, Line: 1, Column: 1, Msg: "malformed YAML; " + rulesShape}
+		}
+	}()
+	file, err = parser.ParseBytes(data, 0)
+	if err != nil {
+		se := &sweeps.SpecError{File: path, Line: 1, Column: 1, Msg: clip(yaml.FormatError(err, false, false)) + "; " + rulesShape, Err: err}
+		var ye yaml.Error
+		if errors.As(err, &ye) {
+			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+				se.Line, se.Column = tk.Position.Line, tk.Position.Column
+				se.Msg = clip(ye.GetMessage()) + "; " + rulesShape
+			}
+		}
+		return nil, se
+	}
+	return file, nil
+}
+
+// nodeKind names what a YAML node is, for errors.
+func nodeKind(n ast.Node) string {
+	switch n.(type) {
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	case *ast.SequenceNode:
+		return "a list"
+	case *ast.AnchorNode:
+		return "an anchor (&), which a rules file does not use"
+	case *ast.AliasNode:
+		return "an alias (*), which a rules file does not use"
+	case *ast.TagNode:
+		return "a tag (!), which a rules file does not use"
+	case *ast.NullNode:
+		return "nothing"
+	}
+	return "the value " + clip(strconv.Quote(n.String()))
+}
+
+// keyText is a mapping key as written, for errors.
+func keyText(k ast.MapKeyNode) string {
+	if s, ok := k.(*ast.StringNode); ok {
+		return s.Value
+	}
+	return k.String()
 }
 
 func nodePos(n ast.Node) (int, int) {
@@ -241,9 +359,14 @@ type GateOptions struct {
 	Rules []Rule
 	// Alpha is the significance level; 0 = DefaultAlpha.
 	Alpha float64
-	// FailMissing makes a run present in the baseline but absent now fail the gate;
-	// by default it is reported and skipped (a sweep may drop points on purpose).
-	FailMissing bool
+	// AllowMissing lets runs of the baseline be absent from the current results (a
+	// partial night): they are listed and skipped. By default each fails every rule,
+	// so a night that measured less than the baseline does not pass.
+	AllowMissing bool
+	// NoBaseline says there is no baseline at all (the first night of a history):
+	// relative rules have nothing to compare with, and the gate checks that the
+	// current results are complete and within the absolute rules.
+	NoBaseline bool
 	// BaselineName and CurrentName label the sides (the paths, as given).
 	BaselineName, CurrentName string
 	// Now stamps the JUnit report; zero = time.Now().
@@ -266,6 +389,9 @@ type GateReport struct {
 	// NotBacked counts relative checks decided by the threshold alone (fewer than
 	// MinStatRepeats repeats on a side).
 	NotBacked int `json:"not_backed"`
+	// Problems are the reasons the gate fails besides failed checks: nothing was
+	// measured, every check was skipped, a rule decided nothing.
+	Problems []string `json:"problems"`
 }
 
 // Gate checks current against baseline: runs are matched by run ID (MatchRuns) and
@@ -273,16 +399,27 @@ type GateReport struct {
 // is beyond its threshold in the bad direction and, where both sides have at least
 // MinStatRepeats repeats, significant (Mann-Whitney U, p <= alpha, as benchstat);
 // with fewer repeats the threshold alone decides and the check says so. An absolute
-// rule bounds the current headline figure. A run ok in the baseline that is not ok
-// now (oom, failed, timeout, ...) fails every rule. Runs on one side only are
-// listed in Missing and New and skipped (FailMissing fails the missing ones);
-// absolute rules still apply to new runs.
+// rule bounds the current headline figure.
+//
+// The gate passes only when it checked something and found nothing wrong:
+//   - the current results hold a finished run, and (with a baseline) at least one
+//     check compared a figure; a gate whose every check was skipped fails;
+//   - every run of the current results finished with a result (ok, oom, infeasible):
+//     failed, timed out or canceled runs fail, on both sides or not;
+//   - a run ok in the baseline is ok now, and every figure a rule reads that the
+//     baseline knew is known now; an absolute rule's figure is known in every ok run;
+//   - every rule given explicitly decided at least one check (a rule on a figure
+//     that no run reports fails; a default rule whose figure no run reports is
+//     only listed);
+//   - every baseline run is in the current results, unless AllowMissing.
+//
+// Runs on one side only are listed in Missing and New.
 func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 	alpha := opt.Alpha
 	if alpha == 0 {
 		alpha = DefaultAlpha
 	}
-	if alpha <= 0 || alpha >= 1 {
+	if !(alpha > 0 && alpha < 1) {
 		return nil, fmt.Errorf("alpha %v: give a significance level between 0 and 1, such as 0.05", alpha)
 	}
 	rules := opt.Rules
@@ -297,16 +434,27 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 		now = time.Now()
 	}
 	g := &GateReport{Baseline: opt.BaselineName, Current: opt.CurrentName, Alpha: alpha, Rules: rules, Time: now,
-		Missing: []string{}, New: []string{}}
+		Missing: []string{}, New: []string{}, Problems: []string{}}
 	cols := make([]Column, len(rules))
 	for i, r := range rules {
 		c, err := LookupColumn(r.Metric, KindMetric, KindDerived)
 		if err != nil {
 			return nil, fmt.Errorf("rule %s: %w", r, err)
 		}
+		if c.text {
+			return nil, fmt.Errorf("rule %s: %s is text, not a figure", r, c.Name)
+		}
+		if math.IsNaN(r.Limit) || math.IsInf(r.Limit, 0) || r.Limit < 0 && r.relative() {
+			return nil, fmt.Errorf("rule %s: the limit must be a finite number (a relative one not negative)", r)
+		}
 		cols[i] = c
 	}
-	for _, p := range MatchRuns(baseline, current) {
+	pairs, err := MatchRuns(baseline, current)
+	if err != nil {
+		return nil, err
+	}
+	decided := make([]int, len(rules))
+	for _, p := range pairs {
 		switch {
 		case p.Current == nil:
 			g.Missing = append(g.Missing, p.Key)
@@ -314,25 +462,75 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 			g.New = append(g.New, p.Key)
 		}
 		for i, r := range rules {
-			ch := checkRule(&cols[i], r, p, alpha, opt.FailMissing)
+			ch := checkRule(&cols[i], r, p, alpha, opt)
 			if r.relative() && ch.Delta.Change != nil && !ch.Delta.Backed {
 				g.NotBacked++
 			}
 			switch ch.Outcome {
 			case OutcomeFail:
 				g.Failures++
+				decided[i]++
 			case OutcomeSkip:
 				g.Skipped++
+			default:
+				decided[i]++
 			}
 			g.Checks = append(g.Checks, ch)
 		}
 	}
-	g.Passed = g.Failures == 0
+	g.Problems = gateProblems(baseline, current, rules, decided, opt)
+	g.Passed = g.Failures == 0 && len(g.Problems) == 0
 	return g, nil
 }
 
+// gateProblems lists why the gate fails besides failed checks (GateReport.Problems).
+func gateProblems(baseline, current []Run, rules []Rule, decided []int, opt GateOptions) []string {
+	problems := []string{}
+	if len(current) == 0 {
+		return append(problems, "the current results hold no finished run (no metrics.json): nothing was measured")
+	}
+	ok := 0
+	for i := range current {
+		if current[i].Metrics.Status == StatusOK {
+			ok++
+		}
+	}
+	if ok == 0 {
+		problems = append(problems, "no run of the current results is ok: nothing was measured")
+	}
+	if !opt.NoBaseline && len(baseline) == 0 {
+		problems = append(problems, "the baseline holds no finished run: there is nothing to compare with")
+	}
+	total := 0
+	for _, n := range decided {
+		total += n
+	}
+	if total == 0 && len(problems) == 0 {
+		if !opt.NoBaseline {
+			problems = append(problems, "every check was skipped: no rule compared a figure (see why in the checks)")
+		} else {
+			for _, r := range rules {
+				if !r.relative() {
+					problems = append(problems, "every check was skipped: no rule checked a figure (see why in the checks)")
+					break
+				}
+			}
+		}
+	}
+	if total == 0 {
+		return problems
+	}
+	for i, r := range rules {
+		if decided[i] > 0 || r.From == "default" || (opt.NoBaseline && r.relative()) {
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("rule %s decided nothing: %s is unknown in every run it could check", r, r.Metric))
+	}
+	return problems
+}
+
 // checkRule applies rule r (on column c) to one matched run.
-func checkRule(c *Column, r Rule, p Pair, alpha float64, failMissing bool) Check {
+func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check {
 	ch := Check{Run: p.Key, Rule: r}
 	if p.Baseline != nil {
 		ch.Sweep, ch.BaselineStatus = p.Baseline.Config.Sweep, p.Baseline.Metrics.Status
@@ -346,17 +544,23 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, failMissing bool) Check
 		ch.Outcome, ch.Reason = o, fmt.Sprintf(format, args...)
 		return ch
 	}
+	withError := func(msg string) string {
+		if e := p.Current.Metrics.Error; e != "" {
+			msg += ": " + clip(firstLine(e))
+		}
+		return msg
+	}
 	switch {
-	case p.Current == nil && failMissing:
+	case p.Current == nil && !opt.AllowMissing:
 		return verdict(OutcomeFail, "missing: in the baseline, not in the current results")
 	case p.Current == nil:
-		return verdict(OutcomeSkip, "missing: in the baseline, not in the current results")
+		return verdict(OutcomeSkip, "missing: in the baseline, not in the current results (allowed)")
 	case ch.BaselineStatus == StatusOK && ch.CurrentStatus != StatusOK:
-		msg := "was ok, now " + string(ch.CurrentStatus)
-		if e := p.Current.Metrics.Error; e != "" {
-			msg += ": " + firstLine(e)
-		}
-		return verdict(OutcomeFail, "%s", msg)
+		return verdict(OutcomeFail, "%s", withError("was ok, now "+string(ch.CurrentStatus)))
+	case ch.CurrentStatus != StatusOK && !ch.CurrentStatus.Final():
+		// Failed, timed out, canceled (or a status no run should have): the run did
+		// not give its result, whatever the baseline says.
+		return verdict(OutcomeFail, "%s", withError("did not finish: "+string(ch.CurrentStatus)))
 	case ch.CurrentStatus != StatusOK:
 		if p.Baseline == nil {
 			return verdict(OutcomeSkip, "new run, %s", ch.CurrentStatus)
@@ -367,7 +571,7 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, failMissing bool) Check
 	if !r.relative() {
 		ch.Delta.Baseline = nil // an absolute bound reads only the current figure
 		if ch.Delta.Current == nil {
-			return verdict(OutcomeSkip, "%s unknown", c.Name)
+			return verdict(OutcomeFail, "%s unknown: the bound %g cannot be checked", c.Name, r.Limit)
 		}
 		// Plain units, enough digits to see which side of the bound the figure is.
 		v := ch.Delta.Current.Value
@@ -378,18 +582,27 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, failMissing bool) Check
 	}
 
 	switch {
+	case opt.NoBaseline:
+		return verdict(OutcomeSkip, "no baseline yet (first night): nothing to compare with")
 	case p.Baseline == nil:
 		return verdict(OutcomeSkip, "new run: no baseline to compare with")
 	case ch.BaselineStatus != StatusOK:
 		return verdict(OutcomeSkip, "now ok, was %s: no baseline figure", ch.BaselineStatus)
+	case p.Baseline.Metrics.Predicted != p.Current.Metrics.Predicted:
+		// A prediction says nothing about a measurement's regression (a nightly job
+		// that ran sim instead of the trainer would otherwise pass or fail at random).
+		was, now := measuredOrPredicted(p.Baseline), measuredOrPredicted(p.Current)
+		return verdict(OutcomeFail, "the baseline was %s, the current figure is %s: they cannot be compared", was, now)
 	}
 	ch.Delta = compareMetric(c, p.Baseline, p.Current, alpha)
 	d := ch.Delta
 	switch {
+	case d.Baseline == nil && d.Current == nil:
+		return verdict(OutcomeSkip, "%s unknown on both sides", c.Name)
 	case d.Baseline == nil:
 		return verdict(OutcomeSkip, "%s unknown in the baseline", c.Name)
 	case d.Current == nil:
-		return verdict(OutcomeSkip, "%s unknown in the current results", c.Name)
+		return verdict(OutcomeFail, "%s was known in the baseline, unknown now", c.Name)
 	case d.Change == nil:
 		return verdict(OutcomeSkip, "%s is 0 in the baseline: no relative change", c.Name)
 	}
@@ -407,6 +620,13 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, failMissing bool) Check
 		return verdict(OutcomePass, "%+.1f%%, beyond the %s limit but not significant%s", change*100, limit, stat)
 	}
 	return verdict(OutcomePass, "%+.1f%%, within the %s limit%s", change*100, limit, stat)
+}
+
+func measuredOrPredicted(r *Run) string {
+	if r.Metrics.Predicted {
+		return "predicted by the analytic model"
+	}
+	return "measured"
 }
 
 func signed(r Rule) float64 {
@@ -459,8 +679,8 @@ func (g *GateReport) Write(w io.Writer, format string) error {
 	return fmt.Errorf("unknown gate format %q; valid formats: %s", format, strings.Join(GateFormats, ", "))
 }
 
-// Headline is the one-line verdict: "gate passed: 12 checks, 3 skipped" or
-// "gate FAILED: 2 of 12 checks in 2 runs".
+// Headline is the one-line verdict: "gate passed: 12 checks, 3 skipped",
+// "gate FAILED: 2 of 12 checks failed, in 2 of 4 runs", or the first problem.
 func (g *GateReport) Headline() string {
 	runs := map[string]bool{}
 	for _, c := range g.Checks {
@@ -475,7 +695,12 @@ func (g *GateReport) Headline() string {
 			failed[c.Run] = true
 		}
 	}
-	return fmt.Sprintf("gate FAILED: %d of %d checks failed, in %d of %d runs", g.Failures, len(g.Checks), len(failed), len(runs))
+	var parts []string
+	if g.Failures > 0 || len(g.Problems) == 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d checks failed, in %d of %d runs", g.Failures, len(g.Checks), len(failed), len(runs)))
+	}
+	parts = append(parts, g.Problems...)
+	return "gate FAILED: " + strings.Join(parts, "; ")
 }
 
 // checksGrid lays out checks as a table (one row per check).
@@ -558,6 +783,12 @@ func (g *GateReport) writeText(w io.Writer, markdown bool) error {
 			fmt.Fprintf(&buf, "\n#### %s\n\n", title)
 		} else {
 			fmt.Fprintf(&buf, "\n%s:\n", title)
+		}
+	}
+	if len(g.Problems) > 0 {
+		section("Why the gate failed besides the checks")
+		for _, p := range g.Problems {
+			fmt.Fprintf(&buf, "- %s\n", p)
 		}
 	}
 	if len(failed) > 0 {
@@ -680,6 +911,21 @@ func (g *GateReport) WriteJUnit(w io.Writer) error {
 		s.Tests++
 		root.Tests++
 		s.Cases = append(s.Cases, tc)
+	}
+	if len(g.Problems) > 0 {
+		// A failure that is no single check still fails the CI report.
+		s := junitSuite{Name: "fsdpbench gate", ID: len(root.Suites), Package: "fsdpbench", Time: "0",
+			Timestamp: g.Time.UTC().Format("2006-01-02T15:04:05"), Hostname: hostname,
+			Properties: []junitProperty{{"baseline", g.Baseline}, {"current", g.Current}}}
+		for _, p := range g.Problems {
+			s.Cases = append(s.Cases, junitCase{Name: p, ClassName: "fsdpbench.gate", Time: "0",
+				Failure: &junitFailure{Message: p, Type: "gate", Text: p + "\n"}})
+			s.Tests++
+			s.Failures++
+			root.Tests++
+			root.Failures++
+		}
+		root.Suites = append(root.Suites, s)
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,13 +26,15 @@ type Night struct {
 	Commit string `json:"commit"`
 	// StoredAt orders nights of the same date.
 	StoredAt time.Time `json:"stored_at"`
-	// Passed is the gate's verdict on the night; a night stored without a baseline
-	// (the first one) passes.
+	// Passed is the gate's verdict on the night. Only a night that passed is ever a
+	// baseline (LastPassingNight).
 	Passed bool `json:"passed"`
 	// Baseline names the night (or path) the gate compared with; empty for none.
 	Baseline string `json:"baseline,omitempty"`
 	Failures int    `json:"failures"`
 	Checks   int    `json:"checks"`
+	// Problems are the gate's reasons to fail besides failed checks.
+	Problems []string `json:"problems,omitempty"`
 	// Dir is the night's directory (not stored).
 	Dir string `json:"-"`
 }
@@ -101,27 +104,41 @@ func Nights(history string) ([]Night, error) {
 	return out, nil
 }
 
-// LastPassingNight is the newest night whose gate passed: the baseline of the next
-// night. nil when there is none yet.
+// LastPassingNight is the newest night whose gate passed and whose results hold an
+// ok run: the baseline of the next night. A night that did not pass is never a
+// baseline; nor is one stored as passed that holds nothing to compare with (an
+// empty night that older versions passed). nil when there is none yet.
 func LastPassingNight(history string) (*Night, error) {
 	nights, err := Nights(history)
 	if err != nil {
 		return nil, err
 	}
 	for i := len(nights) - 1; i >= 0; i-- {
-		if nights[i].Passed {
-			return &nights[i], nil
+		if !nights[i].Passed {
+			continue
+		}
+		runs, err := Load(nights[i].Dir)
+		if err != nil {
+			return nil, fmt.Errorf("history night %s: %w", nights[i].Dir, err)
+		}
+		for j := range runs {
+			if runs[j].Metrics.Status == StatusOK {
+				return &nights[i], nil
+			}
 		}
 	}
 	return nil, nil
 }
 
 // StoreNight copies the results tree at resultsDir into <history>/<NightName>/ with
-// the gate's verdict (report may be nil: no gate ran, the night passes). A night of
+// the gate's verdict, which it needs: a night with no verdict never passes. A night of
 // the same name is replaced, so rerunning a nightly job for one commit keeps one
 // entry. The copy is made beside the target and renamed into place, so a killed job
 // never leaves half a night that a later gate would take as its baseline.
 func StoreNight(history, resultsDir string, date time.Time, commit string, report *GateReport, baseline string) (Night, error) {
+	if report == nil {
+		return Night{}, errors.New("history: a night is stored with the gate's verdict; run the gate first")
+	}
 	if _, err := Load(resultsDir); err != nil {
 		return Night{}, fmt.Errorf("history: %w", err)
 	}
@@ -129,22 +146,27 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 		return Night{}, fmt.Errorf("history %s: %w", history, err)
 	}
 	n := Night{Name: NightName(date, commit), Date: date.UTC().Format(time.DateOnly), Commit: commit,
-		StoredAt: time.Now().UTC(), Passed: true, Baseline: baseline}
-	if report != nil {
-		n.Passed, n.Failures, n.Checks = report.Passed, report.Failures, len(report.Checks)
-	}
+		StoredAt: time.Now().UTC(), Baseline: baseline}
+	n.Passed, n.Failures, n.Checks = report.Passed, report.Failures, len(report.Checks)
+	n.Problems = report.Problems
 	n.Dir = filepath.Join(history, n.Name)
 	tmp, err := os.MkdirTemp(history, "."+n.Name+".tmp*")
 	if err != nil {
-		return Night{}, fmt.Errorf("history %s: %w", history, err)
+		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareErr(err))
 	}
 	defer os.RemoveAll(tmp)
 	// CopyFS refuses to write into an existing directory's files, not the directory.
 	if err := os.CopyFS(tmp, os.DirFS(resultsDir)); err != nil {
-		return Night{}, fmt.Errorf("history: copying %s: %w", resultsDir, err)
+		// Errors name the temporary copy; the user knows the night's directory.
+		return Night{}, fmt.Errorf("history: copying %s to %s: %w", resultsDir, n.Dir, bareErr(err))
 	}
-	if err := writeJSON(filepath.Join(tmp, NightFile), n); err != nil {
-		return Night{}, fmt.Errorf("history: %w", err)
+	b, err := json.MarshalIndent(n, "", "  ")
+	if err == nil {
+		// Plainly written: the directory is renamed into place only once whole.
+		err = os.WriteFile(filepath.Join(tmp, NightFile), append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		return Night{}, fmt.Errorf("history: storing %s: %w", filepath.Join(n.Dir, NightFile), bareErr(err))
 	}
 	old := ""
 	if _, err := os.Stat(n.Dir); err == nil {
@@ -155,7 +177,7 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 		}
 	}
 	if err := os.Rename(tmp, n.Dir); err != nil {
-		return Night{}, fmt.Errorf("history: %w", err)
+		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareErr(err))
 	}
 	if old != "" {
 		os.RemoveAll(old)

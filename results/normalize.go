@@ -19,19 +19,21 @@ const Confidence = 0.95
 // statusSeverity orders statuses from best (0) to worst. A run's status is the worst
 // of its repeats':
 //
-//	ok < infeasible < oom < canceled < timeout < failed
+//	ok < infeasible < oom < diverged < canceled < timeout < failed
 //
 // failed is worst because it needs a fix; timeout and canceled mean the figure was
 // never measured and resume must run it again; oom and infeasible are results (the
-// memory wall), so they only lose to statuses that say the run did not finish.
+// memory wall), and so is diverged (the loss became NaN), so they only lose to
+// statuses that say the run did not finish.
 // A status no backend should report (empty or unknown) counts as failed.
 var statusSeverity = map[Status]int{
 	StatusOK:         0,
 	StatusInfeasible: 1,
 	StatusOOM:        2,
-	StatusCanceled:   3,
-	StatusTimeout:    4,
-	StatusFailed:     5,
+	StatusDiverged:   3,
+	StatusCanceled:   4,
+	StatusTimeout:    5,
+	StatusFailed:     6,
 }
 
 // Severity ranks a status from best (0, ok) to worst (failed, or anything unknown).

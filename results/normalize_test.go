@@ -142,11 +142,24 @@ func TestNormalizeStatus(t *testing.T) {
 	}
 
 	t.Run("severity order", func(t *testing.T) {
-		order := []Status{StatusOK, StatusInfeasible, StatusOOM, StatusCanceled, StatusTimeout, StatusFailed}
+		order := []Status{StatusOK, StatusInfeasible, StatusOOM, StatusDiverged, StatusCanceled, StatusTimeout, StatusFailed}
 		for i := 1; i < len(order); i++ {
 			assert.Less(t, order[i-1].Severity(), order[i].Severity(), "%s should be better than %s", order[i-1], order[i])
 		}
 		assert.Equal(t, StatusFailed.Severity(), Status("exploded").Severity())
+	})
+
+	t.Run("diverged is a final result", func(t *testing.T) {
+		// Like oom: resume keeps it, and it is no failure of the sweep.
+		assert.True(t, StatusDiverged.Final())
+		assert.False(t, StatusDiverged.Fits())
+		loss := 2.5
+		m := Normalize(rc, []Result{
+			{Status: StatusOK, WorldSize: 2, Steps: []Step{{Step: 1, Loss: &loss, StepTimeS: 0.1, Tokens: 8}}, MeasuredWallS: 0.1},
+			{Status: StatusDiverged, Error: "loss NaN at step 1", WorldSize: 2, Steps: []Step{{Step: 1, StepTimeS: 0.1, Tokens: 8}}},
+		})
+		assert.Equal(t, StatusDiverged, m.Status)
+		assert.Equal(t, "repeat 2 of 2: loss NaN at step 1", m.Error)
 	})
 
 	t.Run("throughput only from ok repeats, peak from all", func(t *testing.T) {

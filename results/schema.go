@@ -9,10 +9,13 @@ import "time"
 type Status string
 
 // Run statuses (DESIGN.md). oom and infeasible are results, not failures: a sweep
-// that finds the memory wall has succeeded.
+// that finds the memory wall has succeeded. diverged is a result too: the run ran
+// and its loss became NaN or infinite (the error says where); a gate that had it
+// ok fails.
 const (
 	StatusOK         Status = "ok"
 	StatusOOM        Status = "oom"
+	StatusDiverged   Status = "diverged"
 	StatusFailed     Status = "failed"
 	StatusTimeout    Status = "timeout"
 	StatusCanceled   Status = "canceled"
@@ -21,7 +24,7 @@ const (
 
 // Final reports whether a run with this status is finished for good: resume skips it.
 func (s Status) Final() bool {
-	return s == StatusOK || s == StatusOOM || s == StatusInfeasible
+	return s == StatusOK || s == StatusOOM || s == StatusInfeasible || s == StatusDiverged
 }
 
 // Fits reports whether the run's configuration fit in memory and ran.

@@ -3,13 +3,18 @@ package results
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // File names of the results layout (DESIGN.md).
@@ -81,7 +86,9 @@ type SweepDir struct {
 
 // OpenSweep creates (if needed) and returns the sweep directory at path.
 func OpenSweep(path string) (*SweepDir, error) {
-	if err := os.MkdirAll(filepath.Join(path, RunsDir), 0o755); err != nil {
+	// 0777 and the umask, as files get 0666 and the umask: a group-writable umask
+	// (002) on a shared results directory lets colleagues resume the sweep.
+	if err := os.MkdirAll(filepath.Join(path, RunsDir), 0o777); err != nil {
 		return nil, fmt.Errorf("results directory %s: %w", path, err)
 	}
 	return &SweepDir{Path: path}, nil
@@ -110,7 +117,7 @@ func (s *SweepDir) ReadManifest() (Manifest, error) {
 // WriteRunArgs stores the run's full config (run_args.json), creating its directory.
 func (s *SweepDir) WriteRunArgs(rc sweeps.RunConfig) error {
 	dir := s.RunDir(rc.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
 	}
 	return writeJSON(filepath.Join(dir, RunArgsFile), rc)
@@ -124,16 +131,29 @@ func (s *SweepDir) ReadRunArgs(id string) (sweeps.RunConfig, error) {
 }
 
 // WriteMetrics stores the run's normalized metrics (metrics.json). Written last, it
-// marks the run as finished: a run without metrics.json did not finish. It then
-// appends the run to the sweep's index (IndexFile) with the config in
-// run_args.json; the index is only a cache, so failing to update it is not an error.
+// marks the run as finished: a run without metrics.json did not finish. Metrics that
+// fail CheckMetrics (against the config in run_args.json) are refused, so that no
+// writer stores a run that Load would refuse. It then appends the run to the sweep's
+// index (IndexFile); the index is only a cache, so failing to update it is not an
+// error.
 func (s *SweepDir) WriteMetrics(id string, m Metrics) error {
+	var rc *sweeps.RunConfig
+	var stored sweeps.RunConfig
+	if err := readJSON(filepath.Join(s.RunDir(id), RunArgsFile), &stored); err == nil {
+		rc = &stored
+	}
+	if err := CheckMetrics(rc, &m); err != nil {
+		var ie *InvalidRunError
+		if errors.As(err, &ie) {
+			ie.Hint = "the figure came from the backend or the files ingested: fix it there"
+		}
+		return fmt.Errorf("not storing %s: %w", filepath.Join(s.RunDir(id), MetricsFile), err)
+	}
 	if err := writeJSON(filepath.Join(s.RunDir(id), MetricsFile), m); err != nil {
 		return err
 	}
-	var rc sweeps.RunConfig
-	if err := readJSON(filepath.Join(s.RunDir(id), RunArgsFile), &rc); err == nil {
-		_ = s.appendIndex(id, rc, m) // Load checks every line against metrics.json anyway
+	if rc != nil {
+		_ = s.appendIndex(id, *rc, m) // Load checks every line against the files anyway
 	}
 	return nil
 }
@@ -141,7 +161,7 @@ func (s *SweepDir) WriteMetrics(id string, m Metrics) error {
 // WriteRank stores what one rank reported (ranks/rank-<r>.json).
 func (s *SweepDir) WriteRank(id string, r RankResult) error {
 	dir := filepath.Join(s.RunDir(id), RanksDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("run %s: %w", id, err)
 	}
 	return writeJSON(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r.Rank)), r)
@@ -184,9 +204,18 @@ func Load(dir string) ([]Run, error) {
 			return nil, err
 		}
 		for _, e := range entries {
+			sd := filepath.Join(dir, e.Name())
+			if e.Type()&fs.ModeSymlink != 0 {
+				if _, err := os.Stat(filepath.Join(sd, RunsDir)); err == nil {
+					// Skipping it would drop its runs without a word; following it would
+					// read (and store in a history) a sweep that is not here.
+					return nil, fmt.Errorf("results %s: is a symbolic link to a sweep; give the sweep's own directory, or copy the sweep here", sd)
+				}
+				continue
+			}
 			if e.IsDir() {
-				if _, err := os.Stat(filepath.Join(dir, e.Name(), RunsDir)); err == nil {
-					sweepDirs = append(sweepDirs, filepath.Join(dir, e.Name()))
+				if _, err := os.Stat(filepath.Join(sd, RunsDir)); err == nil {
+					sweepDirs = append(sweepDirs, sd)
 				}
 			}
 		}
@@ -221,7 +250,7 @@ func writeJSON(path string, v any) error {
 }
 
 func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
 		return err
 	}
@@ -233,10 +262,13 @@ func readJSON(path string, v any) error {
 
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and renames
 // it over path, so a reader (or a resumed sweep) never sees a half-written file.
+// The file gets 0666 less the umask, as the logs and any other file do: results on
+// a shared (NFS, Slurm) directory must be readable by the colleagues the umask
+// allows. Errors name path, never the temporary file.
 func WriteFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := createTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, bareErr(err))
 	}
 	tmp := f.Name()
 	_, werr := f.Write(data)
@@ -251,7 +283,35 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	if werr != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, werr)
+		return fmt.Errorf("write %s: %w", path, bareErr(werr))
 	}
 	return nil
+}
+
+// createTemp is os.CreateTemp with mode 0666, which the kernel masks with the
+// umask (os.CreateTemp's 0600 ignores it).
+func createTemp(dir, prefix string) (*os.File, error) {
+	for range 1000 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("no free temporary name in %s", dir)
+}
+
+// bareErr drops the path from a *fs.PathError or *os.LinkError, which would name
+// the temporary file; the caller names the real one.
+func bareErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }

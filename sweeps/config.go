@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -71,6 +72,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &secs); err != nil {
 		return fmt.Errorf("duration must be a string like \"10m\" or a number of seconds")
 	}
+	// Past ±292 years a time.Duration overflows: converting would give garbage.
+	if math.IsNaN(secs) || math.Abs(secs) > float64(math.MaxInt64)/float64(time.Second) {
+		return fmt.Errorf("duration %g s is out of range", secs)
+	}
 	*d = Duration(secs * float64(time.Second))
 	return nil
 }
@@ -78,7 +83,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // RunConfig is one fully resolved point of a sweep: everything a backend needs to
 // execute it. It is plain data (JSON), so it travels to plugins and into run_args.json.
 type RunConfig struct {
-	// ID is Slug + "-" + a short hash of the training configuration (see Hash);
+	// ID is Slug + "-" + a 64-bit hash of the training configuration (see Hash);
 	// it is stable across machines and names the run's directory.
 	ID   string `json:"id"`
 	Slug string `json:"slug"`
@@ -157,16 +162,46 @@ func (rc *RunConfig) trainingKey() trainingKey {
 		rc.MixedPrecision, rc.WrapPolicy, rc.Compile}
 }
 
+// HashBytes is how many bytes of SHA-256 a run ID carries: 64 bits, so a grid of
+// MaxRuns points has about one chance in 30 million of two points sharing a slug
+// and a hash (expansion refuses that case rather than mix two runs). IDs written
+// before issue 13 carried 4 bytes (LegacyHashBytes), which collided for real in a
+// 300,000-point grid.
+const (
+	HashBytes       = 8
+	LegacyHashBytes = 4
+)
+
 // Hash is a short hex hash of the training configuration (not of how it is launched):
-// the first 4 bytes of the SHA-256 of trainingKey's JSON encoding (fields in
-// declaration order, as encoding/json writes them). appendTrainingKey writes those
-// bytes by hand because expanding a large grid hashes every point; the bytes are
-// the same as json.Marshal(trainingKey{...}) (TestHashMatchesJSON checks), so IDs
-// do not depend on the Go version's JSON encoder beyond its documented format.
+// the first HashBytes bytes of the SHA-256 of trainingKey's JSON encoding (fields
+// in declaration order, as encoding/json writes them). appendTrainingKey writes
+// those bytes by hand because expanding a large grid hashes every point; the bytes
+// are the same as json.Marshal(trainingKey{...}) (TestHashMatchesJSON checks), so
+// IDs do not depend on the Go version's JSON encoder beyond its documented format.
 func (rc RunConfig) Hash() string {
 	var buf [512]byte
 	sum := sha256.Sum256(rc.appendTrainingKey(buf[:0]))
-	return hex.EncodeToString(sum[:4])
+	return hex.EncodeToString(sum[:HashBytes])
+}
+
+// LegacyID is the ID fsdpbench gave rc before IDs carried 64 bits of hash: the
+// same slug and the first LegacyHashBytes of the same SHA-256. Results stored then
+// live under it; MigrateID and the resume path map them to the current ID.
+func (rc RunConfig) LegacyID() string {
+	var buf [512]byte
+	sum := sha256.Sum256(rc.appendTrainingKey(buf[:0]))
+	return rc.MakeSlug() + "-" + hex.EncodeToString(sum[:LegacyHashBytes])
+}
+
+// MigrateID gives a stored config written with a legacy ID (LegacyID) its current
+// ID and slug, so a run stored before IDs grew still matches the same point of a
+// new sweep. Any other ID is left as stored. It reports whether it changed rc.
+func (rc *RunConfig) MigrateID() bool {
+	if rc.ID == "" || len(rc.ID) != len(rc.MakeSlug())+1+2*LegacyHashBytes || rc.ID != rc.LegacyID() {
+		return false
+	}
+	rc.AssignID()
+	return true
 }
 
 // appendTrainingKey appends the JSON encoding of rc's trainingKey to b.
@@ -288,20 +323,20 @@ func (rc *RunConfig) appendSlug(b []byte) []byte {
 // AssignID fills Slug and ID from the config.
 func (rc *RunConfig) AssignID() { rc.assignID() }
 
-// assignID is AssignID, returning the hash's 32 bits for the caller's index. Slug
+// assignID is AssignID, returning the hash's 64 bits for the caller's index. Slug
 // shares ID's memory (one allocation per run), which matters when a grid has a
 // million points.
-func (rc *RunConfig) assignID() uint32 {
+func (rc *RunConfig) assignID() uint64 {
 	var buf [160]byte
 	b := rc.appendSlug(buf[:0])
 	n := len(b)
 	var kb [512]byte
 	sum := sha256.Sum256(rc.appendTrainingKey(kb[:0]))
 	b = append(b, '-')
-	b = hex.AppendEncode(b, sum[:4])
+	b = hex.AppendEncode(b, sum[:HashBytes])
 	rc.ID = string(b)
 	rc.Slug = rc.ID[:n]
-	return binary.BigEndian.Uint32(sum[:4])
+	return binary.BigEndian.Uint64(sum[:HashBytes])
 }
 
 func b01(b bool) string {

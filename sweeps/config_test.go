@@ -25,7 +25,9 @@ func goldenConfig() RunConfig {
 func TestGoldenID(t *testing.T) {
 	rc := goldenConfig()
 	rc.AssignID()
-	assert.Equal(t, "ws8-bs4-full_shard-ac0-pre-bcf42938", rc.ID)
+	assert.Equal(t, "ws8-bs4-full_shard-ac0-pre-bcf429385997cf48", rc.ID)
+	// The ID results stored before IDs carried 64 bits have, for migration.
+	assert.Equal(t, "ws8-bs4-full_shard-ac0-pre-bcf42938", rc.LegacyID())
 	assert.Equal(t, "ws8-bs4-full_shard-ac0-pre", rc.Slug)
 	assert.Equal(t, rc.Slug, rc.MakeSlug())
 	assert.Equal(t, rc.Slug+"-"+rc.Hash(), rc.ID)
@@ -54,7 +56,7 @@ func TestHashMatchesJSON(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, string(b), string(rc.appendTrainingKey(nil)))
 		sum := sha256.Sum256(b)
-		assert.Equal(t, hex.EncodeToString(sum[:4]), rc.Hash())
+		assert.Equal(t, hex.EncodeToString(sum[:HashBytes]), rc.Hash())
 	}
 }
 

@@ -159,32 +159,32 @@ func TestSpecErrors(t *testing.T) {
 		{
 			name: "zero world size",
 			spec: "name: x\nbase:\n  world_size: 0\n",
-			line: 3, col: 15, want: "world_size must be a positive integer, got 0", exact: true,
+			line: 3, col: 15, want: "world_size must be a positive integer (at most 131072), got 0", exact: true,
 		},
 		{
 			name: "negative batch in a grid",
 			spec: "name: x\ngrid:\n  batch_per_device: [1, -2]\n",
-			line: 3, col: 25, want: "batch_per_device must be a positive integer, got -2", exact: true,
+			line: 3, col: 25, want: "batch_per_device must be a positive integer (at most 65536), got -2", exact: true,
 		},
 		{
 			name: "zero steps",
 			spec: "name: x\nsteps: 0\n",
-			line: 2, col: 8, want: "steps must be a positive integer, got 0", exact: true,
+			line: 2, col: 8, want: "steps must be a positive integer (at most 1000000), got 0", exact: true,
 		},
 		{
 			name: "negative warmup",
 			spec: "name: x\nwarmup_steps: -1\n",
-			line: 2, col: 15, want: "warmup_steps must be an integer >= 0, got -1", exact: true,
+			line: 2, col: 15, want: "warmup_steps must be an integer from 0 to 1000000, got -1", exact: true,
 		},
 		{
 			name: "string where a number is expected",
 			spec: "name: x\nbase:\n  world_size: \"8\"\n",
-			line: 3, col: 15, want: `world_size must be a positive integer, got the string "8" (remove the quotes)`, exact: true,
+			line: 3, col: 15, want: `world_size must be a positive integer (at most 131072), got the string "8" (remove the quotes)`, exact: true,
 		},
 		{
 			name: "float where an integer is expected",
 			spec: "name: x\nseq_len: 512.5\n",
-			line: 2, col: 10, want: "seq_len must be a positive integer, got the number 512.5", exact: true,
+			line: 2, col: 10, want: "seq_len must be a positive integer (at most 16777216), got the number 512.5", exact: true,
 		},
 		{
 			name: "yes is not a boolean",
@@ -209,7 +209,7 @@ func TestSpecErrors(t *testing.T) {
 		{
 			name: "bad timeout",
 			spec: "name: x\ntimeout: 10 minutes\n",
-			line: 2, col: 10, want: `timeout must be a positive Go duration such as 30m, 90s or 1h30m, got "10 minutes"`, exact: true,
+			line: 2, col: 10, want: `timeout must be a positive Go duration such as 30m, 90s or 1h30m, at most 720h (30 days), got "10 minutes"`, exact: true,
 		},
 		{
 			name: "unknown launcher",
@@ -403,7 +403,7 @@ func TestSeveralErrorsAreReportedTogether(t *testing.T) {
 	require.ErrorAs(t, err, &es)
 	require.Len(t, es, 3)
 	assert.Equal(t, []string{
-		"spec.yaml:2:8: steps must be a positive integer, got 0",
+		"spec.yaml:2:8: steps must be a positive integer (at most 1000000), got 0",
 		`spec.yaml:4:14: unknown sharding "ful_shard" (allowed: full_shard, shard_grad_op, hybrid_shard, no_shard, ddp; did you mean full_shard?)`,
 		`spec.yaml:5:3: unknown axis "world_sise" in grid (allowed: nodes, gpus_per_node, world_size, batch_per_device, grad_accum, global_batch, seq_len, model, sharding, activation_checkpointing, backward_prefetch, forward_prefetch, cpu_offload, mixed_precision, wrap_policy, compile, hardware, seed; did you mean world_size?)`,
 	}, strings.Split(err.Error(), "\n"))

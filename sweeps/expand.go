@@ -1,6 +1,7 @@
 package sweeps
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,8 +13,12 @@ import (
 // before anything runs.
 const MaxRuns = 1 << 20
 
-// maxProduct bounds world_size and global_batch, far beyond any cluster, so the
-// products below cannot overflow.
+// maxExcludeChecks bounds exclude entries × grid points, the work of applying
+// exclude (a few seconds at most).
+const maxExcludeChecks = 1 << 26
+
+// maxProduct bounds the products below (world_size and global_batch are bounded
+// far lower, MaxWorldSize and MaxGlobalBatch), so they cannot overflow.
 const maxProduct = 1 << 40
 
 // expander turns a checked spec into runs.
@@ -25,9 +30,9 @@ type expander struct {
 	baseVals []value
 	baseMask mask
 	runs     []RunConfig
-	// hashes holds, per grid run, its ID hash (high 32 bits) and index in runs;
-	// included finds include runs by ID.
-	hashes    []uint64
+	// hashes holds, per grid run, its ID hash and index in runs; included finds
+	// include runs by ID.
+	hashes    []idHash
 	included  map[string]int
 	groups    map[string]int  // search group -> index in runs
 	excluded  []int           // points dropped per exclude entry
@@ -75,8 +80,15 @@ func (p *parsing) expand(sp *spec) *Plan {
 		total = 0
 	}
 	x.gridCount = total
+	if len(sp.exclude) > 0 && total > maxExcludeChecks/len(sp.exclude) {
+		// Each point is checked against each entry: a 70 KB spec of 2,000 entries
+		// over a million points took a minute.
+		p.e.at(sp.excludePos, "exclude has %d entries over a grid of %d points, more than %d checks; narrow the grid, or merge entries (one entry takes several values of an axis: {seed: [1, 2, 3]})",
+			len(sp.exclude), total, maxExcludeChecks)
+		return nil
+	}
 	x.runs = make([]RunConfig, 0, total+len(sp.include))
-	x.hashes = make([]uint64, 0, total)
+	x.hashes = make([]idHash, 0, total)
 	x.included = map[string]int{}
 	x.expandGrid()
 	x.checkGridIDs()
@@ -273,13 +285,13 @@ func (x *expander) keep(rc *RunConfig, from pos) bool {
 	idx := len(x.runs) - 1
 	h := rc.assignID()
 	if from.line == 0 {
-		x.hashes = append(x.hashes, uint64(h)<<32|uint64(idx))
+		x.hashes = append(x.hashes, idHash{h: h, idx: uint32(idx)})
 		return true
 	}
 	prev := -1
-	lo, _ := slices.BinarySearch(x.hashes, uint64(h)<<32)
-	for i := lo; i < len(x.hashes) && uint32(x.hashes[i]>>32) == h; i++ {
-		if j := int(uint32(x.hashes[i])); x.runs[j].ID == rc.ID {
+	lo, _ := slices.BinarySearchFunc(x.hashes, h, func(e idHash, h uint64) int { return cmp.Compare(e.h, h) })
+	for i := lo; i < len(x.hashes) && x.hashes[i].h == h; i++ {
+		if j := int(x.hashes[i].idx); x.runs[j].ID == rc.ID {
 			prev = j
 		}
 	}
@@ -298,16 +310,23 @@ func (x *expander) keep(rc *RunConfig, from pos) bool {
 	return false
 }
 
+// idHash is a grid run's ID hash and its index in runs.
+type idHash struct {
+	h   uint64
+	idx uint32
+}
+
 // checkGridIDs reports grid points whose IDs collide.
 func (x *expander) checkGridIDs() {
-	slices.Sort(x.hashes)
+	slices.SortFunc(x.hashes, func(a, b idHash) int { return cmp.Compare(a.h, b.h) })
 	for i := 1; i < len(x.hashes); i++ {
-		if x.hashes[i]>>32 != x.hashes[i-1]>>32 {
+		if x.hashes[i].h != x.hashes[i-1].h {
 			continue
 		}
-		// Equal hashes (about one pair per four billion); compare the IDs, slug included.
-		for k := i - 1; k >= 0 && x.hashes[k]>>32 == x.hashes[i]>>32; k-- {
-			a, b := &x.runs[uint32(x.hashes[k])], &x.runs[uint32(x.hashes[i])]
+		// Equal hashes (about one pair in 30 million over a full grid); compare
+		// the IDs, slug included.
+		for k := i - 1; k >= 0 && x.hashes[k].h == x.hashes[i].h; k-- {
+			a, b := &x.runs[x.hashes[k].idx], &x.runs[x.hashes[i].idx]
 			if a.ID == b.ID {
 				x.collision(a, b, x.sp.namePos)
 			}
@@ -316,9 +335,9 @@ func (x *expander) checkGridIDs() {
 }
 
 func (x *expander) collision(a, b *RunConfig, at pos) {
-	// Two configurations share a slug and 32 bits of SHA-256. Refuse rather than let
+	// Two configurations share a slug and 64 bits of SHA-256. Refuse rather than let
 	// one overwrite the other's results.
-	x.p.e.at(at, "two different runs get the same ID %s (a hash collision: about one chance in four billion per pair); change seed or split the sweep, and report this", a.ID)
+	x.p.e.at(at, "two different runs get the same ID %s (a hash collision: about one chance in 10^19 per pair); change seed or split the sweep, and report this", a.ID)
 }
 
 // keepSearch keeps one run per search group: the point with the smallest
@@ -425,10 +444,7 @@ func derive(rc *RunConfig, m mask) *problem {
 			}}
 		}
 	case n && g:
-		if rc.Nodes*rc.GPUsPerNode > maxProduct {
-			return tooLarge(fNodes, "world_size")
-		}
-		rc.WorldSize = rc.Nodes * rc.GPUsPerNode
+		rc.WorldSize = rc.Nodes * rc.GPUsPerNode // both bounded: no overflow
 	case n && w:
 		if rc.WorldSize%rc.Nodes != 0 {
 			nodes, ws := rc.Nodes, rc.WorldSize
@@ -489,9 +505,24 @@ func derive(rc *RunConfig, m mask) *problem {
 	default:
 		prod, ok := mul3(ws, bpd, ga)
 		if !ok {
-			return tooLarge(fBatchPerDevice, "global_batch")
+			prod = maxProduct + 1
 		}
 		rc.GlobalBatch = prod
+	}
+	// A derived value obeys the bound of a given one.
+	for _, d := range []struct {
+		f    field
+		v    int
+		from field // the value to point at
+	}{
+		{fWorldSize, rc.WorldSize, fNodes},
+		{fBatchPerDevice, rc.BatchPerDevice, fGlobalBatch},
+		{fGradAccum, rc.GradAccum, fGlobalBatch},
+		{fGlobalBatch, rc.GlobalBatch, fBatchPerDevice},
+	} {
+		if int64(d.v) > keyDefs[d.f].max {
+			return tooLarge(d.from, d.f, d.v)
+		}
 	}
 	return nil
 }
@@ -510,9 +541,14 @@ func checkPoint(rc *RunConfig) *problem {
 	return nil
 }
 
-func tooLarge(f field, what string) *problem {
+// tooLarge is a derived value past its bound, reported at the value of f.
+func tooLarge(f, derived field, v int) *problem {
+	d := keyDefs[derived]
 	return &problem{f: f, msg: func(func(field) (value, bool)) string {
-		return fmt.Sprintf("%s would exceed %d; use smaller values", what, int64(maxProduct))
+		if v > maxProduct {
+			return fmt.Sprintf("%s would be more than %d, past its bound %d; use smaller values", d.name, int64(maxProduct), d.max)
+		}
+		return fmt.Sprintf("%s would be %d, more than %d; use smaller values", d.name, v, d.max)
 	}}
 }
 

@@ -4,8 +4,19 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
+
+// aliasBombSpec is a billion-laughs spec: 9^8 values once its aliases expand.
+var aliasBombSpec = func() string {
+	s := "name: x\nbackend_options:\n  a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+	for i := 1; i <= 8; i++ {
+		prev := "*a" + string(rune('0'+i-1))
+		s += "  a" + string(rune('0'+i)) + ": &a" + string(rune('0'+i)) + " [" + strings.Repeat(prev+", ", 8) + prev + "]\n"
+	}
+	return s
+}()
 
 // FuzzParse feeds arbitrary bytes (seeded with the examples and a few broken specs)
 // to Parse: it must never panic, every error must be a *SpecError, and a spec that
@@ -24,6 +35,15 @@ func FuzzParse(f *testing.F) {
 		"name: x\nsearch: {batch_per_device: max_fit}\ngrid: {batch_per_device: [4, 2]}\n",
 		"a: &a [*a]\n",
 		"name: x\nseq_len: !!str 5\n",
+		// Issue 13's hostile inputs: nested brackets, an alias bomb, a block
+		// mapping with many keys, a BOM, whole floats, numbers past their bounds.
+		"name: x\nseq_len: " + strings.Repeat("[", 10_000) + "\n",
+		"name: x\nbase: " + strings.Repeat("- ", 500) + "x\n",
+		aliasBombSpec,
+		"backend_options:\n" + strings.Repeat("  k: 1\n", 1200),
+		"\ufeffname: bom\nseq_len: 2048.0\nsteps: 1e3\n",
+		"name: x\nbase: {world_size: 1000000000000, seq_len: 1000000000}\nrepeats: 100000000\n",
+		"name: x\nseed: 4294967296\ntimeout: 1000h\n",
 	} {
 		f.Add([]byte(s))
 	}

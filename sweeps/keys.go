@@ -76,17 +76,47 @@ type keyDef struct {
 	kind   valueKind
 	values []string // kindEnum
 	min    int64    // kindInt
+	max    int64    // kindInt
 	where  scope
 }
 
+// Upper bounds of the numeric settings. Each is far beyond any real run, and low
+// enough that products of them (tokens per step, memory per rank) fit in an int64
+// and that a typo (steps: 1e12) is refused before it starts anything.
+const (
+	// MaxNodes is about the largest GPU clusters built (100,000 GPUs at 8 a node).
+	MaxNodes = 16_384
+	// MaxGPUsPerNode allows CPU runs with a rank per core of a large host.
+	MaxGPUsPerNode = 1024
+	// MaxWorldSize is 2^17 ranks.
+	MaxWorldSize = 131_072
+	// MaxBatchPerDevice and MaxGradAccum are 2^16 each.
+	MaxBatchPerDevice = 65_536
+	MaxGradAccum      = 65_536
+	// MaxGlobalBatch is 2^30 samples per optimizer step.
+	MaxGlobalBatch = 1 << 30
+	// MaxSeqLen is 2^24 tokens, past the longest context windows trained.
+	MaxSeqLen = 1 << 24
+	// MaxSteps bounds steps and warmup_steps: a million steps of per-step figures
+	// is some 100 MB of results per run.
+	MaxSteps = 1_000_000
+	// MaxRepeats bounds whole-run repetitions (statistics need 6 or more).
+	MaxRepeats = 1000
+	// MaxSeed is 2^32 - 1: numpy.random.seed, and so many training scripts, take
+	// no larger seed.
+	MaxSeed = 1<<32 - 1
+	// MaxTimeout is 30 days, longer than any cluster's job time limit.
+	MaxTimeout = 30 * 24 * time.Hour
+)
+
 var keyDefs = [numFields]keyDef{
-	fNodes:                   {name: "nodes", kind: kindInt, min: 1, where: inBase | inAxis},
-	fGPUsPerNode:             {name: "gpus_per_node", kind: kindInt, min: 1, where: inBase | inAxis},
-	fWorldSize:               {name: "world_size", kind: kindInt, min: 1, where: inBase | inAxis},
-	fBatchPerDevice:          {name: "batch_per_device", kind: kindInt, min: 1, where: inBase | inAxis},
-	fGradAccum:               {name: "grad_accum", kind: kindInt, min: 1, where: inBase | inAxis},
-	fGlobalBatch:             {name: "global_batch", kind: kindInt, min: 1, where: inBase | inAxis},
-	fSeqLen:                  {name: "seq_len", kind: kindInt, min: 1, where: inTop | inBase | inAxis},
+	fNodes:                   {name: "nodes", kind: kindInt, min: 1, max: MaxNodes, where: inBase | inAxis},
+	fGPUsPerNode:             {name: "gpus_per_node", kind: kindInt, min: 1, max: MaxGPUsPerNode, where: inBase | inAxis},
+	fWorldSize:               {name: "world_size", kind: kindInt, min: 1, max: MaxWorldSize, where: inBase | inAxis},
+	fBatchPerDevice:          {name: "batch_per_device", kind: kindInt, min: 1, max: MaxBatchPerDevice, where: inBase | inAxis},
+	fGradAccum:               {name: "grad_accum", kind: kindInt, min: 1, max: MaxGradAccum, where: inBase | inAxis},
+	fGlobalBatch:             {name: "global_batch", kind: kindInt, min: 1, max: MaxGlobalBatch, where: inBase | inAxis},
+	fSeqLen:                  {name: "seq_len", kind: kindInt, min: 1, max: MaxSeqLen, where: inTop | inBase | inAxis},
 	fModel:                   {name: "model", kind: kindString, where: inTop | inBase | inAxis},
 	fSharding:                {name: "sharding", kind: kindEnum, values: ShardingValues, where: inBase | inAxis},
 	fActivationCheckpointing: {name: "activation_checkpointing", kind: kindBool, where: inBase | inAxis},
@@ -97,13 +127,13 @@ var keyDefs = [numFields]keyDef{
 	fWrapPolicy:              {name: "wrap_policy", kind: kindWrap, where: inBase | inAxis},
 	fCompile:                 {name: "compile", kind: kindBool, where: inBase | inAxis},
 	fHardware:                {name: "hardware", kind: kindString, where: inTop | inBase | inAxis},
-	fSeed:                    {name: "seed", kind: kindInt, min: math.MinInt64, where: inTop | inBase | inAxis},
+	fSeed:                    {name: "seed", kind: kindInt, min: 0, max: MaxSeed, where: inTop | inBase | inAxis},
 	fName:                    {name: "name", kind: kindName, where: inTop},
 	fBackend:                 {name: "backend", kind: kindString, where: inTop | inBase},
 	fLauncher:                {name: "launcher", kind: kindEnum, values: LauncherValues, where: inTop | inBase},
-	fSteps:                   {name: "steps", kind: kindInt, min: 1, where: inTop | inBase},
-	fWarmupSteps:             {name: "warmup_steps", kind: kindInt, min: 0, where: inTop | inBase},
-	fRepeats:                 {name: "repeats", kind: kindInt, min: 1, where: inTop | inBase},
+	fSteps:                   {name: "steps", kind: kindInt, min: 1, max: MaxSteps, where: inTop | inBase},
+	fWarmupSteps:             {name: "warmup_steps", kind: kindInt, min: 0, max: MaxSteps, where: inTop | inBase},
+	fRepeats:                 {name: "repeats", kind: kindInt, min: 1, max: MaxRepeats, where: inTop | inBase},
 	fTimeout:                 {name: "timeout", kind: kindDuration, where: inTop | inBase},
 }
 
@@ -258,6 +288,11 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 	switch d.kind {
 	case kindInt:
 		i, ok := n.val.(int64)
+		if f, isFloat := n.val.(float64); isFloat && f == math.Trunc(f) && math.Abs(f) < 1<<62 {
+			// 2048.0 and 1e6 are whole numbers written as floats: take them as the
+			// integers they are (and bound them as any other).
+			i, ok = int64(f), true
+		}
 		if !ok {
 			hint := ""
 			if s, isStr := n.val.(string); isStr {
@@ -268,8 +303,8 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 			p.e.at(n.pos, "%s must be %s, got %s%s", d.name, d.expect(), n.describe(), hint)
 			return v, false
 		}
-		if i < d.min {
-			p.e.at(n.pos, "%s must be %s, got %d", d.name, d.expect(), i)
+		if i < d.min || i > d.max {
+			p.e.at(n.pos, "%s must be %s, got %s", d.name, d.expect(), n.written())
 			return v, false
 		}
 		v.i = i
@@ -316,18 +351,18 @@ func (p *parsing) readString(d *keyDef, s string) (canon string, i int64, err st
 				return s, 0, ""
 			}
 		}
-		return "", 0, fmt.Sprintf("unknown %s %q (allowed: %s%s)", d.name, s, strings.Join(d.values, ", "), didYouMean(s, d.values))
+		return "", 0, fmt.Sprintf("unknown %s %s (allowed: %s%s)", d.name, q(s), strings.Join(d.values, ", "), didYouMean(s, d.values))
 	case kindDuration:
 		dur, perr := time.ParseDuration(s)
-		if perr != nil || dur <= 0 {
-			return "", 0, fmt.Sprintf("%s must be a positive Go duration such as 30m, 90s or 1h30m, got %q", d.name, s)
+		if perr != nil || dur <= 0 || dur > MaxTimeout {
+			return "", 0, fmt.Sprintf("%s must be a positive Go duration such as 30m, 90s or 1h30m, at most 720h (30 days), got %s", d.name, q(s))
 		}
 		return dur.String(), int64(dur), ""
 	case kindWrap:
 		return readWrapPolicy(s)
 	case kindName:
 		if len(s) > 100 || !safeName.MatchString(s) {
-			return "", 0, fmt.Sprintf("name %q cannot name a results directory: use letters, digits, '.', '_' and '-' (starting with a letter or digit, at most 100 characters), e.g. %q", s, suggestName(s))
+			return "", 0, fmt.Sprintf("name %s cannot name a results directory: use letters, digits, '.', '_' and '-' (starting with a letter or digit, at most 100 characters), e.g. %q", q(s), suggestName(s))
 		}
 		return s, 0, ""
 	}
@@ -348,7 +383,7 @@ func (p *parsing) readString(d *keyDef, s string) (canon string, i int64, err st
 	}
 	if check != nil {
 		if cerr := check(s); cerr != nil {
-			return "", 0, fmt.Sprintf("%s %q: %v", d.name, s, cerr)
+			return "", 0, fmt.Sprintf("%s %s: %v", d.name, q(s), cerr)
 		}
 	}
 	return s, 0, ""
@@ -367,17 +402,17 @@ func readWrapPolicy(s string) (string, int64, string) {
 	}
 	num, ok := strings.CutPrefix(s, "size:")
 	if !ok {
-		return "", 0, fmt.Sprintf("unknown wrap_policy %q (%s%s)", s, allowed, didYouMean(s, []string{"transformer", "size:"}))
+		return "", 0, fmt.Sprintf("unknown wrap_policy %s (%s%s)", q(s), allowed, didYouMean(s, []string{"transformer", "size:"}))
 	}
 	m := wrapSize.FindStringSubmatch(strings.TrimSpace(num))
 	if m == nil {
-		return "", 0, fmt.Sprintf("wrap_policy %q: the size must be a number of parameters (%s)", s, allowed)
+		return "", 0, fmt.Sprintf("wrap_policy %s: the size must be a number of parameters (%s)", q(s), allowed)
 	}
 	f, err := strconv.ParseFloat(m[1], 64)
 	mult := map[string]float64{"": 1, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "b": 1e9, "B": 1e9, "g": 1e9, "G": 1e9}[m[2]]
 	f *= mult
 	if err != nil || f < 1 || f > 1e15 || f != math.Trunc(f) {
-		return "", 0, fmt.Sprintf("wrap_policy %q: the size must be a whole number of parameters between 1 and 1e15 (%s)", s, allowed)
+		return "", 0, fmt.Sprintf("wrap_policy %s: the size must be a whole number of parameters between 1 and 1e15 (%s)", q(s), allowed)
 	}
 	return "size:" + strconv.FormatInt(int64(f), 10), 0, ""
 }
@@ -407,15 +442,10 @@ func suggestName(s string) string {
 func (d *keyDef) expect() string {
 	switch d.kind {
 	case kindInt:
-		switch d.min {
-		case math.MinInt64:
-			return "an integer"
-		case 0:
-			return "an integer >= 0"
-		case 1:
-			return "a positive integer"
+		if d.min == 1 {
+			return fmt.Sprintf("a positive integer (at most %d)", d.max)
 		}
-		return fmt.Sprintf("an integer >= %d", d.min)
+		return fmt.Sprintf("an integer from %d to %d", d.min, d.max)
 	case kindBool:
 		return "true or false"
 	case kindEnum:

@@ -19,7 +19,7 @@ func (p *parsing) applySets(root *node) []string {
 		at := func(col int) pos { return pos{file: setFile, line: flag, col: col} }
 		eq := strings.IndexByte(s, '=')
 		if eq < 0 || strings.TrimSpace(s[:eq]) == "" {
-			p.e.at(at(1), "--set %q: expected key=value, e.g. --set sharding=full_shard,no_shard or --set seq_len=1024", s)
+			p.e.at(at(1), "--set %s: expected key=value, e.g. --set sharding=full_shard,no_shard or --set seq_len=1024", q(s))
 			continue
 		}
 		key := strings.TrimSpace(s[:eq])
@@ -53,7 +53,7 @@ func (p *parsing) applySet(root *node, key string, keyAt pos, val *node) bool {
 	d, known := keyByName[key]
 	switch {
 	case len(path) > 1:
-		p.e.at(keyAt, "unknown key %q: only backend_options.NAME and launcher_options.NAME take a dotted path", key)
+		p.e.at(keyAt, "unknown key %s: only backend_options.NAME and launcher_options.NAME take a dotted path", q(key))
 		return false
 	case !known:
 		switch key {
@@ -61,8 +61,8 @@ func (p *parsing) applySet(root *node, key string, keyAt pos, val *node) bool {
 			p.e.at(keyAt, "%s cannot be set with --set; set an axis instead (--set sharding=full_shard,no_shard makes a grid axis, --set seq_len=1024 one value for every run) or edit the spec", key)
 		default:
 			cands := append(append([]string{}, TopLevelKeys...), Axes...)
-			p.e.at(keyAt, "unknown key %q (allowed: the axes %s, and the settings name, backend, launcher, steps, warmup_steps, repeats, timeout, backend_options.NAME, launcher_options.NAME%s)",
-				key, strings.Join(Axes, ", "), didYouMean(key, cands))
+			p.e.at(keyAt, "unknown key %s (allowed: the axes %s, and the settings name, backend, launcher, steps, warmup_steps, repeats, timeout, backend_options.NAME, launcher_options.NAME%s)",
+				q(key), strings.Join(Axes, ", "), didYouMean(key, cands))
 		}
 		return false
 	}
@@ -150,9 +150,9 @@ func setScalar(s string, at pos) *node {
 		n.kind, n.val = nullNode, nil
 	default:
 		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-			n.val = i
+			n.val, n.text = i, s
 		} else if f, err := strconv.ParseFloat(s, 64); err == nil && strings.ContainsAny(s, ".eE") && !math.IsInf(f, 0) && !math.IsNaN(f) {
-			n.val = f
+			n.val, n.text = f, s
 		}
 	}
 	return n

@@ -1,10 +1,14 @@
 package sweeps
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
-	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // Options changes how a spec is read. The zero value reads the file as written and
@@ -53,11 +57,15 @@ type Plan struct {
 	// Resolved is the spec as run (after --set, defaults written out), stored as
 	// sweep.yaml: parsing it again gives the same runs.
 	Resolved []byte
+	// OptionPos is where each backend and launcher option was given, keyed
+	// "backend_options.NAME": "file:line:col" (or "--set #N column C"), so a
+	// backend's complaint about an option can point at it.
+	OptionPos map[string]string
 }
 
 // Load reads and parses the spec file at path; see Parse.
 func Load(path string, opts Options) (*Plan, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, input.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("read sweep spec: %w", err)
 	}
@@ -70,6 +78,17 @@ func Load(path string, opts Options) (*Plan, error) {
 // error as the SpecError's Err.
 func Parse(data []byte, filename string, opts Options) (*Plan, error) {
 	p := &parsing{opts: opts, file: filename}
+	// Editors on Windows write a byte order mark; YAML allows one at the start.
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
+	// Bound the spec before goccy parses it: its parser takes gigabytes on a few
+	// kilobytes of nested brackets.
+	if err := input.CheckYAML(filename, data, input.Spec); err != nil {
+		var ie *input.Error
+		if errors.As(err, &ie) {
+			return nil, &SpecError{File: filename, Line: ie.Line, Column: ie.Column, Msg: ie.Msg, Err: err}
+		}
+		return nil, &SpecError{File: filename, Msg: err.Error(), Err: err}
+	}
 	root := parseYAML(data, filename, &p.e)
 	if p.e.failed() {
 		return nil, p.e.err()
@@ -87,6 +106,7 @@ func Parse(data []byte, filename string, opts Options) (*Plan, error) {
 	if p.e.failed() {
 		return nil, p.e.err()
 	}
+	plan.OptionPos = sp.optionPos
 	var err error
 	plan.Resolved, err = resolvedYAML(root, filename, sets)
 	if err != nil {
@@ -114,6 +134,7 @@ type spec struct {
 	search                          string
 	searchPos                       pos
 	backendOptions, launcherOptions map[string]any
+	optionPos                       map[string]string
 }
 
 type keyed struct {
@@ -161,8 +182,10 @@ func (p *parsing) read(root *node) *spec {
 			p.readSearch(sp, e)
 		case keyBackendOptions:
 			sp.backendOptions = p.readOptions(e)
+			sp.optionPos = optionPositions(sp.optionPos, e)
 		case keyLauncherOptions:
 			sp.launcherOptions = p.readOptions(e)
+			sp.optionPos = optionPositions(sp.optionPos, e)
 		default:
 			d, ok := keyByName[e.key]
 			switch {
@@ -214,7 +237,7 @@ func (p *parsing) unknownTopKey(e *entry) {
 			hint = "; did you mean " + c + "?"
 		}
 	}
-	p.e.at(e.keyPos, "unknown key %q (allowed: %s%s)", e.key, strings.Join(TopLevelKeys, ", "), hint)
+	p.e.at(e.keyPos, "unknown key %s (allowed: %s%s)", q(e.key), strings.Join(TopLevelKeys, ", "), hint)
 }
 
 // axisDef looks up a key used as an axis (in grid, include, exclude), reporting why
@@ -222,7 +245,7 @@ func (p *parsing) unknownTopKey(e *entry) {
 func (p *parsing) axisDef(e *entry, where string) (*keyDef, bool) {
 	d, ok := keyByName[e.key]
 	if !ok {
-		p.e.at(e.keyPos, "unknown axis %q in %s (allowed: %s%s)", e.key, where, strings.Join(Axes, ", "), didYouMean(e.key, Axes))
+		p.e.at(e.keyPos, "unknown axis %s in %s (allowed: %s%s)", q(e.key), where, strings.Join(Axes, ", "), didYouMean(e.key, Axes))
 		return nil, false
 	}
 	if d.where&inAxis == 0 {
@@ -251,7 +274,7 @@ func (p *parsing) readBase(sp *spec, e *entry) {
 	for _, be := range m.entries {
 		d, ok := keyByName[be.key]
 		if !ok || d.where&inBase == 0 {
-			p.e.at(be.keyPos, "unknown key %q in base (allowed: %s%s)", be.key, strings.Join(baseKeys, ", "), didYouMean(be.key, baseKeys))
+			p.e.at(be.keyPos, "unknown key %s in base (allowed: %s%s)", q(be.key), strings.Join(baseKeys, ", "), didYouMean(be.key, baseKeys))
 			continue
 		}
 		if be.val.kind == seqNode {
@@ -423,7 +446,7 @@ func (p *parsing) readSearch(sp *spec, e *entry) {
 	}
 	for _, se := range m.entries {
 		if se.key != "batch_per_device" {
-			p.e.at(se.keyPos, "%s; %q cannot be searched%s", want, se.key, didYouMean(se.key, []string{"batch_per_device"}))
+			p.e.at(se.keyPos, "%s; %s cannot be searched%s", want, q(se.key), didYouMean(se.key, []string{"batch_per_device"}))
 			continue
 		}
 		mode, _ := se.val.val.(string)
@@ -444,6 +467,29 @@ func (p *parsing) readOptions(e *entry) map[string]any {
 	}
 	p.e.at(e.val.pos, "%s must be a mapping of option: value (e.g. %s: {inter_node_bus_bw_gbps: 3}), got %s", e.key, e.key, e.val.describe())
 	return nil
+}
+
+// optionPositions adds where each option under e (backend_options: or
+// launcher_options:) was given.
+func optionPositions(m map[string]string, e *entry) map[string]string {
+	if e.val.kind != mapNode {
+		return m
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	for _, o := range e.val.entries {
+		at := o.keyPos
+		where := at.file
+		switch {
+		case at.file == setFile:
+			where = "--set #" + strconv.Itoa(at.line) + " column " + strconv.Itoa(at.col)
+		case at.line > 0:
+			where += ":" + strconv.Itoa(at.line) + ":" + strconv.Itoa(at.col)
+		}
+		m[e.key+"."+o.key] = where
+	}
+	return m
 }
 
 // Defaults returns the settings and axis values a run has when the spec does not

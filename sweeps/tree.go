@@ -4,11 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // node is a YAML value with the position it came from. The spec is read into this
@@ -18,7 +23,9 @@ type node struct {
 	pos  pos
 	kind nodeKind
 	// val is the scalar's value: int64, float64, bool or string (nil for null).
-	val     any
+	val any
+	// text is a number as written (2048.0, 1e12), for messages.
+	text    string
 	items   []*node  // sequence
 	entries []*entry // mapping, in the order written
 	// size counts the values below and including this one, aliases expanded; it
@@ -106,20 +113,51 @@ func (n *node) describe() string {
 	}
 	switch v := n.val.(type) {
 	case string:
-		return fmt.Sprintf("the string %q", v)
+		return "the string " + q(v)
 	case bool:
 		return fmt.Sprintf("the boolean %t", v)
 	case float64:
+		if n.text != "" {
+			return "the number " + clip(n.text)
+		}
 		return "the number " + strconv.FormatFloat(v, 'g', -1, 64)
 	default:
 		return fmt.Sprint(v)
 	}
 }
 
+// written renders a scalar as the spec wrote it, for "got X" in messages.
+func (n *node) written() string {
+	if n.text != "" {
+		return clip(n.text)
+	}
+	if i, ok := n.val.(int64); ok {
+		return strconv.FormatInt(i, 10)
+	}
+	return n.describe()
+}
+
+// quoteMax bounds how much of a value from the spec a message repeats: a
+// hostile or binary file must not fill the terminal.
+const quoteMax = 64
+
+// q quotes text from the spec for a message: escaped, and cut to quoteMax
+// characters.
+func q(s string) string { return input.Quote(s, quoteMax) }
+
+// clip is q without the quotes, for numbers as written.
+func clip(s string) string {
+	quoted := input.Quote(s, quoteMax)
+	if strings.HasPrefix(quoted, `"`) && strings.HasSuffix(quoted, `"`) {
+		return quoted[1 : len(quoted)-1]
+	}
+	return quoted
+}
+
 // quoted renders a scalar as written in messages: strings in quotes.
 func quoted(n *node) string {
 	if s, ok := n.val.(string); ok && n.kind == scalarNode {
-		return strconv.Quote(s)
+		return q(s)
 	}
 	return n.describe()
 }
@@ -197,9 +235,28 @@ func yamlError(file string, err error) *SpecError {
 	if errors.As(err, &ye) && ye.GetToken() != nil {
 		tk := ye.GetToken()
 		return &SpecError{File: file, Line: tk.Position.Line, Column: tk.Position.Column,
-			Msg: "malformed YAML: " + ye.GetMessage(), Err: err}
+			Msg: "malformed YAML: " + clipMessage(ye.GetMessage()), Err: err}
 	}
-	return &SpecError{File: file, Line: 1, Column: 1, Msg: "malformed YAML: " + err.Error(), Err: err}
+	return &SpecError{File: file, Line: 1, Column: 1, Msg: "malformed YAML: " + clipMessage(err.Error()), Err: err}
+}
+
+// yamlFloat is YAML 1.2's core schema float (without .inf and .nan).
+var yamlFloat = regexp.MustCompile(`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`)
+
+// clipMessage bounds a parser's message, which can quote the input: valid UTF-8,
+// no control characters, at most a few lines' worth.
+func clipMessage(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	msg = strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\n' || r == 0x7f {
+			return '\uFFFD'
+		}
+		return r
+	}, msg)
+	if r := []rune(msg); len(r) > 4*quoteMax {
+		msg = string(r[:4*quoteMax]) + "…"
+	}
+	return msg
 }
 
 func tokenPos(file string, n ast.Node) pos {
@@ -261,23 +318,31 @@ func (c *converter) convertNode(n ast.Node, depth int) *node {
 	case *ast.IntegerNode:
 		switch i := v.Value.(type) {
 		case int64:
-			return &node{pos: p, kind: scalarNode, val: i}
+			return &node{pos: p, kind: scalarNode, val: i, text: v.Token.Value}
 		case uint64:
 			if i > math.MaxInt64 {
 				c.e.at(p, "the number %d is too large", i)
 				return &node{pos: p}
 			}
-			return &node{pos: p, kind: scalarNode, val: int64(i)}
+			return &node{pos: p, kind: scalarNode, val: int64(i), text: v.Token.Value}
 		}
-		c.e.at(p, "cannot read the number %q", v.Token.Value)
+		c.e.at(p, "cannot read the number %s", q(v.Token.Value))
 		return &node{pos: p}
 	case *ast.FloatNode:
-		return &node{pos: p, kind: scalarNode, val: v.Value}
+		return &node{pos: p, kind: scalarNode, val: v.Value, text: v.Token.Value}
 	case *ast.InfinityNode:
-		return &node{pos: p, kind: scalarNode, val: v.Value}
+		return &node{pos: p, kind: scalarNode, val: v.Value, text: v.Token.Value}
 	case *ast.NanNode:
-		return &node{pos: p, kind: scalarNode, val: math.NaN()}
+		return &node{pos: p, kind: scalarNode, val: math.NaN(), text: v.Token.Value}
 	case *ast.StringNode:
+		if v.Token != nil && v.Token.Type == token.StringType && yamlFloat.MatchString(v.Value) {
+			// YAML 1.2's core schema reads 1e3 as a float; goccy/go-yaml reads it as
+			// a string. Follow the schema, as --set does, so `steps: 1e3` means the
+			// same in the file and on the command line.
+			if f, err := strconv.ParseFloat(v.Value, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+				return &node{pos: p, kind: scalarNode, val: f, text: v.Value}
+			}
+		}
 		return &node{pos: p, kind: scalarNode, val: v.Value}
 	case *ast.LiteralNode:
 		if v.Value == nil {
@@ -360,7 +425,7 @@ func (c *converter) mapping(out *node, values []*ast.MappingValueNode, depth int
 			continue
 		}
 		if first, dup := seen[key]; dup {
-			c.e.at(kp, "duplicate key %q (first at %s); keep one of them", key, first)
+			c.e.at(kp, "duplicate key %s (first at %s); keep one of them", q(key), first)
 			continue
 		}
 		seen[key] = kp
@@ -392,13 +457,13 @@ func (c *converter) tagged(v *ast.TagNode, p pos, depth int) *node {
 		if i, err := strconv.ParseInt(text, 0, 64); err == nil {
 			return &node{pos: inner.pos, kind: scalarNode, val: i}
 		}
-		c.e.at(inner.pos, "!!int %q is not an integer", text)
+		c.e.at(inner.pos, "!!int %s is not an integer", q(text))
 		return inner
 	case "!!float":
 		if f, err := strconv.ParseFloat(text, 64); err == nil {
 			return &node{pos: inner.pos, kind: scalarNode, val: f}
 		}
-		c.e.at(inner.pos, "!!float %q is not a number", text)
+		c.e.at(inner.pos, "!!float %s is not a number", q(text))
 		return inner
 	case "!!bool", "!!null", "!!map", "!!seq":
 		return inner

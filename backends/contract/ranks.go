@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // StepPrefix starts a step line on a script's stdout: "FSDPBENCH {json}".
@@ -62,23 +63,37 @@ func HasRankFiles(dir string) (bool, error) {
 // ReadRanks reads every rank's file of rc from dir into res: the steps as the
 // slowest rank saw them, the wall time and peaks of the highest rank, each rank's
 // own figures in PerRank, and the environment rank 0 reported. who names the
-// launcher in errors ("torchrun", "exec").
+// launcher in errors ("torchrun", "exec"). Every figure is checked as it is read
+// (finite, within backends' bounds, step times positive): an error names the file,
+// line, column and field. A loss that is NaN or infinite (Python's json.dump
+// writes bare NaN for a diverged run) is no error: res.Status is then
+// results.StatusDiverged with the first such loss in res.Error, and the caller
+// keeps that status.
 func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error {
 	files := make([]RankFile, rc.WorldSize)
+	var div *divergence
 	for r := range files {
 		path := filepath.Join(dir, "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
+		data, err := input.ReadJSON(path, input.Metrics)
 		if err != nil {
 			return fmt.Errorf("%s: rank %d exited cleanly but its report is missing: %w", who, r, err)
 		}
-		if err := json.Unmarshal(data, &files[r]); err != nil {
+		bad, err := DecodeJSON(path, data, &files[r])
+		if err != nil {
+			return fmt.Errorf("%s: rank %d's report %w", who, r, err)
+		}
+		for _, nf := range bad {
+			i, isLoss := lossIndex(nf.Field)
+			if !isLoss || i >= len(files[r].Steps) {
+				return fmt.Errorf("%s: rank %d's report %s: %s is %v; it must be a finite number", who, r, nf.Pos, nf.Field, nf.Value)
+			}
+			files[r].Steps[i].Loss = nil // unknown: JSON cannot hold it, the error says it
+			if div == nil || i < div.step {
+				div = &divergence{rank: r, step: i, value: nf.Value, pos: nf.Pos, steps: files[r].Steps}
+			}
+		}
+		if err := checkRankFile(rc, files[r], r); err != nil {
 			return fmt.Errorf("%s: rank %d's report %s: %w", who, r, path, err)
-		}
-		if files[r].Rank != r {
-			return fmt.Errorf("%s: %s says rank %d", who, path, files[r].Rank)
-		}
-		if len(files[r].Steps) != rc.Steps {
-			return fmt.Errorf("%s: rank %d reported %d measured steps, want %d", who, r, len(files[r].Steps), rc.Steps)
 		}
 	}
 	res.Steps = make([]results.Step, rc.Steps)
@@ -118,6 +133,9 @@ func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error 
 		}
 	}
 	f0 := files[0]
+	if div != nil {
+		res.Status, res.Error = results.StatusDiverged, div.String()
+	}
 	res.ModelFlopsPerToken = f0.ModelFlopsPerToken
 	res.Env.GPU, res.Env.CUDA, res.Env.NCCL = f0.GPU, f0.CUDA, f0.NCCL
 	if f0.Torch != "" {
@@ -125,6 +143,91 @@ func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error 
 	}
 	if f0.Device == "cpu" {
 		res.Env.Hardware = "cpu"
+	}
+	return nil
+}
+
+// divergence is the first loss that was not finite.
+type divergence struct {
+	rank, step int
+	value      float64
+	pos        string
+	steps      []results.Step
+}
+
+func (d divergence) String() string {
+	msg := fmt.Sprintf("diverged: rank %d's loss is %v at measured step %d of %d (steps[%d].loss, %s)",
+		d.rank, d.value, d.step+1, len(d.steps), d.step, d.pos)
+	for i := d.step - 1; i >= 0; i-- {
+		if l := d.steps[i].Loss; l != nil {
+			return msg + fmt.Sprintf("; the last finite loss was %.4g at step %d", *l, i+1)
+		}
+	}
+	return msg
+}
+
+// lossIndex reads "steps[<i>].loss".
+func lossIndex(field string) (int, bool) {
+	rest, ok := strings.CutPrefix(field, "steps[")
+	if !ok {
+		return 0, false
+	}
+	num, tail, ok := strings.Cut(rest, "]")
+	if !ok || tail != ".loss" {
+		return 0, false
+	}
+	i, err := strconv.Atoi(num)
+	return i, err == nil && i >= 0
+}
+
+// checkRankFile checks one rank's figures as they enter.
+func checkRankFile(rc sweeps.RunConfig, f RankFile, r int) error {
+	switch {
+	case f.Rank != r:
+		return fmt.Errorf("rank is %d, but the file is rank %d's", f.Rank, r)
+	case f.WorldSize != 0 && f.WorldSize != rc.WorldSize:
+		return fmt.Errorf("world_size is %d but the run has %d ranks: the script did not run this configuration", f.WorldSize, rc.WorldSize)
+	case len(f.Steps) != rc.Steps:
+		return fmt.Errorf("steps holds %d measured steps, want %d (steps: in the spec; warm-up steps are not reported)", len(f.Steps), rc.Steps)
+	}
+	for _, t := range []struct{ field, v string }{{"device", f.Device}, {"torch", f.Torch}, {"gpu", f.GPU},
+		{"cuda", f.CUDA}, {"nccl", f.NCCL}, {"host", f.Host}} {
+		if len(t.v) > maxName {
+			return fmt.Errorf("%s is %d bytes long; a name holds at most %d", t.field, len(t.v), maxName)
+		}
+	}
+	type figure struct {
+		field     string
+		v, lo, hi float64
+		positive  bool
+	}
+	figures := []figure{
+		{"tokens", float64(f.Tokens), 0, backends.MaxTokens, false},
+		{"model_flops_per_token", f.ModelFlopsPerToken, 0, backends.MaxFlopsPerToken, false},
+	}
+	for _, p := range []struct {
+		field string
+		v     *int64
+	}{{"peak_mem_allocated_bytes", f.PeakMemAllocatedBytes}, {"peak_mem_reserved_bytes", f.PeakMemReservedBytes},
+		{"peak_rss_bytes", f.PeakRSSBytes}, {"alloc_retries", f.AllocRetries}, {"cuda_ooms", f.CUDAOOMs}} {
+		if p.v != nil {
+			figures = append(figures, figure{p.field, float64(*p.v), 0, backends.MaxBytes, false})
+		}
+	}
+	if f.MeasuredWallS != 0 { // 0: not reported
+		if err := backends.CheckTime("measured_wall_s", f.MeasuredWallS, backends.MaxWallS); err != nil {
+			return err
+		}
+	}
+	for i, st := range f.Steps {
+		if err := backends.CheckTime(fmt.Sprintf("steps[%d].step_time_s", i), st.StepTimeS, backends.MaxStepTimeS); err != nil {
+			return err
+		}
+	}
+	for _, fig := range figures {
+		if err := backends.CheckFigure(fig.field, fig.v, fig.lo, fig.hi, fig.positive); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -140,20 +243,80 @@ func maxPtr(cur, v *int64) *int64 {
 type StepLine struct {
 	results.Step
 	Rank int `json:"rank"`
+	// Diverged is set when the line's loss was NaN or infinite (Step.Loss is then
+	// nil): what it was and where, for the run's error.
+	Diverged string `json:"-"`
 }
 
+// Bounds of a step line's step and rank, and of a name a rank file gives (a host,
+// a GPU, a version): past them the report is garbage.
+const (
+	maxName       = 256
+	maxStepNumber = 1 << 40
+	maxRank       = 1 << 24
+)
+
 // ParseStepLine reads a "FSDPBENCH {json}" line (anywhere in the line: torchrun's
-// --tee prefixes "[rank]:").
-func ParseStepLine(line string) (StepLine, bool) {
-	var st StepLine
+// --tee prefixes "[rank]:"). ok is false for a line that is no step line; err is
+// set for one that is, but broken: its JSON (with line:column in the line), or a
+// figure out of bounds (a step below 1, a step time that is not a positive number
+// of seconds). A NaN or infinite loss is no error: see StepLine.Diverged.
+func ParseStepLine(line string) (st StepLine, ok bool, err error) {
 	i := strings.Index(line, StepPrefix)
-	if i < 0 {
-		return st, false
+	if i < 0 || !strings.HasPrefix(strings.TrimLeft(line[i+len(StepPrefix):], " \t"), "{") {
+		return st, false, nil
 	}
-	if json.Unmarshal([]byte(line[i+len(StepPrefix):]), &st) != nil || st.Step.Step <= 0 {
-		return st, false
+	// The prefix is blanked rather than cut, so columns count in the whole line.
+	data := []byte(line)
+	for j := range i + len(StepPrefix) {
+		data[j] = ' '
 	}
-	return st, true
+	// A flat copy of StepLine, so type errors name the fields as the line has them.
+	var wire struct {
+		Step      int      `json:"step"`
+		Loss      *float64 `json:"loss"`
+		StepTimeS float64  `json:"step_time_s"`
+		Tokens    int64    `json:"tokens"`
+		Rank      int      `json:"rank"`
+	}
+	bad, err := DecodeJSON("step line", data, &wire)
+	if err != nil {
+		return st, false, fmt.Errorf("%w: %s", err, quoteLine(line))
+	}
+	st = StepLine{Step: results.Step{Step: wire.Step, Loss: wire.Loss, StepTimeS: wire.StepTimeS, Tokens: wire.Tokens}, Rank: wire.Rank}
+	for _, nf := range bad {
+		if nf.Field != "loss" {
+			return st, false, fmt.Errorf("%s: %s is %v; it must be a finite number: %s", nf.Pos, nf.Field, nf.Value, quoteLine(line))
+		}
+		st.Loss = nil
+		st.Diverged = fmt.Sprintf("loss is %v at step %d (rank %d's step line, %s)", nf.Value, st.Step.Step, st.Rank, nf.Pos)
+	}
+	if err := checkStepLine(st); err != nil {
+		return st, false, fmt.Errorf("step line: %w: %s", err, quoteLine(line))
+	}
+	return st, true, nil
+}
+
+func checkStepLine(st StepLine) error {
+	switch {
+	case st.Step.Step < 1 || st.Step.Step > maxStepNumber:
+		return fmt.Errorf("step is %d; measured steps count from 1", st.Step.Step)
+	case st.Rank < 0 || st.Rank > maxRank:
+		return fmt.Errorf("rank is %d", st.Rank)
+	}
+	if err := backends.CheckTime("step_time_s", st.StepTimeS, backends.MaxStepTimeS); err != nil {
+		return err
+	}
+	return backends.CheckFigure("tokens", float64(st.Tokens), 0, backends.MaxTokens, false)
+}
+
+// quoteLine quotes a line for an error, cut short when long.
+func quoteLine(line string) string {
+	const maxQuoted = 200
+	if len(line) > maxQuoted {
+		return strconv.Quote(line[:maxQuoted]) + "..."
+	}
+	return strconv.Quote(line)
 }
 
 // VisibleDevices is CUDA_VISIBLE_DEVICES for the devices assigned to a run. The
@@ -176,16 +339,50 @@ func VisibleDevices(devices []int, parent string) string {
 	return strings.Join(ids, ",")
 }
 
-// JSONPos is path:line:col of a JSON syntax error in data (a metrics file), or
-// path for any other error, so a message can point an editor at the spot.
+// JSONPos is path:line:col of a JSON syntax or type error in data (a metrics
+// file), or path for any other error, so a message can point an editor at the spot.
 func JSONPos(path string, data []byte, err error) string {
 	var se *json.SyntaxError
-	if !errors.As(err, &se) {
-		return path
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		// Offset counts the bytes read, the offending one included.
+		return posAt(path, data, int(se.Offset)-1)
+	case errors.As(err, &te):
+		return posAt(path, data, valueStart(data, int(te.Offset)))
 	}
-	// Offset counts the bytes read, the offending one included.
-	off := min(max(int(se.Offset)-1, 0), len(data))
-	line := 1 + strings.Count(string(data[:off]), "\n")
-	col := off - strings.LastIndexByte(string(data[:off]), '\n')
-	return fmt.Sprintf("%s:%d:%d", path, line, col)
+	return path
+}
+
+// valueStart is the offset where the value that ends at end (as
+// json.UnmarshalTypeError reports it) begins: after '{' or '[' for a container,
+// the opening quote of a string, the first byte of a number or literal.
+func valueStart(data []byte, end int) int {
+	end = min(max(end, 0), len(data))
+	if end == 0 {
+		return 0
+	}
+	switch data[end-1] {
+	case '{', '[':
+		return end - 1
+	case '"':
+		for i := end - 2; i >= 0; i-- {
+			if data[i] != '"' {
+				continue
+			}
+			bs := 0
+			for j := i - 1; j >= 0 && data[j] == '\\'; j-- {
+				bs++
+			}
+			if bs%2 == 0 {
+				return i
+			}
+		}
+		return 0
+	}
+	i := end - 1
+	for i > 0 && !strings.ContainsRune(" \t\r\n:,[", rune(data[i-1])) {
+		i--
+	}
+	return i
 }

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +72,18 @@ type Options struct {
 	CollectiveTimeout time.Duration
 }
 
+// optionNames are the backend_options gotrain knows, for errors.
+var optionNames = []string{"collective_timeout", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
+
+// Bounds of the options: anything past them is a typo, not an experiment.
+const (
+	maxLR          = 10
+	maxWeightDecay = 10
+	maxGradClip    = 1e6
+	maxStepDelay   = time.Hour
+	maxMemLimit    = 1 << 50 // 1 PiB
+)
+
 // Bounds of backend_options.collective_timeout.
 const (
 	MinCollectiveTimeout = time.Second
@@ -82,65 +95,37 @@ const collectiveTimeoutOption = "backend_options.collective_timeout"
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
 // duration such as "200ms"), mem_limit_bytes and collective_timeout (a duration,
-// MinCollectiveTimeout to MaxCollectiveTimeout). Unknown keys are errors.
+// MinCollectiveTimeout to MaxCollectiveTimeout), each bounded. Errors are
+// *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
-	num := func(k string, v any) (float64, error) {
-		switch x := v.(type) {
-		case float64:
-			return x, nil
-		case int:
-			return float64(x), nil
-		case int64:
-			return float64(x), nil
-		case uint64:
-			return float64(x), nil
-		}
-		return 0, fmt.Errorf("gotrain: backend_options.%s must be a number, got %v", k, v)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	for k, v := range m {
+	sort.Strings(keys) // the same error first on every run
+	for _, k := range keys {
+		v := m[k]
 		var err error
 		switch k {
 		case "lr":
-			o.LR, err = num(k, v)
+			o.LR, err = backends.NumberIn(v, 0, maxLR, true)
 		case "weight_decay":
-			o.WeightDecay, err = num(k, v)
+			o.WeightDecay, err = backends.NumberIn(v, 0, maxWeightDecay, false)
 		case "grad_clip":
-			o.GradClip, err = num(k, v)
+			o.GradClip, err = backends.NumberIn(v, 0, maxGradClip, false)
 		case "mem_limit_bytes":
-			var f float64
-			f, err = num(k, v)
-			o.MemLimitBytes = int64(f)
+			o.MemLimitBytes, err = backends.WholeIn(v, 0, maxMemLimit)
 		case "collective_timeout":
-			s, ok := v.(string)
-			if !ok {
-				return o, fmt.Errorf("gotrain: %s must be a duration such as \"30s\", got %v", collectiveTimeoutOption, v)
-			}
-			o.CollectiveTimeout, err = time.ParseDuration(s)
-			switch {
-			case err != nil:
-				err = fmt.Errorf("gotrain: %s: %w", collectiveTimeoutOption, err)
-			case o.CollectiveTimeout < MinCollectiveTimeout || o.CollectiveTimeout > MaxCollectiveTimeout:
-				err = fmt.Errorf("gotrain: %s %v is out of range: use %v to %v", collectiveTimeoutOption, o.CollectiveTimeout, MinCollectiveTimeout, MaxCollectiveTimeout)
-			}
+			o.CollectiveTimeout, err = backends.DurationIn(v, MinCollectiveTimeout, MaxCollectiveTimeout)
 		case "step_delay":
-			s, ok := v.(string)
-			if !ok {
-				return o, fmt.Errorf("gotrain: backend_options.step_delay must be a duration such as \"200ms\", got %v", v)
-			}
-			o.StepDelay, err = time.ParseDuration(s)
-			if err != nil {
-				err = fmt.Errorf("gotrain: backend_options.step_delay: %w", err)
-			}
+			o.StepDelay, err = backends.DurationIn(v, 0, maxStepDelay)
 		default:
-			return o, fmt.Errorf("gotrain: unknown backend_options key %q (known: lr, weight_decay, grad_clip, step_delay, mem_limit_bytes, collective_timeout)", k)
+			return o, backends.UnknownOption("backend_options", "gotrain", k, optionNames)
 		}
 		if err != nil {
-			return o, err
+			return o, backends.SpecErrorf("gotrain: backend_options.%s: %w", k, err)
 		}
-	}
-	if !(o.LR > 0) || o.WeightDecay < 0 || o.GradClip < 0 || o.StepDelay < 0 || o.MemLimitBytes < 0 {
-		return o, fmt.Errorf("gotrain: backend_options: lr must be positive; weight_decay, grad_clip, step_delay and mem_limit_bytes not negative")
 	}
 	return o, nil
 }
@@ -257,6 +242,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		res.Env.Hosts = []string{host}
 	}
 	if err := b.Validate(ctx, rc); err != nil {
+		if backends.IsSpecError(err) {
+			return res, err // bad options: the backend's failure to run, not a verdict on rc
+		}
 		res.Status, res.Error, res.Finished = results.StatusInfeasible, err.Error(), time.Now()
 		return res, nil
 	}
@@ -298,6 +286,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		fmt.Fprintf(w, "[rank %d] %s\n", rank, line)
 	}
 	var steps []results.Step
+	var badEvent string // the first broken FSDPBENCH line, which fails the run
 	var stepsMu sync.Mutex
 	// blamed holds what the ranks said about a failed peer, by the peer's rank.
 	blamed := map[int]string{}
@@ -374,24 +363,24 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 						for sc.Scan() {
 							line := sc.Text()
 							writeLine(stdout, w.rank, line)
-							ev, ok := strings.CutPrefix(line, EventPrefix)
-							if !ok {
-								continue
-							}
-							var we workerEvent
-							if json.Unmarshal([]byte(ev), &we) != nil {
-								continue
+							we, ok, err := stepEvent(line)
+							if err != nil {
+								stepsMu.Lock()
+								if badEvent == "" {
+									badEvent = fmt.Sprintf("rank %d: %v", w.rank, err)
+								}
+								stepsMu.Unlock()
 							}
 							if we.Event == "peer_failed" && we.Peer != nil {
 								stepsMu.Lock()
-								if _, ok := blamed[*we.Peer]; !ok {
+								if _, seen := blamed[*we.Peer]; !seen {
 									blamed[*we.Peer] = we.Reason
 									blamedOrder = append(blamedOrder, *we.Peer)
 								}
 								stepsMu.Unlock()
 								continue
 							}
-							if we.Event != "step" || we.Warmup {
+							if !ok {
 								continue
 							}
 							loss := we.Loss
@@ -425,7 +414,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()})
 
 	var first *exit // the first worker to end badly on its own
-	oom := -1
+	oom, diverged := -1, -1
 	canceled := false
 	// stopped lists the ranks found stopped (SIGSTOP, SIGTSTP, a tracer) when the
 	// run began to end: such a rank hangs its peers, and is the one to name.
@@ -454,6 +443,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			var ee *exec.ExitError
 			if errors.As(e.err, &ee) && ee.ExitCode() == ExitOOM && oom < 0 {
 				oom = e.rank
+			}
+			if errors.As(e.err, &ee) && ee.ExitCode() == ExitDiverged && diverged < 0 {
+				diverged = e.rank
 			}
 			if first == nil && !e.killed {
 				first = &e
@@ -495,6 +487,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		if tail := workers[oom].lastLines(); tail != "" {
 			res.Error += ":\n" + tail
 		}
+	case diverged >= 0:
+		res.Status = results.StatusDiverged
+		res.Error = divergedError(diverged, workers[diverged].lastLines())
 	case first != nil && !signaled(first.err) && len(blamedOrder) > 0:
 		// The ranks that exited on their own did so because of a peer, which they
 		// name: that peer (hung, stopped or dead) is the cause, whoever exited first.
@@ -524,6 +519,8 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		} else if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			res.Error = fmt.Sprintf("no rank reported a hung peer within %s (%v); %s", collectiveTimeoutOption, collTimeout, res.Error)
 		}
+	case badEvent != "":
+		res.Status, res.Error = results.StatusFailed, "gotrain: a worker printed a broken FSDPBENCH line: "+badEvent
 	default:
 		if err := b.collect(&res, rc, env.RunDir, steps); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
@@ -613,17 +610,11 @@ func signaled(err error) bool {
 func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir string, steps []results.Step) error {
 	files := make([]RankFile, rc.WorldSize)
 	for r := range files {
-		path := filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json")
-		data, err := os.ReadFile(path)
+		f, err := readRankFile(filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json"), r, rc.Steps)
 		if err != nil {
-			return fmt.Errorf("gotrain: rank %d exited cleanly but its report is missing: %w", r, err)
+			return err
 		}
-		if err := json.Unmarshal(data, &files[r]); err != nil {
-			return fmt.Errorf("gotrain: rank %d's report %s: %w", r, path, err)
-		}
-		if len(files[r].StepTimesS) != rc.Steps {
-			return fmt.Errorf("gotrain: rank %d reported %d measured steps, want %d", r, len(files[r].StepTimesS), rc.Steps)
-		}
+		files[r] = f
 	}
 	shape, err := shapes.Lookup(rc.Model)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,7 +180,6 @@ func TestValidate(t *testing.T) {
 		{"gpt2", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "gpt2"},
 		{"world", func(rc *sweeps.RunConfig) { rc.WorldSize = 3 }, "nodes 1 × gpus_per_node 2"},
 		{"gpu hardware", func(rc *sweeps.RunConfig) { rc.Hardware = "h100-sxm" }, "cpu device only"},
-		{"option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"lrr": 1.0} }, `unknown backend_options key "lrr"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tinyRun(2, 1, sweeps.FullShard)
@@ -373,17 +373,48 @@ func TestParseOptions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Options{LR: 0.01, WeightDecay: 0.01, GradClip: 1, StepDelay: 5 * time.Millisecond, MemLimitBytes: 1024,
 		CollectiveTimeout: 90 * time.Second}, o)
-	for bad, want := range map[string]map[string]any{
-		"lr must be positive":                                      {"lr": -1.0},
-		"step_delay must be a duration":                            {"step_delay": 5},
-		"lr must be a number":                                      {"lr": "x"},
-		"backend_options.step_delay":                               {"step_delay": "soon"},
-		"collective_timeout must be a duration":                    {"collective_timeout": 30},
-		"collective_timeout 0s is out of range: use 1s to 24h0m0s": {"collective_timeout": "0s"},
-		"collective_timeout 720h0m0s is out of range":              {"collective_timeout": "720h"},
-		`collective_timeout: time: invalid duration "x"`:           {"collective_timeout": "x"},
+	o, err = ParseOptions(map[string]any{"lr": "0.5", "weight_decay": uint64(0)}) // --set passes strings
+	require.NoError(t, err)
+	assert.Equal(t, Options{LR: 0.5}, o)
+}
+
+// TestOptionErrors: every mistake in backend_options is a spec error (exit 2 before
+// anything runs) that names the option and what it takes, never an infeasible run.
+func TestOptionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts map[string]any
+		want string
+	}{
+		{"misspelt", map[string]any{"lrr": 1.0}, `backend_options.lrr: gotrain has no such option (did you mean "lr"?)`},
+		{"unknown", map[string]any{"x": 1}, "known: collective_timeout, grad_clip, lr, mem_limit_bytes, step_delay, weight_decay"},
+		{"negative lr", map[string]any{"lr": -1.0}, "backend_options.lr: must be in (0, 10], got -1"},
+		{"zero lr", map[string]any{"lr": 0}, "backend_options.lr: must be in (0, 10], got 0"},
+		{"nan lr", map[string]any{"lr": math.NaN()}, "backend_options.lr: must be a finite number"},
+		{"nan lr from --set", map[string]any{"lr": "NaN"}, "backend_options.lr: must be a finite number"},
+		{"text lr", map[string]any{"lr": "x"}, `backend_options.lr: must be a number, got "x"`},
+		{"huge weight decay", map[string]any{"weight_decay": 1e308}, "backend_options.weight_decay: must be in [0, 10]"},
+		{"inf clip", map[string]any{"grad_clip": math.Inf(1)}, "backend_options.grad_clip: must be a finite number"},
+		{"fractional bytes", map[string]any{"mem_limit_bytes": 10.5}, "backend_options.mem_limit_bytes: must be a whole number in [0, 1125899906842624], got 10.5"},
+		{"exabytes", map[string]any{"mem_limit_bytes": 1e19}, "must be a whole number in [0, 1125899906842624], got 1e+19"},
+		{"delay as number", map[string]any{"step_delay": 5}, `backend_options.step_delay: must be a duration such as "50ms"`},
+		{"delay forever", map[string]any{"step_delay": "forever"}, `got "forever"`},
+		{"delay negative", map[string]any{"step_delay": "-1s"}, "must be between 0s and 1h0m0s"},
+		{"collective timeout as number", map[string]any{"collective_timeout": 30}, `backend_options.collective_timeout: must be a duration such as "50ms"`},
+		{"collective timeout zero", map[string]any{"collective_timeout": "0s"}, "backend_options.collective_timeout: must be between 1s and 24h0m0s"},
+		{"collective timeout a month", map[string]any{"collective_timeout": "720h"}, "must be between 1s and 24h0m0s, got \"720h\""},
+		{"collective timeout text", map[string]any{"collective_timeout": "x"}, `backend_options.collective_timeout: must be a duration`},
 	} {
-		_, err := ParseOptions(want)
-		assert.ErrorContains(t, err, bad, "%v", want)
+		t.Run(tc.name, func(t *testing.T) {
+			rc := tinyRun(2, 1, sweeps.FullShard)
+			rc.BackendOptions = tc.opts
+			err := New().Validate(context.Background(), rc)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.True(t, backends.IsSpecError(err), "%v is not a backends.SpecError", err)
+			// Run refuses to start rather than recording an infeasible run.
+			_, err = New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+			assert.True(t, backends.IsSpecError(err), "Run: %v", err)
+		})
 	}
 }

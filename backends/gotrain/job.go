@@ -2,7 +2,6 @@ package gotrain
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -41,7 +40,7 @@ func (b *Backend) PrepareJob(_ context.Context, rc sweeps.RunConfig, env backend
 		Argv:         []string{exe, "worker"},
 		Env:          []string{EnvRunConfig + "=" + cfgPath},
 		Dir:          env.RunDir,
-	}, tails: map[int][]string{}, exits: map[int]int{}, first: -1, oom: -1}, nil
+	}, tails: map[int][]string{}, exits: map[int]int{}, first: -1, oom: -1, diverged: -1}, nil
 }
 
 // job is a gotrain run started by a batch launcher; it reads what the tasks
@@ -57,6 +56,11 @@ type job struct {
 	exits map[int]int      // exit codes srun reported per rank
 	first int              // the first rank srun reported failing, -1 before
 	oom   int              // the first rank that ran out of device memory, -1 before
+	// diverged is the first rank that stopped on a loss that is not finite, -1
+	// before; badEvent is the first broken FSDPBENCH line.
+	diverged     int
+	divergedSaid bool // diverged is the rank whose own line said so
+	badEvent     string
 }
 
 // srunExit matches srun's report of tasks that failed:
@@ -79,6 +83,9 @@ func (j *job) Line(stream string, task int, line string) (backends.Event, bool) 
 			if code == ExitOOM && j.oom < 0 {
 				j.oom = r
 			}
+			if code == ExitDiverged && j.diverged < 0 {
+				j.diverged = r
+			}
 		}
 		if task >= 0 {
 			t := append(j.tails[task], line)
@@ -91,15 +98,19 @@ func (j *job) Line(stream string, task int, line string) (backends.Event, bool) 
 			if strings.Contains(line, "fsdpbench worker:") && strings.Contains(line, errOOMText) && j.oom < 0 {
 				j.oom = task
 			}
+			// The worker that says it diverged is the one to quote (srun reports a
+			// range of tasks by its first).
+			if strings.Contains(line, "fsdpbench worker:") && strings.Contains(line, errDiverged.Error()+": ") && !j.divergedSaid {
+				j.diverged, j.divergedSaid = task, true
+			}
 		}
 		return backends.Event{}, false
 	}
-	ev, ok := strings.CutPrefix(line, EventPrefix)
-	if !ok {
-		return backends.Event{}, false
+	we, ok, err := stepEvent(line)
+	if err != nil && j.badEvent == "" {
+		j.badEvent = fmt.Sprintf("task %d: %v", task, err)
 	}
-	var we workerEvent
-	if json.Unmarshal([]byte(ev), &we) != nil || we.Event != "step" || we.Warmup {
+	if !ok {
 		return backends.Event{}, false
 	}
 	loss := we.Loss
@@ -123,6 +134,9 @@ func (j *job) Finish(exitErr error, _ func(string)) results.Result {
 		if tail := j.tails[j.oom]; len(tail) > 0 {
 			res.Error += ":\n" + strings.Join(tail, "\n")
 		}
+	case j.diverged >= 0:
+		res.Status = results.StatusDiverged
+		res.Error = divergedError(j.diverged, strings.Join(j.tails[j.diverged], "\n"))
 	case exitErr != nil:
 		res.Status = results.StatusFailed
 		r := j.first
@@ -137,6 +151,8 @@ func (j *job) Finish(exitErr error, _ func(string)) results.Result {
 		} else {
 			res.Error = fmt.Sprintf("the job failed: %v (see stderr.log)", exitErr)
 		}
+	case j.badEvent != "":
+		res.Status, res.Error = results.StatusFailed, "gotrain: a worker printed a broken FSDPBENCH line: "+j.badEvent
 	default:
 		if err := (&Backend{}).collect(&res, j.rc, j.runDir, j.steps); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()

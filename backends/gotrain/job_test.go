@@ -62,6 +62,11 @@ func TestJobFinishReadsHowRanksEnded(t *testing.T) {
 		{name: "failed without srun's report", exitErr: errors.New("exit code 1"), status: results.StatusFailed, errHas: "boom",
 			lines: [][3]string{{"stderr", "2", "boom"}}},
 		{name: "success without rank files", status: results.StatusFailed, errHas: "its report is missing"},
+		{name: "diverged", exitErr: errors.New("exit code 5"), status: results.StatusDiverged, errHas: "diverged: the loss is NaN at measured step 2 of 3 (lr 10) (rank 1)",
+			lines: [][3]string{{"stderr", "1", "fsdpbench worker: gotrain worker: rank 1: diverged: the loss is NaN at measured step 2 of 3 (lr 10)"},
+				{"stderr", "-1", "srun: error: node1: tasks 0-1: Exited with exit code 5"}}},
+		{name: "broken event", status: results.StatusFailed, errHas: "a worker printed a broken FSDPBENCH line: task 0: step_time_s is -1",
+			lines: [][3]string{{"stdout", "0", `FSDPBENCH {"event":"step","rank":0,"step":1,"loss":2.5,"step_time_s":-1,"tokens":64}`}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // EnvRunConfig names the environment variable that holds the path of the run's
@@ -40,6 +42,13 @@ const EventPrefix = "FSDPBENCH "
 // can report the run as oom rather than failed.
 const ExitOOM = 3
 
+// ExitDiverged is a worker's exit code when the loss became NaN or infinite: the
+// run is diverged (a result), and its last stderr line says where.
+const ExitDiverged = 5
+
+// errDiverged is the worker's error for a loss that is not finite.
+var errDiverged = errors.New("diverged")
+
 // WorkerEnv is what a worker process reads and writes: its environment (os.Getenv
 // in the real command) and its output streams.
 type WorkerEnv struct {
@@ -49,13 +58,15 @@ type WorkerEnv struct {
 }
 
 // ExitCode is the process exit code for Worker's error: 0, ExitOOM for
-// device.ErrOutOfMemory, 1 otherwise.
+// device.ErrOutOfMemory, ExitDiverged for a loss that is not finite, 1 otherwise.
 func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, device.ErrOutOfMemory):
 		return ExitOOM
+	case errors.Is(err, errDiverged):
+		return ExitDiverged
 	default:
 		return 1
 	}
@@ -142,7 +153,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 	if path == "" {
 		return fmt.Errorf("gotrain worker: %s is not set; the worker is started by the gotrain backend, not by hand", EnvRunConfig)
 	}
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.RunFile)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: read the run config: %w", err)
 	}
@@ -211,6 +222,16 @@ func work(ctx context.Context, env WorkerEnv) error {
 				_ = enc.Encode(workerEvent{Event: "peer_failed", Rank: info.Rank, Peer: &pe.Rank, Reason: pe.Error()})
 			}
 			return fmt.Errorf("gotrain worker: %w", err)
+		}
+		if math.IsNaN(rep.Loss) || math.IsInf(rep.Loss, 0) {
+			// Every rank computes the same global loss, so all stop here together;
+			// JSON could not carry the value anyway.
+			where := fmt.Sprintf("measured step %d of %d", i-rc.WarmupSteps, rc.Steps)
+			if warmup {
+				where = fmt.Sprintf("warm-up step %d of %d", i, rc.WarmupSteps)
+			}
+			return fmt.Errorf("gotrain worker: rank %d: %w: the loss is %v at %s (lr %g; lower backend_options.lr or set grad_clip)",
+				info.Rank, errDiverged, rep.Loss, where, opts.LR)
 		}
 		if info.Rank == 0 {
 			if _, err := io.WriteString(env.Stdout, EventPrefix); err != nil {

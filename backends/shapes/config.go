@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // hfConfig holds the keys of a Hugging Face config.json that decide a shape.
@@ -80,7 +81,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ReadConfig reads the shape from a Hugging Face config.json at path.
 func ReadConfig(path string) (Shape, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, input.ModelConfig)
 	if err != nil {
 		return Shape{}, fmt.Errorf("model config %s: %w (give a preset name — %s — or the path of a Hugging Face config.json)",
 			path, err, strings.Join(Presets(), ", "))
@@ -96,6 +97,9 @@ func ReadConfig(path string) (Shape, error) {
 // ParseConfig reads a shape from the bytes of a Hugging Face config.json; path only
 // names the file in errors and the shape.
 func ParseConfig(path string, data []byte) (Shape, error) {
+	if err := input.CheckJSON(path, data, input.ModelConfig); err != nil {
+		return Shape{}, err
+	}
 	var c hfConfig
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Shape{}, jsonError(path, data, err)
@@ -127,6 +131,28 @@ func ParseConfig(path string, data []byte) (Shape, error) {
 
 type keyErrFunc func(key, format string, args ...any) error
 
+// Upper bounds of a config.json's dimensions: each is some 10x past the largest
+// published model, and together they keep every count and byte figure derived from
+// a shape (parameters below 2^53, bytes of model state below 2^58) inside an int64.
+const (
+	MaxHidden       = 1 << 18 // hidden_size, n_embd
+	MaxLayers       = 4096    // num_hidden_layers, n_layer
+	MaxHeads        = 1 << 14 // num_attention_heads, num_key_value_heads, n_head
+	MaxIntermediate = 1 << 20 // intermediate_size, n_inner
+	MaxVocab        = 1 << 24 // vocab_size
+	MaxPositions    = 1 << 26 // max_position_embeddings, n_positions
+)
+
+// bounds gives each integer key its upper bound.
+var bounds = map[string]int{
+	"hidden_size": MaxHidden, "n_embd": MaxHidden,
+	"num_hidden_layers": MaxLayers, "n_layer": MaxLayers,
+	"num_attention_heads": MaxHeads, "num_key_value_heads": MaxHeads, "n_head": MaxHeads,
+	"intermediate_size": MaxIntermediate, "n_inner": MaxIntermediate,
+	"vocab_size":              MaxVocab,
+	"max_position_embeddings": MaxPositions, "n_positions": MaxPositions,
+}
+
 // requiredInt reads a positive integer key, or explains what is missing or wrong.
 func requiredInt(v *int, key string, keyErr keyErrFunc) (int, error) {
 	if v == nil {
@@ -134,6 +160,9 @@ func requiredInt(v *int, key string, keyErr keyErrFunc) (int, error) {
 	}
 	if *v <= 0 {
 		return 0, keyErr(key, "%d: must be a positive integer", *v)
+	}
+	if limit, ok := bounds[key]; ok && *v > limit {
+		return 0, keyErr(key, "%d: must be at most %d (past any published model; is the file a model's config.json?)", *v, limit)
 	}
 	return *v, nil
 }
@@ -231,7 +260,7 @@ func parseGPT2(path string, c hfConfig, keyErr keyErrFunc) (Shape, error) {
 	}
 	s.KVHeads = s.Heads
 	// GPT2Config's defaults: n_inner null means 4 × n_embd; heads are tied.
-	if s.Intermediate, err = optional(c.NInner, 4*s.Hidden, "n_inner", keyErr); err != nil {
+	if s.Intermediate, err = optional(c.NInner, min(4*s.Hidden, MaxIntermediate), "n_inner", keyErr); err != nil {
 		return Shape{}, err
 	}
 	s.TiedEmbeddings = c.TieWordEmbeddings == nil || *c.TieWordEmbeddings

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -320,15 +321,50 @@ func FuzzParseConfig(f *testing.F) {
 		require.NoError(f, err)
 		f.Add(b)
 	}
+	// Issue 13: int64-max dimensions, deep nesting.
+	f.Add([]byte(hugeConfig))
+	f.Add([]byte(`{"model_type": "gpt2", "n_embd": 9223372036854775807, "n_layer": 1, "n_head": 1, "vocab_size": 1, "n_positions": 1}`))
+	f.Add([]byte(`{"hidden_size": ` + strings.Repeat("[", 10_000)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := ParseConfig("fuzz.json", data)
 		if err != nil {
 			return
 		}
-		// Whatever parses is a usable shape.
+		// Whatever parses is a usable shape whose counts cannot overflow.
 		if s.Hidden <= 0 || s.Heads <= 0 || s.KVHeads <= 0 || s.Hidden%s.Heads != 0 || s.Heads%s.KVHeads != 0 {
 			t.Fatalf("accepted an unusable shape %+v", s)
 		}
+		if p := s.Params(); p <= 0 || p > 1<<53 {
+			t.Fatalf("shape %+v has %d parameters", s, p)
+		}
 		_ = s.FlopsPerToken(1)
 	})
+}
+
+// hugeConfig is a Llama config.json with every dimension at int64's maximum: it
+// panicked plan (makeslice) before the dimensions were bounded.
+const hugeConfig = `{"model_type": "llama", "hidden_size": 9223372036854775807, "num_hidden_layers": 9223372036854775807,
+ "num_attention_heads": 1, "intermediate_size": 9223372036854775807, "vocab_size": 9223372036854775807,
+ "max_position_embeddings": 9223372036854775807}`
+
+// TestConfigBounds is issue 13 §3: a config.json's dimensions are bounded where
+// they enter, and the file itself is read with bounds.
+func TestConfigBounds(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"int64-max dimensions", hugeConfig, `fuzz.json:1:25: key "hidden_size": 9223372036854775807: must be at most 262144`},
+		{"too many layers", `{"hidden_size": 64, "num_hidden_layers": 100000, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "max_position_embeddings": 16}`,
+			`key "num_hidden_layers": 100000: must be at most 4096`},
+		{"vocabulary", `{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 1000000000, "max_position_embeddings": 16}`,
+			`key "vocab_size": 1000000000: must be at most 16777216`},
+		{"deep nesting", `{"a": ` + strings.Repeat("[", 100_000), "fuzz.json:1:70: the model config.json nests arrays and objects deeper than 64 levels"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig("fuzz.json", []byte(tc.doc))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := ReadConfig("/dev/zero")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "must be a regular file, but this is a character device")
 }

@@ -157,6 +157,25 @@ func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
 		r.WrapPolicy = WrapTransformer
 	}
 	r.GradAccum = max(r.GradAccum, 1)
+	// A run config can come from elsewhere than a spec (run_args.json, a plugin):
+	// the spec's bounds keep the model's arithmetic inside an int64.
+	for _, b := range []struct {
+		name   string
+		v, max int
+	}{
+		{"nodes", r.Nodes, sweeps.MaxNodes},
+		{"gpus_per_node", r.GPUsPerNode, sweeps.MaxGPUsPerNode},
+		{"world_size", r.WorldSize, sweeps.MaxWorldSize},
+		{"batch_per_device", r.BatchPerDevice, sweeps.MaxBatchPerDevice},
+		{"grad_accum", r.GradAccum, sweeps.MaxGradAccum},
+		{"seq_len", r.SeqLen, sweeps.MaxSeqLen},
+		{"steps", r.Steps, sweeps.MaxSteps},
+		{"warmup_steps", r.WarmupSteps, sweeps.MaxSteps},
+	} {
+		if b.v < 0 || b.v > b.max {
+			return p, fmt.Errorf("%s %d is out of range (0 to %d)", b.name, b.v, b.max)
+		}
+	}
 	r.Nodes = max(r.Nodes, 1)
 	if r.GPUsPerNode == 0 && r.WorldSize > 0 {
 		r.GPUsPerNode = r.WorldSize / r.Nodes
@@ -179,6 +198,9 @@ func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
 	if r.GlobalBatch != want {
 		return p, fmt.Errorf("global_batch %d ≠ world_size %d × batch_per_device %d × grad_accum %d",
 			r.GlobalBatch, r.WorldSize, r.BatchPerDevice, r.GradAccum)
+	}
+	if r.GlobalBatch > sweeps.MaxGlobalBatch {
+		return p, fmt.Errorf("global_batch %d is more than %d", r.GlobalBatch, sweeps.MaxGlobalBatch)
 	}
 	for _, c := range []struct {
 		axis, v string
@@ -264,12 +286,12 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 		}
 	}
 	pred.Breakdown = mem
-	pred.PeakMemAllocatedBytes = allocated
+	pred.PeakMemAllocatedBytes = min(allocated, maxBytes)
 	factor := 1.0
 	if hw.IsGPU {
 		factor = reservedFactor
 	}
-	pred.PeakMemReservedBytes = int64(math.Ceil(float64(allocated) * factor))
+	pred.PeakMemReservedBytes = ceilBytes(float64(pred.PeakMemAllocatedBytes) * factor)
 	pred.PeakDeviceMemBytes = pred.PeakMemReservedBytes + mem[MemOverhead]
 	pred.DeviceMemBytes = hw.MemBytes
 
@@ -425,8 +447,8 @@ func memoryModel(p point, strategy string, wu wrapUnits, opts Options, pred *Pre
 		MemParams:      params,
 		MemGrads:       grads,
 		MemOptimizer:   optim,
-		MemActivations: int64(math.Ceil(act)),
-		MemLogits:      int64(math.Ceil(logits)),
+		MemActivations: ceilBytes(act),
+		MemLogits:      ceilBytes(logits),
 		MemBuffers:     buffers,
 		MemOverhead:    overhead,
 	}
@@ -572,9 +594,9 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	pred.ExposedCommS = ga*exposedFwd + (ga-1)*exposedBwd(0) + exposedBwd(tReduce)
 	pred.CommS = ga*(tAgFwd+tAgBwd) + tReduce
 	pred.CommBytesPerStep = results.CommBytes{
-		AllGather:     int64(ga * (agFwd + agBwd)),
-		ReduceScatter: int64(rs),
-		AllReduce:     int64(ar),
+		AllGather:     ceilBytes(ga * (agFwd + agBwd)),
+		ReduceScatter: ceilBytes(rs),
+		AllReduce:     ceilBytes(ar),
 	}
 
 	// The optimizer step over the rank's shard, memory bound.
@@ -614,12 +636,28 @@ func feasible(p point, pred Prediction) (bool, string) {
 		}
 		return true, ""
 	}
-	ranks := int64(p.rc.GPUsPerNode)
-	if need := pred.PeakDeviceMemBytes * ranks; need > capacity {
+	ranks := p.rc.GPUsPerNode
+	// In float64: a saturated per-rank figure times the ranks would overflow.
+	if need := float64(pred.PeakDeviceMemBytes) * float64(ranks); need > float64(capacity) {
 		return false, fmt.Sprintf("predicted %.1f GiB per rank × %d ranks on the host = %.1f GiB > %.1f GiB of RAM; use fewer ranks per node or a smaller batch",
-			gibs(pred.PeakDeviceMemBytes), ranks, gibs(need), gibs(capacity))
+			gibs(pred.PeakDeviceMemBytes), ranks, need/gib, gibs(capacity))
 	}
 	return true, ""
+}
+
+// maxBytes caps a predicted byte figure: 2^58 bytes (256 PiB) is more than any
+// device or host holds, so a capped figure is still infeasible, and the handful
+// of figures added into a peak stays inside an int64.
+const maxBytes = 1 << 58
+
+// ceilBytes converts a byte figure computed in float64 (activations grow with
+// seq_len² and can pass 2^63) into an int64, capped at maxBytes: converting an
+// out-of-range float64 gives garbage (a negative peak stored as ok).
+func ceilBytes(f float64) int64 {
+	if !(f < maxBytes) { // NaN too
+		return maxBytes
+	}
+	return int64(math.Ceil(f))
 }
 
 func gibs(b int64) float64 { return float64(b) / gib }

@@ -324,7 +324,7 @@ func TestPredictErrors(t *testing.T) {
 		{"offload with no_shard", func(rc *sweeps.RunConfig) { rc.Sharding, rc.CPUOffload = sweeps.NoShard, true }, "needs a sharded strategy"},
 		{"offload on cpu", func(rc *sweeps.RunConfig) { rc.Hardware, rc.CPUOffload = "cpu", true }, "drop cpu_offload"},
 		{"bad option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"efficency": 0.5} }, `did you mean "efficiency"`},
-		{"bad option value", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"efficiency": 2} }, "backend_options.efficiency: 2 must be in (0, 1]"},
+		{"bad option value", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"efficiency": 2} }, "backend_options.efficiency: must be in [0.001, 1], got 2"},
 		{"world size mismatch", func(rc *sweeps.RunConfig) { rc.WorldSize = 6 }, "world_size 6 ≠ nodes 1 × gpus_per_node 8"},
 		{"global batch mismatch", func(rc *sweeps.RunConfig) { rc.GlobalBatch = 3 }, "global_batch 3"},
 		{"gpt2 positions", func(rc *sweeps.RunConfig) { rc.Model, rc.SeqLen = "gpt2-124m", 2048 }, "exceeds gpt2-124m's 1024 learned positions"},

@@ -1,14 +1,10 @@
 package sim
 
 import (
-	"fmt"
-	"math"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/backends"
 )
 
 // Options are the sim's backend_options. The zero value keeps the hardware profile's
@@ -35,47 +31,40 @@ type option struct {
 	set  func(o *Options, v any) error
 }
 
+// Bounds of the options. A bus bandwidth above maxBusBWGBps (ten times NVLink 5's
+// 1.8 TB/s) is a typo, and one below minBusBWGBps (10 MB/s) or an efficiency below
+// minEfficiency predicts steps of centuries, past what the figures derived from
+// them can hold (an efficiency of 1e-320 made tokens/s NaN). A simulated step
+// sleeps at most maxSleepPerStep (a run that must last, for tests of cancellation).
+const (
+	minBusBWGBps    = 0.01
+	maxBusBWGBps    = 20000
+	minEfficiency   = 1e-3
+	maxSleepPerStep = time.Hour
+)
+
 var optionTable = map[string]option{
-	"inter_node_bus_bw_gbps": {"bus bandwidth between nodes, GB/s (nccl-tests busbw), e.g. 3 for TCP, 25 for 200 Gb/s InfiniBand",
-		func(o *Options, v any) error { return setPositive(&o.InterNodeBusBW, v, 1e9) }},
-	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s (nccl-tests busbw)",
-		func(o *Options, v any) error { return setPositive(&o.IntraNodeBusBW, v, 1e9) }},
-	"efficiency": {"fraction of peak FLOP/s the step's compute reaches, in (0, 1]",
+	"inter_node_bus_bw_gbps": {"bus bandwidth between nodes, GB/s in [0.01, 20000] (nccl-tests busbw), e.g. 3 for TCP, 25 for 200 Gb/s InfiniBand",
+		func(o *Options, v any) error { return setBusBW(&o.InterNodeBusBW, v) }},
+	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in [0.01, 20000] (nccl-tests busbw)",
+		func(o *Options, v any) error { return setBusBW(&o.IntraNodeBusBW, v) }},
+	"efficiency": {"fraction of peak FLOP/s the step's compute reaches, in [0.001, 1]",
 		func(o *Options, v any) error {
-			f, err := number(v)
-			if err != nil {
-				return err
-			}
-			if !(f > 0 && f <= 1) {
-				return fmt.Errorf("%v must be in (0, 1]", v)
-			}
+			f, err := backends.NumberIn(v, minEfficiency, 1, false)
 			o.Efficiency = f
-			return nil
+			return err
 		}},
-	"sleep_per_step": {"a Go duration (\"50ms\") to sleep per simulated step, emitting step events",
+	"sleep_per_step": {"a Go duration (\"50ms\", at most 1h) to sleep per simulated step, emitting step events",
 		func(o *Options, v any) error {
-			s, ok := v.(string)
-			if !ok {
-				return fmt.Errorf("%v is not a duration: give a Go duration string such as \"50ms\" or \"1s\"", v)
-			}
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return fmt.Errorf("%q is not a duration: give a Go duration such as \"50ms\" or \"1s\"", s)
-			}
-			if d < 0 {
-				return fmt.Errorf("%q must not be negative", s)
-			}
+			d, err := backends.DurationIn(v, 0, maxSleepPerStep)
 			o.SleepPerStep = d
-			return nil
+			return err
 		}},
 	"ddp_gradient_as_bucket_view": {"DDP's gradient_as_bucket_view (true saves a gradient copy); default false, as in PyTorch",
 		func(o *Options, v any) error {
-			b, ok := v.(bool)
-			if !ok {
-				return fmt.Errorf("%v must be true or false", v)
-			}
+			b, err := backends.Bool(v)
 			o.GradientAsBucketView = b
-			return nil
+			return err
 		}},
 }
 
@@ -89,8 +78,9 @@ func OptionNames() []string {
 	return names
 }
 
-// ParseOptions reads and validates backend_options. Errors name the option, the
-// bad value and what is accepted; an unknown option lists the known ones.
+// ParseOptions reads and validates backend_options. Errors are
+// *backends.SpecError values that name the option, the bad value and what is
+// accepted; an unknown option suggests the closest known one and lists them.
 func ParseOptions(m map[string]any) (Options, error) {
 	var o Options
 	keys := make([]string, 0, len(m))
@@ -101,63 +91,17 @@ func ParseOptions(m map[string]any) (Options, error) {
 	for _, k := range keys {
 		opt, ok := optionTable[k]
 		if !ok {
-			msg := fmt.Sprintf("unknown sim backend option %q", k)
-			if c := sweeps.Closest(k, OptionNames()); c != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", c)
-			}
-			return Options{}, fmt.Errorf("backend_options: %s; the sim accepts %s", msg, describeOptions())
+			return Options{}, backends.UnknownOption("backend_options", "the sim backend", k, OptionNames())
 		}
 		if err := opt.set(&o, m[k]); err != nil {
-			return Options{}, fmt.Errorf("backend_options.%s: %w (%s)", k, err, opt.help)
+			return Options{}, backends.SpecErrorf("backend_options.%s: %w (%s)", k, err, opt.help)
 		}
 	}
 	return o, nil
 }
 
-func describeOptions() string {
-	var parts []string
-	for _, n := range OptionNames() {
-		parts = append(parts, n+" ("+optionTable[n].help+")")
-	}
-	return strings.Join(parts, "; ")
-}
-
-// number reads a numeric option as YAML (int64, uint64, float64) or JSON (float64)
-// decoders deliver it; a numeric string is accepted too, since --set passes strings.
-func number(v any) (float64, error) {
-	var f float64
-	switch x := v.(type) {
-	case int:
-		f = float64(x)
-	case int64:
-		f = float64(x)
-	case uint64:
-		f = float64(x)
-	case float64:
-		f = x
-	case string:
-		p, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q is not a number", x)
-		}
-		f = p
-	default:
-		return 0, fmt.Errorf("%v is not a number", v)
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%v is not a finite number", v)
-	}
-	return f, nil
-}
-
-func setPositive(dst *float64, v any, scale float64) error {
-	f, err := number(v)
-	if err != nil {
-		return err
-	}
-	if f <= 0 {
-		return fmt.Errorf("%v must be positive", v)
-	}
-	*dst = f * scale
-	return nil
+func setBusBW(dst *float64, v any) error {
+	f, err := backends.NumberIn(v, minBusBWGBps, maxBusBWGBps, false)
+	*dst = f * 1e9
+	return err
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -42,17 +44,25 @@ func TestParseOptionsErrors(t *testing.T) {
 		in   map[string]any
 		want string
 	}{
-		{"unknown", map[string]any{"bandwidth": 3}, `unknown sim backend option "bandwidth"`},
+		{"unknown", map[string]any{"bandwidth": 3}, `backend_options.bandwidth: the sim backend has no such option`},
+		{"misspelt", map[string]any{"x": 1}, "known: ddp_gradient_as_bucket_view, efficiency,"},
 		{"typo", map[string]any{"inter_node_bw_gbps": 3}, `did you mean "inter_node_bus_bw_gbps"?`},
-		{"zero bandwidth", map[string]any{"inter_node_bus_bw_gbps": 0}, "backend_options.inter_node_bus_bw_gbps: 0 must be positive"},
-		{"negative bandwidth", map[string]any{"intra_node_bus_bw_gbps": -1.5}, "-1.5 must be positive"},
-		{"not a number", map[string]any{"efficiency": "fast"}, `"fast" is not a number`},
-		{"a list", map[string]any{"efficiency": []any{0.5}}, "is not a number"},
-		{"nan", map[string]any{"efficiency": math.NaN()}, "not a finite number"},
-		{"efficiency above 1", map[string]any{"efficiency": 1.2}, "1.2 must be in (0, 1]"},
-		{"efficiency zero", map[string]any{"efficiency": 0}, "0 must be in (0, 1]"},
-		{"sleep as number", map[string]any{"sleep_per_step": 5}, "give a Go duration string"},
-		{"sleep negative", map[string]any{"sleep_per_step": "-1s"}, "must not be negative"},
+		{"zero bandwidth", map[string]any{"inter_node_bus_bw_gbps": 0}, "backend_options.inter_node_bus_bw_gbps: must be in [0.01, 20000], got 0"},
+		{"negative bandwidth", map[string]any{"intra_node_bus_bw_gbps": -1.5}, "got -1.5"},
+		{"huge bandwidth", map[string]any{"intra_node_bus_bw_gbps": 1e300}, "must be in [0.01, 20000]"},
+		{"tiny bandwidth", map[string]any{"intra_node_bus_bw_gbps": 1e-300}, "must be in [0.01, 20000], got 1e-300"},
+		{"subnormal efficiency", map[string]any{"efficiency": 1e-320}, "must be in [0.001, 1], got 1e-320"},
+		{"not a number", map[string]any{"efficiency": "fast"}, `must be a number, got "fast"`},
+		{"a list", map[string]any{"efficiency": []any{0.5}}, "must be a number, got a list"},
+		{"nan", map[string]any{"efficiency": math.NaN()}, "must be a finite number"},
+		{"nan from --set", map[string]any{"efficiency": "NaN"}, "must be a finite number"},
+		{"inf from --set", map[string]any{"inter_node_bus_bw_gbps": "+Inf"}, "must be a finite number"},
+		{"efficiency above 1", map[string]any{"efficiency": 1.2}, "must be in [0.001, 1], got 1.2"},
+		{"efficiency zero", map[string]any{"efficiency": 0}, "must be in [0.001, 1], got 0"},
+		{"sleep as number", map[string]any{"sleep_per_step": 5}, `must be a duration such as "50ms"`},
+		{"sleep forever", map[string]any{"sleep_per_step": "forever"}, `backend_options.sleep_per_step: must be a duration such as "50ms" or "2s", got "forever"`},
+		{"sleep negative", map[string]any{"sleep_per_step": "-1s"}, "must be between 0s and 1h0m0s"},
+		{"sleep for a year", map[string]any{"sleep_per_step": "8760h"}, "must be between 0s and 1h0m0s"},
 		{"bool option", map[string]any{"ddp_gradient_as_bucket_view": "yes"}, "must be true or false"},
 	}
 	for _, tt := range tests {
@@ -60,6 +70,8 @@ func TestParseOptionsErrors(t *testing.T) {
 			_, err := ParseOptions(tt.in)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
+			// A mistake in the options is the spec's, not an infeasible run.
+			assert.True(t, backends.IsSpecError(err), "%v is not a backends.SpecError", err)
 		})
 	}
 }
@@ -82,10 +94,15 @@ func FuzzParseOptions(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, value string) {
 		o, err := ParseOptions(map[string]any{key: value})
 		if err != nil {
+			if !backends.IsSpecError(err) {
+				t.Fatalf("a bad option is not a spec error: %v", err)
+			}
 			return
 		}
 		// Whatever is accepted is usable: no negative bandwidth, sleep or efficiency.
 		if o.InterNodeBusBW < 0 || o.IntraNodeBusBW < 0 || o.Efficiency < 0 || o.Efficiency > 1 || o.SleepPerStep < 0 ||
+			o.SleepPerStep > maxSleepPerStep || o.InterNodeBusBW > maxBusBWGBps*1e9 || o.IntraNodeBusBW > maxBusBWGBps*1e9 ||
+			(o.InterNodeBusBW != 0 && o.InterNodeBusBW < minBusBWGBps*1e9) || (o.Efficiency != 0 && o.Efficiency < minEfficiency) ||
 			math.IsNaN(o.InterNodeBusBW+o.IntraNodeBusBW+o.Efficiency) {
 			t.Fatalf("accepted %q=%q as %+v", key, value, o)
 		}

@@ -112,7 +112,8 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	rc := cfg("tiny", 1, sweeps.NoShard)
 	rc.BackendOptions = map[string]any{"sleep_per_step": "soon"}
 	_, err := New().Run(t.Context(), rc, backends.RunEnv{}, nil)
-	assert.ErrorContains(t, err, `backend_options.sleep_per_step: "soon" is not a duration`)
+	assert.ErrorContains(t, err, `backend_options.sleep_per_step: must be a duration such as "50ms" or "2s", got "soon"`)
+	assert.True(t, backends.IsSpecError(err))
 }
 
 func TestSleepPerStepEmitsSteps(t *testing.T) {

@@ -167,20 +167,23 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		return fmt.Errorf("torchrun: seq_len %d, batch_per_device %d and steps %d must be positive, warmup_steps %d not negative",
 			rc.SeqLen, rc.BatchPerDevice, rc.Steps, rc.WarmupSteps)
 	}
+	// Templates and the script are the spec's: a mistake in them is a spec error.
 	vars := contract.Vars(rc, contract.Paths{RunDir: "run", MetricsDir: "ranks", OutputDir: "output", ModelJSON: "model.json"})
 	if o.Args != nil {
 		if _, err := contract.Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
-			return err
+			return backends.SpecErr(err)
 		}
 	}
 	if o.MetricsFile != "" {
 		if _, err := contract.Expand("torchrun: backend_options.metrics_file", []string{o.MetricsFile}, vars); err != nil {
-			return err
+			return backends.SpecErr(err)
 		}
 	}
 	if o.Script != "" {
-		if _, err := os.Stat(o.Script); err != nil {
-			return fmt.Errorf("torchrun: backend_options.script: %w", err)
+		if info, err := os.Stat(o.Script); err != nil {
+			return backends.SpecErrorf("torchrun: backend_options.script: %w (a path relative to the directory fsdpbench runs in)", err)
+		} else if !info.Mode().IsRegular() {
+			return backends.SpecErrorf("torchrun: backend_options.script: %s is not a regular file", o.Script)
 		}
 	}
 	if o.Launcher == LauncherAccelerate {
@@ -190,10 +193,14 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	}
 	info, err := b.torch(ctx, o.Python)
 	if err != nil {
+		if _, chosen := rc.BackendOptions["python"]; chosen && ctx.Err() == nil {
+			// The spec's interpreter, which every run would find wanting alike.
+			return backends.SpecErrorf("torchrun: backend_options.python: %w", err)
+		}
 		return err
 	}
 	if o.Launcher == LauncherAccelerate && !info.Accelerate {
-		return fmt.Errorf("torchrun: launcher accelerate: %s has no accelerate package; install it there or use launcher: torchrun", o.Python)
+		return backends.SpecErrorf("torchrun: backend_options.launcher accelerate: %s has no accelerate package; install it there or use launcher: torchrun", o.Python)
 	}
 	if o.Script == "" {
 		return b.validateOwnScript(rc, o, info)
@@ -205,7 +212,7 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 func (b *Backend) validateOwnScript(rc sweeps.RunConfig, o Options, info torchInfo) error {
 	if o.ModelImpl == ModelTransformers {
 		if !info.Transformers {
-			return fmt.Errorf("torchrun: model_impl transformers: %s has no transformers package; install it there or use the built-in model", o.Python)
+			return backends.SpecErrorf("torchrun: backend_options.model_impl transformers: %s has no transformers package; install it there or use the built-in model", o.Python)
 		}
 	} else {
 		shape, err := shapes.Lookup(rc.Model)
@@ -446,9 +453,15 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 			res.Status, res.Error = results.StatusFailed, "torchrun: internal error: the job's output was not kept for backend_options.logs; feed it to Job.NewReport()"
 			return
 		}
+		if rep.badStep != "" {
+			res.Status, res.Error = results.StatusFailed, "torchrun: the script printed a broken FSDPBENCH line: "+rep.badStep
+			return
+		}
 		c := collector{rc: j.rc, o: j.o, paths: j.Paths, vars: j.vars, stepLines: rep.steps, lines: &rep.lines, warn: warn}
 		if err := c.collect(res); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
+		} else if res.Status == results.StatusOK && rep.diverged != "" {
+			res.Status, res.Error = results.StatusDiverged, "diverged: "+rep.diverged
 		}
 	}
 }
@@ -496,16 +509,25 @@ type Report struct {
 	// firstErr is the first error line that is not a consequence of another rank's
 	// failure, firstSecondary the first that is, lastErr the last of either.
 	firstErr, firstSecondary, lastErr string
+	// badStep is why the first broken FSDPBENCH line is broken; diverged says
+	// where the first step line's loss was NaN or infinite.
+	badStep, diverged string
 }
 
-// Stdout takes one stdout line and returns the step it reports, if it is an
-// FSDPBENCH line.
+// Stdout takes one stdout line and returns the step it reports, if it is a valid
+// FSDPBENCH line; a broken one fails the run (Finish) with its position.
 func (o *Report) Stdout(line string) (contract.StepLine, bool) {
-	st, ok := contract.ParseStepLine(line)
+	st, ok, err := contract.ParseStepLine(line)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if err != nil && o.badStep == "" {
+		o.badStep = err.Error()
+	}
 	if ok {
 		o.steps = append(o.steps, st.Step)
+		if st.Diverged != "" && o.diverged == "" {
+			o.diverged = st.Diverged
+		}
 	}
 	if o.logs != nil {
 		o.lines.add(o.logs, line, false)

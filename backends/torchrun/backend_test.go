@@ -121,13 +121,18 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 		{"full_shard on cpu", func(rc *sweeps.RunConfig) { rc.Sharding = sweeps.FullShard }, "cannot run FSDP"},
 		{"bf16", func(rc *sweeps.RunConfig) { rc.MixedPrecision = sweeps.BF16 }, "fp32 on CPU"},
 		{"offload with ddp", func(rc *sweeps.RunConfig) { rc.CPUOffload = true }, "offload needs a sharded strategy"},
-		{"unknown option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"nope": 1} }, "backend_options.nope: unknown key"},
+		{"unknown option", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"nope": 1} }, "backend_options.nope: torchrun has no such option"},
 		{"two nodes", func(rc *sweeps.RunConfig) { rc.Nodes, rc.GPUsPerNode = 2, 1 }, "use launcher: slurm"},
 		{"bad template", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"args": "--bs {batch_per_devce}"} },
 			"did you mean {batch_per_device}"},
 		{"missing script", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"script": "/nonexistent/train.py"} },
 			"backend_options.script"},
 		{"gpt2 on the built-in model", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "model_impl: transformers"},
+		{"python typo", func(rc *sweeps.RunConfig) { rc.BackendOptions = map[string]any{"python": "/usr/bin/pythn3"} },
+			"torchrun: backend_options.python: torchrun: /usr/bin/pythn3 cannot import torch"},
+		{"accelerate missing", func(rc *sweeps.RunConfig) {
+			rc.BackendOptions = map[string]any{"launcher": "accelerate"}
+		}, "backend_options.launcher accelerate: /usr/bin/python3 has no accelerate package"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,7 +143,14 @@ func TestValidateRefusesWhatCPUTorchCannotRun(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
+			if tc.name == "accelerate missing" && info.Accelerate {
+				return // this python can run it
+			}
 			require.ErrorContains(t, err, tc.want)
+			// The spec's own mistakes are spec errors (exit 2); the rest are verdicts.
+			spec := tc.name == "unknown option" || tc.name == "bad template" || tc.name == "missing script" ||
+				tc.name == "python typo" || tc.name == "accelerate missing"
+			assert.Equal(t, spec, backends.IsSpecError(err), "%s: %v", tc.name, err)
 		})
 	}
 }
@@ -158,9 +170,11 @@ func TestRunOutcomes(t *testing.T) {
 		{"daemon", results.StatusOK, ""},
 		{"oom", results.StatusOOM, "CUDA out of memory. Tried to allocate 20.00 GiB"},
 		{"nothing", results.StatusFailed, "reported nothing"},
-		{"badjson", results.StatusFailed, "metrics.json:1:2 is not a JSON object"},
+		{"badjson", results.StatusFailed, "metrics.json:1:2: invalid character 'n' looking for beginning of object key string (a metrics.json must be one JSON object)"},
 		{"mismatch", results.StatusFailed, "world_size is 3 but the run has 2 ranks"},
 		{"steplines", results.StatusOK, ""},
+		{"diverged", results.StatusDiverged, "diverged: rank 0's loss is +Inf at measured step 2 of 3 (steps[1].loss, "},
+		{"negative", results.StatusFailed, "torchrun: the script printed a broken FSDPBENCH line: step line: step_time_s is -0.5"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {

@@ -1,21 +1,24 @@
 package torchrun
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
+	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // LegacyMetricsFile is the name of the metrics file existing scripts write.
@@ -65,14 +68,18 @@ func (c *collector) collect(res *results.Result) error {
 				return err
 			}
 		case len(c.stepLines) > 0:
-			c.fromStepLines(res)
+			if err := c.fromStepLines(res); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("torchrun: the script exited cleanly but reported nothing: no %s/rank-<r>.json, no %s, no FSDPBENCH lines on stdout; see the metrics contract in the README",
 				c.paths.MetricsDir, LegacyMetricsFile)
 		}
 	}
 	c.flops(res)
-	res.Status = results.StatusOK
+	if res.Status == "" {
+		res.Status = results.StatusOK // the rank files may have said diverged
+	}
 	return nil
 }
 
@@ -132,37 +139,54 @@ var legacyKeys = []string{"wall_time_s", "approx_tokens_per_rank", "approx_token
 // and bf16 must agree with the run's axes: a script that ignored the template
 // would otherwise file its figures under the wrong configuration.
 func (c *collector) fromLegacy(res *results.Result, path string) error {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
 		return err
 	}
 	var m map[string]any
-	if err := json.Unmarshal(data, &m); err != nil {
-		return fmt.Errorf("torchrun: %s is not a JSON object: %w", contract.JSONPos(path, data, err), err)
+	nonFinite, err := contract.DecodeJSON(path, data, &m)
+	if err != nil {
+		return fmt.Errorf("torchrun: %w (a metrics.json must be one JSON object)", err)
 	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("torchrun: %s: %s", path, fmt.Sprintf(format, a...))
 	}
-	number := func(k string) (float64, bool, error) {
+	// Python writes NaN and Infinity bare; a figure we read must be finite, the
+	// script's other keys are kept as the text Python wrote.
+	var odd []string
+	for _, nf := range nonFinite {
+		if slices.Contains(legacyKeys, nf.Field) {
+			return fmt.Errorf("torchrun: %s: %s is %v; it must be a finite number", nf.Pos, nf.Field, nf.Value)
+		}
+		if _, top := m[nf.Field]; top {
+			m[nf.Field] = strconv.FormatFloat(nf.Value, 'g', -1, 64)
+		} else {
+			odd = append(odd, nf.Field+"="+strconv.FormatFloat(nf.Value, 'g', -1, 64))
+		}
+	}
+	number := func(k string, hi float64) (float64, bool, error) {
 		v, ok := m[k]
 		if !ok || v == nil {
 			return 0, false, nil
 		}
 		x, isNum := v.(float64)
-		if !isNum || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
-			return 0, false, bad("%s must be a non-negative number, got %v", k, v)
+		if !isNum {
+			return 0, false, bad("%s must be a number, got %v", k, v)
+		}
+		if err := backends.CheckFigure(k, x, 0, hi, false); err != nil {
+			return 0, false, bad("%v", err)
 		}
 		return x, true, nil
 	}
-	wall, hasWall, err := number("wall_time_s")
+	wall, hasWall, err := number("wall_time_s", backends.MaxWallS)
 	if err != nil {
 		return err
 	}
-	tokens, hasTokens, err := number("approx_tokens_per_rank")
+	tokens, hasTokens, err := number("approx_tokens_per_rank", backends.MaxTokens)
 	if err != nil {
 		return err
 	}
-	tps, hasTPS, err := number("approx_tokens_per_s_per_rank")
+	tps, hasTPS, err := number("approx_tokens_per_s_per_rank", backends.MaxTokens)
 	if err != nil {
 		return err
 	}
@@ -179,11 +203,11 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 	default:
 		return bad("needs two of wall_time_s, approx_tokens_per_rank, approx_tokens_per_s_per_rank to give a throughput; it has %s", presentKeys(m))
 	}
-	if !(wall > 0) {
-		return bad("wall_time_s is %g; a throughput needs a positive wall time", wall)
+	if err := backends.CheckTime("wall_time_s", wall, backends.MaxWallS); err != nil {
+		return bad("%v; a throughput needs a positive wall time", err)
 	}
 	if v, ok := m["world_size"]; ok {
-		if ws, isNum := v.(float64); !isNum || int(ws) != c.rc.WorldSize {
+		if ws, isNum := v.(float64); !isNum || ws != float64(c.rc.WorldSize) {
 			return bad("world_size is %v but the run has %d ranks: the script did not run this configuration", v, c.rc.WorldSize)
 		}
 	}
@@ -218,6 +242,9 @@ func (c *collector) fromLegacy(res *results.Result, path string) error {
 		res.Env.Torch = t
 	}
 	res.Extra = map[string]any{"metrics_file": path}
+	if len(odd) > 0 {
+		res.Extra["non_finite"] = odd
+	}
 	for k, v := range m {
 		switch k {
 		case "wall_time_s", "approx_tokens_per_rank", "world_size", "torch":
@@ -245,12 +272,17 @@ func presentKeys(m map[string]any) string {
 
 // fromStepLines uses rank 0's FSDPBENCH lines alone: the wall time is the sum of
 // the step times, and every rank is assumed to have done rank 0's share.
-func (c *collector) fromStepLines(res *results.Result) {
+func (c *collector) fromStepLines(res *results.Result) error {
+	if len(c.stepLines) > c.rc.Steps {
+		return fmt.Errorf("torchrun: the script printed %d FSDPBENCH step lines but the run measures %d steps: print one line per measured step, from rank 0 only (warm-up steps are not reported)",
+			len(c.stepLines), c.rc.Steps)
+	}
 	res.Steps = c.stepLines
 	for i := range res.Steps {
 		res.Steps[i].Tokens = c.rc.TokensPerStep()
 		res.MeasuredWallS += res.Steps[i].StepTimeS
 	}
+	return nil
 }
 
 // flops sets the model FLOPs per token (reported by the script, or from the shape

@@ -1,7 +1,6 @@
 package torchrun
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/aclements/go-moremath/stats"
 
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -197,15 +198,12 @@ func quoted(ss []string) []string {
 	return out
 }
 
+// maxSkip bounds the warm-up matches an extractor drops.
+const maxSkip = 1 << 20
+
 func count(v any) (int, error) {
-	x, err := num(v)
-	if err != nil {
-		return 0, err
-	}
-	if x < 0 || x != math.Trunc(x) {
-		return 0, fmt.Errorf("must be a whole number >= 0, got %g", x)
-	}
-	return int(x), nil
+	n, err := backends.WholeIn(v, 0, maxSkip)
+	return int(n), err
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -277,7 +275,11 @@ func extract(opts *LogOptions, l *logLines, seqLen int) (extracted, error) {
 			if err != nil {
 				return nil, fmt.Errorf("torchrun: backend_options.logs %s: group %q matched %q, which is not a number, in line %q", e.Metric, e.Group, s, line)
 			}
-			vals = append(vals, v*unitFactor(e.Metric, e.Unit, seqLen))
+			v *= unitFactor(e.Metric, e.Unit, seqLen)
+			if err := checkLogFigure(e.Metric, v); err != nil {
+				return nil, fmt.Errorf("torchrun: backend_options.logs %s: group %q matched %q in line %q: %w", e.Metric, e.Group, s, line, err)
+			}
+			vals = append(vals, v)
 		}
 		if len(vals) == 0 {
 			if e.Metric == LogMFU && opts.Builtin == BuiltinIter {
@@ -296,6 +298,22 @@ func extract(opts *LogOptions, l *logLines, seqLen int) (extracted, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkLogFigure checks a figure read from the log, in its base unit, as it
+// enters. A loss may be anything: one that is not finite makes the run diverged.
+func checkLogFigure(metric string, v float64) error {
+	switch metric {
+	case LogLoss:
+		return nil
+	case LogStepTime:
+		return backends.CheckTime("step_time_s", v, backends.MaxStepTimeS)
+	case LogTokensPerS, LogTokensPerSPerRank:
+		return backends.CheckFigure(metric, v, 0, backends.MaxTokens, true)
+	case LogPeakAllocated, LogPeakReserved:
+		return backends.CheckFigure(metric+"_bytes", v, 0, backends.MaxBytes, false)
+	}
+	return backends.CheckFigure(metric, v, 0, math.MaxFloat64, false)
 }
 
 func unitFactor(metric, unit string, seqLen int) float64 {
@@ -328,16 +346,25 @@ func extractHF(out extracted, l *logLines, seqLen, skip int) error {
 		for _, d := range hfDict.FindAllString(line, -1) {
 			// Python's repr of a dict of numbers is JSON but for the quotes (and nan/inf).
 			js := strings.ReplaceAll(d, "'", `"`)
-			js = strings.NewReplacer(": nan", ": null", ": inf", ": null", ": -inf", ": null").Replace(js)
+			js = strings.NewReplacer(": nan", ": NaN", ": inf", ": Infinity", ": -inf", ": -Infinity").Replace(js)
 			var m map[string]any
-			if json.Unmarshal([]byte(js), &m) != nil {
+			nonFinite, err := contract.DecodeJSON("log", []byte(js), &m)
+			if err != nil {
 				continue
 			}
 			if v, ok := m["loss"].(float64); ok {
+				for _, nf := range nonFinite {
+					if nf.Field == "loss" {
+						v = nf.Value // a diverged run: fromLogs says so
+					}
+				}
 				losses = append(losses, v)
 			}
 			if v, ok := m["train_samples_per_second"].(float64); ok {
 				found = true
+				if err := checkLogFigure(LogTokensPerS, v*float64(seqLen)); err != nil {
+					return fmt.Errorf("torchrun: backend_options.logs hf_trainer: train_samples_per_second %v x seq_len %d in line %q: %w", v, seqLen, line, err)
+				}
 				out[LogTokensPerS] = append(out[LogTokensPerS], v*float64(seqLen))
 				if r, ok := m["train_runtime"].(float64); ok {
 					out["train_runtime_s"] = append(out["train_runtime_s"], r)
@@ -372,6 +399,9 @@ func (c *collector) fromLogs(res *results.Result, x extracted) error {
 			// the last step, and a loss printed less often still marks the last ones.
 			for i := range min(len(losses), len(times)) {
 				v := losses[len(losses)-1-i]
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					continue // unknown; divergedLoss says it
+				}
 				res.Steps[len(times)-1-i].Loss = &v
 			}
 		}
@@ -394,7 +424,9 @@ func (c *collector) fromLogs(res *results.Result, x extracted) error {
 				Tokens: tps * int64(n) / int64(c.rc.WorldSize)})
 		}
 		if losses := x[LogLoss]; len(losses) > 0 {
-			res.Extra = map[string]any{"log_loss_last": losses[len(losses)-1]}
+			if l := losses[len(losses)-1]; !math.IsNaN(l) && !math.IsInf(l, 0) {
+				res.Extra = map[string]any{"log_loss_last": l}
+			}
 		}
 	default:
 		return fmt.Errorf("torchrun: backend_options.logs: no step_time, tokens_per_s or tokens_per_s_per_rank extractor: the throughput cannot be known; add one")
@@ -411,6 +443,9 @@ func (c *collector) fromLogs(res *results.Result, x extracted) error {
 			*k.dst = results.I64(int64(math.Round(peak)))
 		}
 	}
+	if msg := divergedLoss(x[LogLoss]); msg != "" {
+		res.Status, res.Error = results.StatusDiverged, msg
+	}
 	if res.Extra == nil {
 		res.Extra = map[string]any{}
 	}
@@ -422,4 +457,15 @@ func (c *collector) fromLogs(res *results.Result, x extracted) error {
 		}
 	}
 	return nil
+}
+
+// divergedLoss says where the first loss read from the log is NaN or infinite, or
+// "" when none is.
+func divergedLoss(losses []float64) string {
+	for i, l := range losses {
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return fmt.Sprintf("diverged: the loss read from the log is %v at its %d. reading of %d (backend_options.logs)", l, i+1, len(losses))
+		}
+	}
+	return ""
 }

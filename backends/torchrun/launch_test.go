@@ -2,6 +2,7 @@ package torchrun
 
 import (
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -87,16 +89,22 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, DefaultPython, o.Python)
 
 	for opts, want := range map[string]map[string]any{
-		"backend_options.launcher: unknown launcher \"deepspeed\"": {"launcher": "deepspeed"},
-		"backend_options.fsdp_api: must be 0":                      {"fsdp_api": 3},
-		"backend_options.lr: must be positive":                     {"lr": -1.0},
-		"backend_options.args: must be a list of strings":          {"args": 3},
-		"backend_options.bogus: unknown key (known: launcher":      {"bogus": true},
-		"backend_options.rdzv_port: must be a whole number":        {"rdzv_port": 1.5},
+		"backend_options.launcher: unknown launcher \"deepspeed\"":                                     {"launcher": "deepspeed"},
+		"backend_options.fsdp_api: must be a whole number in [0, 2], got 3":                            {"fsdp_api": 3},
+		"backend_options.lr: must be in (0, 10], got -1":                                               {"lr": -1.0},
+		"backend_options.lr: must be a finite number":                                                  {"lr": math.Inf(1)},
+		"backend_options.weight_decay: must be a finite number":                                        {"weight_decay": "NaN"},
+		"backend_options.args: must be a list of strings":                                              {"args": 3},
+		"backend_options.bogus: torchrun has no such option (did you mean \"logs\"?); known: launcher": {"bogus": true},
+		"backend_options.scrpt: torchrun has no such option (did you mean \"script\"?)":                {"scrpt": "x.py"},
+		"backend_options.rdzv_port: must be a whole number in [1, 65535]":                              {"rdzv_port": 1.5},
+		"backend_options.rdzv_port: must be a whole number in [1, 65535], got 0":                       {"rdzv_port": 0},
+		"backend_options.logs: skip_steps: must be a whole number in [0, 1048576]":                     {"logs": map[string]any{"builtin": "iter", "skip_steps": 1e12}},
 	} {
 		_, err := ParseOptions(want)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), opts)
+		assert.True(t, backends.IsSpecError(err), "%v is not a backends.SpecError", err)
 	}
 }
 

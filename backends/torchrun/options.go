@@ -2,7 +2,10 @@ package torchrun
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/fsdpbench/fsdpbench/backends"
 )
 
 // Launchers the backend can start a run with.
@@ -68,20 +71,29 @@ type Options struct {
 	Logs *LogOptions
 }
 
+// Bounds of the numeric options: past them is a typo, not an experiment.
+const (
+	maxLR          = 10
+	maxWeightDecay = 10
+)
+
 // knownOptions lists the backend_options keys, for errors.
 var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
 	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis", "logs"}
 
-// ParseOptions reads backend_options. Unknown keys and ill-typed values are errors
-// that name the key.
+// ParseOptions reads backend_options. Unknown keys and ill-typed or out-of-bounds
+// values are *backends.SpecError values that name the key.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{Launcher: LauncherTorchrun, Python: DefaultPython, LR: 1e-3, WeightDecay: 0.01,
 		ModelImpl: ModelBuiltin, AccelerateFSDPVersion: 1, StateDictType: "SHARDED_STATE_DICT", RdzvPort: DefaultRdzvPort}
 	_, script := m["script"]
 	o.TrainsModelAxis = !script
 	for _, k := range sortedKeys(m) {
+		if !slices.Contains(knownOptions, k) {
+			return o, backends.UnknownOption("backend_options", "torchrun", k, knownOptions)
+		}
 		if err := o.set(k, m[k]); err != nil {
-			return o, fmt.Errorf("torchrun: backend_options.%s: %w", k, err)
+			return o, backends.SpecErrorf("torchrun: backend_options.%s: %w", k, err)
 		}
 	}
 	return o, nil
@@ -140,11 +152,9 @@ func (o *Options) set(k string, v any) error {
 		}
 		o.Logs = l
 	case "trains_model_axis":
-		b, ok := v.(bool)
-		if !ok {
-			return fmt.Errorf("must be true or false, got %v", v)
-		}
+		b, err := backends.Bool(v)
 		o.TrainsModelAxis = b
+		return err
 	case "args", "extra_args":
 		list, err := strs(v)
 		if err != nil {
@@ -155,46 +165,28 @@ func (o *Options) set(k string, v any) error {
 		} else {
 			o.ExtraArgs = list
 		}
-	case "lr", "weight_decay":
-		x, err := num(v)
+	case "lr":
+		x, err := backends.NumberIn(v, 0, maxLR, true)
+		o.LR = x
+		return err
+	case "weight_decay":
+		x, err := backends.NumberIn(v, 0, maxWeightDecay, false)
+		o.WeightDecay = x
+		return err
+	case "fsdp_api":
+		n, err := backends.WholeIn(v, 0, 2)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (0: FSDP2 when torch has it, 1 or 2 to force one)", err)
 		}
-		if k == "lr" {
-			if !(x > 0) {
-				return fmt.Errorf("must be positive, got %g", x)
-			}
-			o.LR = x
-		} else {
-			if !(x >= 0) {
-				return fmt.Errorf("must not be negative, got %g", x)
-			}
-			o.WeightDecay = x
-		}
-	case "fsdp_api", "accelerate_fsdp_version", "rdzv_port":
-		x, err := num(v)
-		if err != nil {
-			return err
-		}
-		n := int(x)
-		switch {
-		case float64(n) != x:
-			return fmt.Errorf("must be a whole number, got %g", x)
-		case k == "fsdp_api" && (n < 0 || n > 2):
-			return fmt.Errorf("must be 0 (FSDP2 when torch has it), 1 or 2, got %d", n)
-		case k == "accelerate_fsdp_version" && n != 1 && n != 2:
-			return fmt.Errorf("must be 1 or 2, got %d", n)
-		case k == "rdzv_port" && (n <= 0 || n > 65535):
-			return fmt.Errorf("must be a port number, got %d", n)
-		}
-		switch k {
-		case "fsdp_api":
-			o.FSDPAPI = n
-		case "accelerate_fsdp_version":
-			o.AccelerateFSDPVersion = n
-		default:
-			o.RdzvPort = n
-		}
+		o.FSDPAPI = int(n)
+	case "accelerate_fsdp_version":
+		n, err := backends.WholeIn(v, 1, 2)
+		o.AccelerateFSDPVersion = int(n)
+		return err
+	case "rdzv_port":
+		n, err := backends.WholeIn(v, 1, 65535)
+		o.RdzvPort = int(n)
+		return err
 	default:
 		return fmt.Errorf("unknown key (known: %s)", strings.Join(knownOptions, ", "))
 	}
@@ -230,20 +222,5 @@ func strs(v any) ([]string, error) {
 		return out, nil
 	default:
 		return nil, fmt.Errorf("must be a list of strings (or one string of space-separated arguments), got %T", v)
-	}
-}
-
-func num(v any) (float64, error) {
-	switch n := v.(type) {
-	case float64:
-		return n, nil
-	case int:
-		return float64(n), nil
-	case int64:
-		return float64(n), nil
-	case uint64:
-		return float64(n), nil
-	default:
-		return 0, fmt.Errorf("must be a number, got %T", v)
 	}
 }

@@ -26,6 +26,9 @@ carries the Mann-Whitney U p-value ("~" when not significant), as benchstat prin
 them; with fewer, the change is the headline figures' ratio, marked ¹.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !(alpha > 0 && alpha < 1) {
+				return usageError(fmt.Errorf("--alpha %v: give a significance level between 0 and 1 (exclusive), such as 0.05", alpha))
+			}
 			base, err := results.LoadPath(args[0])
 			if err != nil {
 				return usageError(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -21,7 +22,7 @@ func newGateCmd() *cobra.Command {
 		history, commit, date                string
 		rules                                []string
 		alpha                                float64
-		failMissing                          bool
+		failMissing, allowMissing            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gate --baseline A --current B [--rule METRIC:-5%]...",
@@ -38,8 +39,11 @@ A rules file is YAML:  rules: [tokens_per_s_per_rank:-5%, mfu>=0.35]
 With at least 6 repeats per side a change fails only when it is also significant
 (Mann-Whitney U, alpha 0.05, as benchstat); with fewer, the threshold alone decides
 and the report says the comparison is not statistically backed. A run that was ok in
-the baseline and is oom, failed or timed out now fails. Runs on one side only are
-listed (--fail-missing fails the missing ones).
+the baseline and is oom, failed or timed out now fails; so does a run that did not
+finish now (failed, timeout, canceled), a figure the baseline knew and the current
+run does not, and a baseline run missing from the current results (--allow-missing
+lets a partial night through). The gate also fails when the current results hold no
+finished run, when every check was skipped, and when a rule given decided nothing.
 
 --history DIR keeps each night: the current results are stored under
 DIR/<date>-<commit>/ with the verdict, and without --baseline the last night that
@@ -53,6 +57,12 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 			}
 			if baseline == "" && history == "" {
 				return usageError(errors.New("give --baseline A (a results directory or exported JSON), or --history DIR to use the last passing night"))
+			}
+			if !(alpha > 0 && alpha < 1) {
+				return usageError(fmt.Errorf("--alpha %v: give a significance level between 0 and 1 (exclusive), such as 0.05", alpha))
+			}
+			if failMissing && allowMissing {
+				return usageError(errors.New("--fail-missing and --allow-missing contradict each other; missing runs fail by default"))
 			}
 			if !slices.Contains(results.GateFormats, format) {
 				return usageError(fmt.Errorf("--format %q: use %s", format, strings.Join(results.GateFormats, ", ")))
@@ -72,11 +82,17 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				}
 				ruleList = append(ruleList, rs...)
 			}
+			if baseline != "" && samePath(baseline, current) {
+				return usageError(fmt.Errorf("--baseline and --current are both %s: the gate would compare the results with themselves and always pass; give the baseline's results", current))
+			}
 			var night time.Time
 			if history != "" {
 				st, err := os.Stat(current)
 				if err != nil || !st.IsDir() {
 					return usageError(fmt.Errorf("--history stores the current results, so --current must be a results directory (got %s)", current))
+				}
+				if err := historyOutside(history, current); err != nil {
+					return usageError(err)
 				}
 				night = time.Now().UTC()
 				if date != "" {
@@ -88,6 +104,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 
 			baseName := baseline
 			var baseRuns []results.Run
+			noBaseline := false
 			if baseline == "" {
 				n, err := results.LastPassingNight(history)
 				if err != nil {
@@ -96,7 +113,10 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				if n != nil {
 					baseline, baseName = n.Dir, n.Name
 				} else {
-					baseName = "none (first night of " + history + ")"
+					baseName, noBaseline = "none (first night of "+history+")", true
+					if ns, _ := results.Nights(history); len(ns) > 0 {
+						baseName = "none (no night of " + history + " passed yet)"
+					}
 				}
 			}
 			if baseline != "" {
@@ -110,7 +130,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				return usageError(fmt.Errorf("--current: %w", err))
 			}
 			report, err := results.Gate(baseRuns, curRuns, results.GateOptions{Rules: ruleList, Alpha: alpha,
-				FailMissing: failMissing, BaselineName: baseName, CurrentName: current})
+				AllowMissing: allowMissing, NoBaseline: noBaseline, BaselineName: baseName, CurrentName: current})
 			if err != nil {
 				return usageError(err)
 			}
@@ -164,9 +184,54 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 	f.StringVar(&junitPath, "junit", "", "also write JUnit XML to this file")
 	f.StringVar(&markdownPath, "markdown", "", "also write the Markdown summary to this file")
 	f.Float64Var(&alpha, "alpha", results.DefaultAlpha, "significance level with >= 6 repeats per side")
-	f.BoolVar(&failMissing, "fail-missing", false, "fail when a baseline run is missing from the current results")
+	f.BoolVar(&allowMissing, "allow-missing", false, "let baseline runs be missing from the current results (a partial night); by default each fails")
+	f.BoolVar(&failMissing, "fail-missing", false, "fail when a baseline run is missing from the current results (the default now)")
+	_ = f.MarkDeprecated("fail-missing", "missing runs fail by default; --allow-missing lets them through")
 	f.StringVar(&history, "history", "", "history directory: store this night under DIR/<date>-<commit>/; without --baseline, compare with the last passing night")
 	f.StringVar(&commit, "commit", "", "commit of this night (default: $GITHUB_SHA, else the commit the runs recorded)")
 	f.StringVar(&date, "date", "", "date of this night, 2006-01-02 (default: today, UTC)")
 	return cmd
+}
+
+// historyOutside refuses a history directory inside the current results: storing
+// the night copies the current results into the history, which would then copy
+// itself, deeper each time. It refuses current results inside the history too: a
+// stored night would be gated against itself, or against the night it replaces.
+func historyOutside(history, current string) error {
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return filepath.Clean(p)
+		}
+		if r, err := filepath.EvalSymlinks(a); err == nil {
+			return r
+		}
+		// The history may not exist yet: resolve its parent.
+		if r, err := filepath.EvalSymlinks(filepath.Dir(a)); err == nil {
+			return filepath.Join(r, filepath.Base(a))
+		}
+		return a
+	}
+	h, c := abs(history), abs(current)
+	inside := func(dir, path string) bool {
+		rel, err := filepath.Rel(dir, path)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
+	if inside(c, h) {
+		return fmt.Errorf("--history %s is inside --current %s: storing the night would copy the history into itself; keep the history outside the results directory", history, current)
+	}
+	if inside(h, c) {
+		return fmt.Errorf("--current %s is inside --history %s: give the results the nightly job wrote, not a stored night", current, history)
+	}
+	return nil
+}
+
+// samePath reports whether a and b name the same file or directory.
+func samePath(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }

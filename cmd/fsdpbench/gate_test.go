@@ -86,7 +86,7 @@ func TestGateExitCodes(t *testing.T) {
 	junit, md := filepath.Join(dir, "gate.xml"), filepath.Join(dir, "gate.md")
 
 	r := cli(t, "gate", "--baseline", base, "--current", cur, "--rule", "tokens_per_s_per_rank:-5%",
-		"--rule", "peak_mem_reserved_bytes:+3%", "--junit", junit, "--markdown", md)
+		"--rule", "peak_mem_reserved_bytes:+3%", "--junit", junit, "--markdown", md, "--allow-missing")
 	assert.Equal(t, ExitFailed, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "gate FAILED: 3 of 8 checks failed, in 2 of 4 runs")
 	assert.Contains(t, r.stdout, "-10.0%, beyond the -5% limit")
@@ -129,10 +129,12 @@ func TestGateExitCodes(t *testing.T) {
 	assert.Len(t, rep.Rules, len(results.DefaultRules))
 	assert.Contains(t, r.stderr, "gate passed")
 
-	// --fail-missing turns the missing run into a failure.
-	r = cli(t, "gate", "--baseline", base, "--current", cur, "--rule", "peak_mem_reserved_bytes:+3%", "--fail-missing")
-	assert.Equal(t, ExitFailed, r.code)
-	assert.Contains(t, r.stdout, "missing: in the baseline, not in the current results")
+	// By default the missing run fails (--fail-missing is the default, still accepted).
+	for _, flags := range [][]string{nil, {"--fail-missing"}} {
+		r = cli(t, append([]string{"gate", "--baseline", base, "--current", cur, "--rule", "peak_mem_reserved_bytes:+3%"}, flags...)...)
+		assert.Equal(t, ExitFailed, r.code)
+		assert.Contains(t, r.stdout, "│ FAIL    │ missing: in the baseline, not in the current results")
+	}
 
 	// An exported JSON file works as either side.
 	exported := filepath.Join(dir, "base.json")

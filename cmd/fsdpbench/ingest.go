@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fsdpbench/fsdpbench/harness/dirlock"
 	"github.com/fsdpbench/fsdpbench/ingest"
 )
 
@@ -29,7 +31,12 @@ per_device_train_batch_size -> batch_per_device, gradient_checkpointing ->
 activation_checkpointing, bf16: true -> mixed_precision=bf16, ...); fsdp: true needs
 --fsdp-sharding. Axes a folder does not give come from --spec (use the spec of the
 sweep you will compare with, so the run IDs match), --set, or the defaults; each is
-listed. Keys that are no axis are listed and kept in the metrics' extra.run_args.`,
+listed. Keys that are no axis are listed and kept in the metrics' extra.run_args.
+
+Ingesting into an existing <results>/<name>/ rewrites it only when every run it
+holds came from a folder read again (the same ingest, repeated or given more
+folders); a sweep's tree or an ingest of other folders is refused (exit 2), as is
+a tree another process is writing (--wait waits for it).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Map = map[string]string{}
@@ -40,8 +47,14 @@ listed. Keys that are no axis are listed and kept in the metrics' extra.run_args
 				}
 				o.Map[k] = axis
 			}
-			reports, err := ingest.Ingest(args, out, o)
+			o.OnWait = func(he *dirlock.HeldError) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "waiting for %s: in use by %s\n", he.Dir, he.Holder)
+			}
+			reports, err := ingest.Ingest(cmd.Context(), args, out, o)
 			if err != nil {
+				if cmd.Context().Err() != nil {
+					return &exitError{code: ExitInterrupted, err: errors.New("interrupted; nothing was written")}
+				}
 				return usageError(err)
 			}
 			w := cmd.OutOrStdout()
@@ -70,6 +83,7 @@ listed. Keys that are no axis are listed and kept in the metrics' extra.run_args
 	cmd.Flags().StringArrayVar(&o.Set, "set", nil, "key=value for every folder (repeatable), as sweep's --set")
 	cmd.Flags().StringVar(&o.FSDPSharding, "fsdp-sharding", "", "the sharding strategy of folders that say fsdp: true")
 	cmd.Flags().StringArrayVar(&mapKeys, "map", nil, "key=axis: map a folder key onto an axis (repeatable)")
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "when another process is writing the tree, wait for it instead of exiting 2")
 	cmd.Flags().BoolVar(&o.TrainsModelAxis, "trains-model-axis", false, "the model axis names the model the runs trained (MFU is computed from its shape)")
 	return cmd
 }

@@ -370,3 +370,66 @@ func finished(t *testing.T, sweepDir string) map[string]time.Time {
 	}
 	return out
 }
+
+// TestBackendAndLauncherOptionMistakesExitWithUsage: a misspelt or invalid
+// backend or launcher option, or a backend the launcher cannot start, is a spec
+// error: exit 2 before anything runs or is written, naming the option, what it
+// takes and the runs it hits. They used to record every run infeasible and exit 0
+// (launcher_options under the local launcher were ignored).
+func TestBackendAndLauncherOptionMistakesExitWithUsage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, `name: opts
+backend: sim
+hardware: h100-sxm
+model: tiny
+seq_len: 64
+steps: 3
+grid:
+  world_size: [1, 2]
+`)
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"backend_options.x=1"}, "backend_options.x: the sim backend has no such option; known: ddp_gradient_as_bucket_view, efficiency"},
+		{[]string{"backend_options.efficency=0.5"}, `backend_options.efficency: the sim backend has no such option (did you mean "efficiency"?)`},
+		{[]string{"backend_options.efficiency=NaN"}, "backend_options.efficiency: must be a finite number, got NaN"},
+		{[]string{"backend_options.inter_node_bus_bw_gbps=0"}, "backend_options.inter_node_bus_bw_gbps: must be in [0.01, 20000], got 0"},
+		{[]string{"backend_options.sleep_per_step=forever"}, `backend_options.sleep_per_step: must be a duration such as "50ms" or "2s", got "forever"`},
+		{[]string{"launcher_options.x=1"}, "launcher_options.x: the slurm launcher has no such option; known: account, constraint"},
+		{[]string{"backend=gotrain", "backend_options.lrr=1"}, `backend_options.lrr: gotrain has no such option (did you mean "lr"?)`},
+		{[]string{"launcher=slurm"}, "backend sim cannot run under launcher slurm"},
+		{[]string{"launcher=slurm", "launcher_options.partiton=gpu"}, `launcher_options.partiton: the slurm launcher has no such option (did you mean "partition"?)`},
+	} {
+		for _, cmd := range [][]string{{"sweep"}, {"sweep", "--dry-run"}, {"plan"}} {
+			args := append(append([]string{}, cmd...), spec, "--results", "out")
+			if cmd[0] == "plan" {
+				args = []string{"plan", spec}
+			}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			res := fsdpbench(t, dir, args...)
+			assert.Equal(t, ExitUsage, res.code, "%v: %s", args, res.stderr)
+			assert.Contains(t, res.stderr, tc.want, args)
+			assert.Contains(t, res.stderr, "(all 2 runs)", args)
+			assert.Empty(t, res.stdout, args)
+		}
+	}
+	assert.NoDirExists(t, filepath.Join(dir, "out"), "nothing may run or be written")
+
+	// An option written in the spec is pointed at, file:line:col.
+	spec = writeSpec(t, dir, `name: opts
+backend: sim
+hardware: h100-sxm
+model: tiny
+seq_len: 64
+backend_options:
+  efficiency: 0.5
+  sleep_per_stp: 1ms
+`)
+	res := fsdpbench(t, dir, "sweep", spec, "--results", "out")
+	assert.Equal(t, ExitUsage, res.code, res.stderr)
+	assert.Contains(t, res.stderr, `spec.yaml:8:3: backend_options.sleep_per_stp: the sim backend has no such option (did you mean "sleep_per_step"?)`)
+}

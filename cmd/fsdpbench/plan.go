@@ -8,6 +8,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/sim"
+	"github.com/fsdpbench/fsdpbench/harness"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -35,6 +36,10 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return usageError(err)
 			}
+			if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
+				return specFailure(err)
+			}
+			printWarnings(cmd.ErrOrStderr(), plan)
 			return printPlan(cmd, plan, be)
 		},
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -19,7 +20,7 @@ func newPlotCmd() *cobra.Command {
 		Use:   "plot DIR",
 		Short: "Draw the results as PNG and SVG charts: scaling, memory, batch search, regression, trend",
 		Long: `plot reads the runs under DIR and writes each chart that applies to them, as PNG and
-SVG, into --out (default DIR/plots):
+SVG, into --out (default DIR/plots, or plots/ beside an exported JSON file):
 
   scaling     tokens/s per rank and scaling efficiency vs world size, one line per strategy
   memory      peak allocated and reserved memory per rank, bars by strategy and world size
@@ -34,6 +35,10 @@ SVG, into --out (default DIR/plots):
 			}
 			if out == "" {
 				out = filepath.Join(args[0], "plots")
+				if st, err := os.Stat(args[0]); err == nil && !st.IsDir() {
+					// An exported JSON file: the charts go beside it, not under it.
+					out = filepath.Join(filepath.Dir(args[0]), "plots")
+				}
 			}
 			figs, err := plot.All(runs)
 			if err != nil {

@@ -144,3 +144,45 @@ grid:
 		}
 	}
 }
+
+// TestAPluginThatMayNotRunIsASpecError: a plugin plugins.lock does not pin, or
+// whose binary changed since, would refuse every run alike: the sweep exits 2
+// before anything runs (it used to exit 1), saying what to do.
+func TestAPluginThatMayNotRunIsASpecError(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	env := pluginEnv(t, dir)
+	spec := writeSpec(t, dir, `name: viaexec
+backend: exec
+hardware: cpu
+model: tiny
+seq_len: 32
+steps: 3
+grid:
+  world_size: [1, 2]
+backend_options:
+  command: ["true"]
+`)
+	res := fsdpbenchEnv(t, dir, env, "sweep", spec, "--results", "out", "--progress", "none")
+	assert.Equal(t, ExitUsage, res.code, res.stderr)
+	assert.Contains(t, res.stderr, "may not run: not pinned: there is no lock file")
+	assert.Contains(t, res.stderr, "fsdpbench plugins lock")
+
+	res = fsdpbenchEnv(t, dir, env, "plugins", "lock")
+	require.Equal(t, 0, res.code, res.stderr)
+	plug := filepath.Join(dir, "plugins", "fsdpbench-backend-exec")
+	data, err := os.ReadFile(plug)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(plug, append(data, 0), 0o755))
+	for _, cmd := range [][]string{{"sweep", spec, "--results", "out"}, {"plan", spec}} {
+		res = fsdpbenchEnv(t, dir, env, cmd...)
+		assert.Equal(t, ExitUsage, res.code, "%v: %s", cmd, res.stderr)
+		assert.Contains(t, res.stderr, "refused: its sha256 is", cmd)
+	}
+	// A misspelt option of a plugin's is the spec's mistake too.
+	require.NoError(t, os.WriteFile(plug, data, 0o755))
+	res = fsdpbenchEnv(t, dir, env, "sweep", spec, "--results", "out", "--set", "backend_options.comand=x")
+	assert.Equal(t, ExitUsage, res.code, res.stderr)
+	assert.Contains(t, res.stderr, `unknown backend_options key "comand"`)
+	assert.NoDirExists(t, filepath.Join(dir, "out"))
+}

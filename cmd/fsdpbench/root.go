@@ -41,6 +41,15 @@ func (e *exitError) Unwrap() error { return e.err }
 func usageError(err error) error { return &exitError{code: ExitUsage, err: err} }
 func failure(err error) error    { return &exitError{code: ExitFailed, err: err} }
 
+// specFailure is a usage error when err is a mistake in the spec that a backend or
+// launcher found (backends.SpecError: exit 2, nothing ran), a failure otherwise.
+func specFailure(err error) error {
+	if backends.IsSpecError(err) {
+		return usageError(err)
+	}
+	return failure(err)
+}
+
 // run executes the command line args and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()
@@ -78,7 +87,8 @@ func newRootCmd() *cobra.Command {
 MFU, peak memory, scaling efficiency.
 
 Exit codes: 0 ok; 1 some run failed or timed out (oom and infeasible are results);
-2 usage or spec error; 130 interrupted.`,
+2 usage or spec error, or refused before anything ran (another process holds the
+results directory, or it cannot be written); 130 interrupted.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

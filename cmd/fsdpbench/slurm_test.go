@@ -31,7 +31,7 @@ func needSlurm(t *testing.T) {
 		out, err = exec.Command("sinfo", "-h", "-o", "%T").CombinedOutput()
 		if err != nil {
 			err = fmt.Errorf("sinfo: %v: %s", err, out)
-		} else if !regexp.MustCompile(`idle|mix|alloc`).Match(out) {
+		} else if !regexp.MustCompile(`idle|mix|alloc|plnd`).Match(out) {
 			err = fmt.Errorf("no node is up: sinfo says %q", strings.TrimSpace(string(out)))
 		}
 	}
@@ -266,4 +266,53 @@ func TestSlurmKillThenResumeReattaches(t *testing.T) {
 		assert.Contains(t, string(log), "re-attached to Slurm job "+id)
 	}
 	waitFor(t, "the sweep's jobs to leave squeue", func() bool { return len(queued(t, dir)) == 0 })
+}
+
+// TestSlurmJobThatEndsWhileTheSweepIsDeadIsCollected: fsdpbench killed while its
+// run's job runs; the job finishes while no fsdpbench follows it; the resumed
+// sweep collects that job's result instead of submitting the run again (one job
+// per run, as scontrol shows), and the run is ok with the job's own figures.
+func TestSlurmJobThatEndsWhileTheSweepIsDeadIsCollected(t *testing.T) {
+	needSlurm(t)
+	t.Parallel()
+	dir := t.TempDir()
+	cancelJobsUnder(t, dir)
+	spec := writeSpec(t, dir, gotrainSweep("collect", "slurm", 15, 40, "100ms", "5m"))
+	sweepDir := filepath.Join(dir, "fsdpbench-results", "collect")
+	cmd, _ := startSweep(t, dir, spec)
+	waitFor(t, "a running job", func() bool { return jobRunning(sweepDir) })
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	before := slurmJobs(t, dir)
+	require.Len(t, before, 1)
+	waitFor(t, "the orphaned job to end", func() bool { return len(queued(t, dir)) == 0 })
+
+	res := fsdpbench(t, dir, "sweep", spec, "--progress", "plain")
+	require.Equal(t, 0, res.code, "%s\n%s", res.stdout, res.stderr)
+	assert.Contains(t, res.stderr, "2 runs: 2 ok")
+	var ids []string
+	for _, rc := range expectedRuns(t, spec).Runs {
+		ids = append(ids, rc.ID)
+	}
+	assertResumed(t, sweepDir, ids)
+	after := slurmJobs(t, dir)
+	assert.Len(t, after, len(ids), "one job per run, the ended one not submitted again: %v", after)
+	sd := &results.SweepDir{Path: sweepDir}
+	for id, runDir := range before {
+		assert.Equal(t, runDir, after[id])
+		log, err := os.ReadFile(filepath.Join(runDir, results.StderrFile))
+		require.NoError(t, err)
+		assert.Contains(t, string(log), "collecting Slurm job "+id)
+		m, err := sd.ReadMetrics(filepath.Base(runDir))
+		require.NoError(t, err)
+		assert.Equal(t, results.StatusOK, m.Status)
+		assert.Equal(t, id, m.Extra["slurm_job_id"])
+		assert.Equal(t, 40, m.StepsMeasured, "the job's steps were read back from its output")
+		require.NotNil(t, m.LossLast)
+	}
+
+	// Resuming a finished sweep submits nothing.
+	res = fsdpbench(t, dir, "sweep", spec, "--progress", "plain")
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Len(t, slurmJobs(t, dir), len(ids))
 }

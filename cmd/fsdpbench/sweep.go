@@ -25,9 +25,17 @@ func newSweepCmd() *cobra.Command {
 		Short: "Run every point of a sweep spec, then print the results table",
 		Long: `sweep expands SPEC into runs and executes them through its backend, writing
 <results>/<name>/ (sweep.yaml, manifest.json, runs/<run-id>/...). Run the same command
-again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
+again after an interruption: finished runs (ok, oom, infeasible) are skipped.
+
+One process at a time writes a sweep's directory: a second sweep (or ingest) of
+the same name and --results exits 2 at once, naming the process that holds it
+(pid, host, start); --wait makes it wait instead. A killed sweep holds nothing:
+its lock dies with it, so the same command resumes at once.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Jobs < 1 || opts.Jobs > harness.MaxJobs {
+				return usageError(fmt.Errorf("--jobs %d: give 1 to %d runs at once (1, the default, keeps measurements from disturbing each other)", opts.Jobs, harness.MaxJobs))
+			}
 			reg, err := newRegistry()
 			if err != nil {
 				return failure(err)
@@ -37,7 +45,11 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
 				return err
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			printWarnings(stderr, plan)
 			if dryRun {
+				if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
+					return specFailure(err)
+				}
 				return printDryRun(stdout, plan, harness.Preview(plan, opts), opts.ResultsDir)
 			}
 			opts.Registry = reg
@@ -54,8 +66,15 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
 
 			sum, runErr := harness.Run(cmd.Context(), plan, opts)
 			interrupted := cmd.Context().Err() != nil
-			if runErr != nil && !interrupted {
-				return failure(runErr)
+			var refused *harness.RefusedError
+			switch {
+			case runErr != nil && !interrupted && errors.As(runErr, &refused):
+				// Nothing ran: another sweep holds the directory, or it cannot be written.
+				return usageError(runErr)
+			case runErr != nil && !interrupted:
+				return specFailure(runErr)
+			case interrupted && sum.Dir == "":
+				return &exitError{code: ExitInterrupted, err: errors.New("interrupted before any run started")}
 			}
 			if err := printSweepResults(stdout, sum); err != nil {
 				return failure(err)
@@ -75,11 +94,20 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.`,
 	}
 	setFlag(cmd, &sets)
 	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory (one sub-directory per sweep)")
-	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, "runs to execute at once (1 keeps measurements from disturbing each other)")
+	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, fmt.Sprintf("runs to execute at once, 1 to %d (1 keeps measurements from disturbing each other)", harness.MaxJobs))
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
+	cmd.Flags().BoolVar(&opts.WaitLock, "wait", false, "when another process is writing this sweep's results directory, wait for it instead of exiting 2")
 	return cmd
+}
+
+// printWarnings prints what the spec says that is legal but probably not meant
+// (an exclude that matches nothing), one line each, on stderr.
+func printWarnings(w io.Writer, plan *sweeps.Plan) {
+	for _, warn := range plan.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
+	}
 }
 
 // printSweepResults prints the report of the runs this sweep holds, and what each
@@ -128,7 +156,7 @@ func summaryLine(sum harness.Summary) string {
 	for _, c := range []struct {
 		n    int
 		name string
-	}{{sum.OOM, "oom"}, {sum.Infeasible, "infeasible"}, {sum.Failed, "failed"}, {sum.Timeout, "timeout"}, {sum.Canceled, "canceled"}, {sum.NotStarted, "not started"}} {
+	}{{sum.OOM, "oom"}, {sum.Diverged, "diverged"}, {sum.Infeasible, "infeasible"}, {sum.Failed, "failed"}, {sum.Timeout, "timeout"}, {sum.Canceled, "canceled"}, {sum.NotStarted, "not started"}} {
 		if c.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.name))
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // slurmCommandTimeout bounds one call of sbatch, scontrol, squeue or scancel: a
@@ -44,17 +45,61 @@ func CheckSlurm() error {
 // into the run directory, submits it with sbatch, follows its state with
 // scontrol (sacct only as a fallback, since many clusters have no accounting
 // storage), feeds the job's output back to the backend as it grows, and
-// cancels the job when the run's context ends. A job still queued or running
-// from a previous invocation of the sweep is re-attached, not submitted again.
-// The run directory must be on a file system the nodes share. Safe for
+// cancels the job when the run's context ends.
+//
+// A job that a previous invocation of the sweep submitted (slurm_job_id) and
+// whose result was never recorded is not submitted again: still queued or
+// running, it is re-attached; ended (COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY,
+// NODE_FAIL, ...), it is collected from Slurm's state and the output it left.
+// Only a job that Slurm cancelled (Ctrl-C, scancel) or that never existed is
+// submitted anew. A job counts as recorded once the harness says so (Recorded:
+// its id is in the run's metrics.json) or once this launcher has followed it to
+// its end. The run directory must be on a file system the nodes share. Safe for
 // concurrent runs.
 type Slurm struct {
 	mu   sync.Mutex
 	live map[string]bool
+	// done holds the jobs whose result is recorded or was returned: never
+	// collected again (the next repeat of a run submits its own job).
+	done map[string]bool
 }
 
 // NewSlurm returns a Slurm launcher.
-func NewSlurm() *Slurm { return &Slurm{live: map[string]bool{}} }
+func NewSlurm() *Slurm { return &Slurm{live: map[string]bool{}, done: map[string]bool{}} }
+
+// ExtraJobID is the Result.Extra (and so metrics.json extra) key holding the
+// Slurm job a repeat ran as. A run's metrics.json naming its last job tells a
+// resumed sweep that the job's result is recorded: Recorded.
+const ExtraJobID = "slurm_job_id"
+
+// Recorded tells the launcher that job id's result is stored (the harness read
+// it from the run's metrics.json): a resumed run must not collect it again.
+func (s *Slurm) Recorded(id string) {
+	if id == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done[id] = true
+}
+
+func (s *Slurm) isDone(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done[id]
+}
+
+// Pending reports whether rc has a job from an earlier invocation that Run will
+// re-attach or collect rather than submit, so that the caller keeps the files
+// that job writes (ranks/) when it clears the run's previous attempt.
+func (s *Slurm) Pending(rc sweeps.RunConfig, runDir string) bool {
+	abs, err := filepath.Abs(runDir)
+	if err != nil {
+		return false
+	}
+	id, _ := s.previous(rc, abs, func(string, ...any) {}, false)
+	return id != ""
+}
 
 // CancelAll cancels every job this launcher submitted or re-attached that has not
 // ended: the harness's last word on an interrupted sweep.
@@ -105,17 +150,20 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 	place := slurmPlacement
 	place.Nodes = max(rc.Nodes, 1)
 
-	id := s.attachable(rc, runDir, logf)
+	id, ended := s.previous(rc, runDir, logf, true)
 	job, err := be.PrepareJob(ctx, rc, env, place, id != "")
 	if err != nil {
 		return res, err
 	}
-	if id != "" {
+	switch {
+	case id != "" && ended:
+		logf("collecting Slurm job %s, which ended while no fsdpbench followed it (submitted by an earlier invocation of the sweep); it is not submitted again", id)
+	case id != "":
 		logf("re-attached to Slurm job %s (submitted by an earlier invocation of the sweep)", id)
-	} else {
+	default:
 		script := filepath.Join(runDir, ScriptFile)
 		text := opts.Script(rc, be.Name(), job.Spec(), runDir)
-		if err := os.WriteFile(script, []byte(text), 0o644); err != nil {
+		if err := os.WriteFile(script, []byte(text), 0o666); err != nil { // the umask decides
 			return res, fmt.Errorf("slurm: write the job script: %w", err)
 		}
 		if id, err = submit(script); err != nil {
@@ -129,43 +177,81 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 	}
 	s.track(id, true)
 	defer s.track(id, false)
-	return s.follow(ctx, rc, id, job, env, opts.PollInterval, emit, logf)
+	res, err = s.follow(ctx, rc, id, ended, job, env, opts.PollInterval, emit, logf)
+	if err != nil {
+		// Lost track of the job (the controller did not answer): it may still
+		// run, and its result is not this one, so a resumed sweep collects it.
+		return res, err
+	}
+	// Followed to its end (or cancelled): the next repeat submits its own job.
+	s.Recorded(id)
+	if res.Extra == nil {
+		res.Extra = map[string]any{}
+	}
+	res.Extra[ExtraJobID] = id
+	return res, err
 }
 
-// attachable is the id of a job of this run that an earlier invocation submitted
-// and that is still queued or running with the same configuration; "" when
-// there is none. A running job of a changed configuration is cancelled.
-func (s *Slurm) attachable(rc sweeps.RunConfig, runDir string, logf func(string, ...any)) string {
+// previous is the id of a job of this run that an earlier invocation submitted
+// with the same configuration and whose result is not recorded, and whether it
+// has ended; "" when there is none and the run must be submitted. A job still
+// queued or running is re-attached; one that ended is collected, unless Slurm
+// cancelled it (Ctrl-C, scancel: it did not finish, so it runs again). With
+// act set, a queued or running job of a changed configuration is cancelled.
+func (s *Slurm) previous(rc sweeps.RunConfig, runDir string, logf func(string, ...any), act bool) (string, bool) {
 	id := ""
-	if data, err := os.ReadFile(filepath.Join(runDir, JobIDFile)); err == nil {
+	if data, err := input.ReadFile(filepath.Join(runDir, JobIDFile), input.Limits{What: "job id file", MaxBytes: 1 << 10}); err == nil {
 		id = strings.TrimSpace(string(data))
 	} else {
 		// Killed between sbatch and recording the id: the job is found by its
-		// name and directory.
-		out, err := slurmCmd("squeue", "--me", "-h", "--name="+JobName(rc), "-o", "%i %Z")
+		// name and directory, among those Slurm still knows (-t all: ended
+		// ones too); the latest is this attempt's.
+		out, err := slurmCmd("squeue", "--me", "-h", "-t", "all", "--name="+JobName(rc), "-o", "%i %Z")
 		if err == nil {
+			latest := uint64(0)
 			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 				f := strings.Fields(line)
-				if len(f) == 2 && filepath.Clean(f[1]) == runDir {
-					id = f[0]
+				if len(f) != 2 || filepath.Clean(f[1]) != runDir {
+					continue
+				}
+				if n, perr := strconv.ParseUint(f[0], 10, 64); perr == nil && n > latest {
+					latest, id = n, f[0]
 				}
 			}
 		}
 	}
-	if id == "" {
-		return ""
+	if id == "" || s.isDone(id) {
+		return "", false
 	}
+	script, _ := input.ReadFile(filepath.Join(runDir, ScriptFile), input.Limits{What: "job script", MaxBytes: 1 << 20})
+	sameConfig := bytes.Contains(script, []byte("# fingerprint: "+rc.Fingerprint()+" "))
 	info, err := queryJob(id)
-	if err != nil || info.Name != JobName(rc) || !info.active() {
-		return ""
+	if errors.Is(err, errJobUnknown) {
+		// Slurm has forgotten the job. If it left output it ran, and ran long
+		// ago: collect it (hours of GPUs are not spent again); if not, it never
+		// started (a controller restarted without its state) and is submitted.
+		if _, serr := os.Stat(filepath.Join(runDir, "slurm-"+id+".out")); serr == nil && sameConfig {
+			return id, true
+		}
+		return "", false
 	}
-	script, _ := os.ReadFile(filepath.Join(runDir, ScriptFile))
-	if !bytes.Contains(script, []byte("# fingerprint: "+rc.Fingerprint()+" ")) {
-		logf("Slurm job %s runs an older configuration of this run; cancelling it", id)
-		_, _ = slurmCmd("scancel", id)
-		return ""
+	if err != nil || info.Name != JobName(rc) {
+		return "", false
 	}
-	return id
+	if !sameConfig {
+		if act && info.active() {
+			logf("Slurm job %s runs an older configuration of this run; cancelling it", id)
+			_, _ = slurmCmd("scancel", id)
+		}
+		return "", false
+	}
+	switch {
+	case info.active():
+		return id, false
+	case info.State == "CANCELLED":
+		return "", false
+	}
+	return id, true
 }
 
 // submit sbatches script from its directory and returns the job id.
@@ -183,7 +269,8 @@ func submit(script string) (string, error) {
 
 // follow polls job id until it ends, streaming its output to the backend and the
 // run's logs, and turns its end into the repeat's Result.
-func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job backends.Job, env backends.RunEnv,
+// ended says the job ended before it was followed (previous).
+func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ended bool, job backends.Job, env backends.RunEnv,
 	poll time.Duration, emit func(backends.Event), logf func(string, ...any)) (results.Result, error) {
 	outs := []*tail{
 		{path: filepath.Join(env.RunDir, "slurm-"+id+".out"), stream: "stdout", sink: env.Stdout},
@@ -206,6 +293,10 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job 
 	for {
 		info, err := queryJob(id)
 		drain(false)
+		if ended && errors.Is(err, errJobUnknown) {
+			// Collected after Slurm forgot it: its output is all there is.
+			info, err = jobInfo{State: stateForgotten}, nil
+		}
 		switch {
 		case err != nil:
 			misses++
@@ -219,11 +310,19 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job 
 		case info.terminal():
 			drain(true)
 			res = s.finish(rc, id, info, job, logf)
+			// A job collected after it ended was never seen running here:
+			// Slurm's times say when it ran.
 			if res.Started.IsZero() {
 				res.Started = started
+				if started.IsZero() {
+					res.Started = info.Start
+				}
 			}
 			if res.Finished.IsZero() {
-				res.Finished = time.Now()
+				res.Finished = info.End
+				if res.Finished.IsZero() || !started.IsZero() {
+					res.Finished = time.Now()
+				}
 			}
 			emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 			return res, nil
@@ -246,10 +345,16 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, job 
 // repeat's Result.
 func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backends.Job, logf func(string, ...any)) results.Result {
 	warn := func(msg string) { logf("%s", msg) }
-	logf("Slurm job %s ended %s (exit code %d:%d, reason %s)", id, info.State, info.ExitCode, info.Signal, info.Reason)
+	if info.State != stateForgotten {
+		logf("Slurm job %s ended %s (exit code %d:%d, reason %s)", id, info.State, info.ExitCode, info.Signal, info.Reason)
+	}
 	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode, TokensPerStep: rc.TokensPerStep()}
 	switch info.State {
 	case "COMPLETED":
+		return job.Finish(nil, warn)
+	case stateForgotten:
+		warn(fmt.Sprintf("Slurm no longer knows job %s (it ended longer ago than MinJobAge, and there is no accounting storage to ask): "+
+			"its exit code is unknown and its result is read from its output alone", id))
 		return job.Finish(nil, warn)
 	case "FAILED":
 		// The run's output says more than the exit code: out of memory,
@@ -290,10 +395,16 @@ func cancelJob(id string) {
 	}
 }
 
+// stateForgotten stands for the state of a job Slurm no longer knows, collected
+// from its output (previous).
+const stateForgotten = "FORGOTTEN"
+
 // jobInfo is what scontrol (or sacct) says about a job.
 type jobInfo struct {
 	Name, State, Reason, TimeLimit, NodeList, WorkDir string
 	ExitCode, Signal                                  int
+	// Start and End are when the job ran, when Slurm says (zero otherwise).
+	Start, End time.Time
 }
 
 // active reports whether the job may still run: queued, running, or on its way.
@@ -310,7 +421,7 @@ func (j jobInfo) active() bool {
 func (j jobInfo) terminal() bool { return j.State != "" && !j.active() }
 
 var (
-	scontrolField = regexp.MustCompile(`(?:^|\s)(JobName|JobState|Reason|ExitCode|TimeLimit|NodeList|WorkDir)=(\S*)`)
+	scontrolField = regexp.MustCompile(`(?:^|\s)(JobName|JobState|Reason|ExitCode|TimeLimit|NodeList|WorkDir|StartTime|EndTime)=(\S*)`)
 	errJobUnknown = errors.New("Slurm knows no such job (it ended longer ago than MinJobAge, and there is no accounting storage to ask)")
 )
 
@@ -353,6 +464,10 @@ func parseScontrol(out string) (jobInfo, error) {
 			j.WorkDir = m[2]
 		case "ExitCode":
 			j.ExitCode, j.Signal = exitCode(m[2])
+		case "StartTime":
+			j.Start = parseSlurmTime(m[2])
+		case "EndTime":
+			j.End = parseSlurmTime(m[2])
 		}
 	}
 	if j.State == "" {
@@ -371,6 +486,16 @@ func parseSacct(out string) (jobInfo, bool) {
 	j := jobInfo{Name: f[0], State: state}
 	j.ExitCode, j.Signal = exitCode(f[2])
 	return j, true
+}
+
+// parseSlurmTime reads a time as scontrol prints it (local, "2006-01-02T15:04:05");
+// "Unknown", "None" and the like are zero.
+func parseSlurmTime(v string) time.Time {
+	t, err := time.ParseInLocation("2006-01-02T15:04:05", v, time.Local)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // exitCode splits Slurm's "code:signal".

@@ -3,6 +3,7 @@ package launch
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,8 +63,8 @@ var slurmOptionKeys = []string{"account", "constraint", "cpus_per_task", "gpu_re
 // hours:minutes:seconds, days-hours[:minutes[:seconds]].
 var slurmTime = regexp.MustCompile(`^([0-9]+-)?[0-9]+(:[0-9]+){0,2}$`)
 
-// ParseSlurmOptions reads launcher_options. Unknown keys and ill-typed values are
-// errors that name the key.
+// ParseSlurmOptions reads launcher_options. Unknown keys and ill-typed or
+// out-of-bounds values are *backends.SpecError values that name the key.
 func ParseSlurmOptions(m map[string]any) (SlurmOptions, error) {
 	o := SlurmOptions{GPURequest: GPURequestGres, PollInterval: DefaultPollInterval}
 	keys := make([]string, 0, len(m))
@@ -72,12 +73,23 @@ func ParseSlurmOptions(m map[string]any) (SlurmOptions, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if !slices.Contains(slurmOptionKeys, k) {
+			return o, backends.UnknownOption("launcher_options", "the slurm launcher", k, slurmOptionKeys)
+		}
 		if err := o.set(k, m[k]); err != nil {
-			return o, fmt.Errorf("launcher_options.%s: %w", k, err)
+			return o, backends.SpecErrorf("launcher_options.%s: %w", k, err)
 		}
 	}
 	return o, nil
 }
+
+// Bounds of the numeric launcher_options.
+const (
+	maxCPUsPerTask  = 1 << 12
+	maxTimeMinutes  = 366 * 24 * 60 // a year: anything longer is a typo
+	minPollInterval = 100 * time.Millisecond
+	maxPollInterval = time.Hour
+)
 
 func (o *SlurmOptions) set(k string, v any) error {
 	var err error
@@ -93,20 +105,23 @@ func (o *SlurmOptions) set(k string, v any) error {
 	case "mem":
 		o.Mem, err = word(v)
 	case "time":
-		if n, ok := integer(v); ok {
-			o.Time = strconv.Itoa(n) // minutes, as sbatch reads a bare number
-			break
+		if _, isText := v.(string); !isText {
+			n, err := backends.WholeIn(v, 1, maxTimeMinutes)
+			o.Time = strconv.FormatInt(n, 10) // minutes, as sbatch reads a bare number
+			return err
 		}
 		o.Time, err = word(v)
 		if err == nil && !slurmTime.MatchString(o.Time) {
 			err = fmt.Errorf("%q is not a Slurm time limit (minutes, \"1:30:00\" or \"1-00:00:00\")", o.Time)
 		}
-	case "cpus_per_task":
-		n, ok := integer(v)
-		if !ok || n <= 0 {
-			return fmt.Errorf("want a positive integer, got %v", v)
+		if err == nil && strings.Trim(o.Time, "0:-") == "" {
+			// sbatch reads a zero limit as none at all: a run could hold its nodes forever.
+			err = fmt.Errorf("%q is no time limit (Slurm reads 0 as unlimited); give minutes, \"1:30:00\" or \"1-00:00:00\"", o.Time)
 		}
-		o.CPUsPerTask = n
+	case "cpus_per_task":
+		n, err := backends.WholeIn(v, 1, maxCPUsPerTask)
+		o.CPUsPerTask = int(n)
+		return err
 	case "gpu_request":
 		o.GPURequest, err = word(v)
 		if err == nil && o.GPURequest != GPURequestGres && o.GPURequest != GPURequestGPUsPerNode {
@@ -117,13 +132,7 @@ func (o *SlurmOptions) set(k string, v any) error {
 	case "setup":
 		o.Setup, err = lines(v)
 	case "poll_interval":
-		var s string
-		if s, err = word(v); err == nil {
-			o.PollInterval, err = time.ParseDuration(s)
-			if err == nil && o.PollInterval <= 0 {
-				err = fmt.Errorf("%q must be positive", s)
-			}
-		}
+		o.PollInterval, err = backends.DurationIn(v, minPollInterval, maxPollInterval)
 	default:
 		return fmt.Errorf("unknown key (known: %s)", strings.Join(slurmOptionKeys, ", "))
 	}
@@ -141,22 +150,6 @@ func word(v any) (string, error) {
 		return fmt.Sprint(x), nil
 	}
 	return "", fmt.Errorf("want a string, got %v", v)
-}
-
-func integer(v any) (int, bool) {
-	switch x := v.(type) {
-	case int:
-		return x, true
-	case int64:
-		return int(x), true
-	case uint64:
-		return int(x), true
-	case float64:
-		if x == float64(int(x)) {
-			return int(x), true
-		}
-	}
-	return 0, false
 }
 
 func lines(v any) ([]string, error) {

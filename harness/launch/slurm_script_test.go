@@ -118,16 +118,51 @@ func TestParseSlurmOptions(t *testing.T) {
 		opts map[string]any
 		want string
 	}{
-		{map[string]any{"partiton": "gpu"}, "launcher_options.partiton: unknown key (known: account"},
+		{map[string]any{"partiton": "gpu"}, `launcher_options.partiton: the slurm launcher has no such option (did you mean "partition"?); known: account`},
 		{map[string]any{"time": "90m"}, `"90m" is not a Slurm time limit`},
-		{map[string]any{"cpus_per_task": 0}, "launcher_options.cpus_per_task: want a positive integer"},
+		{map[string]any{"time": 1e12}, "launcher_options.time: must be a whole number in [1, 527040]"},
+		{map[string]any{"time": 0}, "launcher_options.time: must be a whole number in [1, 527040], got 0"},
+		{map[string]any{"time": "0:00:00"}, `launcher_options.time: "0:00:00" is no time limit (Slurm reads 0 as unlimited)`},
+		{map[string]any{"cpus_per_task": 0}, "launcher_options.cpus_per_task: must be a whole number in [1, 4096], got 0"},
+		{map[string]any{"cpus_per_task": 2.5}, "launcher_options.cpus_per_task: must be a whole number"},
 		{map[string]any{"gpu_request": "gpus"}, "use gres (--gres=gpu:N) or gpus_per_node"},
 		{map[string]any{"setup": []any{"module load x", 3}}, "launcher_options.setup: item 1: want a string"},
 		{map[string]any{"partition": "a\nb"}, "holds a line break"},
-		{map[string]any{"poll_interval": "-1s"}, "must be positive"},
+		{map[string]any{"poll_interval": "-1s"}, "launcher_options.poll_interval: must be between 100ms and 1h0m0s"},
+		{map[string]any{"poll_interval": "0s"}, "must be between 100ms and 1h0m0s"},
 	} {
 		_, err := ParseSlurmOptions(tt.opts)
 		assert.ErrorContains(t, err, tt.want, "%v", tt.opts)
+		assert.True(t, backends.IsSpecError(err), "%v", err)
+	}
+}
+
+// TestCheckOptions: launcher_options are Slurm's; a key Slurm does not take, or a
+// bad value, is a spec error whatever the launcher (under the local launcher they
+// used to be ignored, typos included).
+func TestCheckOptions(t *testing.T) {
+	for _, tt := range []struct {
+		launcher string
+		opts     map[string]any
+		want     string
+	}{
+		{"", nil, ""},
+		{LocalName, map[string]any{}, ""},
+		{SlurmName, map[string]any{"partition": "gpu"}, ""},
+		{LocalName, map[string]any{"partition": "gpu", "poll_interval": "200ms"}, ""},
+		{"", map[string]any{"x": 1}, "launcher_options.x: the slurm launcher has no such option"},
+		{LocalName, map[string]any{"partiton": "gpu"}, `launcher_options.partiton: the slurm launcher has no such option (did you mean "partition"?)`},
+		{LocalName, map[string]any{"poll_interval": "soon"}, "launcher_options.poll_interval: must be a duration"},
+		{SlurmName, map[string]any{"x": 1}, "launcher_options.x: the slurm launcher has no such option"},
+		{"kubernetes", nil, `unknown launcher "kubernetes"`},
+	} {
+		err := CheckOptions(tt.launcher, tt.opts)
+		if tt.want == "" {
+			assert.NoError(t, err)
+			continue
+		}
+		assert.ErrorContains(t, err, tt.want)
+		assert.True(t, backends.IsSpecError(err), "%v", err)
 	}
 }
 

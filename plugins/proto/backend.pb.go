@@ -162,7 +162,11 @@ func (x *ValidateRequest) GetRunConfigJson() []byte {
 type ValidateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// refusal is Validate's error text; empty when the configuration is accepted.
-	Refusal       string `protobuf:"bytes,1,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Refusal string `protobuf:"bytes,1,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// spec_error says the refusal is a mistake in the spec (a backends.SpecError: a
+	// misspelt or invalid backend option), which stops the sweep before anything
+	// runs, rather than a configuration the backend cannot run (infeasible).
+	SpecError     bool `protobuf:"varint,2,opt,name=spec_error,json=specError,proto3" json:"spec_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +206,13 @@ func (x *ValidateResponse) GetRefusal() string {
 		return x.Refusal
 	}
 	return ""
+}
+
+func (x *ValidateResponse) GetSpecError() bool {
+	if x != nil {
+		return x.SpecError
+	}
+	return false
 }
 
 type RunRequest struct {
@@ -592,9 +603,11 @@ const file_backend_proto_rawDesc = "" +
 	"\x10DescribeResponse\x12)\n" +
 	"\x10description_json\x18\x01 \x01(\fR\x0fdescriptionJson\"9\n" +
 	"\x0fValidateRequest\x12&\n" +
-	"\x0frun_config_json\x18\x01 \x01(\fR\rrunConfigJson\",\n" +
+	"\x0frun_config_json\x18\x01 \x01(\fR\rrunConfigJson\"K\n" +
 	"\x10ValidateResponse\x12\x18\n" +
-	"\arefusal\x18\x01 \x01(\tR\arefusal\"V\n" +
+	"\arefusal\x18\x01 \x01(\tR\arefusal\x12\x1d\n" +
+	"\n" +
+	"spec_error\x18\x02 \x01(\bR\tspecError\"V\n" +
 	"\n" +
 	"RunRequest\x12&\n" +
 	"\x0frun_config_json\x18\x01 \x01(\fR\rrunConfigJson\x12 \n" +

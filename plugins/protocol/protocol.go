@@ -103,6 +103,7 @@ func (s *server) Validate(ctx context.Context, req *pb.ValidateRequest) (resp *p
 	resp = &pb.ValidateResponse{}
 	if verr := s.b.Validate(ctx, rc); verr != nil {
 		resp.Refusal = verr.Error()
+		resp.SpecError = backends.IsSpecError(verr)
 		if resp.Refusal == "" {
 			resp.Refusal = "refused without a reason (the backend's Validate returned an empty error)"
 		}
@@ -247,18 +248,25 @@ func (c *Client) Describe(ctx context.Context) (backends.Description, error) {
 	return d, nil
 }
 
-// Validate returns the backend's refusal of rc (empty when accepted), or err when
-// the question could not be asked or answered.
-func (c *Client) Validate(ctx context.Context, rc sweeps.RunConfig) (refusal string, err error) {
+// Validate returns the backend's refusal of rc (nil when accepted; a
+// *backends.SpecError when the backend said the spec is wrong), or err when the
+// question could not be asked or answered.
+func (c *Client) Validate(ctx context.Context, rc sweeps.RunConfig) (refusal, err error) {
 	data, err := json.Marshal(rc)
 	if err != nil {
-		return "", fmt.Errorf("encoding the run config: %w", err)
+		return nil, fmt.Errorf("encoding the run config: %w", err)
 	}
 	resp, err := c.c.Validate(ctx, &pb.ValidateRequest{RunConfigJson: data})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return resp.GetRefusal(), nil
+	switch {
+	case resp.GetRefusal() == "":
+		return nil, nil
+	case resp.GetSpecError():
+		return backends.SpecErr(errors.New(resp.GetRefusal())), nil
+	}
+	return errors.New(resp.GetRefusal()), nil
 }
 
 // Run executes one repeat on the plugin: events go to emit, output to env's

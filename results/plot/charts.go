@@ -571,10 +571,11 @@ func Regression(cmp *results.Comparison, rules []results.Rule) (*Figure, error) 
 	return fig, nil
 }
 
-// slug drops the hash from a run ID: ws8-bs4-full_shard-ac0-pre-bcf42938 ->
-// ws8-bs4-full_shard-ac0-pre (the slug alone names the point in one sweep).
+// slug drops the hash from a run ID: ws8-bs4-full_shard-ac0-pre-bcf429385997cf48
+// -> ws8-bs4-full_shard-ac0-pre (the slug alone names the point in one sweep).
+// Legacy IDs carry 8 hex digits, current ones 16.
 func slug(id string) string {
-	if i := strings.LastIndexByte(id, '-'); i > 0 && len(id)-i == 9 {
+	if i := strings.LastIndexByte(id, '-'); i > 0 && (len(id)-i == 9 || len(id)-i == 17) {
 		return id[:i]
 	}
 	return id

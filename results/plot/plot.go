@@ -437,6 +437,12 @@ func distinct(runs []results.Run, get func(*results.Run) int) []float64 {
 
 // All renders every figure that applies to runs: scaling, memory, batch.
 func All(runs []results.Run) ([]*Figure, error) {
+	for i := range runs {
+		// gonum refuses NaN and infinities without saying whose they are.
+		if err := results.CheckRun(&runs[i]); err != nil {
+			return nil, fmt.Errorf("plot: %w", err)
+		}
+	}
 	var figs []*Figure
 	for _, make := range []func([]results.Run) (*Figure, error){Scaling, Memory, BatchSearch} {
 		f, err := make(runs)

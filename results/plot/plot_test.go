@@ -6,6 +6,7 @@ import (
 	"errors"
 	"image/png"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,4 +206,19 @@ func TestSaveRejectsUnknownFormat(t *testing.T) {
 	f, err := Scaling(scalingRuns())
 	require.NoError(t, err)
 	assert.ErrorContains(t, f.Save(filepath.Join(t.TempDir(), "x.pdf")), "use .png or .svg")
+}
+
+// TestAllNamesTheBadRun: a figure gonum cannot draw (+Inf, NaN) is refused naming its
+// run and field, not as gonum's anonymous "invalid data".
+func TestAllNamesTheBadRun(t *testing.T) {
+	runs := scalingRuns()
+	runs[2].Metrics.TokensPerSPerRank = results.F64(math.Inf(1))
+	_, err := All(runs)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "run "+runs[2].Config.ID+": invalid run: tokens_per_s_per_rank +Inf is not a finite figure")
+	runs = scalingRuns()
+	runs[1].Derived.ScalingEfficiency = results.F64(math.NaN())
+	_, err = All(runs)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "run "+runs[1].Config.ID+": invalid run: derived.scaling_efficiency NaN")
 }

@@ -75,6 +75,18 @@ elif a.mode == "steplines":
     if rank == 0:
         for s in range(1, 4):
             print("FSDPBENCH " + json.dumps({"step": s, "loss": 5.0 - s / 10, "step_time_s": 0.5, "rank": 0}), flush=True)
+elif a.mode == "diverged":
+    # What a run whose loss blows up writes: json.dump's bare NaN, as is.
+    steps = [{"step": s, "loss": [2.5, float("inf"), float("nan")][s - 1], "step_time_s": 0.5} for s in range(1, 4)]
+    with open(os.path.join(os.environ["FSDPBENCH_METRICS_DIR"], f"rank-{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "world_size": world, "tokens": 48, "measured_wall_s": 1.5, "steps": steps}, f)
+    if rank == 0:
+        for st in steps:
+            print("FSDPBENCH " + json.dumps(dict(st, rank=0)), flush=True)
+elif a.mode == "negative":
+    if rank == 0:
+        for s in range(1, 4):
+            print("FSDPBENCH " + json.dumps({"step": s, "loss": 2.0, "step_time_s": -0.5, "rank": 0}), flush=True)
 else:
     sys.exit(f"unknown mode {a.mode}")
 if world > 1:

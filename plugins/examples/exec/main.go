@@ -62,9 +62,10 @@ func (backend) Describe(context.Context) (backends.Description, error) {
 	}, nil
 }
 
+// Validate refuses a command that cannot be built: a mistake in the spec.
 func (backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	_, err := argv(rc, "", "")
-	return err
+	return backends.SpecErr(err)
 }
 
 // argv expands backend_options.command for rc (contract.Expand: {axis},
@@ -118,7 +119,8 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	var lastLine string // stderr's, the command's reason when it fails
 	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
 		Stdout: func(line string) {
-			if st, ok := contract.ParseStepLine(line); ok {
+			// Step lines are progress here; the rank files carry the figures.
+			if st, ok, _ := contract.ParseStepLine(line); ok {
 				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}
@@ -142,20 +144,29 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	case ctx.Err() != nil:
 		res.Status, res.Error = results.StatusCanceled, ctx.Err().Error()
 	case errors.As(waitErr, &ee) && ee.ExitCode() == contract.ExitInfeasible:
-		res.Status, res.Error = results.StatusInfeasible, lastLine
+		res.Status, res.Error = results.StatusInfeasible, reason(lastLine, args[0], contract.ExitInfeasible)
 	case errors.As(waitErr, &ee) && ee.ExitCode() == contract.ExitOOM:
-		res.Status, res.Error = results.StatusOOM, lastLine
+		res.Status, res.Error = results.StatusOOM, reason(lastLine, args[0], contract.ExitOOM)
 	case waitErr != nil:
 		res.Status, res.Error = results.StatusFailed, fmt.Sprintf("exec: %s %v: %s (see stderr.log)", args[0], waitErr, lastLine)
 	default:
 		if err := collect(&res, rc, metricsDir); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
-		} else {
-			res.Status = results.StatusOK
+		} else if res.Status == "" {
+			res.Status = results.StatusOK // or diverged, as the rank files said
 		}
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
+}
+
+// reason is the command's own last stderr line, or what its exit code says when it
+// gave none: a final status (infeasible, oom) must say why.
+func reason(lastLine, command string, code int) string {
+	if lastLine != "" {
+		return lastLine
+	}
+	return fmt.Sprintf("exec: %s exited with code %d and printed no reason on stderr", command, code)
 }
 
 // collect reads every rank's report into res (the metrics contract); the model

@@ -1,0 +1,631 @@
+// libcuda.cc: a fake libcuda.so.1 for tests on machines without a GPU. It defines
+// the driver-API calls the Go cuda device uses under their real prototypes (it
+// includes the toolkit's cuda.h, whose macros give the _v2 symbol names, so a wrong
+// prototype fails to compile). Device memory is host memory; cuModuleLoadData
+// accepts a fatbin and cuModuleGetFunction finds kernels in the CPU runner's
+// registry, compiled from the same .cu sources; cuLaunchKernel runs the grid
+// synchronously on the runner, so every stream is trivially in issue order.
+// Faults are injected through environment variables (README.md). Never part of
+// the product.
+#include <cuda.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "runner.h"
+
+namespace {
+
+std::mutex mu;
+bool initialized = false;
+CUresult sticky = CUDA_SUCCESS;  // a launch failure corrupts the context, as on a GPU
+
+struct Alloc {
+  size_t bytes;
+};
+std::map<uintptr_t, Alloc> allocs;  // by start address
+size_t used = 0, peak = 0;
+
+struct Module {
+  std::string image;  // the bytes loaded, to check a kernel is in it
+};
+std::set<Module*> modules;
+struct Function {
+  const fsdp_cpu::KernelEntry* k;
+  int maxDynamicShared = 48 * 1024;
+};
+std::map<std::pair<Module*, std::string>, Function*> functions;
+std::set<CUstream> streams;
+struct Event {
+  bool recorded = false;
+  double ms = 0;
+};
+std::set<Event*> events;
+std::map<std::string, int> launches;  // per kernel, for FAKECUDA_FAIL_LAUNCH
+int ctxToken;                          // the one context is this address
+
+long long env_ll(const char* name, long long def) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::atoll(e) : def;
+}
+
+size_t mem_limit() { return size_t(env_ll("FAKECUDA_MEM_LIMIT", 80LL << 30)); }
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+// in_alloc reports whether [p, p+n) lies inside one allocation.
+bool in_alloc(uintptr_t p, size_t n) {
+  auto it = allocs.upper_bound(p);
+  if (it == allocs.begin()) return false;
+  --it;
+  return p >= it->first && p + n <= it->first + it->second.bytes;
+}
+
+#define GUARD()                          \
+  std::lock_guard<std::mutex> lock(mu);  \
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED; \
+  if (sticky != CUDA_SUCCESS) return sticky
+
+const char* err_name(CUresult r) {
+  switch (r) {
+#define E(x) \
+  case x:    \
+    return #x;
+    E(CUDA_SUCCESS)
+    E(CUDA_ERROR_INVALID_VALUE)
+    E(CUDA_ERROR_OUT_OF_MEMORY)
+    E(CUDA_ERROR_NOT_INITIALIZED)
+    E(CUDA_ERROR_DEINITIALIZED)
+    E(CUDA_ERROR_NO_DEVICE)
+    E(CUDA_ERROR_INVALID_DEVICE)
+    E(CUDA_ERROR_INVALID_IMAGE)
+    E(CUDA_ERROR_INVALID_CONTEXT)
+    E(CUDA_ERROR_INVALID_HANDLE)
+    E(CUDA_ERROR_NOT_FOUND)
+    E(CUDA_ERROR_NOT_READY)
+    E(CUDA_ERROR_ILLEGAL_ADDRESS)
+    E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+    E(CUDA_ERROR_LAUNCH_FAILED)
+    E(CUDA_ERROR_NOT_SUPPORTED)
+    E(CUDA_ERROR_UNKNOWN)
+#undef E
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuGetErrorName(CUresult error, const char** pStr) {
+  *pStr = err_name(error);
+  return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorString(CUresult error, const char** pStr) {
+  switch (error) {
+    case CUDA_ERROR_LAUNCH_FAILED:
+      *pStr = "unspecified launch failure (injected by FAKECUDA_FAIL_LAUNCH)";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      *pStr = "out of memory";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_NO_DEVICE:
+      *pStr = "no CUDA-capable device is detected";
+      return CUDA_SUCCESS;
+    default:
+      *pStr = err_name(error);
+      return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult cuInit(unsigned int flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  long long e = env_ll("FAKECUDA_INIT_ERROR", 0);
+  if (e != 0) return CUresult(e);
+  initialized = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int* v) {
+  *v = CUDA_VERSION;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int* n) {
+  GUARD();
+  *n = 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  GUARD();
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  GUARD();
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, size_t(len), "%s", "fakecuda CPU runner");
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem(size_t* bytes, CUdevice dev) {
+  GUARD();
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = mem_limit();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  GUARD();
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  // An A100's figures: the kernels are compiled for sm_80 and sm_90.
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+      *pi = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+      *pi = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+      *pi = 65535;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      *pi = 48 * 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+      *pi = 163 * 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      *pi = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      *pi = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *pi = 108;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *pi = 8;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *pi = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      *pi = 1410000;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+      *pi = 1215000;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+      *pi = 5120;
+      break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      *pi = 40 * 1024 * 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+      *pi = 2048;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+      *pi = 164 * 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+      *pi = 1;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---- contexts: one, shared by the primary and created paths ----
+
+int ctxRefs = 0;  // retains and creates not yet released or destroyed
+
+// reset_context frees what the context held once its last reference goes, as the
+// real driver does, and clears a sticky error: a new context starts clean.
+void reset_context() {
+  for (auto& kv : functions) delete kv.second;
+  functions.clear();
+  for (Module* m : modules) delete m;
+  modules.clear();
+  for (CUstream x : streams) delete reinterpret_cast<char*>(x);
+  streams.clear();
+  for (Event* e : events) delete e;
+  events.clear();
+  for (auto& kv : allocs) std::free(reinterpret_cast<void*>(kv.first));
+  allocs.clear();
+  used = 0;
+  sticky = CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  GUARD();
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  ctxRefs++;
+  *pctx = reinterpret_cast<CUcontext>(&ctxToken);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate(CUcontext* pctx, unsigned int, CUdevice dev) {
+  GUARD();
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  ctxRefs++;
+  *pctx = reinterpret_cast<CUcontext>(&ctxToken);
+  return CUDA_SUCCESS;
+}
+
+// Release and destroy work after a failure (they are how a program recovers).
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (ctxRefs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--ctxRefs == 0) reset_context();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy(CUcontext ctx) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (ctx != reinterpret_cast<CUcontext>(&ctxToken) || ctxRefs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--ctxRefs == 0) reset_context();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  GUARD();
+  return ctx == nullptr || ctx == reinterpret_cast<CUcontext>(&ctxToken) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  GUARD();
+  *pctx = reinterpret_cast<CUcontext>(&ctxToken);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx) { return cuCtxSetCurrent(ctx); }
+
+CUresult cuCtxPopCurrent(CUcontext* pctx) { return cuCtxGetCurrent(pctx); }
+
+CUresult cuCtxGetDevice(CUdevice* d) {
+  GUARD();
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize() {
+  GUARD();
+  return CUDA_SUCCESS;
+}
+
+// ---- memory ----
+
+CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytes) {
+  GUARD();
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (used + bytes > mem_limit()) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t rounded = (bytes + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Poisoned (0xff bytes are NaNs) unless FAKECUDA_POISON=0: cuMemAlloc does not
+  // zero, so code that forgets to clear shows.
+  std::memset(p, env_ll("FAKECUDA_POISON", 1) ? 0xff : 0, rounded);
+  allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes};
+  used += bytes;
+  if (used > peak) peak = used;
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree(CUdeviceptr dptr) {
+  GUARD();
+  auto it = allocs.find(uintptr_t(dptr));
+  if (it == allocs.end()) return CUDA_ERROR_INVALID_VALUE;
+  used -= it->second.bytes;
+  std::free(reinterpret_cast<void*>(dptr));
+  allocs.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetInfo(size_t* free, size_t* total) {
+  GUARD();
+  *total = mem_limit();
+  *free = *total - used;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
+  GUARD();
+  if (n == 0) return CUDA_SUCCESS;
+  if (!in_alloc(uintptr_t(dst), n)) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(reinterpret_cast<void*>(dst), src, n);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
+  GUARD();
+  if (n == 0) return CUDA_SUCCESS;
+  if (!in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(dst, reinterpret_cast<void*>(src), n);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  GUARD();
+  if (n == 0) return CUDA_SUCCESS;
+  if (!in_alloc(uintptr_t(dst), n) || !in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream) { return cuMemcpyHtoD(dst, src, n); }
+CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream) { return cuMemcpyDtoH(dst, src, n); }
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream) { return cuMemcpyDtoD(dst, src, n); }
+
+CUresult cuMemsetD32(CUdeviceptr dst, unsigned int v, size_t n) {
+  GUARD();
+  if (n == 0) return CUDA_SUCCESS;
+  if (dst % 4 != 0 || !in_alloc(uintptr_t(dst), n * 4)) return CUDA_ERROR_INVALID_VALUE;
+  unsigned* p = reinterpret_cast<unsigned*>(dst);
+  for (size_t i = 0; i < n; i++) p[i] = v;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream) { return cuMemsetD32(dst, v, n); }
+
+CUresult cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
+  GUARD();
+  if (n == 0) return CUDA_SUCCESS;
+  if (!in_alloc(uintptr_t(dst), n)) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(reinterpret_cast<void*>(dst), v, n);
+  return CUDA_SUCCESS;
+}
+
+// ---- modules and functions ----
+
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  GUARD();
+  // A fatbin starts with magic 0xBA55ED50, a version (u16), its header size (u16)
+  // and the size of what follows (u64).
+  const unsigned char* b = static_cast<const unsigned char*>(image);
+  unsigned magic;
+  std::memcpy(&magic, b, 4);
+  if (magic != 0xBA55ED50u) return CUDA_ERROR_INVALID_IMAGE;
+  unsigned short hdr;
+  unsigned long long size;
+  std::memcpy(&hdr, b + 6, 2);
+  std::memcpy(&size, b + 8, 8);
+  if (hdr < 16 || size > (1ULL << 32)) return CUDA_ERROR_INVALID_IMAGE;
+  Module* m = new Module{std::string(reinterpret_cast<const char*>(b), size_t(hdr + size))};
+  modules.insert(m);
+  *module = reinterpret_cast<CUmodule>(m);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleUnload(CUmodule module) {
+  GUARD();
+  Module* m = reinterpret_cast<Module*>(module);
+  if (!modules.erase(m)) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto it = functions.begin(); it != functions.end();) {
+    if (it->first.first == m) {
+      delete it->second;
+      it = functions.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  delete m;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule module, const char* name) {
+  GUARD();
+  Module* m = reinterpret_cast<Module*>(module);
+  if (!modules.count(m)) return CUDA_ERROR_INVALID_HANDLE;
+  const fsdp_cpu::KernelEntry* k = fsdp_cpu::find_kernel(name);
+  // The kernel must be in the registry and its name in the image (a stale fatbin
+  // lacks a new kernel).
+  if (!k || m->image.find(std::string(name) + '\0') == std::string::npos) return CUDA_ERROR_NOT_FOUND;
+  Function*& f = functions[{m, name}];
+  if (!f) f = new Function{k};
+  *hfunc = reinterpret_cast<CUfunction>(f);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
+  GUARD();
+  Function* f = reinterpret_cast<Function*>(hfunc);
+  if (attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_NOT_SUPPORTED;
+  if (value < 0 || value > 163 * 1024) return CUDA_ERROR_INVALID_VALUE;
+  f->maxDynamicShared = value;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
+  GUARD();
+  Function* f = reinterpret_cast<Function*>(hfunc);
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *pi = f->k->block;
+      return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *pi = f->maxDynamicShared;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult cuLaunchKernel(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                        unsigned int by, unsigned int bz, unsigned int shared, CUstream stream, void** params,
+                        void** extra) {
+  const fsdp_cpu::KernelEntry* k;
+  bool reverse;
+  {
+    GUARD();
+    Function* f = reinterpret_cast<Function*>(hfunc);
+    bool found = false;
+    for (auto& kv : functions) found = found || kv.second == f;
+    if (!found) return CUDA_ERROR_INVALID_HANDLE;
+    if (stream && !streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    k = f->k;
+    // extra is not used by the device: parameters go through kernelParams.
+    if (extra != nullptr || (params == nullptr && !k->sig.empty())) return CUDA_ERROR_INVALID_VALUE;
+    if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 || bx == 0 || by == 0 || bz == 0)
+      return CUDA_ERROR_INVALID_VALUE;
+    // The kernels are compiled with __launch_bounds__(block) and index their
+    // threads assuming exactly that block (kernels.Kernel.Block): more threads fail
+    // on a GPU too, fewer would compute garbage there, so both are refused here.
+    if (bx * by * bz != unsigned(k->block)) {
+      std::fprintf(stderr, "fakecuda: %s launched with block (%u,%u,%u), compiled for %d threads\n",
+                   k->name.c_str(), bx, by, bz, k->block);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (int(shared) > f->maxDynamicShared) return CUDA_ERROR_INVALID_VALUE;
+    // Pointer arguments must point into an allocation (or be null), as a guard
+    // against a wrapper passing a host address or an integer where a pointer goes.
+    for (size_t i = 0; i < k->sig.size(); i++) {
+      if (k->sig[i] != 'p') continue;
+      uintptr_t p;
+      std::memcpy(&p, params[i], sizeof p);
+      if (p != 0 && !in_alloc(p, 1)) {
+        std::fprintf(stderr, "fakecuda: %s: parameter %zu (%#lx) is not device memory\n", k->name.c_str(), i,
+                     (unsigned long)p);
+        sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+        return CUDA_SUCCESS;  // reported by the next call, as an asynchronous fault
+      }
+    }
+    int nth = ++launches[k->name];
+    if (const char* e = std::getenv("FAKECUDA_FAIL_LAUNCH")) {
+      std::string spec(e), name = spec;
+      int want = 1;
+      size_t colon = spec.find(':');
+      if (colon != std::string::npos) {
+        name = spec.substr(0, colon);
+        want = std::atoi(spec.c_str() + colon + 1);
+      }
+      int count = name == "*" ? 0 : nth;
+      if (name == "*") {
+        for (auto& kv : launches) count += kv.second;
+      }
+      if ((name == "*" || name == k->name) && count == want) {
+        sticky = CUDA_ERROR_LAUNCH_FAILED;
+        return CUDA_SUCCESS;  // asynchronous: the next call reports it
+      }
+    }
+    reverse = std::getenv("FAKECUDA_SCHEDULE") && std::strcmp(std::getenv("FAKECUDA_SCHEDULE"), "reverse") == 0;
+  }
+  // Run outside the lock: kernels do not call the driver, and a long kernel must
+  // not block another thread's memcpy (which the real driver would not either).
+  fsdp_cpu::run(k, dim3{gx, gy, gz}, dim3{bx, by, bz}, shared, params, reverse);
+  return CUDA_SUCCESS;
+}
+
+// ---- streams and events: work runs at issue, so waiting is checking ----
+
+CUresult cuStreamCreate(CUstream* s, unsigned int) {
+  GUARD();
+  CUstream x = reinterpret_cast<CUstream>(new char);
+  streams.insert(x);
+  *s = x;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy(CUstream s) {
+  GUARD();
+  if (!streams.erase(s)) return CUDA_ERROR_INVALID_HANDLE;
+  delete reinterpret_cast<char*>(s);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream s) {
+  GUARD();
+  return s == nullptr || streams.count(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuStreamQuery(CUstream s) { return cuStreamSynchronize(s); }
+
+CUresult cuEventCreate(CUevent* e, unsigned int) {
+  GUARD();
+  Event* x = new Event;
+  events.insert(x);
+  *e = reinterpret_cast<CUevent>(x);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent e) {
+  GUARD();
+  Event* x = reinterpret_cast<Event*>(e);
+  if (!events.erase(x)) return CUDA_ERROR_INVALID_HANDLE;
+  delete x;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent e, CUstream s) {
+  GUARD();
+  Event* x = reinterpret_cast<Event*>(e);
+  if (!events.count(x) || (s && !streams.count(s))) return CUDA_ERROR_INVALID_HANDLE;
+  x->recorded = true;
+  x->ms = now_ms();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventSynchronize(CUevent e) {
+  GUARD();
+  return events.count(reinterpret_cast<Event*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
+
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  GUARD();
+  Event *a = reinterpret_cast<Event*>(start), *b = reinterpret_cast<Event*>(end);
+  if (!events.count(a) || !events.count(b)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  *ms = float(b->ms - a->ms);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+  GUARD();
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((s && !streams.count(s)) || !events.count(reinterpret_cast<Event*>(e))) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
+
+// ---- for tests only (not driver API) ----
+
+// fakecuda_kernels writes "name block sig\n" per registered kernel into buf and
+// returns the length needed.
+size_t fakecuda_kernels(char* buf, size_t n) {
+  std::string s;
+  for (auto* k : fsdp_cpu::all_kernels()) s += k->name + " " + std::to_string(k->block) + " " + k->sig + "\n";
+  if (buf && n) std::snprintf(buf, n, "%s", s.c_str());
+  return s.size() + 1;
+}
+
+// fakecuda_mem_used returns the bytes allocated now (a leak check for tests).
+size_t fakecuda_mem_used() {
+  std::lock_guard<std::mutex> lock(mu);
+  return used;
+}
+
+}  // extern "C"

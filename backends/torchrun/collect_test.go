@@ -1,0 +1,123 @@
+package torchrun
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// TestLegacyMetricsFileFigures: a metrics.json of the existing scripts' kind is
+// read with Python's bare NaN/Infinity, and every figure is checked where it
+// enters, with the file, position and key named.
+func TestLegacyMetricsFileFigures(t *testing.T) {
+	rc := runConfig(2, sweeps.DDP)
+	for _, tc := range []struct{ name, body, want string }{
+		{"NaN wall", "{\"world_size\": 2,\n \"wall_time_s\": NaN, \"approx_tokens_per_rank\": 5120}", "metrics.json:2:17: wall_time_s is NaN; it must be a finite number"},
+		{"negative wall", `{"wall_time_s": -4.7, "approx_tokens_per_rank": 5120}`, "wall_time_s is -4.7; it must be in [0, 1e+07]"},
+		{"zero wall", `{"wall_time_s": 0, "approx_tokens_per_rank": 5120}`, "wall_time_s is 0; a time must be a number of seconds from 1e-09 to 1e+07; a throughput needs a positive wall time"},
+		{"absurd tokens", `{"wall_time_s": 4.7, "approx_tokens_per_rank": 1e300}`, "approx_tokens_per_rank is 1e+300"},
+		{"tokens as text", `{"wall_time_s": 4.7, "approx_tokens_per_rank": "5120"}`, "approx_tokens_per_rank must be a number, got 5120"},
+		{"fractional world", `{"wall_time_s": 4.7, "approx_tokens_per_rank": 5120, "world_size": 2.5}`, "world_size is 2.5 but the run has 2 ranks"},
+		{"not an object", `[1, 2]`, "metrics.json:1:1: the value must be an object, got a JSON array"},
+		{"syntax", "{\"wall_time_s\": 4.7,\n\"x\": }", "metrics.json:2:6: invalid character '}'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "metrics.json")
+			require.NoError(t, os.WriteFile(path, []byte(tc.body), 0o644))
+			_, err := LegacyResult(rc, path, false, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+
+	// Non-finite values in the script's own keys are kept as Python wrote them.
+	path := filepath.Join(t.TempDir(), "metrics.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"wall_time_s": 4.7, "approx_tokens_per_rank": 5120, "final_loss": NaN, "hist": {"max": Infinity}}`), 0o644))
+	res, err := LegacyResult(rc, path, false, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusOK, res.Status)
+	assert.Equal(t, "NaN", res.Extra["final_loss"])
+	assert.Equal(t, []string{"hist.max=+Inf"}, res.Extra["non_finite"])
+}
+
+// logReport feeds lines to a Report as a run's stdout.
+func logReport(t *testing.T, opts map[string]any, lines ...string) (*Report, Options) {
+	t.Helper()
+	o, err := ParseOptions(opts)
+	require.NoError(t, err)
+	rep := &Report{logs: o.Logs}
+	for _, l := range lines {
+		rep.Stdout(l)
+	}
+	return rep, o
+}
+
+// finish collects a finished run's report as the backend does, in a fresh run
+// directory that holds no rank files or metrics.json.
+func finish(t *testing.T, rc sweeps.RunConfig, o Options, rep *Report) results.Result {
+	t.Helper()
+	dir := t.TempDir()
+	j := &Job{rc: rc, o: o, script: "train.py", Paths: contract.Paths{RunDir: dir, MetricsDir: filepath.Join(dir, "ranks"), OutputDir: filepath.Join(dir, "output")}}
+	require.NoError(t, os.MkdirAll(j.Paths.OutputDir, 0o755))
+	var res results.Result
+	j.Finish(&res, rep, nil, func(string) {})
+	return res
+}
+
+// TestLogFiguresAreChecked: figures read by log extractors and from FSDPBENCH
+// lines are checked as they enter; a NaN loss makes the run diverged.
+func TestLogFiguresAreChecked(t *testing.T) {
+	rc := runConfig(1, sweeps.DDP)
+	rc.Steps = 3
+	timeRegex := map[string]any{"metrics": map[string]any{"step_time": map[string]any{"regex": `time (?P<ms>-?[0-9.]+)ms`, "unit": "ms"}}}
+
+	rep, o := logReport(t, map[string]any{"logs": timeRegex}, "step 1 time 40ms", "step 2 time -40ms")
+	res := finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, `backend_options.logs step_time: group "ms" matched "-40" in line "step 2 time -40ms": step_time_s is -0.04; a time must be a number of seconds from 1e-09 to`)
+
+	rep, o = logReport(t, map[string]any{"logs": map[string]any{"builtin": "hf_trainer"}},
+		"{'loss': 2.5, 'epoch': 0.1}", "{'loss': nan, 'epoch': 0.2}",
+		"{'train_runtime': 2.0, 'train_samples_per_second': 8.0, 'epoch': 1.0}")
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusDiverged, res.Status, res.Error)
+	assert.Equal(t, "diverged: the loss read from the log is NaN at its 2. reading of 2 (backend_options.logs)", res.Error)
+
+	rep, o = logReport(t, map[string]any{"logs": map[string]any{"builtin": "hf_trainer"}},
+		"{'train_runtime': 2.0, 'train_samples_per_second': 1e308, 'epoch': 1.0}")
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, "train_samples_per_second 1e+308 x seq_len 16")
+
+	// FSDPBENCH lines alone.
+	rep, o = logReport(t, nil, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}`, `FSDPBENCH {"step": 2, "loss": NaN, "step_time_s": 0.5}`)
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusDiverged, res.Status, res.Error)
+	assert.Equal(t, "diverged: loss is NaN at step 2 (rank 0's step line, step line:1:31)", res.Error)
+
+	rep, o = logReport(t, nil, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": -0.5}`)
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, "torchrun: the script printed a broken FSDPBENCH line: step line: step_time_s is -0.5; a time must be a number of seconds from 1e-09 to")
+
+	var lines []string
+	for range 5 {
+		lines = append(lines, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}`)
+	}
+	rep, o = logReport(t, nil, lines...)
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, "printed 5 FSDPBENCH step lines but the run measures 3 steps")
+
+	rep, o = logReport(t, nil, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}`, `FSDPBENCH {"step": 2, "loss": 2.4, "step_time_s": 0.25}`)
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusOK, res.Status, res.Error)
+	assert.InDelta(t, 0.75, res.MeasuredWallS, 1e-12)
+}

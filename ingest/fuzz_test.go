@@ -1,0 +1,84 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// FuzzIngestFolder writes a past run's folder (run_args.json and metrics.json)
+// from the fuzzer's bytes and ingests it: it must never panic or hang, and a
+// folder it accepts must load back as a run with an ID.
+func FuzzIngestFolder(f *testing.F) {
+	good := func(v any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	args := map[string]any{"per_device_train_batch_size": 2, "max_seq_length": 512, "gradient_checkpointing": true}
+	f.Add(good(args), good(seedMetrics(16, 54.2, 5122)))
+	f.Add([]byte(`{}`), good(seedMetrics(8, 4.7, 5076)))
+	f.Add([]byte(`{"max_seq_length": 1000000000, "per_device_train_batch_size": 1e12}`), good(seedMetrics(1000000000000, 1, 1)))
+	f.Add([]byte(`{"a": `+strings.Repeat("[", 10_000)), []byte(`{"wall_time_s": NaN}`))
+	f.Add([]byte("\ufeff{\"max_seq_length\": 2048.0}"), []byte(`{"wall_time_s": -1, "approx_tokens_per_rank": 1e308, "world_size": 0}`))
+	f.Add([]byte(`null`), []byte(`[]`))
+	f.Fuzz(func(t *testing.T, runArgs, metrics []byte) {
+		root := t.TempDir()
+		dir := filepath.Join(root, "in", "run")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, RunArgsFile), runArgs, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "metrics.json"), metrics, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(root, "out")
+		reports, err := Ingest(context.Background(), []string{filepath.Join(root, "in")}, out, Options{Name: "fuzz", FSDPSharding: sweeps.FullShard,
+			Now: func() time.Time { return time.Unix(0, 0) }})
+		if err != nil {
+			if len(err.Error()) > 4096 {
+				t.Fatalf("a %d-byte error message", len(err.Error()))
+			}
+			return
+		}
+		if len(reports) != 1 || reports[0].ID == "" {
+			t.Fatalf("one folder gave %d reports: %+v", len(reports), reports)
+		}
+		runs, err := results.Load(filepath.Join(out, "fuzz"))
+		if err != nil {
+			t.Fatalf("the ingested tree does not load: %v", err)
+		}
+		if len(runs) != 1 || runs[0].Config.ID != reports[0].ID {
+			t.Fatalf("loaded %d runs, want the one ingested (%s)", len(runs), reports[0].ID)
+		}
+	})
+}
+
+// TestIngestErrorsDoNotEchoInput is issue 13 §7 for ingest: a run_args.json value
+// that is a long list made a 14 KB error message.
+func TestIngestErrorsDoNotEchoInput(t *testing.T) {
+	root := t.TempDir()
+	long := make([]any, 3000)
+	for i := range long {
+		long[i] = i
+	}
+	writeRun(t, root, "r", map[string]any{"max_seq_length": long}, seedMetrics(1, 1, 1))
+	_, err := Ingest(context.Background(), []string{root}, filepath.Join(root, "out"), Options{Name: "x", FSDPSharding: sweeps.FullShard})
+	if err == nil {
+		t.Fatal("a list for max_seq_length was accepted")
+	}
+	if len(err.Error()) > 400 || !strings.Contains(err.Error(), "bytes in all") {
+		t.Fatalf("a %d-byte error: %.400s", len(err.Error()), err)
+	}
+}
