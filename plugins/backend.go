@@ -123,7 +123,7 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	defer cancelCall()
 	got, err := s.proto.Describe(callCtx)
 	if err != nil {
-		if parent.Err() == nil && callCtx.Err() != nil {
+		if parent.Err() == nil && expired(callCtx) {
 			s.logger.SetLevel(hclog.Off) // the reason is ours
 			s.failed(ctx, "describe", err)
 			err = b.hung("describe")
@@ -132,7 +132,7 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 		}
 	}
 	s.logger.SetLevel(hclog.Off) // stopping is ours; any reason is in err
-	s.stop(callCtx.Err() != nil)
+	s.stop(expired(callCtx))
 	if err != nil {
 		if parent.Err() != nil {
 			return d, parent.Err()
@@ -171,7 +171,7 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	defer cancelCall()
 	refusal, err := s.proto.Validate(callCtx, rc)
 	switch {
-	case err != nil && ctx.Err() == nil && callCtx.Err() != nil:
+	case err != nil && ctx.Err() == nil && expired(callCtx):
 		s.logger.SetLevel(hclog.Off)
 		s.failed(ctx, "validate", err)
 		s.logger.SetLevel(hclog.Warn)
@@ -180,7 +180,7 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		s.logger.Warn("validate failed; the run will report why", "error", s.failed(ctx, "validate", err))
 	}
 	s.logger.SetLevel(hclog.Off) // stopping is ours
-	s.stop(callCtx.Err() != nil)
+	s.stop(expired(callCtx))
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -226,6 +226,16 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		}
 	}
 	return res, err
+}
+
+// expired reports whether ctx has ended or its deadline has passed: gRPC's own
+// timer can fail a call a moment before the context's fires.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // hung says that the plugin did not answer call within CallTimeout.
