@@ -443,7 +443,12 @@ func classify(sweepCtx, runCtx context.Context, rc sweeps.RunConfig, res results
 	case sweepCtx.Err() != nil:
 		return results.StatusCanceled, "interrupted; running the sweep again reruns this run"
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
-		return results.StatusTimeout, fmt.Sprintf("timed out after %s (raise timeout: in the spec, or --set timeout=...)", time.Duration(rc.Timeout))
+		msg := fmt.Sprintf("timed out after %s (raise timeout: in the spec, or --set timeout=...)", time.Duration(rc.Timeout))
+		// A backend that saw why (a rank stopped or hung) says so after it.
+		if res.Status == results.StatusTimeout && res.Error != "" && res.Error != runCtx.Err().Error() {
+			msg += "; " + res.Error
+		}
+		return results.StatusTimeout, msg
 	case err != nil:
 		return results.StatusFailed, err.Error()
 	case res.Status == "":

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/plugins/protocol"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -27,6 +28,7 @@ import (
 const (
 	DefaultStartTimeout = 30 * time.Second
 	DefaultKillGrace    = 3 * time.Second
+	DefaultCallTimeout  = 30 * time.Second
 )
 
 // maxMessage bounds one message from a plugin: a Result with every step of a long
@@ -46,6 +48,10 @@ type Options struct {
 	LogLevel hclog.Level
 	// StartTimeout bounds the plugin's start and handshake. Default DefaultStartTimeout.
 	StartTimeout time.Duration
+	// CallTimeout bounds a Describe or Validate call once the plugin has started: a
+	// plugin that hangs there is killed and described as unavailable (Describe) or
+	// left for Run to fail (Validate). Default DefaultCallTimeout.
+	CallTimeout time.Duration
 	// KillGrace is how long a cancelled plugin has to stop its processes before it
 	// and they are killed. Default DefaultKillGrace.
 	KillGrace time.Duration
@@ -86,6 +92,9 @@ func New(name, path string, opts Options) *Backend {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = DefaultKillGrace
 	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
 	return &Backend{name: name, path: path, opts: opts}
 }
 
@@ -99,24 +108,36 @@ func (b *Backend) Path() string { return b.path }
 // as unavailable with the reason, so `fsdpbench backends` lists it anyway.
 func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	d := backends.Description{Name: b.name, Source: b.path, Summary: "external backend (plugin)"}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, b.opts.StartTimeout+b.opts.CallTimeout)
+	defer cancel()
 	s, err := b.start(ctx, b.callLogger(), nil, nil)
 	if err != nil {
-		if ctx.Err() != nil {
+		if parent.Err() != nil {
 			return d, err
 		}
 		d.Reason = err.Error()
 		return d, nil
 	}
-	got, err := s.proto.Describe(ctx)
+	callCtx, cancelCall := context.WithTimeout(ctx, b.opts.CallTimeout)
+	defer cancelCall()
+	got, err := s.proto.Describe(callCtx)
 	if err != nil {
-		err = s.failed(ctx, "describe", err)
+		if parent.Err() == nil && expired(callCtx) {
+			s.logger.SetLevel(hclog.Off) // the reason is ours
+			s.failed(ctx, "describe", err)
+			err = b.hung("describe")
+		} else {
+			err = s.failed(ctx, "describe", err)
+		}
 	}
 	s.logger.SetLevel(hclog.Off) // stopping is ours; any reason is in err
-	s.stop(ctx.Err() != nil)
+	s.stop(expired(callCtx))
 	if err != nil {
-		if ctx.Err() != nil {
-			return d, err
+		if parent.Err() != nil {
+			return d, parent.Err()
 		}
+		d.Available = false
 		d.Reason = err.Error()
 		return d, nil
 	}
@@ -146,12 +167,20 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		}
 		return nil
 	}
-	refusal, err := s.proto.Validate(ctx, rc)
-	if err != nil && ctx.Err() == nil {
+	callCtx, cancelCall := context.WithTimeout(ctx, b.opts.CallTimeout)
+	defer cancelCall()
+	refusal, err := s.proto.Validate(callCtx, rc)
+	switch {
+	case err != nil && ctx.Err() == nil && expired(callCtx):
+		s.logger.SetLevel(hclog.Off)
+		s.failed(ctx, "validate", err)
+		s.logger.SetLevel(hclog.Warn)
+		s.logger.Warn("validate did not answer; the run will fail if the plugin hangs there too", "error", b.hung("validate"))
+	case err != nil && ctx.Err() == nil:
 		s.logger.Warn("validate failed; the run will report why", "error", s.failed(ctx, "validate", err))
 	}
 	s.logger.SetLevel(hclog.Off) // stopping is ours
-	s.stop(ctx.Err() != nil)
+	s.stop(expired(callCtx))
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -199,6 +228,22 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	return res, err
 }
 
+// expired reports whether ctx has ended or its deadline has passed: gRPC's own
+// timer can fail a call a moment before the context's fires.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// hung says that the plugin did not answer call within CallTimeout.
+func (b *Backend) hung(call string) error {
+	return fmt.Errorf("plugin %s (%s) did not answer %s within %v, so it was killed; fix the plugin or remove it from the plugin path",
+		b.name, b.path, call, b.opts.CallTimeout)
+}
+
 // callLogger is the logger of a Describe or Validate call.
 func (b *Backend) callLogger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "plugin." + b.name, Output: b.opts.Logs, Level: hclog.Warn})
@@ -215,6 +260,8 @@ type session struct {
 	// cancelProc kills the process through exec.CommandContext, also while
 	// go-plugin is still starting it.
 	cancelProc context.CancelFunc
+	// release frees the thread the plugin was forked from (contract.Tie).
+	release func()
 }
 
 // start starts the plugin and completes the handshake, or says why it could not.
@@ -224,9 +271,11 @@ func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr
 	}
 	procCtx, cancelProc := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(procCtx, b.path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// SIGTERM when fsdpbench dies, even by SIGKILL: a plugin built with plugins/sdk
+	// then kills what it started and exits; any other dies of it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Cancel = func() error {
-		killTree(cmd.Process.Pid)
+		contract.KillTree(cmd.Process.Pid)
 		return nil
 	}
 	var secure *plugin.SecureConfig
@@ -247,35 +296,27 @@ func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr
 		StartTimeout:     b.opts.StartTimeout,
 		GRPCDialOptions:  []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage))},
 	})
-	type started struct {
-		proto *protocol.Client
-		err   error
-	}
 	ch := make(chan started, 1)
 	go func() {
-		rpc, err := s.client.Client()
+		// go-plugin forks the plugin in Client: on a thread that outlives it.
+		var rpc plugin.ClientProtocol
+		release, err := contract.Tie(func() (err error) {
+			rpc, err = s.client.Client()
+			return err
+		})
 		if err != nil {
-			ch <- started{err: err}
+			ch <- started{err: err, release: release}
 			return
 		}
-		raw, err := rpc.Dispense(protocol.PluginName)
-		if err != nil {
-			ch <- started{err: err}
-			return
-		}
-		pc, ok := raw.(*protocol.Client)
-		if !ok {
-			ch <- started{err: fmt.Errorf("dispensed %T, not a backend", raw)}
-			return
-		}
-		ch <- started{proto: pc}
+		ch <- s.dispense(rpc, release)
 	}()
 	select {
 	case <-ctx.Done():
 		cancelProc()
 		go func() {
-			<-ch
+			st := <-ch
 			s.client.Kill()
+			st.release()
 		}()
 		return nil, fmt.Errorf("plugin %s: %w while starting it", b.name, ctx.Err())
 	case st := <-ch:
@@ -285,11 +326,32 @@ func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr
 			logger.SetLevel(hclog.Off)
 			cancelProc()
 			s.client.Kill()
+			st.release()
 			return nil, b.startError(st.err, s.stderr.String())
 		}
-		s.proto = st.proto
+		s.proto, s.release = st.proto, st.release
 		return s, nil
 	}
+}
+
+// started is how a plugin's start ended.
+type started struct {
+	proto   *protocol.Client
+	err     error
+	release func() // of the thread the plugin was forked from
+}
+
+// dispense gets the backend from a started plugin.
+func (s *session) dispense(rpc plugin.ClientProtocol, release func()) started {
+	raw, err := rpc.Dispense(protocol.PluginName)
+	if err != nil {
+		return started{err: err, release: release}
+	}
+	pc, ok := raw.(*protocol.Client)
+	if !ok {
+		return started{err: fmt.Errorf("dispensed %T, not a backend", raw), release: release}
+	}
+	return started{proto: pc, release: release}
 }
 
 // startError says why the plugin did not start, and what to do.
@@ -332,7 +394,7 @@ func (s *session) answered(err error) bool {
 // stderr lines) or sent something unreadable.
 func (s *session) failed(ctx context.Context, call string, err error) error {
 	// Whatever the plugin left running goes now; its exit status is known after.
-	killTree(s.cmd.Process.Pid)
+	contract.KillTree(s.cmd.Process.Pid)
 	s.client.Kill()
 	where := fmt.Sprintf("plugin %s (%s)", s.b.name, s.b.path)
 	e := s.stderr.String()
@@ -358,18 +420,23 @@ func (s *session) stop(cancelled bool) {
 	pid := s.cmd.Process.Pid
 	if cancelled {
 		deadline := time.Now().Add(s.b.opts.KillGrace)
-		left := descendants(pid)
+		left := contract.Descendants(pid)
 		for len(left) > 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
-			left = descendants(pid)
+			left = contract.Descendants(pid)
 		}
 		if s.b.opts.Leftovers != nil {
 			s.b.opts.Leftovers(len(left))
 		}
-		killTree(pid)
+		contract.KillTree(pid)
 	}
+	// The call is over, so whatever the plugin started goes now, before the plugin
+	// exits: a process that left its session (a daemon) is found as the plugin's
+	// descendant only while the plugin, its subreaper, lives.
+	contract.SignalAll(contract.Descendants(pid), syscall.SIGKILL)
 	// go-plugin's Kill asks the plugin to exit and waits up to 2 s for it; a plugin
 	// that does not answer is killed below meanwhile, which ends that wait.
+	defer s.release()
 	killed := make(chan struct{})
 	go func() {
 		s.client.Kill()
@@ -379,7 +446,7 @@ func (s *session) stop(cancelled bool) {
 	case <-killed:
 	case <-time.After(s.b.opts.KillGrace):
 	}
-	killTree(pid)
+	contract.KillTree(pid)
 	<-killed
 	s.cancelProc()
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
+// hostEnv makes the test binary a host that runs a plugin until it is killed.
+const hostEnv = "PLUGINS_TEST_HOST_DIR"
+
 // bins holds the plugin binaries the tests build: the exec example, and the
 // fixture under each of its names (plugins/testdata/fixture).
 var bins string
@@ -31,6 +35,14 @@ var bins string
 var fakeTrainer string
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(hostEnv); dir != "" {
+		// The host of TestPluginProcessesDieWithTheirHost: a run of the hang
+		// fixture, until this process is killed.
+		bins = os.Getenv(hostEnv + "_BINS")
+		_, err := plugins.New("hang", bin("hang"), plugins.Options{}).Run(context.Background(), simRC(3, ""), backends.RunEnv{RunDir: dir}, nil)
+		fmt.Fprintln(os.Stderr, "host: Run returned:", err)
+		os.Exit(1)
+	}
 	os.Exit(func() int {
 		dir, err := os.MkdirTemp("", "fsdpbench-plugins")
 		if err != nil {
@@ -61,7 +73,7 @@ func buildPlugins(dir string) error {
 			return fmt.Errorf("building %s: %w", pkg, err)
 		}
 	}
-	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2", "liar"} {
+	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2", "liar", "daemon", "slow"} {
 		if err := os.Link(filepath.Join(dir, "fixture"), filepath.Join(dir, plugins.Prefix+mode)); err != nil {
 			return err
 		}
@@ -209,6 +221,73 @@ func TestAHangingPluginIsKilledWhenItsRunTimesOut(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, 4*time.Second, "Run must return soon after its deadline")
 	assert.True(t, dead(childPID(t, env.RunDir)), "the plugin's child must be killed")
+}
+
+// readPIDFile waits for a pid file the fixture writes.
+func readPIDFile(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+		return err == nil
+	}, 20*time.Second, 10*time.Millisecond, "no %s", path)
+	return pid
+}
+
+// TestADaemonLeftByAPluginDiesWithItsRun: a plugin whose run leaves a daemon in a
+// session of its own, orphaned and holding its stdout, still finishes its run
+// normally, and the daemon is gone when Run returns.
+func TestADaemonLeftByAPluginDiesWithItsRun(t *testing.T) {
+	t.Parallel()
+	env := backends.RunEnv{RunDir: t.TempDir(), Stdout: &syncWriter{w: &strings.Builder{}}}
+	begin := time.Now()
+	res, err := plugins.New("daemon", bin("daemon"), plugins.Options{}).Run(context.Background(), simRC(3, ""), env, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusOK, res.Status, res.Error)
+	assert.Less(t, time.Since(begin), 15*time.Second)
+	daemon := readPIDFile(t, filepath.Join(env.RunDir, "daemon.pid"))
+	assert.Eventually(t, func() bool { return dead(daemon) }, 5*time.Second, 20*time.Millisecond, "the daemon (pid %d) outlived its run", daemon)
+	_ = syscall.Kill(daemon, syscall.SIGKILL)
+}
+
+// TestAHungPluginIsListedUnavailable: a plugin that never answers Describe is
+// described as unavailable, with the reason, within the call timeout; Validate
+// gives up as soon.
+func TestAHungPluginIsListedUnavailable(t *testing.T) {
+	t.Parallel()
+	b := plugins.New("slow", bin("slow"), plugins.Options{CallTimeout: time.Second, KillGrace: 300 * time.Millisecond})
+	begin := time.Now()
+	d, err := b.Describe(context.Background())
+	require.NoError(t, err)
+	assert.False(t, d.Available)
+	assert.Regexp(t, `^plugin slow \(.*fsdpbench-backend-slow\) did not answer describe within 1s, so it was killed; fix the plugin or remove it from the plugin path$`, d.Reason)
+	assert.Less(t, time.Since(begin), 10*time.Second)
+	begin = time.Now()
+	assert.NoError(t, b.Validate(context.Background(), simRC(3, "")), "a plugin that cannot be asked leaves the verdict to Run")
+	assert.Less(t, time.Since(begin), 10*time.Second)
+}
+
+// TestPluginProcessesDieWithTheirHost kills the process that runs a plugin with
+// SIGKILL: the plugin and the child it started must die with it.
+func TestPluginProcessesDieWithTheirHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	host := exec.Command(os.Args[0], "-test.run=^$")
+	host.Env = append(os.Environ(), hostEnv+"="+dir, hostEnv+"_BINS="+bins)
+	require.NoError(t, host.Start())
+	t.Cleanup(func() { _ = host.Process.Kill() })
+	plugin := readPIDFile(t, filepath.Join(dir, "plugin.pid"))
+	child := readPIDFile(t, filepath.Join(dir, "child.pid"))
+	require.NoError(t, host.Process.Signal(syscall.SIGKILL))
+	_ = host.Wait()
+	assert.Eventually(t, func() bool { return dead(plugin) && dead(child) }, 10*time.Second, 20*time.Millisecond,
+		"the plugin (pid %d) or its child (pid %d) outlived fsdpbench", plugin, child)
+	_ = syscall.Kill(child, syscall.SIGKILL)
+	_ = syscall.Kill(plugin, syscall.SIGKILL)
 }
 
 func TestRunCarriesEventsLogsAndTheResult(t *testing.T) {

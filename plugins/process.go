@@ -3,77 +3,9 @@ package plugins
 import (
 	"bytes"
 	"io"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 )
-
-// killTree SIGKILLs the process group pid leads and every descendant of pid, found
-// through /proc before anything is killed (a descendant that started a process group
-// of its own is out of reach of the group kill, and once its parent dies it can no
-// longer be traced to pid). Where /proc is missing only the group is killed.
-func killTree(pid int) {
-	if pid <= 0 {
-		return
-	}
-	desc := descendants(pid)
-	for _, d := range desc {
-		_ = syscall.Kill(d, syscall.SIGKILL)
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-}
-
-// descendants lists the processes below pid (children, their children, ...).
-func descendants(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pp, ok := parentOf(p); ok && pp > 0 {
-			children[pp] = append(children[pp], p)
-		}
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
-}
-
-// parentOf reads the parent pid from /proc/<pid>/stat, whose second field (the
-// command name, in parentheses) may itself hold spaces and parentheses. A zombie
-// has no parent here: it is dead, whether or not anyone reaps it.
-func parentOf(pid int) (int, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, false
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 2 || fields[0] == "Z" {
-		return 0, false
-	}
-	pp, err := strconv.Atoi(fields[1])
-	return pp, err == nil
-}
 
 // tail keeps the end of a plugin's raw stderr, which is what explains a crash or
 // a refused handshake, and the start of a Go panic (its first line says what went

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -21,58 +22,98 @@ type Lines struct {
 	Started func()
 }
 
-// RunGroup runs cmd in a process group of its own, hands its output to lines, and
-// returns how it exited. When ctx ends, the group gets SIGTERM, then SIGKILL after
-// grace; whatever the group left behind when cmd exits is killed too (a rank that
-// outlived its launcher). The error is cmd's start error or its exit (as
-// cmd.Wait's); the caller tells a cancellation from ctx.Err().
+// reaperMargin is how long RunGroup waits past the grace for the reaper to end
+// the run's processes before it kills what it can reach itself.
+const reaperMargin = 2 * time.Second
+
+// RunGroup runs cmd under a reaper of its own (see reaper.go), in a process group
+// of its own, hands its output to lines, and returns how it exited. Every process
+// cmd started is gone when RunGroup returns, daemonized ones included: when cmd
+// exits, what it left behind gets SIGTERM, then SIGKILL after grace, so an orphan
+// holding the output pipes cannot keep the run waiting. When ctx ends, cmd and
+// everything below it get SIGTERM, then SIGKILL after grace. Should this process
+// die, the reaper gets SIGTERM and does the same. The error is the start error or
+// cmd's exit (as cmd.Wait's, with cmd's own exit code or signal); the caller tells
+// a cancellation from ctx.Err().
 func RunGroup(ctx context.Context, cmd *exec.Cmd, grace time.Duration, lines Lines) (started bool, err error) {
+	if cmd.Err != nil {
+		return false, cmd.Err // exec.Command did not find the program
+	}
+	reaperCmd(cmd, grace)
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	stdout, err := cmd.StdoutPipe()
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
+	// Pipes of our own rather than cmd.StdoutPipe: cmd.Wait then returns when the
+	// process exits, whoever still holds the pipes, and the readers can be cut off.
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		return false, err
 	}
-	stderr, err := cmd.StderrPipe()
+	errR, errW, err := os.Pipe()
 	if err != nil {
+		outR.Close()
+		outW.Close()
 		return false, err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = outW, errW
+	release, err := Tie(cmd.Start)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
 		return false, err
 	}
+	defer release()
 	if lines.Started != nil {
 		lines.Started()
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
+	var readers sync.WaitGroup
+	readers.Add(2)
 	go func() {
-		defer wg.Done()
-		scan(stdout, lines.StdoutSink, lines.Stdout)
+		defer readers.Done()
+		scan(outR, lines.StdoutSink, lines.Stdout)
 	}()
 	go func() {
-		defer wg.Done()
-		scan(stderr, lines.StderrSink, lines.Stderr)
+		defer readers.Done()
+		scan(errR, lines.StderrSink, lines.Stderr)
 	}()
-	pgid := cmd.Process.Pid
-	done := make(chan struct{})
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			_ = syscall.Kill(pid, syscall.SIGTERM) // the reaper passes it on
 			select {
-			case <-done:
-			case <-time.After(grace):
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			case <-exited:
+			case <-time.After(grace + reaperMargin):
+				KillTree(pid)
 			}
-		case <-done:
+		case <-exited:
 		}
 	}()
-	wg.Wait()
 	err = cmd.Wait()
-	close(done)
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	close(exited)
+	// The reaper exits after everything below it, so the pipes are closed by now;
+	// should it have been killed, cut off what still holds them.
+	readDone := make(chan struct{})
+	go func() {
+		readers.Wait()
+		close(readDone)
+	}()
+	select {
+	case <-readDone:
+	case <-time.After(reaperMargin):
+		KillTree(pid)
+		outR.Close()
+		errR.Close()
+		<-readDone
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	outR.Close()
+	errR.Close()
 	return true, err
 }
 

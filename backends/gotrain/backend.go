@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
@@ -68,8 +71,10 @@ type Options struct {
 	// tests' fake accepts the buffers). Empty is the device's own: tcp on cpu,
 	// nccl on the cuda device (commFor).
 	Comm string
-	// CollectiveTimeout bounds one collective (0: comm.DefaultOpTimeout); past
-	// it the run fails naming the rank.
+	// CollectiveTimeout is how long a rank waits for a peer inside one collective
+	// before it names that peer as hung and the run fails. 0: the default, 10
+	// minutes (torch's NCCL default), or half the run's timeout when that is
+	// shorter, so that a hung rank is named before the run times out.
 	CollectiveTimeout time.Duration
 }
 
@@ -84,17 +89,26 @@ var optionNames = []string{"collective_timeout", "comm", "grad_clip", "lr", "mem
 
 // Bounds of the options: anything past them is a typo, not an experiment.
 const (
-	maxLR                = 10
-	maxWeightDecay       = 10
-	maxGradClip          = 1e6
-	maxStepDelay         = time.Hour
-	maxMemLimit          = 1 << 50 // 1 PiB
-	maxCollectiveTimeout = 24 * time.Hour
+	maxLR          = 10
+	maxWeightDecay = 10
+	maxGradClip    = 1e6
+	maxStepDelay   = time.Hour
+	maxMemLimit    = 1 << 50 // 1 PiB
 )
+
+// Bounds of backend_options.collective_timeout.
+const (
+	MinCollectiveTimeout = time.Second
+	MaxCollectiveTimeout = 24 * time.Hour
+)
+
+// collectiveTimeoutOption is the option's name in messages.
+const collectiveTimeoutOption = "backend_options.collective_timeout"
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
 // duration such as "200ms"), mem_limit_bytes, comm (tcp | nccl) and
-// collective_timeout (a duration), each bounded. Errors are
+// collective_timeout (a duration, MinCollectiveTimeout to MaxCollectiveTimeout),
+// each bounded. Errors are
 // *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
@@ -115,13 +129,10 @@ func ParseOptions(m map[string]any) (Options, error) {
 			o.GradClip, err = backends.NumberIn(v, 0, maxGradClip, false)
 		case "mem_limit_bytes":
 			o.MemLimitBytes, err = backends.WholeIn(v, 0, maxMemLimit)
+		case "collective_timeout":
+			o.CollectiveTimeout, err = backends.DurationIn(v, MinCollectiveTimeout, MaxCollectiveTimeout)
 		case "step_delay":
 			o.StepDelay, err = backends.DurationIn(v, 0, maxStepDelay)
-		case "collective_timeout":
-			o.CollectiveTimeout, err = backends.DurationIn(v, 0, maxCollectiveTimeout)
-			if err == nil && o.CollectiveTimeout <= 0 {
-				err = fmt.Errorf("must be positive, got %v", v)
-			}
 		case "comm":
 			c, _ := v.(string)
 			if c != CommTCP && c != CommNCCL {
@@ -302,6 +313,11 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	if err != nil {
 		return res, fmt.Errorf("gotrain: find a free port for the rendezvous: %w", err)
 	}
+	opts, err := ParseOptions(rc.BackendOptions)
+	if err != nil {
+		return res, err
+	}
+	collTimeout := collectiveTimeout(ctx, opts)
 
 	var outMu sync.Mutex // one line at a time into each shared writer
 	writeLine := func(w io.Writer, rank int, line string) {
@@ -312,6 +328,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	var steps []results.Step
 	var badEvent string // the first broken FSDPBENCH line, which fails the run
 	var stepsMu sync.Mutex
+	// blamed holds what the ranks said about a failed peer, by the peer's rank.
+	blamed := map[int]string{}
+	var blamedOrder []int
 
 	workers := make([]*worker, 0, rc.WorldSize)
 	exits := make(chan exit, rc.WorldSize)
@@ -327,9 +346,17 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	var pids strings.Builder
 	var readers sync.WaitGroup
+	var releases []func() // of the threads the workers were forked from (contract.Tie)
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
 	for r := 0; r < rc.WorldSize; r++ {
 		cmd := exec.Command(exe, "worker")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// A worker dies with this process, even by SIGKILL: nothing else would stop
+		// it before its next write, or before the rendezvous times out.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Env = append(os.Environ(),
 			"MASTER_ADDR=127.0.0.1",
 			"MASTER_PORT="+strconv.Itoa(port),
@@ -339,13 +366,16 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(rc.GPUsPerNode),
 			"GROUP_RANK="+strconv.Itoa(r/rc.GPUsPerNode),
 			EnvRunConfig+"="+cfgPath,
+			EnvCollectiveTimeout+"="+collTimeout.String(),
 		)
 		outPipe, err := cmd.StdoutPipe()
 		if err == nil {
 			var errPipe io.ReadCloser
 			errPipe, err = cmd.StderrPipe()
 			if err == nil {
-				err = cmd.Start()
+				var release func()
+				release, err = contract.Tie(cmd.Start)
+				releases = append(releases, release)
 			}
 			if err == nil {
 				w := &worker{rank: r, cmd: cmd}
@@ -380,6 +410,15 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 									badEvent = fmt.Sprintf("rank %d: %v", w.rank, err)
 								}
 								stepsMu.Unlock()
+							}
+							if we.Event == "peer_failed" && we.Peer != nil {
+								stepsMu.Lock()
+								if _, seen := blamed[*we.Peer]; !seen {
+									blamed[*we.Peer] = we.Reason
+									blamedOrder = append(blamedOrder, *we.Peer)
+								}
+								stepsMu.Unlock()
+								continue
 							}
 							if !ok {
 								continue
@@ -417,6 +456,20 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	var first *exit // the first worker to end badly on its own
 	oom, diverged := -1, -1
 	canceled := false
+	// stopped lists the ranks found stopped (SIGSTOP, SIGTSTP, a tracer) when the
+	// run began to end: such a rank hangs its peers, and is the one to name.
+	var stopped []int
+	findStopped := func() {
+		if stopped != nil {
+			return
+		}
+		stopped = []int{}
+		for _, w := range workers {
+			if contract.Stopped(w.cmd.Process.Pid) {
+				stopped = append(stopped, w.rank)
+			}
+		}
+	}
 	done := 0
 	var hardKill <-chan time.Time
 	ctxDone := ctx.Done()
@@ -442,12 +495,14 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 				first = &e
 			}
 			if hardKill == nil {
+				findStopped()
 				killAll()
 				hardKill = time.After(killGrace)
 			}
 		case <-ctxDone:
 			ctxDone = nil // a closed channel would spin this loop
 			if hardKill == nil {
+				findStopped()
 				canceled = true
 				killAll()
 				hardKill = time.After(killGrace)
@@ -475,6 +530,17 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	case diverged >= 0:
 		res.Status = results.StatusDiverged
 		res.Error = divergedError(diverged, workers[diverged].lastLines())
+	case first != nil && !signaled(first.err) && len(blamedOrder) > 0:
+		// The ranks that exited on their own did so because of a peer, which they
+		// name: that peer (hung, stopped or dead) is the cause, whoever exited first.
+		peer := blamedOrder[0]
+		res.Status = results.StatusFailed
+		res.Error = fmt.Sprintf("rank %d failed%s: %s", peer, stoppedNote(stopped, peer), blamed[peer])
+		if peer >= 0 && peer < len(workers) {
+			if tail := workers[peer].lastLines(); tail != "" {
+				res.Error += "; its last stderr lines:\n" + tail
+			}
+		}
 	case first != nil:
 		res.Status = results.StatusFailed
 		res.Error = fmt.Sprintf("rank %d exited: %v", first.rank, first.err)
@@ -484,6 +550,15 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	case canceled:
 		res.Status = results.StatusCanceled
 		res.Error = fmt.Sprintf("canceled: %v; every worker was stopped", context.Cause(ctx))
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			res.Status = results.StatusTimeout
+			res.Error = "timed out; every worker was stopped"
+		}
+		if len(stopped) > 0 {
+			res.Error = fmt.Sprintf("rank %d was stopped by a signal (SIGSTOP or SIGTSTP) and hung the run; %s", stopped[0], res.Error)
+		} else if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			res.Error = fmt.Sprintf("no rank reported a hung peer within %s (%v); %s", collectiveTimeoutOption, collTimeout, res.Error)
+		}
 	case badEvent != "":
 		res.Status, res.Error = results.StatusFailed, "gotrain: a worker printed a broken FSDPBENCH line: "+badEvent
 	default:
@@ -493,6 +568,32 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	}
 	emit(backends.Event{Kind: backends.EventFinished, Time: time.Now(), Status: res.Status})
 	return res, nil
+}
+
+// stoppedNote says that rank was found stopped, if it was.
+func stoppedNote(stopped []int, rank int) string {
+	if slices.Contains(stopped, rank) {
+		return " (it was stopped by a signal: SIGSTOP or SIGTSTP)"
+	}
+	return ""
+}
+
+// defaultCollectiveShare is the part of the run's remaining time that the default
+// collective timeout may take: a hung rank must be named before the run times out.
+const defaultCollectiveShare = 2
+
+// collectiveTimeout is the workers' collective timeout: the option when set, else
+// comm's default or half the time ctx has left, whichever is shorter (no less than
+// MinCollectiveTimeout).
+func collectiveTimeout(ctx context.Context, o Options) time.Duration {
+	if o.CollectiveTimeout > 0 {
+		return o.CollectiveTimeout
+	}
+	t := comm.DefaultOpTimeout
+	if d, ok := ctx.Deadline(); ok {
+		t = min(t, max(time.Until(d)/defaultCollectiveShare, MinCollectiveTimeout))
+	}
+	return t
 }
 
 // newResult is a Result with what rc says before anything runs.

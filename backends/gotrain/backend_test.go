@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,6 +28,14 @@ import (
 // TestMain makes the test binary its own worker: the backend starts os.Executable()
 // with the argument `worker`, as it starts `fsdpbench worker`.
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(hostEnv); dir != "" {
+		// The host of TestWorkersDieWithTheirHost: a long run whose workers sleep.
+		rc := tinyRun(2, 1, sweeps.FullShard)
+		rc.Steps, rc.BackendOptions = 1000, map[string]any{"step_delay": "60s"}
+		_, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: dir}, nil)
+		fmt.Fprintln(os.Stderr, "host: Run returned:", err)
+		os.Exit(1)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
 		err := Worker(context.Background(), WorkerEnv{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
 		if err != nil {
@@ -36,6 +45,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// hostEnv makes the test binary a host that runs a gotrain run until it is killed.
+const hostEnv = "GOTRAIN_TEST_HOST_DIR"
 
 // tinyRun is a small run of the tiny model.
 func tinyRun(ws, nodes int, sharding string) sweeps.RunConfig {
@@ -223,22 +235,55 @@ func gone(pid int) bool {
 func TestRunFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
+		ws         int
+		opts       map[string]any
+		timeout    time.Duration // of the run's context; 0: none
 		kill       func(pids map[int]int, cancel context.CancelFunc)
 		wantStatus results.Status
-		wantError  string
+		wantError  []string
 	}{
-		{"worker killed", func(pids map[int]int, _ context.CancelFunc) {
+		{name: "worker killed", kill: func(pids map[int]int, _ context.CancelFunc) {
 			_ = syscall.Kill(pids[1], syscall.SIGKILL)
-		}, results.StatusFailed, "rank 1 exited: signal: killed"},
-		{"canceled", func(_ map[int]int, cancel context.CancelFunc) { cancel() },
-			results.StatusCanceled, "canceled"},
+		}, wantStatus: results.StatusFailed, wantError: []string{"rank 1 exited: signal: killed"}},
+		{name: "canceled", kill: func(_ map[int]int, cancel context.CancelFunc) { cancel() },
+			wantStatus: results.StatusCanceled, wantError: []string{"canceled"}},
+		// A rank that hangs is named by the rank after it once the collective timeout
+		// passes, with the option that sets it; the ranks that exited because of it
+		// are not blamed.
+		{name: "worker stopped", ws: 4, opts: map[string]any{"collective_timeout": "2s"},
+			kill:       func(pids map[int]int, _ context.CancelFunc) { _ = syscall.Kill(pids[1], syscall.SIGSTOP) },
+			wantStatus: results.StatusFailed, wantError: []string{"rank 1 failed (it was stopped by a signal",
+				"raise backend_options.collective_timeout if it is only slow"}},
+		// Without the option, the collective timeout is half the run's, so the hung
+		// rank is still named before the run times out.
+		{name: "worker stopped, default timeout", ws: 3, timeout: 40 * time.Second,
+			kill:       func(pids map[int]int, _ context.CancelFunc) { _ = syscall.Kill(pids[2], syscall.SIGSTOP) },
+			wantStatus: results.StatusFailed, wantError: []string{"rank 2 failed (it was stopped by a signal"}},
+		// A collective timeout longer than the run: the run times out, and says which
+		// rank was stopped.
+		{name: "worker stopped past the run's timeout", opts: map[string]any{"collective_timeout": "1h"}, timeout: 20 * time.Second,
+			kill:       func(pids map[int]int, _ context.CancelFunc) { _ = syscall.Kill(pids[1], syscall.SIGSTOP) },
+			wantStatus: results.StatusTimeout, wantError: []string{"rank 1 was stopped by a signal (SIGSTOP or SIGTSTP) and hung the run"}},
+		// SIGHUP (a closed terminal) stops a worker cleanly, as SIGTERM does: it
+		// exits on its own, saying why, rather than dying of the signal.
+		{name: "worker hung up", kill: func(pids map[int]int, _ context.CancelFunc) {
+			_ = syscall.Kill(pids[1], syscall.SIGHUP)
+		}, wantStatus: results.StatusFailed, wantError: []string{"rank 1 ", "stopped by signal hangup"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ws := max(tc.ws, 2)
 			rc := tinyRun(2, 1, sweeps.FullShard)
+			rc.WorldSize, rc.GPUsPerNode, rc.GradAccum, rc.GlobalBatch = ws, ws, 1, ws
 			rc.Steps = 1000
 			rc.BackendOptions = map[string]any{"step_delay": "200ms"}
+			for k, v := range tc.opts {
+				rc.BackendOptions[k] = v
+			}
 			dir := t.TempDir()
 			ctx, cancel := context.WithCancel(context.Background())
+			if tc.timeout > 0 {
+				ctx, cancel = context.WithTimeout(context.Background(), tc.timeout)
+			}
 			defer cancel()
 			stepped := make(chan struct{})
 			var once sync.Once
@@ -263,21 +308,55 @@ func TestRunFailures(t *testing.T) {
 				t.Fatal("no step within 30 s")
 			}
 			pids := readPIDs(t, dir, rc.WorldSize)
+			defer func() {
+				for _, pid := range pids {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}()
 			tc.kill(pids, cancel)
 			var o outcome
 			select {
 			case o = <-done:
-			case <-time.After(15 * time.Second):
+			case <-time.After(max(tc.timeout, 15*time.Second) + 15*time.Second):
 				t.Fatal("the run did not end within 15 s of the failure")
 			}
 			require.NoError(t, o.err)
-			assert.Equal(t, tc.wantStatus, o.res.Status)
-			assert.Contains(t, o.res.Error, tc.wantError)
+			assert.Equal(t, tc.wantStatus, o.res.Status, o.res.Error)
+			for _, want := range tc.wantError {
+				assert.Contains(t, o.res.Error, want)
+			}
 			for r, pid := range pids {
 				assert.True(t, gone(pid), "rank %d (pid %d) is still running", r, pid)
 			}
 		})
 	}
+}
+
+// TestWorkersDieWithTheirHost runs workers from a host process (this test binary
+// again) and kills that host with SIGKILL while the workers sleep between steps:
+// they must die with it, not at their next write.
+func TestWorkersDieWithTheirHost(t *testing.T) {
+	dir := t.TempDir()
+	host := exec.Command(os.Args[0], "-test.run=^$")
+	host.Env = append(os.Environ(), hostEnv+"="+dir)
+	require.NoError(t, host.Start())
+	t.Cleanup(func() { _ = host.Process.Kill() })
+	pids := readPIDs(t, dir, 2)
+	require.NoError(t, host.Process.Signal(syscall.SIGKILL))
+	_ = host.Wait()
+	defer func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	assert.Eventually(t, func() bool {
+		for _, pid := range pids {
+			if !gone(pid) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "workers %v outlived the process that ran them", pids)
 }
 
 func TestRunOOM(t *testing.T) {
@@ -291,9 +370,10 @@ func TestRunOOM(t *testing.T) {
 }
 
 func TestParseOptions(t *testing.T) {
-	o, err := ParseOptions(map[string]any{"lr": 0.01, "step_delay": "5ms", "mem_limit_bytes": 1024, "grad_clip": 1})
+	o, err := ParseOptions(map[string]any{"lr": 0.01, "step_delay": "5ms", "mem_limit_bytes": 1024, "grad_clip": 1, "collective_timeout": "90s"})
 	require.NoError(t, err)
-	assert.Equal(t, Options{LR: 0.01, WeightDecay: 0.01, GradClip: 1, StepDelay: 5 * time.Millisecond, MemLimitBytes: 1024}, o)
+	assert.Equal(t, Options{LR: 0.01, WeightDecay: 0.01, GradClip: 1, StepDelay: 5 * time.Millisecond, MemLimitBytes: 1024,
+		CollectiveTimeout: 90 * time.Second}, o)
 	o, err = ParseOptions(map[string]any{"lr": "0.5", "weight_decay": uint64(0)}) // --set passes strings
 	require.NoError(t, err)
 	assert.Equal(t, Options{LR: 0.5}, o)
@@ -321,6 +401,10 @@ func TestOptionErrors(t *testing.T) {
 		{"delay as number", map[string]any{"step_delay": 5}, `backend_options.step_delay: must be a duration such as "50ms"`},
 		{"delay forever", map[string]any{"step_delay": "forever"}, `got "forever"`},
 		{"delay negative", map[string]any{"step_delay": "-1s"}, "must be between 0s and 1h0m0s"},
+		{"collective timeout as number", map[string]any{"collective_timeout": 30}, `backend_options.collective_timeout: must be a duration such as "50ms"`},
+		{"collective timeout zero", map[string]any{"collective_timeout": "0s"}, "backend_options.collective_timeout: must be between 1s and 24h0m0s"},
+		{"collective timeout a month", map[string]any{"collective_timeout": "720h"}, "must be between 1s and 24h0m0s, got \"720h\""},
+		{"collective timeout text", map[string]any{"collective_timeout": "x"}, `backend_options.collective_timeout: must be a duration`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tinyRun(2, 1, sweeps.FullShard)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -28,6 +29,11 @@ import (
 // EnvRunConfig names the environment variable that holds the path of the run's
 // RunConfig (JSON) for a worker.
 const EnvRunConfig = "FSDPBENCH_RUN_CONFIG"
+
+// EnvCollectiveTimeout names the variable by which Run gives its workers the
+// collective timeout it chose (a Go duration); without it a worker uses
+// backend_options.collective_timeout, or comm's default.
+const EnvCollectiveTimeout = "FSDPBENCH_COLLECTIVE_TIMEOUT"
 
 // EventPrefix starts every line of a worker's stdout that the backend parses; the
 // rest of the line is one JSON workerEvent.
@@ -76,6 +82,10 @@ type workerEvent struct {
 	Loss      float64 `json:"loss,omitempty"`
 	StepTimeS float64 `json:"step_time_s,omitempty"`
 	Tokens    int64   `json:"tokens,omitempty"`
+	// Peer and Reason come with event "peer_failed": this rank stopped because the
+	// peer of that world rank died or hung, as Reason (comm's error) says.
+	Peer   *int   `json:"peer,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // RankFile is what a worker writes to ranks/rank-<r>.json in the run directory at
@@ -113,7 +123,45 @@ type RankFile struct {
 // FSDPBENCH_RUN_CONFIG and its place from torchrun's (or Slurm's) variables, trains
 // warmup_steps + steps steps, prints rank 0's steps as FSDPBENCH lines and writes
 // ranks/rank-<r>.json next to the config file. `fsdpbench worker` calls it.
+//
+// SIGTERM, SIGINT and SIGHUP stop it cleanly (its collectives abort and tell the
+// peers); when a collective fails because of a peer, it prints a "peer_failed"
+// line naming that peer, so the backend can blame the right rank.
 func Worker(ctx context.Context, env WorkerEnv) error {
+	ctx, stop := stopOnSignals(ctx)
+	defer stop()
+	err := work(ctx, env)
+	if err != nil && ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			err = fmt.Errorf("%w (%v)", err, cause)
+		}
+	}
+	return err
+}
+
+// stopOnSignals cancels ctx, with the signal as the cause, on SIGTERM, SIGINT or
+// SIGHUP (a closed terminal or session): a worker stops as it would for a
+// cancelled run, instead of dying where it stands.
+func stopOnSignals(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(fmt.Errorf("stopped by signal %v", s))
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
+func work(ctx context.Context, env WorkerEnv) error {
 	path := env.Getenv(EnvRunConfig)
 	if path == "" {
 		return fmt.Errorf("gotrain worker: %s is not set; the worker is started by the gotrain backend, not by hand", EnvRunConfig)
@@ -138,12 +186,18 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
+	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption}
+	if v := env.Getenv(EnvCollectiveTimeout); v != "" {
+		if copts.OpTimeout, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)
+		}
+	}
 	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
 	defer closeDev()
-	world, ncclVersion, err := dialWorld(ctx, info, opts, dev)
+	world, ncclVersion, err := dialWorld(ctx, info, opts, copts, dev)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
@@ -179,6 +233,11 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 		}
 		rep, err := tr.Step(ctx)
 		if err != nil {
+			var pe *comm.PeerError
+			if errors.As(err, &pe) && ctx.Err() == nil {
+				_, _ = io.WriteString(env.Stdout, EventPrefix)
+				_ = enc.Encode(workerEvent{Event: "peer_failed", Rank: info.Rank, Peer: &pe.Rank, Reason: pe.Error()})
+			}
 			return fmt.Errorf("gotrain worker: %w", err)
 		}
 		if math.IsNaN(rep.Loss) || math.IsInf(rep.Loss, 0) {
@@ -246,21 +305,21 @@ func Worker(ctx context.Context, env WorkerEnv) error {
 
 // dialWorld opens the world communicator that backend_options.comm names; for
 // NCCL it also returns the library's version and path.
-func dialWorld(ctx context.Context, info rendezvous.Info, opts Options, dev device.Device) (comm.Communicator, string, error) {
+func dialWorld(ctx context.Context, info rendezvous.Info, opts Options, copts comm.Options, dev device.Device) (comm.Communicator, string, error) {
 	_, onGPU := dev.(*cuda.Device)
 	which, err := commFor(opts.Comm, onGPU)
 	if err != nil {
 		return nil, "", err
 	}
 	if which != CommNCCL {
-		c, err := comm.Dial(ctx, info, comm.Options{OpTimeout: opts.CollectiveTimeout})
+		c, err := comm.Dial(ctx, info, copts)
 		return c, "", err
 	}
 	lib, err := nccl.Load()
 	if err != nil {
 		return nil, "", err
 	}
-	no := nccl.Options{Timeout: opts.CollectiveTimeout}
+	no := nccl.Options{Timeout: copts.OpTimeout}
 	if cd, ok := dev.(*cuda.Device); ok { // collectives on the cuda device's comm stream
 		no.Stream, no.Staging = cd.CollectiveStream(), cd
 	}

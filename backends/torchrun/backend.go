@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +84,10 @@ func New() *Backend { return &Backend{probes: map[string]probe{}} }
 // Name returns "torchrun".
 func (*Backend) Name() string { return Name }
 
+// probeWaitDelay is how long the torch probe's output may stay open after python
+// exited.
+const probeWaitDelay = 2 * time.Second
+
 // torch asks python which torch it has (once per interpreter).
 func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 	b.mu.Lock()
@@ -92,7 +97,15 @@ func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", probeScript).Output()
+	cmd := exec.CommandContext(ctx, python, "-c", probeScript)
+	// Output waits for EOF on python's stdout: something the interpreter started
+	// (a sitecustomize, a plugin of a library) that keeps it open must not hold the
+	// probe once python has exited.
+	cmd.WaitDelay = probeWaitDelay
+	out, err := cmd.Output()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // python exited 0; its output was read up to then
+	}
 	var p probe
 	if err != nil {
 		var ee *exec.ExitError
@@ -267,9 +280,17 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		return res, err
 	}
 
+	// Python's tempfile, and with it torch, accelerate and the user's libraries,
+	// writes under $TMPDIR: that is the run's own, so nothing of a run lands outside
+	// its directory; it is scratch, removed when the run ends.
+	tmp := filepath.Join(runDir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return res, fmt.Errorf("torchrun: %w", err)
+	}
+	defer os.RemoveAll(tmp)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = job.Paths.OutputDir
-	cmd.Env = append(os.Environ(), job.Env(env.Devices)...)
+	cmd.Env = append(os.Environ(), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
 	rep := job.NewReport()
 	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
 		Stdout: func(line string) {
@@ -386,8 +407,11 @@ func (j *Job) Argv(node *Node) []string {
 	if j.o.Launcher == LauncherAccelerate {
 		return AccelerateArgv(j.o, node, j.accelCfg, j.script, j.scriptArgs)
 	}
-	return TorchrunArgv(j.rc, j.o, node, j.script, j.scriptArgs)
+	return TorchrunArgv(j.rc, j.o, node, j.logDir(), j.script, j.scriptArgs)
 }
+
+// logDir is where torchrun keeps its per-rank logs, in the run directory.
+func (j *Job) logDir() string { return filepath.Join(j.Paths.RunDir, "torchelastic") }
 
 // Env is what the job adds to its processes' environment: the metrics contract's
 // paths, and the devices assigned to the run on this host, if any.
@@ -482,7 +506,9 @@ type Report struct {
 	steps               []results.Step
 	infeasible, oomLine string
 	oom                 bool
-	firstErr, lastErr   string
+	// firstErr is the first error line that is not a consequence of another rank's
+	// failure, firstSecondary the first that is, lastErr the last of either.
+	firstErr, firstSecondary, lastErr string
 	// badStep is why the first broken FSDPBENCH line is broken; diverged says
 	// where the first step line's loss was NaN or infinite.
 	badStep, diverged string
@@ -530,19 +556,40 @@ func (o *Report) Stderr(line string) {
 		o.oom = true
 	}
 	// The first exception a rank raised says why; torchrun's own summary
-	// (ChildFailedError) comes last and only says that a child failed.
+	// (ChildFailedError) comes last and only says that a child failed. The ranks
+	// write through separate pipes, so a survivor's "connection closed by peer" can
+	// be read before the exception of the rank that died: the root cause is the
+	// first error that is not such a consequence, whatever the order of the lines.
 	if isErrorLine(t) {
-		if o.firstErr == "" && !strings.Contains(t, "ChildFailedError") {
-			o.firstErr = stripRankPrefix(t)
+		e := stripRankPrefix(t)
+		switch {
+		case strings.Contains(t, "ChildFailedError"):
+		case secondaryError.MatchString(e):
+			if o.firstSecondary == "" {
+				o.firstSecondary = e
+			}
+		case o.firstErr == "":
+			o.firstErr = e
 		}
-		o.lastErr = stripRankPrefix(t)
+		o.lastErr = e
 	}
 }
+
+// secondaryError matches the errors a rank gets because another rank failed: its
+// peer's connection closed or reset under a collective (gloo, NCCL, the c10d
+// store), the communicator aborted, a collective timed out waiting, or torchrun
+// stopping it after the failure.
+var secondaryError = regexp.MustCompile(`(?i)connection (closed|reset) by peer|broken pipe|connection refused|` +
+	`DistNetworkError|DistBackendError|NCCL communicator was aborted|Watchdog caught collective operation timeout|` +
+	`SignalException|got signal: [0-9]+`)
 
 // reason is the line that says why the job failed; the caller holds o.mu.
 func (o *Report) reason() string {
 	if o.firstErr != "" {
 		return o.firstErr
+	}
+	if o.firstSecondary != "" {
+		return o.firstSecondary
 	}
 	if o.lastErr != "" {
 		return o.lastErr

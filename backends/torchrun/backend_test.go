@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,6 +166,8 @@ func TestRunOutcomes(t *testing.T) {
 		err    string
 	}{
 		{"crash", results.StatusFailed, "ValueError: boom on rank 1"},
+		{"crash_secondary_first", results.StatusFailed, "ValueError: boom on rank 1"},
+		{"daemon", results.StatusOK, ""},
 		{"oom", results.StatusOOM, "CUDA out of memory. Tried to allocate 20.00 GiB"},
 		{"nothing", results.StatusFailed, "reported nothing"},
 		{"badjson", results.StatusFailed, "metrics.json:1:2: invalid character 'n' looking for beginning of object key string (a metrics.json must be one JSON object)"},
@@ -173,7 +179,8 @@ func TestRunOutcomes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
 			rc := runConfig(2, sweeps.DDP)
-			rc.BackendOptions = map[string]any{"script": "testdata/faulty.py", "args": []any{"--mode", tc.mode}}
+			marker := fmt.Sprintf("fsdpbench-outcome-%d", time.Now().UnixNano())
+			rc.BackendOptions = map[string]any{"script": "testdata/faulty.py", "args": []any{"--mode", tc.mode, "--marker", marker}}
 			require.NoError(t, b.Validate(context.Background(), rc))
 			ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
 			defer cancel()
@@ -182,13 +189,44 @@ func TestRunOutcomes(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.status, res.Status, "error %q; stderr:\n%s", res.Error, stderr.String())
 			assert.Contains(t, res.Error, tc.err)
-			if tc.mode == "steplines" {
+			out, _ := exec.Command("pgrep", "-f", marker).Output()
+			assert.Empty(t, strings.TrimSpace(string(out)), "processes of the run outlived it")
+			if tc.mode == "steplines" || tc.mode == "daemon" {
 				require.Len(t, res.Steps, 3)
 				assert.InDelta(t, 1.5, res.MeasuredWallS, 1e-9, "the wall time is the sum of the step times")
 				assert.Zero(t, res.ModelFlopsPerToken, "a user's script's model is unknown unless it says so")
 			}
 		})
 	}
+}
+
+// TestRunWritesNothingOutsideItsRunDirectory points TMPDIR at an empty directory
+// and runs a script that writes a temporary file, under torchrun (whose
+// --redirects/--tee otherwise leave $TMPDIR/torchelastic_* behind): the directory
+// must stay empty.
+func TestRunWritesNothingOutsideItsRunDirectory(t *testing.T) {
+	needTorch(t)
+	b := New()
+	rc := runConfig(2, sweeps.DDP)
+	rc.BackendOptions = map[string]any{"script": "testdata/faulty.py", "args": []any{"--mode", "tmpfile"}}
+	require.NoError(t, b.Validate(context.Background(), rc))
+	runDir, tmp := t.TempDir(), t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
+	defer cancel()
+	var stderr strings.Builder
+	res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: runDir, Stderr: &lockedWriter{w: &stderr}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, results.StatusOK, res.Status, "error %q; stderr:\n%s", res.Error, stderr.String())
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	assert.Empty(t, names, "the run wrote into $TMPDIR")
+	logs, _ := filepath.Glob(filepath.Join(runDir, "torchelastic", "*"))
+	assert.NotEmpty(t, logs, "torchrun's logs are kept in the run directory")
 }
 
 // TestRunCancelStopsEveryRank cancels a run whose ranks hang and requires the run
@@ -348,4 +386,25 @@ func TestLogOptionErrors(t *testing.T) {
 		assert.Contains(t, err.Error(), "backend_options.logs: ")
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// TestTorchProbeIsNotHeldByAChildOfPython: the probe returns once python has
+// exited, though a process it left keeps python's stdout open.
+func TestTorchProbeIsNotHeldByAChildOfPython(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "daemon.pid")
+	t.Setenv("PROBE_DAEMON_PID", pidFile)
+	python, err := filepath.Abs("testdata/python_leaves_a_child.sh")
+	require.NoError(t, err)
+	defer func() {
+		if data, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}()
+	begin := time.Now()
+	info, err := New().torch(context.Background(), python)
+	require.NoError(t, err)
+	assert.Equal(t, "2.5.0", info.Version)
+	assert.Less(t, time.Since(begin), probeWaitDelay+5*time.Second)
 }

@@ -80,7 +80,11 @@ func orDefault(s, d string) string {
 // One-node runs get a node too (LocalNode): torch 1.x's --standalone always
 // listens on localhost:29400, so two runs on one host at the same time (parallel
 // sweeps, parallel test packages) would meet in one store and break each other.
-func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, script string, scriptArgs []string) []string {
+//
+// logDir, when set, is where torchrun keeps its per-rank logs and error files:
+// without --log_dir, --redirects and --tee make it create $TMPDIR/torchelastic_*
+// and leave it there after every run.
+func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, logDir, script string, scriptArgs []string) []string {
 	argv := []string{o.Python, "-m", "torch.distributed.run"}
 	if node == nil {
 		argv = append(argv, "--standalone", "--nnodes", "1")
@@ -90,8 +94,11 @@ func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, script string, scr
 	}
 	argv = append(argv, "--nproc_per_node", strconv.Itoa(rc.GPUsPerNode),
 		// Python 3.11 breaks torch 1.13's default log capture; redirect and tee stderr.
-		"--redirects", "2", "--tee", "2",
-		script)
+		"--redirects", "2", "--tee", "2")
+	if logDir != "" {
+		argv = append(argv, "--log_dir", logDir)
+	}
+	argv = append(argv, script)
 	return append(argv, scriptArgs...)
 }
 

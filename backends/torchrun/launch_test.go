@@ -119,13 +119,13 @@ func TestCommandLines(t *testing.T) {
 		ModelJSON: "/results/s/runs/x/model.json"}
 	args := ScriptArgs(rc, o, p)
 	var sb strings.Builder
-	sb.WriteString("# one node, standalone\n" + strings.Join(TorchrunArgv(rc, o, nil, "train.py", args), " ") + "\n")
+	sb.WriteString("# one node, standalone\n" + strings.Join(TorchrunArgv(rc, o, nil, "", "train.py", args), " ") + "\n")
 	local := &Node{Nodes: 1, Rank: "0", Endpoint: "127.0.0.1:41234", ID: rc.ID}
-	sb.WriteString("# one node, a rendezvous of its own (what Run uses)\n" + strings.Join(TorchrunArgv(rc, o, local, "train.py", args), " ") + "\n")
+	sb.WriteString("# one node, a rendezvous of its own (what Run uses)\n" + strings.Join(TorchrunArgv(rc, o, local, "/results/s/runs/x/torchelastic", "train.py", args), " ") + "\n")
 	two := rc
 	two.Nodes, two.GPUsPerNode, two.WorldSize, two.Sharding = 2, 8, 16, sweeps.HybridShard
 	node := &Node{Nodes: 2, Rank: "$SLURM_NODEID", Endpoint: "gpu-001:29500", ID: "fsdpbench-x"}
-	sb.WriteString("# two nodes, hybrid_shard\n" + strings.Join(TorchrunArgv(two, o, node, "train.py", ScriptArgs(two, o, p)), " ") + "\n")
+	sb.WriteString("# two nodes, hybrid_shard\n" + strings.Join(TorchrunArgv(two, o, node, "/results/s/runs/x/torchelastic", "train.py", ScriptArgs(two, o, p)), " ") + "\n")
 	sb.WriteString("# accelerate\n" + strings.Join(AccelerateArgv(o, nil, "/results/s/runs/x/accelerate_config.yaml", "train.py", []string{"--bs", "2"}), " ") + "\n")
 	sb.WriteString("# accelerate, two nodes\n" + strings.Join(AccelerateArgv(o, node, "/results/s/runs/x/accelerate_config.yaml", "train.py", []string{"--bs", "2"}), " ") + "\n")
 	golden(t, "argv.golden", sb.String())

@@ -15,18 +15,24 @@ import (
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stopSignals := onInterrupt(cancel, os.Stderr, func() { os.Exit(ExitInterrupted) })
+	stopSignals := func() {}
+	// A gotrain worker stops on signals itself (gotrain.Worker), without the
+	// sweep's "press Ctrl-C again" dialogue in its log.
+	if len(os.Args) < 2 || os.Args[1] != "worker" {
+		stopSignals = onInterrupt(cancel, os.Stderr, func() { os.Exit(ExitInterrupted) })
+	}
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stopSignals()
 	os.Exit(code)
 }
 
-// onInterrupt cancels the context on the first SIGINT or SIGTERM, so running runs
+// onInterrupt cancels the context on the first SIGINT, SIGTERM or SIGHUP (a closed
+// terminal or session would otherwise kill fsdpbench where it stands), so running runs
 // stop and their state is recorded, and calls force on the second. It returns the
 // function that stops listening.
 func onInterrupt(cancel context.CancelFunc, stderr io.Writer, force func()) func() {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
 	go func() {
 		select {

@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // startSweep starts `fsdpbench sweep spec` in dir without waiting for it.
@@ -150,27 +153,66 @@ func TestInterruptThenResume(t *testing.T) {
 }
 
 func TestOnInterruptCancelsThenForces(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	forced := make(chan struct{})
+	for _, first := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(first.String(), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			forced := make(chan struct{})
+			var stderr syncBuffer
+			stop := onInterrupt(cancel, &stderr, func() { close(forced) })
+			defer stop()
+
+			require.NoError(t, syscall.Kill(os.Getpid(), first))
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the first %v did not cancel the context", first)
+			}
+			assert.Contains(t, stderr.String(), "press Ctrl-C again to force")
+
+			require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+			select {
+			case <-forced:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the second signal did not force the exit")
+			}
+		})
+	}
+}
+
+// TestWorkerStopsCleanlyOnSIGHUP sends SIGHUP to a real `fsdpbench worker` that
+// waits for its rendezvous: it exits on its own, saying why, instead of dying of
+// the signal.
+func TestWorkerStopsCleanlyOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rc := sweeps.RunConfig{Backend: "gotrain", Hardware: "cpu", Model: "tiny", SeqLen: 16, Steps: 3, Nodes: 1, GPUsPerNode: 2,
+		WorldSize: 2, BatchPerDevice: 1, GradAccum: 1, GlobalBatch: 2, Sharding: sweeps.FullShard, MixedPrecision: sweeps.FP32}
+	data, err := json.Marshal(rc)
+	require.NoError(t, err)
+	cfg := filepath.Join(dir, "run.json")
+	require.NoError(t, os.WriteFile(cfg, data, 0o644))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close()) // nobody serves the rendezvous: rank 1 waits
+	cmd := command(dir, "worker")
+	cmd.Env = append(cmd.Env, "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+		"MASTER_PORT="+strconv.Itoa(port), "FSDPBENCH_RUN_CONFIG="+cfg)
 	var stderr syncBuffer
-	stop := onInterrupt(cancel, &stderr, func() { close(forced) })
-	defer stop()
-
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first SIGINT did not cancel the context")
-	}
-	assert.Contains(t, stderr.String(), "press Ctrl-C again to force")
-
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
-	select {
-	case <-forced:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second signal did not force the exit")
-	}
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	time.Sleep(time.Second)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, stderr.String())
+	ws := ee.Sys().(syscall.WaitStatus)
+	assert.False(t, ws.Signaled(), "the worker died of the signal: %v; stderr:\n%s", err, stderr.String())
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, stderr.String(), "stopped by signal hangup")
+	assert.NotContains(t, stderr.String(), "press Ctrl-C again")
 }
 
 type syncBuffer struct {

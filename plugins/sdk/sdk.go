@@ -14,11 +14,16 @@ package sdk
 
 import (
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/plugins/protocol"
 )
 
@@ -36,7 +41,14 @@ func Logger() hclog.Logger {
 
 // Serve serves b to fsdpbench and returns when fsdpbench is done with the process.
 // Run by hand, the binary says it is a plugin and exits 1.
+//
+// The process keeps what it starts within reach: it is a child subreaper, so a
+// process the backend starts that daemonizes (double fork, setsid) stays its
+// descendant, where fsdpbench finds and kills it when the call ends; and on
+// SIGTERM, which fsdpbench arranges for its plugins to get if it dies, it kills
+// every descendant and exits.
 func Serve(b backends.Backend) {
+	keepDescendants()
 	logger := Logger()
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: protocol.Handshake,
@@ -46,4 +58,19 @@ func Serve(b backends.Backend) {
 		GRPCServer: plugin.DefaultGRPCServer,
 		Logger:     logger,
 	})
+}
+
+// keepDescendants makes this process a child subreaper and ends its descendants,
+// then itself, on SIGTERM.
+func keepDescendants() {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		Logger().Warn("cannot become a child subreaper; processes that daemonize may outlive their run", "error", err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		contract.KillTree(os.Getpid()) // its descendants first, then this process
+		os.Exit(1)
+	}()
 }

@@ -259,6 +259,10 @@ type Options struct {
 	// right after the hung one reaches it and names the right rank. 0 means
 	// DefaultOpTimeout.
 	OpTimeout time.Duration
+	// TimeoutName is how a hung-peer error tells the user to raise OpTimeout (the
+	// setting that sets it, e.g. "backend_options.collective_timeout"). Empty means
+	// "the op timeout".
+	TimeoutName string
 	// ConnectTimeout bounds the rendezvous and the opening of the ring (also for
 	// Split). 0 means DefaultConnectTimeout.
 	ConnectTimeout time.Duration
@@ -293,6 +297,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.TimeoutName == "" {
+		o.TimeoutName = "the op timeout"
 	}
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = DefaultChunkBytes

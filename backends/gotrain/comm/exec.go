@@ -494,7 +494,7 @@ func (c *ring) readReason(err error) string {
 	case errors.As(err, &pe):
 		return fmt.Sprintf("sent rank %d bytes that are not this protocol", c.worldRank())
 	case isTimeout(err):
-		return fmt.Sprintf("sent rank %d nothing for %v (hung, or issuing a different collective; raise the op timeout if it is only slow)", c.worldRank(), c.opts.OpTimeout)
+		return fmt.Sprintf("sent rank %d nothing for %v (hung, or issuing a different collective; raise %s if it is only slow)", c.worldRank(), c.opts.OpTimeout, c.opts.TimeoutName)
 	case isClosedByPeer(err):
 		return "closed its connection in the middle of the collective (the process died, or closed its communicator)"
 	}
@@ -504,7 +504,7 @@ func (c *ring) readReason(err error) string {
 func (c *ring) writeReason(err error) string {
 	switch {
 	case isTimeout(err):
-		return fmt.Sprintf("read nothing from rank %d for %v (hung, or issuing a different collective; raise the op timeout if it is only slow)", c.worldRank(), 2*c.opts.OpTimeout)
+		return fmt.Sprintf("read nothing from rank %d for %v (hung, or issuing a different collective; raise %s if it is only slow)", c.worldRank(), 2*c.opts.OpTimeout, c.opts.TimeoutName)
 	case isClosedByPeer(err):
 		return "closed its connection in the middle of the collective (the process died, or closed its communicator)"
 	}

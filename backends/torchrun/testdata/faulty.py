@@ -23,6 +23,39 @@ if a.mode == "crash":
     if rank == world - 1:
         raise ValueError(f"boom on rank {rank}")
     dist.barrier()  # the other ranks wait for the one that died, as in a collective
+elif a.mode == "crash_secondary_first":
+    # A survivor's "connection closed by peer" reaches stderr before the exception
+    # of the rank that died, as it can under load.
+    dist.barrier()
+    if rank == 0:
+        print("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:29411",
+              file=sys.stderr, flush=True)
+    else:
+        time.sleep(1)
+        raise ValueError(f"boom on rank {rank}")
+    dist.barrier()
+elif a.mode == "daemon":
+    # A logger or tracker that daemonizes (double fork, setsid) and keeps the rank's
+    # stdout and stderr, while the script itself finishes and reports normally.
+    if rank == 0:
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                print("tracker: syncing in the background", flush=True)
+                time.sleep(300)
+                os._exit(0)
+            os._exit(0)
+        os.wait()
+        for s in range(1, 4):
+            print("FSDPBENCH " + json.dumps({"step": s, "loss": 5.0 - s / 10, "step_time_s": 0.5, "rank": 0}), flush=True)
+elif a.mode == "tmpfile":
+    # Libraries write scratch files through tempfile; none may land outside the run.
+    import tempfile
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        f.write(b"scratch")
+    if rank == 0:
+        for s in range(1, 4):
+            print("FSDPBENCH " + json.dumps({"step": s, "loss": 5.0 - s / 10, "step_time_s": 0.5, "rank": 0}), flush=True)
 elif a.mode == "oom":
     raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)")
 elif a.mode == "hang":

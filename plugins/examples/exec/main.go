@@ -35,7 +35,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
@@ -110,9 +109,8 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = runDir
-	// Killed with this plugin should the plugin die first (RunGroup gives it its
-	// own process group, so cancellation reaches whatever it starts).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// RunGroup ends whatever the command starts, daemons included, when it exits,
+	// when ctx ends, and should this plugin die first.
 	cmd.Env = append(os.Environ(), contract.EnvMetricsDir+"="+metricsDir, contract.EnvRunDir+"="+runDir,
 		contract.EnvRunID+"="+rc.ID)
 	if len(env.Devices) > 0 {
