@@ -479,8 +479,8 @@ func TestParseCommOptions(t *testing.T) {
 	}{
 		{map[string]any{"comm": "mpi"}, `backend_options.comm: must be "tcp" or "nccl"`},
 		{map[string]any{"comm": 1}, `backend_options.comm: must be "tcp" or "nccl"`},
-		{map[string]any{"collective_timeout": "0s"}, "must be positive"},
-		{map[string]any{"collective_timeout": "25h"}, "must be between 0s and 24h0m0s"},
+		{map[string]any{"collective_timeout": "0s"}, "must be between 1s and 24h0m0s"},
+		{map[string]any{"collective_timeout": "25h"}, "must be between 1s and 24h0m0s"},
 		{map[string]any{"collective_timeout": 30}, "must be a duration"},
 	} {
 		_, err := ParseOptions(tc.opts)

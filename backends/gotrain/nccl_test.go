@@ -103,8 +103,9 @@ func lossesOf(r results.Result) []float64 {
 	return out
 }
 
-// ncclCulprit matches the NCCL communicator's error naming the failed rank.
-var ncclCulprit = regexp.MustCompile(`nccl: \w+ #\d+: rank (\d+):`)
+// ncclCulprit matches an error naming the failed rank: the NCCL communicator's
+// own, or the backend's status line when a worker saw its peer stopped.
+var ncclCulprit = regexp.MustCompile(`nccl: \w+ #\d+: rank (\d+):|^rank (\d+) failed`)
 
 // TestNCCLFaultsFailTheRun injects faults into the fake under a real run: the
 // run ends failed, in bounded time, with an error naming the faulty rank.
@@ -131,7 +132,7 @@ func TestNCCLFaultsFailTheRun(t *testing.T) {
 			assert.Equal(t, results.StatusFailed, res.Status, "%s\n%s", res.Error, stderr)
 			m := ncclCulprit.FindStringSubmatch(res.Error)
 			require.NotNil(t, m, "the error names the rank: %s\nstderr:\n%s", res.Error, stderr)
-			assert.Equal(t, tc.culprit, m[1], res.Error)
+			assert.Equal(t, tc.culprit, m[1]+m[2], res.Error)
 			assert.Less(t, elapsed, tc.limit, "the fault ended the run in bounded time")
 			t.Logf("failed after %v: %s", elapsed.Round(time.Millisecond), res.Error)
 		})
