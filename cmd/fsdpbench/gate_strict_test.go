@@ -199,7 +199,7 @@ func TestGateRefusesBadInput(t *testing.T) {
 		{"NaN in a rules file", gate("--rules", rulesNaN), rulesNaN + ":2:5: rule"},
 		{"unparsable number in a rules file", gate("--rules", rulesFile), rulesFile + ":2:5: rule"},
 		{"rules file that crashed the decoder", gate("--rules", rulesCrash), rulesCrash + ":2:"},
-		{"alias bomb", gate("--rules", rulesBomb), rulesBomb + ":1:1: unknown key \"a0\""},
+		{"alias bomb", gate("--rules", rulesBomb), "once its aliases (*name) are expanded"},
 		{"baseline without status", []string{"gate", "--baseline", nostatus, "--current", cur}, nostatusFile},
 		{"current without status", []string{"gate", "--baseline", base, "--current", nostatus}, "status is missing"},
 		{"alpha 0", gate("--alpha", "0"), "--alpha 0: give a significance level between 0 and 1"},
