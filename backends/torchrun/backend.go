@@ -611,12 +611,16 @@ func isErrorLine(t string) bool {
 	return strings.HasSuffix(head, "Error") || strings.HasSuffix(head, "Exception") || strings.HasSuffix(head, "Interrupt")
 }
 
-// stripRankPrefix drops torchrun's "[r]:" tee prefix.
+// stripRankPrefix drops torchrun's tee prefixes: "[1]:" from torch 1.x, and
+// "[default0]:[rank0]: " from torch 2.x, whose --tee names the role and local
+// rank and whose ranks prefix their own traceback lines again.
 func stripRankPrefix(t string) string {
-	if strings.HasPrefix(t, "[") {
-		if i := strings.Index(t, "]:"); i > 0 && i < 8 {
-			return strings.TrimSpace(t[i+2:])
+	for strings.HasPrefix(t, "[") {
+		i := strings.Index(t, "]:")
+		if i <= 0 || i > 24 || strings.ContainsAny(t[1:i], " \t[") {
+			break
 		}
+		t = strings.TrimSpace(t[i+2:])
 	}
 	return t
 }

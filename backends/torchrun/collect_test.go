@@ -121,3 +121,32 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	assert.Equal(t, results.StatusOK, res.Status, res.Error)
 	assert.InDelta(t, 0.75, res.MeasuredWallS, 1e-12)
 }
+
+// TestReportReadsTorch2Prefixes: torch 2.x's --tee writes "[default0]:" before
+// each line of local rank 0 and the rank's traceback lines carry "[rank0]: " as
+// well; the exception is still the reason (an H100 run once failed with "no
+// error line on stderr" because of this).
+func TestReportReadsTorch2Prefixes(t *testing.T) {
+	for _, tc := range []struct {
+		lines []string
+		want  string
+	}{
+		{[]string{
+			`[default0]:[rank0]: Traceback (most recent call last):`,
+			`[default0]:[rank0]:   File "fsdpbench_train.py", line 181, in attention`,
+			`[default0]:[rank0]: RuntimeError: expected self and mask to be on the same device, but got mask on cpu and self on cuda:0`,
+			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
+		}, "RuntimeError: expected self and mask to be on the same device, but got mask on cpu and self on cuda:0"},
+		{[]string{`[1]:ValueError: bad batch`}, "ValueError: bad batch"},
+		{[]string{`[not a prefix because it has spaces]: KeyError: x`}, "no error line on stderr"},
+	} {
+		rep := &Report{}
+		for _, l := range tc.lines {
+			rep.Stderr(l)
+		}
+		rep.mu.Lock()
+		got := rep.reason()
+		rep.mu.Unlock()
+		assert.Equal(t, tc.want, got, "%q", tc.lines)
+	}
+}
