@@ -128,24 +128,46 @@ func TestRepeatsStopWhenInterrupted(t *testing.T) {
 
 // TestRunThatDoesNotFitTheHostIsNotStarted: sweep applies plan's host-capacity
 // check; a run of 100,000 CPU ranks is recorded infeasible with the reason and its
-// backend is never called.
+// backend is never called. The plan comes from a spec inside the spec's bounds:
+// world_size 100000 alone puts every rank on one node (gpus_per_node 100000, above
+// what the model predicts for, which must not read as "fits"), and a run of ranks
+// that together need more RAM than the host has is refused by the prediction.
 func TestRunThatDoesNotFitTheHostIsNotStarted(t *testing.T) {
 	be := &fake{name: "fake"}
 	opts, _ := options(t, be)
-	p := plan("huge", 2)
-	big := &p.Runs[1]
-	big.Nodes, big.GPUsPerNode, big.WorldSize, big.GlobalBatch = 1, 100_000, 100_000, 200_000
-	big.MixedPrecision = sweeps.FP32
-	big.AssignID()
+	p, err := sweeps.Parse([]byte(`name: huge
+backend: fake
+hardware: cpu
+model: tiny
+seq_len: 16
+steps: 3
+warmup_steps: 1
+base: {mixed_precision: fp32}
+grid:
+  world_size: [2, 100000, 1024]
+  batch_per_device: [1, 4096]
+exclude:
+  - {world_size: 2, batch_per_device: 4096}
+  - {world_size: 100000, batch_per_device: 4096}
+  - {world_size: 1024, batch_per_device: 1}
+`), "huge.yaml", sweeps.Options{})
+	require.NoError(t, err, "the spec is inside the spec's bounds")
+	require.Len(t, p.Runs, 3)
+	small, big, heavy := p.Runs[0], p.Runs[1], p.Runs[2]
+	require.Equal(t, 100_000, big.GPUsPerNode)
 
 	sum, err := Run(context.Background(), p, opts)
 	require.NoError(t, err)
-	assert.Equal(t, []string{p.Runs[0].ID}, be.runs(), "the run that does not fit never reached the backend")
-	assert.Equal(t, 1, sum.Infeasible)
+	assert.Equal(t, []string{small.ID}, be.runs(), "the runs that do not fit never reached the backend")
+	assert.Equal(t, 2, sum.Infeasible)
 	m := readMetrics(t, filepath.Join(opts.ResultsDir, "huge"), big.ID)
 	assert.Equal(t, results.StatusInfeasible, m.Status)
 	assert.Contains(t, m.Error, "does not fit this host")
 	assert.Contains(t, m.Error, "100000 ranks")
+	m = readMetrics(t, filepath.Join(opts.ResultsDir, "huge"), heavy.ID)
+	assert.Equal(t, results.StatusInfeasible, m.Status)
+	assert.Contains(t, m.Error, "does not fit this host")
+	assert.Contains(t, m.Error, "1024 ranks on the host")
 }
 
 // TestRunNeedingMoreGPUsThanTheHostHasIsInfeasible: a GPU run that asks for

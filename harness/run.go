@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/harness/launch"
 	"github.com/fsdpbench/fsdpbench/harness/sampler"
@@ -346,7 +347,7 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 		return results.StatusInfeasible, err.Error(), []results.Result{{Status: results.StatusInfeasible, Error: err.Error(), WorldSize: rc.WorldSize}}
 	}
 	if job == nil {
-		if reason := hostCapacity(rc); reason != "" {
+		if reason := HostCapacity(s.plan, rc); reason != "" {
 			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}
 		}
 	}
@@ -354,7 +355,7 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 	var devices []int
 	if be.needsGPU && job == nil {
 		// More GPUs than the host has is known before anything starts: a
-		// refusal with its reason, as the host's RAM is (hostCapacity).
+		// refusal with its reason, as the host's RAM is (HostCapacity).
 		if have := s.opts.Devices.Devices(); rc.GPUsPerNode > have {
 			reason := fmt.Sprintf("does not fit this host: the run needs %d GPUs per node and this host has %d (CUDA_VISIBLE_DEVICES or /dev/nvidia*); lower gpus_per_node, or use launcher: slurm", rc.GPUsPerNode, have)
 			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}
@@ -509,14 +510,35 @@ func launcherName(plan *sweeps.Plan, rc sweeps.RunConfig) string {
 	return "local"
 }
 
-// hostCapacity says why rc cannot run on this host, or "": the check `fsdpbench
-// plan` makes with the analytic model, for runs whose ranks all share this host's
-// RAM (hardware cpu). A run predicted not to fit is not started: 100,000 workers,
-// or ranks that together need more memory than the host has, would take the
-// machine down rather than end in a measured out-of-memory. GPU runs are left to
-// find their memory wall themselves (and Local.Acquire refuses more GPUs than the
-// host has). No prediction (a model sim does not know) refuses nothing.
-func hostCapacity(rc sweeps.RunConfig) string {
+// HostCapacity says why rc cannot run on this host, or "": the check `fsdpbench
+// plan` shows and `fsdpbench sweep` makes before a run starts, for runs of the
+// local launcher whose ranks share this host's RAM (hardware cpu). A run that
+// cannot fit is not started: 100,000 workers, or ranks that together need more
+// memory than the host has, would take the machine down rather than end in a
+// measured out-of-memory. Ranks beyond the bound on gpus_per_node
+// (sweeps.MaxGPUsPerNode) on one host are refused before any prediction: a spec
+// of world_size alone puts them all on one node, and the model refuses to
+// predict such a node (no prediction must not mean "fits" here). Otherwise the
+// analytic model decides. GPU runs are left to find their memory wall themselves
+// (and the harness refuses more GPUs than the host has); Slurm runs are placed
+// on the cluster's nodes. No prediction (a model sim does not know) refuses
+// nothing.
+func HostCapacity(plan *sweeps.Plan, rc sweeps.RunConfig) string {
+	if launcherName(plan, rc) == launch.SlurmName {
+		return ""
+	}
+	hw, err := hardware.Lookup(rc.Hardware)
+	if rc.Hardware == hardware.Auto {
+		hw, _ = hardware.Detect()
+		err = nil
+	}
+	if err != nil || hw.IsGPU {
+		return ""
+	}
+	if rc.GPUsPerNode > sweeps.MaxGPUsPerNode {
+		return fmt.Sprintf("does not fit this host: %d ranks on the host, more than the %d one host may run (the bound on gpus_per_node); use fewer ranks, or spread them over nodes (nodes, launcher: slurm)",
+			rc.GPUsPerNode, sweeps.MaxGPUsPerNode)
+	}
 	pred, err := sim.Predict(rc)
 	if err != nil || pred.Feasible || pred.Hardware.IsGPU {
 		return ""

@@ -69,9 +69,12 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 			)
 		}
 		reason := ""
-		switch err := be.Validate(cmd.Context(), rc); {
+		// host is the refusal `sweep` records for this run, word for word.
+		switch err, host := be.Validate(cmd.Context(), rc), harness.HostCapacity(plan, rc); {
 		case err != nil:
 			reason = err.Error()
+		case host != "":
+			reason = host
 		case perr != nil:
 			reason = "no prediction: " + perr.Error()
 		case !pred.Feasible:
