@@ -213,7 +213,8 @@ func TestSlurmLostJobIsNotMarkedRecorded(t *testing.T) {
 	t.Setenv("PATH", shims+string(os.PathListSeparator)+os.Getenv("PATH"))
 	be := &shellBackend{cmd: "true"}
 	rc, env := shellRun(t, time.Minute)
-	rc.LauncherOptions = map[string]any{"poll_interval": "10ms"}
+	// The fastest poll the option allows: five missed polls (give-up) in 0.4 s.
+	rc.LauncherOptions = map[string]any{"poll_interval": "100ms"}
 	s := NewSlurm()
 	res, err := s.Run(context.Background(), be, rc, env, nil)
 	require.Error(t, err)
