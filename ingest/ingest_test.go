@@ -190,7 +190,8 @@ func TestIngestRefusesToReplaceAnotherTree(t *testing.T) {
 		Nodes: 1, GPUsPerNode: 1, WorldSize: 1, BatchPerDevice: 1, GradAccum: 1, GlobalBatch: 1}
 	rc.AssignID()
 	require.NoError(t, sd.WriteRunArgs(rc))
-	require.NoError(t, sd.WriteMetrics(rc.ID, results.Metrics{RunID: rc.ID, Status: results.StatusOK}))
+	// A run the store accepts: metrics are checked where they enter (world_size ≥ 1).
+	require.NoError(t, sd.WriteMetrics(rc.ID, results.Metrics{RunID: rc.ID, Status: results.StatusOK, WorldSize: rc.WorldSize}))
 	require.NoError(t, sd.WriteSpec([]byte("name: seeds\nbackend: sim\n")))
 
 	writeRun(t, root, "a", map[string]any{"per_device_train_batch_size": 2}, seedMetrics(8, 4.7, 5076))
