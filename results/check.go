@@ -3,12 +3,14 @@ package results
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // Bounds of CheckMetrics. They are far above any real run, so that they only catch
@@ -118,10 +120,10 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 		return bad("status", "is missing (a run records ok, oom, failed, ...)")
 	}
 	if !m.Status.Known() {
-		return bad("status", "%q is not a run status (%s)", clip(string(m.Status)), knownStatuses())
+		return bad("status", "%s is not a run status (%s)", input.Quote(string(m.Status), 64), knownStatuses())
 	}
 	if rc != nil && rc.ID != "" && m.RunID != "" && m.RunID != rc.ID {
-		return bad("run_id", "%q is not the run's ID %q (run_args.json)", clip(m.RunID), rc.ID)
+		return bad("run_id", "%s is not the run's ID %q (run_args.json)", input.Quote(m.RunID, 64), rc.ID)
 	}
 	if m.WorldSize < 1 || m.WorldSize > MaxWorldSize {
 		return bad("world_size", "%d is not between 1 and %d", m.WorldSize, MaxWorldSize)
@@ -207,7 +209,7 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 			return bad(f.name, "%d is not between 0 and %d (1 PiB)", *f.v, MaxMemBytes)
 		}
 	}
-	for _, k := range sortedKeys(m.MemBreakdownBytes) {
+	for _, k := range slices.Sorted(maps.Keys(m.MemBreakdownBytes)) {
 		if v := m.MemBreakdownBytes[k]; v < 0 || v > MaxMemBytes {
 			return bad("mem_breakdown_bytes."+clip(k), "%d is not between 0 and %d (1 PiB)", v, MaxMemBytes)
 		}
@@ -251,7 +253,7 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 			}
 		}
 	}
-	for _, k := range sortedKeys(m.Samples) {
+	for _, k := range slices.Sorted(maps.Keys(m.Samples)) {
 		xs := m.Samples[k]
 		if len(xs) > MaxRepeats {
 			return bad("samples."+clip(k), "has %d values, more than %d repeats", len(xs), MaxRepeats)
@@ -265,7 +267,7 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 	if err := checkSamples(m); err != nil {
 		return bad(err[0], "%s", err[1])
 	}
-	for _, k := range sortedKeys(m.CI) {
+	for _, k := range slices.Sorted(maps.Keys(m.CI)) {
 		iv := m.CI[k]
 		for _, x := range []float64{iv.Lo, iv.Center, iv.Hi} {
 			if math.IsNaN(x) || math.IsInf(x, 0) || math.Abs(x) > math.MaxFloat64/4 {
@@ -297,7 +299,7 @@ func CheckRun(r *Run) error {
 // a comparison with enough repeats reads the samples, a report the headline, so
 // the two must not disagree. It returns the field and why, or nil.
 func checkSamples(m *Metrics) []string {
-	for _, k := range sortedKeys(m.Samples) {
+	for _, k := range slices.Sorted(maps.Keys(m.Samples)) {
 		if n := len(m.Samples[k]); n > max(m.Repeats, 1) {
 			return []string{"samples." + clip(k), fmt.Sprintf("has %d values for %d repeats", n, m.Repeats)}
 		}
@@ -352,22 +354,10 @@ func inRange(v, lo, hi float64) string {
 
 // clip shortens text from a file for an error message: a hostile or damaged file
 // must not fill the terminal.
-func clip(s string) string {
-	const limit = 64
-	if len(s) <= limit {
-		return s
-	}
-	return strings.ToValidUTF8(s[:limit], "") + "…"
-}
+// clip shows text from a results file in a message: escaped and cut to 64
+// characters, so a hostile file cannot garble the terminal.
+func clip(s string) string { return input.Clip(s, 64) }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
 
 // Checked returns m when it passes CheckMetrics against rc, else InvalidMetrics:
 // what a writer stores for a run whose backend reported a figure no run can have.

@@ -146,13 +146,7 @@ const quoteMax = 64
 func q(s string) string { return input.Quote(s, quoteMax) }
 
 // clip is q without the quotes, for numbers as written.
-func clip(s string) string {
-	quoted := input.Quote(s, quoteMax)
-	if strings.HasPrefix(quoted, `"`) && strings.HasSuffix(quoted, `"`) {
-		return quoted[1 : len(quoted)-1]
-	}
-	return quoted
-}
+func clip(s string) string { return input.Clip(s, quoteMax) }
 
 // quoted renders a scalar as written in messages: strings in quotes.
 func quoted(n *node) string {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/ast"
@@ -455,4 +456,14 @@ func Quote(s string, max int) string {
 		n++
 	}
 	return strconv.Quote(s[:cut]) + fmt.Sprintf("… (%d bytes in all)", len(s))
+}
+
+// Clip is Quote without the surrounding quotes, for text that a message shows
+// bare (a key in a field path, an ID, a number as written).
+func Clip(s string, max int) string {
+	quoted := Quote(s, max)
+	if strings.HasPrefix(quoted, `"`) && strings.HasSuffix(quoted, `"`) {
+		return quoted[1 : len(quoted)-1]
+	}
+	return quoted
 }
