@@ -358,7 +358,6 @@ func inRange(v, lo, hi float64) string {
 // characters, so a hostile file cannot garble the terminal.
 func clip(s string) string { return input.Clip(s, 64) }
 
-
 // Checked returns m when it passes CheckMetrics against rc, else InvalidMetrics:
 // what a writer stores for a run whose backend reported a figure no run can have.
 func Checked(rc sweeps.RunConfig, m Metrics) Metrics {
