@@ -593,7 +593,6 @@ func (c *Communicator) allGather(ctx context.Context, dst, src uintptr, n int, d
 	})
 }
 
-
 func (c *Communicator) reduceScatter(ctx context.Context, dst, src uintptr, n int, op comm.Op) error {
 	o, err := ncclOp(op)
 	if err != nil {
