@@ -93,6 +93,11 @@ type Assumptions struct {
 	GradientAsBucketView bool `json:"ddp_gradient_as_bucket_view"`
 	// ReservedFactor is max_memory_reserved over max_memory_allocated.
 	ReservedFactor float64 `json:"reserved_factor"`
+	// Dropout says the model trains with residual dropout, whose masks Korthikanti
+	// et al. count (2 of their 34·s·b·h). Llama's modules have none (HF's
+	// LlamaDecoderLayer, torchtitan's TransformerBlock), MPT's resid_pdrop is 0
+	// by default: off.
+	Dropout bool `json:"dropout"`
 }
 
 // DefaultAssumptions are today's PyTorch FSDP2 defaults (see the constants).
@@ -185,6 +190,11 @@ func (a Assumptions) notes(p point, strategy string) []string {
 		out = append(out, "attention math: softmax output kept, a·s²·b values per layer")
 	case AttentionEager:
 		out = append(out, "attention eager: Korthikanti's 5·a·s²·b bytes per layer (scores with dropout)")
+	}
+	if a.Dropout {
+		out = append(out, "dropout: residual dropout masks kept (Korthikanti's 34·s·b·h per layer)")
+	} else {
+		out = append(out, "no dropout: 32·s·b·h per layer (Korthikanti's 34 less the dropout masks)")
 	}
 	if r.ActivationCheckpointing {
 		out = append(out, "activation checkpointing "+a.Checkpointing)

@@ -54,6 +54,8 @@ func TestAssumptionSwitchesMoveMemoryByTheirFormula(t *testing.T) {
 			withOpts(base, "attention", AttentionEager), MemActivations, L * 5 * a * s * s * b},
 		{"selective keeps every other matmul's output", withOpts(ac, "checkpointing", CheckpointFull),
 			withOpts(ac, "checkpointing", CheckpointSelective), MemActivations, L * s * b * (saved - h) * 2},
+		{"dropout adds Korthikanti's two masks", withOpts(base, "dropout", false),
+			withOpts(base, "dropout", true), MemActivations, L * 2 * s * b * h},
 		{"fsdp2 stages a unit's gather and reduce", withOpts(base, "fsdp_version", 1),
 			withOpts(base, "fsdp_version", 2), MemBuffers, 2 * unit * 2},
 		{"gradient_as_bucket_view drops DDP's bucket copy", withOpts(ddp, "ddp_gradient_as_bucket_view", false),

@@ -381,8 +381,10 @@ func selectiveSaved(s shapes.Shape) (saved int64, recomputeFlops float64) {
 
 // activationBytes is the memory saved for backward by all layers of one
 // micro-batch, from Korthikanti et al. 2022 ("Reducing Activation Recomputation in
-// Large Transformer Models", §4.1, 2-byte activations): per layer 34·s·b·h bytes
-// plus what attention keeps of its s×s matrices (attentionScoreBytes). Under full
+// Large Transformer Models", §4.1, 2-byte activations): per layer 34·s·b·h bytes,
+// of which 2·s·b·h are the two residual dropout masks (attention output, MLP
+// output) that a model trained without dropout never makes (32·s·b·h then), plus
+// what attention keeps of its s×s matrices (attentionScoreBytes). Under full
 // activation checkpointing each layer keeps only its 2-byte input (2·s·b·h);
 // under selective checkpointing it keeps selectiveSaved values per token; either
 // way one layer at a time is recomputed with its full activations. fp32 doubles
@@ -393,7 +395,11 @@ func activationBytes(p point) (act, logits float64) {
 	h, L := float64(p.shape.Hidden), float64(p.shape.Layers)
 	cb := float64(computeBytes(p.rc.MixedPrecision))
 	scale := cb / 2
-	perLayer := s*b*h*34*scale + attentionScoreBytes(p)
+	korthikanti := 32.0
+	if p.as.Dropout {
+		korthikanti = 34
+	}
+	perLayer := s*b*h*korthikanti*scale + attentionScoreBytes(p)
 	switch {
 	case !p.rc.ActivationCheckpointing:
 		act = L * perLayer

@@ -36,6 +36,8 @@ type Options struct {
 	Checkpointing  string
 	FSDPVersion    int
 	ReservedFactor float64
+	// Dropout (with DropoutSet) overrides Assumptions.Dropout.
+	Dropout, DropoutSet bool
 	// InterNodeFabric and IntraNodeFabric name a fabric profile (FabricNames)
 	// whose nccl-tests busbw curves replace the hardware profile's flat figures.
 	InterNodeFabric string
@@ -73,6 +75,9 @@ func (o Options) assumptions(base Assumptions) Assumptions {
 	}
 	if o.GradientAsBucketView {
 		a.GradientAsBucketView = true
+	}
+	if o.DropoutSet {
+		a.Dropout = o.Dropout
 	}
 	return a
 }
@@ -187,6 +192,12 @@ var optionTable = map[string]option{
 		func(o *Options, v any) error {
 			paths, err := pathList(v)
 			o.NCCLTests = paths
+			return err
+		}},
+	"dropout": {"whether the model trains with residual dropout, whose masks cost 2·s·b·h bytes per layer; default false (Llama, MPT)",
+		func(o *Options, v any) error {
+			b, err := backends.Bool(v)
+			o.Dropout, o.DropoutSet = b, err == nil
 			return err
 		}},
 	"ddp_gradient_as_bucket_view": {"DDP's gradient_as_bucket_view (true saves a gradient copy); default false, as in PyTorch",
