@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +18,7 @@ import (
 const gib = 1 << 30
 
 func newPlanCmd() *cobra.Command {
-	var sets []string
+	var sets, ncclTests []string
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
 		Short: "Expand and validate a spec and predict every run's memory and step time; run nothing",
@@ -32,6 +35,19 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return err
 			}
+			if len(ncclTests) > 0 {
+				if plan.Backend != sim.Name {
+					return usageError(fmt.Errorf("--nccl-tests feeds the sim backend's predictions: use it with a sim spec (backend: sim), or give backend_options.nccl_tests there"))
+				}
+				for i := range plan.Runs {
+					opts := maps.Clone(plan.Runs[i].BackendOptions)
+					if opts == nil {
+						opts = map[string]any{}
+					}
+					opts["nccl_tests"] = slices.Clone(ncclTests)
+					plan.Runs[i].BackendOptions = opts
+				}
+			}
 			be, err := reg.Get(plan.Backend)
 			if err != nil {
 				return usageError(err)
@@ -44,6 +60,7 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 		},
 	}
 	setFlag(cmd, &sets)
+	cmd.Flags().StringArrayVar(&ncclTests, "nccl-tests", nil, "nccl-tests output (all_gather_perf, reduce_scatter_perf, all_reduce_perf) whose busbw curves the predictions use (repeatable; sim specs)")
 	return cmd
 }
 
@@ -54,6 +71,8 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 	rows := make([][]string, 0, len(plan.Runs))
 	// Reasons are long: they go under the table, one line per refused run.
 	var reasons []string
+	// The assumptions each prediction rests on, printed once per distinct set.
+	var assumed []string
 	feasible := 0
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
@@ -61,6 +80,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {
+			if a := strings.Join(pred.Notes, "; "); !slices.Contains(assumed, a) {
+				assumed = append(assumed, a)
+			}
 			row = append(row,
 				fmt.Sprintf("%.1f", float64(pred.PeakMemReservedBytes)/gib),
 				fmt.Sprintf("%.1f", float64(pred.DeviceMemBytes)/gib),
@@ -94,6 +116,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 	}
 	for _, r := range reasons {
 		fmt.Fprintln(w, r)
+	}
+	for _, a := range assumed {
+		fmt.Fprintln(w, "predicted assuming: "+a)
 	}
 	if err := printSearchPrediction(w, plan); err != nil {
 		return err
