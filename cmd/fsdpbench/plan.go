@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 
@@ -31,22 +30,9 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return failure(err)
 			}
-			plan, err := loadPlan(args[0], sets, reg)
+			plan, err := loadPlanWithNCCLTests(args[0], sets, ncclTests, reg)
 			if err != nil {
 				return err
-			}
-			if len(ncclTests) > 0 {
-				if plan.Backend != sim.Name {
-					return usageError(fmt.Errorf("--nccl-tests feeds the sim backend's predictions: use it with a sim spec (backend: sim), or give backend_options.nccl_tests there"))
-				}
-				for i := range plan.Runs {
-					opts := maps.Clone(plan.Runs[i].BackendOptions)
-					if opts == nil {
-						opts = map[string]any{}
-					}
-					opts["nccl_tests"] = slices.Clone(ncclTests)
-					plan.Runs[i].BackendOptions = opts
-				}
 			}
 			be, err := reg.Get(plan.Backend)
 			if err != nil {
@@ -60,7 +46,7 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 		},
 	}
 	setFlag(cmd, &sets)
-	cmd.Flags().StringArrayVar(&ncclTests, "nccl-tests", nil, "nccl-tests output (all_gather_perf, reduce_scatter_perf, all_reduce_perf) whose busbw curves the predictions use (repeatable; sim specs)")
+	ncclTestsFlag(cmd, &ncclTests)
 	return cmd
 }
 
