@@ -68,23 +68,62 @@ func TestPublishedLLMFoundryRowsFit(t *testing.T) {
 	}
 }
 
-func TestPublishedTorchtitanRow(t *testing.T) {
-	// torchtitan docs/performance.md (FACTS.md), Table 1: Llama 3.1 8B, FSDP2 on 8
-	// H100s with 96 GB HBM2e ("95 GiB memory", 500 W), local batch 2, seq 8192,
-	// selective (op) activation checkpointing, eager: 5,762 tokens/s/GPU and 82.4
-	// GiB of memory (torchtitan logs max_memory_reserved). The defaults are its
-	// setup: FSDP2, reduce every micro-step, upcast loss, flash attention.
-	const publishedGiB, deviceGiB, publishedTPS = 82.4, 95, 5762
-	rc := cfg("llama3-8b", 8, sweeps.FullShard)
-	rc.SeqLen, rc.BatchPerDevice, rc.ActivationCheckpointing = 8192, 2, true
-	p := mustPredict(t, rc)
-	reserved := gibs(p.PeakMemReservedBytes)
-	perGPU := p.TokensPerS / 8
-	t.Logf("reserved %.1f GiB vs %.1f published (%+.1f%%); %.0f tokens/s/GPU vs %d (%+.0f%%)", reserved, publishedGiB,
-		100*(reserved/publishedGiB-1), perGPU, publishedTPS, 100*(perGPU/publishedTPS-1))
-	assert.InEpsilon(t, publishedGiB, reserved, 0.05, "memory within 5%")
-	assert.Less(t, gibs(p.PeakDeviceMemBytes), float64(deviceGiB), "fits the 95 GiB it ran on")
-	// Throughput rests on the generic efficiency (0.45) until calibration: within
-	// a third, as before.
-	assert.InEpsilon(t, publishedTPS, perGPU, 0.35)
+// torchtitanRows are torchtitan's published FSDP runs on 8 × H100 with 96 GB of
+// HBM2e ("95.0396 GiB", 500 W), bf16 with fp32 reduce-scatter, eager:
+//   - docs/performance.md, Table 1 (FACTS.md): Llama 3.1 8B, local batch 2, seq
+//     8192, selective (op) AC, FSDP2: 5,762 tokens/s/GPU, 82.4 GiB (torchtitan
+//     logs max_memory_reserved).
+//   - pytorch/torchtitan PR #165 (March 2024, the FSDP1 → FSDP2 switch): Llama 2
+//     7B (torchtitan's llama2 7B: vocab 32000, FFN 11008), local batch 8, seq
+//     2048: peak active and peak reserved as % of 95.0396 GiB and WPS ranges,
+//     for FSDP1 and FSDP2 with full AC and with selective AC.
+//
+// Their setup is the defaults' (reduce every micro-step, upcast loss, flash
+// attention) with the checkpointing and FSDP version of the row.
+var torchtitanRows = []struct {
+	name                       string
+	model                      string
+	batch, seq                 int
+	checkpointing              string
+	fsdp                       int
+	reservedGiB, activeGiB     float64 // activeGiB 0: not published
+	tokensPerSLo, tokensPerSHi float64
+	memTolerance               float64
+}{
+	{"llama3.1-8b/docs-table1", "llama3-8b", 2, 8192, CheckpointSelective, 2, 82.4, 0, 5762, 5762, 0.05},
+	{"llama2-7b/pr165/fsdp2-ac", "", 8, 2048, CheckpointFull, 2, 0.3264 * 95.0396, 0.2392 * 95.0396, 6100, 6300, 0.05},
+	{"llama2-7b/pr165/fsdp2-sac", "", 8, 2048, CheckpointSelective, 2, 0.6251 * 95.0396, 0.5213 * 95.0396, 6600, 6800, 0.05},
+	// FSDP1's caching-allocator behaviour (record_stream) reserves more than the
+	// model's factor says: within 10%.
+	{"llama2-7b/pr165/fsdp1-ac", "", 8, 2048, CheckpointFull, 1, 0.3382 * 95.0396, 0.2481 * 95.0396, 6100, 6200, 0.10},
+	{"llama2-7b/pr165/fsdp1-sac", "", 8, 2048, CheckpointSelective, 1, 0.6723 * 95.0396, 0.5298 * 95.0396, 6500, 6700, 0.10},
+}
+
+func TestPublishedTorchtitanRows(t *testing.T) {
+	const deviceGiB = 95.0396
+	llama2 := filepath.Join(t.TempDir(), "llama2-7b.json")
+	require.NoError(t, os.WriteFile(llama2, []byte(`{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+		"num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
+		"max_position_embeddings": 4096, "tie_word_embeddings": false}`), 0o644))
+	for _, r := range torchtitanRows {
+		t.Run(r.name, func(t *testing.T) {
+			model := r.model
+			if model == "" {
+				model = llama2
+			}
+			rc := cfg(model, 8, sweeps.FullShard)
+			rc.SeqLen, rc.BatchPerDevice, rc.ActivationCheckpointing = r.seq, r.batch, true
+			rc = withOpts(rc, "checkpointing", r.checkpointing, "fsdp_version", r.fsdp)
+			p := mustPredict(t, rc)
+			reserved, allocated, perGPU := gibs(p.PeakMemReservedBytes), gibs(p.PeakMemAllocatedBytes), p.TokensPerS/8
+			mid := (r.tokensPerSLo + r.tokensPerSHi) / 2
+			t.Logf("reserved %.1f GiB vs %.1f published (%+.1f%%); allocated %.1f vs active %.1f; %.0f tokens/s/GPU vs %.0f (%+.0f%%)",
+				reserved, r.reservedGiB, 100*(reserved/r.reservedGiB-1), allocated, r.activeGiB, perGPU, mid, 100*(perGPU/mid-1))
+			assert.InEpsilon(t, r.reservedGiB, reserved, r.memTolerance)
+			assert.Less(t, gibs(p.PeakDeviceMemBytes), deviceGiB, "it ran on 95 GiB")
+			// Throughput rests on the generic efficiency (0.45, a 700 W H100) until
+			// calibration; these ran at 500 W: within 40%.
+			assert.InEpsilon(t, mid, perGPU, 0.40)
+		})
+	}
 }
