@@ -194,4 +194,11 @@ func TestNCCLTestsOption(t *testing.T) {
 	}
 	_, err = ParseOptions(map[string]any{"inter_node_fabric": "ib"})
 	assert.ErrorContains(t, err, "must be one of ib-rail-8x200g, ib-rail-8x400g")
+	_, err = ParseOptions(map[string]any{"inter_node_fabric": "tcp", "inter_node_bus_bw_gbps": 3})
+	assert.ErrorContains(t, err, "both set the bandwidth between nodes: keep one")
+	_, err = ParseOptions(map[string]any{"nccl_tests": files[1], "intra_node_bus_bw_gbps": 400})
+	assert.ErrorContains(t, err, "both set the bandwidth inside a node: keep one")
+	// A flat figure for one scope and a curve for the other is fine.
+	_, err = ParseOptions(map[string]any{"inter_node_fabric": "tcp", "intra_node_bus_bw_gbps": 400})
+	assert.NoError(t, err)
 }

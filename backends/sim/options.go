@@ -241,6 +241,13 @@ func ParseOptions(m map[string]any) (Options, error) {
 	if err != nil {
 		return Options{}, backends.SpecErr(err)
 	}
+	// A flat figure and a curve for the same links contradict each other.
+	if o.InterNodeBusBW > 0 && len(links.Inter) > 0 {
+		return Options{}, backends.SpecErrorf("backend_options: inter_node_bus_bw_gbps and a curve across nodes (inter_node_fabric, or nccl_tests output spanning nodes) both set the bandwidth between nodes: keep one")
+	}
+	if o.IntraNodeBusBW > 0 && len(links.Intra) > 0 {
+		return Options{}, backends.SpecErrorf("backend_options: intra_node_bus_bw_gbps and a curve inside a node (intra_node_fabric, or nccl_tests output from one node) both set the bandwidth inside a node: keep one")
+	}
 	o.Links = links
 	return o, nil
 }
