@@ -387,8 +387,8 @@ func layerMatmuls(s shapes.Shape) []matmul {
 // selectiveSaved is the values per token one layer keeps under torchtitan's
 // selective "op" policy: the layer's input, the outputs of the 1st, 3rd, 5th, ...
 // matmul (its policy counts matmuls and saves every other one, starting with the
-// first) and attention's output. selectiveRecomputeFlops is the forward FLOPs per
-// token of the matmuls it does not save, run again in backward.
+// first) and attention's output; recomputeFlops is the forward FLOPs per token
+// of the matmuls it does not save, run again in backward.
 func selectiveSaved(s shapes.Shape) (saved int64, recomputeFlops float64) {
 	h := int64(s.Hidden)
 	saved = 2 * h // input, attention output
