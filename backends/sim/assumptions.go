@@ -61,6 +61,10 @@ const (
 	// AttentionAuto is flash on a GPU at bf16/fp16, eager otherwise (the sim's
 	// behaviour before these options existed).
 	AttentionAuto = "auto"
+	// AttentionSDPA is torch.nn.functional.scaled_dot_product_attention as it
+	// dispatches: a fused kernel on a GPU (flash for bf16/fp16, memory-efficient
+	// for fp32), the math backend on CPU.
+	AttentionSDPA = "sdpa"
 
 	// CheckpointFull: every transformer layer is checkpointed whole (torch.utils.
 	// checkpoint around the block, FSDP's apply_activation_checkpointing):
@@ -128,7 +132,8 @@ func DefaultAssumptions() Assumptions {
 //   - torchrun (backends/torchrun/python/fsdpbench_train.py): FSDP2 (fully_shard,
 //     which has no no_sync, so it reduces every micro-step) unless fsdp_api is 1;
 //     DDP for ddp/no_shard with no_sync; F.cross_entropy(logits.float()); SDPA on
-//     CUDA and softmax(q·kᵀ)·v on CPU; torch.utils.checkpoint per block.
+//     CUDA and softmax(q·kᵀ)·v on CPU (AttentionSDPA); torch.utils.checkpoint per
+//     block.
 func BackendAssumptions(backend string, rc sweeps.RunConfig) Assumptions {
 	a := DefaultAssumptions()
 	switch backend {
@@ -137,7 +142,7 @@ func BackendAssumptions(backend string, rc sweeps.RunConfig) Assumptions {
 		a.Checkpointing, a.FSDPVersion = CheckpointFull, 1
 	case "torchrun":
 		a.Checkpointing = CheckpointFull
-		a.Attention = AttentionAuto
+		a.Attention = AttentionSDPA
 		if v, ok := rc.BackendOptions["fsdp_api"]; ok && fmt.Sprint(v) == "1" {
 			a.FSDPVersion = 1
 		}
@@ -150,6 +155,12 @@ func BackendAssumptions(backend string, rc sweeps.RunConfig) Assumptions {
 
 // attention resolves AttentionAuto for the point.
 func (a Assumptions) attention(p point) string {
+	if a.Attention == AttentionSDPA {
+		if p.hw.IsGPU {
+			return AttentionFlash
+		}
+		return AttentionMath
+	}
 	if a.Attention != AttentionAuto && a.Attention != "" {
 		return a.Attention
 	}

@@ -161,7 +161,9 @@ func TestBackendAssumptions(t *testing.T) {
 
 	// torchrun's script: FSDP2 unless fsdp_api 1; no_sync under FSDP1 and DDP.
 	rc.Backend = "torchrun"
-	assert.Equal(t, GradSyncEveryMicroStep, mustPredict(t, rc).Assumptions.GradSync)
+	tr := mustPredict(t, rc)
+	assert.Equal(t, GradSyncEveryMicroStep, tr.Assumptions.GradSync)
+	assert.Contains(t, fmt.Sprint(tr.Notes), "attention math", "the script's softmax(q·kᵀ)·v on CPU")
 	rc.BackendOptions = map[string]any{"fsdp_api": 1}
 	assert.Equal(t, GradSyncNoSync, mustPredict(t, rc).Assumptions.GradSync)
 }

@@ -152,9 +152,9 @@ var optionTable = map[string]option{
 			o.Loss = c
 			return err
 		}},
-	"attention": {"attention implementation: auto (flash on a GPU at bf16/fp16, eager otherwise), flash, math (softmax output kept) or eager (Korthikanti's 5·a·s²·b)",
+	"attention": {"attention implementation: auto (flash on a GPU at bf16/fp16, eager otherwise), sdpa (fused on a GPU, math on CPU), flash, math (softmax output kept) or eager (Korthikanti's 5·a·s²·b)",
 		func(o *Options, v any) error {
-			c, err := choice(v, AttentionAuto, AttentionFlash, AttentionMath, AttentionEager)
+			c, err := choice(v, AttentionAuto, AttentionSDPA, AttentionFlash, AttentionMath, AttentionEager)
 			o.Attention = c
 			return err
 		}},
