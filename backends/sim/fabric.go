@@ -180,14 +180,14 @@ func (o Options) links() (Links, error) {
 		if err != nil {
 			return l, err
 		}
-		l.Intra = maps(f)
+		l.Intra = cloneLink(f)
 	}
 	if o.InterNodeFabric != "" {
 		f, err := Fabric(o.InterNodeFabric)
 		if err != nil {
 			return l, err
 		}
-		l.Inter = maps(f)
+		l.Inter = cloneLink(f)
 	}
 	for _, path := range o.NCCLTests {
 		r, err := ReadNCCLTests(path)
@@ -206,8 +206,8 @@ func (o Options) links() (Links, error) {
 	return l, nil
 }
 
-// maps copies a link so options never write into the profile table.
-func maps(l Link) Link {
+// cloneLink copies a link so options never write into the profile table.
+func cloneLink(l Link) Link {
 	out := make(Link, len(l))
 	for k, v := range l {
 		out[k] = slices.Clone(v)

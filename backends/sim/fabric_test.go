@@ -202,3 +202,24 @@ func TestNCCLTestsOption(t *testing.T) {
 	_, err = ParseOptions(map[string]any{"inter_node_fabric": "tcp", "intra_node_bus_bw_gbps": 400})
 	assert.NoError(t, err)
 }
+
+func TestPredictWith(t *testing.T) {
+	rc := cfg("llama-1b", 16, sweeps.FullShard)
+	rc.Nodes, rc.GPUsPerNode = 2, 8
+	extra := map[string]any{"inter_node_fabric": "tcp"}
+	// A sim run: the extra options join its own.
+	rc.BackendOptions = map[string]any{"efficiency": 0.3}
+	p, err := PredictWith(rc, extra)
+	require.NoError(t, err)
+	assert.Equal(t, 0.3, p.Hardware.Efficiency)
+	assert.Equal(t, mustPredict(t, withOpts(rc, "efficiency", 0.3, "inter_node_fabric", "tcp")).StepTimeS, p.StepTimeS)
+	assert.Equal(t, map[string]any{"efficiency": 0.3}, rc.BackendOptions, "the run's options are not modified")
+	// Another backend's run: its options are not the sim's; the extra ones apply.
+	rc.Backend, rc.BackendOptions = "torchrun", map[string]any{"script": "train.py"}
+	q, err := PredictWith(rc, extra)
+	require.NoError(t, err)
+	plain := mustPredict(t, rc)
+	assert.Greater(t, q.StepTimeS, plain.StepTimeS, "TCP is slower than the profile's 25 GB/s")
+	_, err = PredictWith(rc, map[string]any{"nccl_tests": "missing.txt"})
+	assert.ErrorContains(t, err, "backend_options.nccl_tests")
+}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -161,13 +162,25 @@ type point struct {
 // when rc.Backend is "sim" (or empty); other backends' options are not the sim's
 // business, so `plan` can predict every backend's runs.
 func Predict(rc sweeps.RunConfig) (Prediction, error) {
-	var opts Options
+	return PredictWith(rc, nil)
+}
+
+// PredictWith is Predict with sim backend_options the caller adds (plan's
+// --nccl-tests): over a sim run's own options, or alone for another backend's
+// run, whose options are not the sim's but whose links and assumptions these
+// describe.
+func PredictWith(rc sweeps.RunConfig, simOptions map[string]any) (Prediction, error) {
+	m := simOptions
 	if rc.Backend == "" || rc.Backend == Name {
-		o, err := ParseOptions(rc.BackendOptions)
-		if err != nil {
-			return Prediction{}, err
+		m = maps.Clone(rc.BackendOptions)
+		if m == nil {
+			m = map[string]any{}
 		}
-		opts = o
+		maps.Copy(m, simOptions)
+	}
+	opts, err := ParseOptions(m)
+	if err != nil {
+		return Prediction{}, err
 	}
 	return predict(rc, opts)
 }

@@ -41,15 +41,25 @@ grid:
 	assert.Equal(t, ExitUsage, res.code)
 	assert.Contains(t, res.stderr, "missing.txt")
 
-	gotrain := writeSpec(t, t.TempDir(), `name: g
-backend: gotrain
-hardware: cpu
-model: tiny
-seq_len: 16
+	// Another backend's runs: plan predicts them with the curves (a torchrun
+	// spec planned for a cluster); sweep refuses, as only the sim reads them.
+	torchrun := writeSpec(t, t.TempDir(), `name: t
+backend: torchrun
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 4096
 grid:
-  world_size: [1]
+  nodes: [2]
+  gpus_per_node: [8]
+  batch_per_device: [1]
 `)
-	res = fsdpbench(t, dir, "sweep", gotrain, "--nccl-tests", fixture)
+	flat = fsdpbench(t, dir, "plan", torchrun)
+	curve = fsdpbench(t, dir, "plan", torchrun, "--nccl-tests", fixture)
+	a, b = stepTime.FindStringSubmatch(flat.stdout), stepTime.FindStringSubmatch(curve.stdout)
+	require.Len(t, a, 2, flat.stdout+flat.stderr)
+	require.Len(t, b, 2, curve.stdout+curve.stderr)
+	assert.NotEqual(t, a[1], b[1])
+	res = fsdpbench(t, dir, "sweep", torchrun, "--nccl-tests", fixture)
 	assert.Equal(t, ExitUsage, res.code)
 	assert.Contains(t, res.stderr, "--nccl-tests feeds the sim backend's predictions")
 }

@@ -144,6 +144,13 @@ func loadPlanWithNCCLTests(path string, sets, files []string, reg *backends.Regi
 	return plan, nil
 }
 
+// isSimSpec reports whether the spec (with the --set overrides) runs the sim
+// backend; a spec that does not load is left to loadPlan to report.
+func isSimSpec(path string, sets []string, reg *backends.Registry) bool {
+	plan, err := loadPlan(path, sets, reg)
+	return err != nil || plan.Backend == sim.Name
+}
+
 // setFlag registers --set, repeatable; a value keeps its commas (--set world_size=1,2).
 func setFlag(cmd *cobra.Command, sets *[]string) {
 	cmd.Flags().StringArrayVar(sets, "set", nil, "override the spec, Hydra style: key=value or key=v1,v2 for a grid axis (repeatable)")
