@@ -15,10 +15,11 @@ import (
 
 func newSweepCmd() *cobra.Command {
 	var (
-		sets     []string
-		opts     harness.Options
-		dryRun   bool
-		progress string
+		sets      []string
+		ncclTests []string
+		opts      harness.Options
+		dryRun    bool
+		progress  string
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep SPEC",
@@ -40,7 +41,7 @@ its lock dies with it, so the same command resumes at once.`,
 			if err != nil {
 				return failure(err)
 			}
-			plan, err := loadPlan(args[0], sets, reg)
+			plan, err := loadPlanWithNCCLTests(args[0], sets, ncclTests, reg)
 			if err != nil {
 				return err
 			}
@@ -93,6 +94,7 @@ its lock dies with it, so the same command resumes at once.`,
 		},
 	}
 	setFlag(cmd, &sets)
+	ncclTestsFlag(cmd, &ncclTests)
 	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory (one sub-directory per sweep)")
 	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, fmt.Sprintf("runs to execute at once, 1 to %d (1 keeps measurements from disturbing each other)", harness.MaxJobs))
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
