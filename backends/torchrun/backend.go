@@ -439,25 +439,20 @@ func (j *Job) Argv(node *Node) ([]string, error) {
 var distEnv = []string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
 	"ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"}
 
-// baseEnviron is the environment the job's processes start from: environ, less
-// the distributed variables under launcher python, and with Python's output
-// unbuffered under python and command, so step lines arrive as they are printed
-// (torchrun and accelerate pipe their children line by line already).
+// baseEnviron is the environment the job's processes start from here: environ,
+// less the distributed variables under launcher python.
 func (j *Job) baseEnviron(environ []string) []string {
-	switch j.o.Launcher {
-	case LauncherPython:
-		out := make([]string, 0, len(environ)+1)
-		for _, kv := range environ {
-			name, _, _ := strings.Cut(kv, "=")
-			if !slices.Contains(distEnv, name) {
-				out = append(out, kv)
-			}
-		}
-		return append(out, "PYTHONUNBUFFERED=1")
-	case LauncherCommand:
-		return append(slices.Clip(environ), "PYTHONUNBUFFERED=1")
+	if j.o.Launcher != LauncherPython {
+		return environ
 	}
-	return environ
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(distEnv, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // logDir is where torchrun keeps its per-rank logs, in the run directory.
@@ -470,6 +465,11 @@ func (j *Job) Env(devices []int) []string {
 		contract.EnvOutputDir + "=" + j.Paths.OutputDir, contract.EnvRunID + "=" + j.rc.ID}
 	if j.rc.Hardware == "cpu" {
 		env = append(env, "FSDPBENCH_DEVICE=cpu")
+	}
+	if j.o.Launcher == LauncherPython || j.o.Launcher == LauncherCommand {
+		// Step lines arrive as they are printed, not when a pipe's buffer fills
+		// (torchrun and accelerate pass their children's lines on as they come).
+		env = append(env, "PYTHONUNBUFFERED=1")
 	}
 	if len(devices) > 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+contract.VisibleDevices(devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
