@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -244,4 +245,55 @@ func checkWidth(w int) error {
 		return fmt.Errorf("table width %d: give %d to %d columns (or 0 for the whole table)", w, MinWidth, MaxWidth)
 	}
 	return nil
+}
+
+// idHash is the hash a run ID ends with (sweeps.RunConfig.ID: slug-hash).
+var idHash = regexp.MustCompile(`-[0-9a-f]{16}$`)
+
+// fitRunTable cuts a table whose first column names runs by ID (compare's) to
+// width: the IDs lose their hash when the slugs alone are still all different,
+// then the side headings are cut with "…" down to their cells' width, then the
+// run column (cutWidestText).
+// It reports whether the IDs lost their hash, for the caller's note.
+func (g *grid) fitRunTable(width int) (hashless bool) {
+	if g.width() <= width || len(g.cols) == 0 {
+		return false
+	}
+	seen := map[string]bool{}
+	short := make([]string, len(g.rows))
+	for i, row := range g.rows {
+		short[i] = idHash.ReplaceAllString(row[0].text, "")
+		if seen[short[i]] {
+			short = nil
+			break
+		}
+		seen[short[i]] = true
+	}
+	for i := range short {
+		g.rows[i][0].text = short[i]
+	}
+
+	// A long side heading (a results path) goes first, as far as the cells
+	// below it; then the run column.
+	for j := range g.cols {
+		for g.width() > width && g.cols[j].right {
+			h := twwidth.Width(g.cols[j].header)
+			if h <= minCellWidth || h < g.colWidths()[j] || g.cellsWidth(j) >= h {
+				break
+			}
+			g.cols[j].header = ellipsis(g.cols[j].header, h-1)
+		}
+	}
+	for g.width() > width && g.cutWidestText() {
+	}
+	return short != nil
+}
+
+// cellsWidth is the widest cell of column j, its heading aside.
+func (g *grid) cellsWidth(j int) int {
+	w := 0
+	for _, row := range g.rows {
+		w = max(w, twwidth.Width(row[j].text))
+	}
+	return w
 }

@@ -167,3 +167,40 @@ func TestReportWidthBounds(t *testing.T) {
 		assert.Contains(t, err.Error(), fmt.Sprintf("table width %d", w))
 	}
 }
+
+// TestCompareFits: compare's tables at a width: run IDs lose their hash (the
+// slugs still tell the runs apart), long side headings are cut, every line
+// fits; Markdown and width 0 stay whole.
+func TestCompareFits(t *testing.T) {
+	runs := quickstartRuns(t)
+	side := "/a/long/path/to/the/results/of/the/quickstart"
+	for _, width := range []int{0, 100, 80, 60} {
+		t.Run(fmt.Sprint(width), func(t *testing.T) {
+			cmp, err := Compare(runs, runs, CompareOptions{BaselineName: side, CurrentName: side})
+			require.NoError(t, err)
+			require.NoError(t, cmp.Fit(width))
+			var buf bytes.Buffer
+			require.NoError(t, cmp.Write(&buf, FormatTable))
+			out := buf.String()
+			if width == 0 {
+				assert.Contains(t, out, "ws1-bs4-ddp-ac0-pre-e2134c8d813a7063")
+				assert.Contains(t, out, side)
+				return
+			}
+			for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+				assert.LessOrEqual(t, twwidth.Width(line), width, "line %q", line)
+			}
+			assert.NotContains(t, out, "e2134c8d813a7063")
+			assert.Contains(t, out, "run IDs without their hash")
+			if width >= 80 {
+				assert.Contains(t, out, "ws1-bs4-shard_grad_op-ac0-pre ", "at %d the slugs are whole", width)
+			}
+			buf.Reset()
+			require.NoError(t, cmp.Write(&buf, FormatMarkdown))
+			assert.Contains(t, buf.String(), "ws1-bs4-ddp-ac0-pre-e2134c8d813a7063", "Markdown is whole")
+		})
+	}
+	cmp, err := Compare(runs, runs, CompareOptions{})
+	require.NoError(t, err)
+	assert.Error(t, cmp.Fit(10))
+}

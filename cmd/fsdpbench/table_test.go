@@ -46,6 +46,10 @@ func TestRunTableFitsWidth(t *testing.T) {
 	rep := fsdpbench(t, dir, "report", sweepDir, "--width", "80")
 	require.Equal(t, 0, rep.code, rep.stderr)
 	assert.Equal(t, res.stdout, rep.stdout, "sweep and report print one table")
+	cmp := fsdpbench(t, dir, "compare", sweepDir, sweepDir, "--width", "80")
+	require.Equal(t, 0, cmp.code, cmp.stderr)
+	assert.LessOrEqual(t, widest(cmp.stdout), 80, cmp.stdout)
+	assert.Contains(t, cmp.stdout, "ws1-bs4-shard_grad_op-ac0-pre ")
 
 	for _, tt := range []struct {
 		name  string
