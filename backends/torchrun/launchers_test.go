@@ -220,6 +220,34 @@ func TestCommandLeavesNoProcess(t *testing.T) {
 	}
 }
 
+// TestCommandStopsOnTimeout: a command still running when the run's time is
+// up is stopped within seconds, all of it, and the run is a timeout.
+func TestCommandStopsOnTimeout(t *testing.T) {
+	needTorch(t)
+	rc := runConfig(1, sweeps.DDP)
+	rc.BackendOptions = map[string]any{"launcher": LauncherCommand, "command": []any{"/bin/sh", "-c",
+		`sleep 60 & echo $! > "$FSDPBENCH_RUN_DIR/child.pid"; wait`}}
+	b := New()
+	require.NoError(t, b.Validate(context.Background(), rc))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	runDir := t.TempDir()
+	begin := time.Now()
+	res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: runDir}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusTimeout, res.Status)
+	t.Logf("stopped %v after the start", time.Since(begin))
+	assert.Less(t, time.Since(begin), 2*time.Second+killGrace+5*time.Second)
+	data, err := os.ReadFile(filepath.Join(runDir, "child.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	require.NoError(t, err)
+	if !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the command's child %d outlived the run", pid)
+	}
+}
+
 // TestCommandArgv covers the template: one element per element, the script's
 // arguments spliced where "{script_args}" stands, values never split, the
 // launch's own variables, and errors that name the element.
