@@ -204,3 +204,16 @@ func TestCompareFits(t *testing.T) {
 	require.NoError(t, err)
 	assert.Error(t, cmp.Fit(10))
 }
+
+// TestWriteTable: the CLI's other tables use the report renderer: numbers
+// aligned right, text left, no cell wrapped, a short row refused.
+func TestWriteTable(t *testing.T) {
+	var buf bytes.Buffer
+	long := strings.Repeat("a long summary ", 20)
+	require.NoError(t, WriteTable(&buf, []string{"name", "GiB"}, [][]string{{"sim", "1.5"}, {long, "-"}, {"x", "12.25"}}))
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	require.Len(t, lines, 7, "one line per row: %s", buf.String())
+	assert.Contains(t, lines[3], "│ sim ")
+	assert.True(t, strings.HasSuffix(lines[3], "   1.5 │"), "%q", lines[3])
+	assert.Error(t, WriteTable(&buf, []string{"a", "b"}, [][]string{{"1"}}))
+}

@@ -641,3 +641,39 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// WriteTable draws rows of text under header with the renderer of every report
+// (no cell wrapped; numbers aligned right): the CLI's other tables (plan, the
+// dry run, backends) look like its run tables.
+func WriteTable(w io.Writer, header []string, rows [][]string) error {
+	g := &grid{cols: make([]gridCol, len(header))}
+	for j, h := range header {
+		g.cols[j] = gridCol{key: h, header: h, right: numericColumn(rows, j)}
+	}
+	for _, row := range rows {
+		if len(row) != len(header) {
+			return fmt.Errorf("render table: a row has %d cells for %d columns", len(row), len(header))
+		}
+		cells := make([]gridCell, len(row))
+		for j, s := range row {
+			cells[j] = gridCell{raw: s, text: s}
+		}
+		g.rows = append(g.rows, cells)
+	}
+	return g.writeTable(w, false)
+}
+
+// numericColumn says whether every known cell of column j is a number.
+func numericColumn(rows [][]string, j int) bool {
+	known := false
+	for _, row := range rows {
+		if j >= len(row) || row[j] == "" || row[j] == "-" {
+			continue
+		}
+		if _, err := strconv.ParseFloat(row[j], 64); err != nil {
+			return false
+		}
+		known = true
+	}
+	return known
+}

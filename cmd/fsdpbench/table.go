@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/tw"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -17,15 +15,10 @@ import (
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
-// writeTable draws header and rows as a text table.
+// writeTable draws header and rows as a text table, with the renderer of the
+// run tables (results.WriteTable).
 func writeTable(w io.Writer, header []string, rows [][]string) error {
-	// Headers are axis and metric names; auto-formatting would mangle "GiB" and "tokens/s".
-	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off))
-	t.Header(header)
-	if err := t.Bulk(rows); err != nil {
-		return err
-	}
-	return t.Render()
+	return results.WriteTable(w, header, rows)
 }
 
 // axisValues formats rc's value of each axis (canonical names, as plan.Axes lists
