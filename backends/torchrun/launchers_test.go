@@ -150,43 +150,59 @@ func TestCommandKeepsShellMetacharactersInOneArgument(t *testing.T) {
 	}
 }
 
-// TestCommandMatchesTorchrunLauncher runs the project's script at world size 2
-// (DDP over gloo) under the torchrun launcher and under a command that starts
-// python -m torch.distributed.run itself, and requires the same losses.
-func TestCommandMatchesTorchrunLauncher(t *testing.T) {
+// TestLaunchersMatchTorchrun runs the project's script under the torchrun
+// launcher and under the others: at world size 2 (DDP over gloo) a command
+// that starts python -m torch.distributed.run itself, at world size 1 launcher
+// python (the script alone). Each pair must train to the same losses.
+func TestLaunchersMatchTorchrun(t *testing.T) {
 	needTorch(t)
 	command := []any{"{python}", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "{gpus_per_node}",
 		"--rdzv_backend", "c10d", "--rdzv_endpoint", "{rdzv_endpoint}", "--rdzv_id", "{run_id}",
 		"--redirects", "2", "--tee", "2", "--log_dir", "{run_dir}/torchelastic", "{script}", "{script_args}"}
 	b := New()
-	losses := map[string][]float64{}
-	for _, launcher := range []string{LauncherTorchrun, LauncherCommand} {
-		rc := runConfig(2, sweeps.DDP)
+	run := func(t *testing.T, ws int, launcher string) (losses []float64, argv []string) {
+		rc := runConfig(ws, sweeps.DDP)
 		rc.BackendOptions = map[string]any{"launcher": launcher}
 		if launcher == LauncherCommand {
 			rc.BackendOptions["command"] = command
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
 		require.NoError(t, b.Validate(ctx, rc), launcher)
 		var stderr strings.Builder
 		runDir := t.TempDir()
 		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: runDir, Stderr: &stderr}, nil)
-		cancel()
 		require.NoError(t, err)
 		require.Equal(t, results.StatusOK, res.Status, "%s: error %q; stderr:\n%s", launcher, res.Error, stderr.String())
-		require.Len(t, res.PerRank, 2, launcher)
-		var argv []string
+		require.Len(t, res.PerRank, ws, launcher)
+		require.Len(t, res.Steps, rc.Steps, launcher)
 		data, err := os.ReadFile(filepath.Join(runDir, "command.json"))
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(data, &argv))
-		assert.Contains(t, argv, "torch.distributed.run", launcher)
 		for _, st := range res.Steps {
 			require.NotNil(t, st.Loss)
-			losses[launcher] = append(losses[launcher], *st.Loss)
+			losses = append(losses, *st.Loss)
 		}
+		return losses, argv
 	}
-	require.Len(t, losses[LauncherTorchrun], runConfig(2, sweeps.DDP).Steps)
-	assert.Equal(t, losses[LauncherTorchrun], losses[LauncherCommand], "the same script, seed and world size train alike whoever starts torchrun")
+	for _, tt := range []struct {
+		ws       int
+		launcher string
+		started  string // in the launcher's argv
+	}{
+		{2, LauncherCommand, "torch.distributed.run"},
+		{1, LauncherPython, "--model-json"},
+	} {
+		t.Run(tt.launcher, func(t *testing.T) {
+			want, _ := run(t, tt.ws, LauncherTorchrun)
+			got, argv := run(t, tt.ws, tt.launcher)
+			assert.Contains(t, argv, tt.started)
+			if tt.launcher == LauncherPython {
+				assert.NotContains(t, argv, "torch.distributed.run")
+			}
+			assert.Equal(t, want, got, "the same script, seed and world size train alike whoever starts it")
+		})
+	}
 }
 
 // TestCommandLeavesNoProcess: what a command leaves behind (a daemon in a
