@@ -132,7 +132,7 @@ func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	d := backends.Description{
 		Name:    Name,
-		Summary: "PyTorch under torchrun or accelerate launch: the project's reference trainer (DDP; FSDP on CUDA) or your own script",
+		Summary: "PyTorch under torchrun, accelerate launch, plain python or your own command: the project's reference trainer (DDP; FSDP on CUDA) or your own script",
 		Source:  "builtin",
 	}
 	info, err := b.torch(ctx, DefaultPython)
