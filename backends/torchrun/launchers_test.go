@@ -302,6 +302,18 @@ func TestCommandArgv(t *testing.T) {
 	}
 }
 
+// TestCommandStringIsSplitBeforeSubstitution: the one-string form of command
+// is cut at spaces first; a value with spaces substituted after stays whole.
+func TestCommandStringIsSplitBeforeSubstitution(t *testing.T) {
+	o, err := ParseOptions(map[string]any{"launcher": LauncherCommand, "command": "srun --chdir={run_dir} {python} {script} {script_args}"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"srun", "--chdir={run_dir}", "{python}", "{script}", "{script_args}"}, o.Command)
+	vars := contract.Vars(runConfig(1, sweeps.DDP), contract.Paths{RunDir: "/runs/a b; c"})
+	got, err := CommandArgv(o, vars, nil, "/s.py", []string{"--x", "y z"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"srun", "--chdir=/runs/a b; c", DefaultPython, "/s.py", "--x", "y z"}, got)
+}
+
 // TestLauncherOptionErrors: what the launchers refuse, as spec errors naming
 // the option.
 func TestLauncherOptionErrors(t *testing.T) {
