@@ -300,6 +300,19 @@ type Comparison struct {
 	// Geomeans holds, per metric, the geometric means over the runs ok on both sides.
 	Geomeans []Geomean `json:"geomeans"`
 	cols     []Column
+	width    int // see Fit
+}
+
+// Fit makes the text tables fit width terminal columns (0: whole; MinWidth to
+// MaxWidth): where a table is wider, run IDs lose their hash when the readable
+// slugs alone tell the rows apart, then the run column and the side headings are
+// cut with "…" (fitRunTable). Markdown and JSON are never cut.
+func (c *Comparison) Fit(width int) error {
+	if err := checkWidth(width); err != nil {
+		return err
+	}
+	c.width = width
+	return nil
 }
 
 // ComparisonRow is one run (one Pair) of a Comparison.
@@ -417,7 +430,7 @@ const (
 func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	base, cur := sideLabel(c.Baseline, "baseline"), sideLabel(c.Current, "current")
 	var buf bytes.Buffer
-	usedNotBacked, usedNoChange := false, false
+	usedNotBacked, usedNoChange, hashless := false, false, false
 	for j := range c.cols {
 		col := &c.cols[j]
 		g := &grid{title: col.Header, cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
@@ -445,6 +458,8 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		}
 		if markdown {
 			g.title = "#### " + g.title
+		} else if c.width > 0 && g.fitRunTable(c.width) {
+			hashless = true
 		}
 		if err := g.writeTable(&buf, markdown); err != nil {
 			return err
@@ -456,6 +471,16 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	}
 	if usedNotBacked {
 		notes = append(notes, notBackedNote)
+	}
+	if hashless {
+		notes = append(notes, "run IDs without their hash (--wide shows them whole)")
+	}
+	if c.width > 0 && !markdown {
+		var wrapped []string
+		for _, n := range notes {
+			wrapped = append(wrapped, wrapText(n, c.width)...)
+		}
+		notes = wrapped
 	}
 	for _, n := range notes {
 		if markdown {
