@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
@@ -40,13 +41,14 @@ const (
 	fromLightning  = "Lightning"
 	fromTorchrun   = "torchrun"
 	fromScripts    = "scripts"
-	fromFSDPConfig = "fsdp_config (HF Trainer, accelerate)"
+	fromFSDPConfig = "fsdp_config"
 )
 
 // Aliases is the one table of the names scripts give the axes. A key of an
 // fsdp_config object (the Trainer's, or accelerate's config file) is looked up
 // with its fsdp_ prefix, as accelerate writes it; the Trainer strips the prefix
-// and both spellings are read.
+// and both spellings are read there (fsdp_config.backward_prefetch), while
+// outside an fsdp_config a bare name such as version means nothing.
 var Aliases = []Alias{
 	{Key: "world_size", Axis: "world_size", From: fromScripts},
 	{Key: "num_processes", Axis: "world_size", From: fromAccelerate},
@@ -76,7 +78,7 @@ var Aliases = []Alias{
 	{Key: "global_batch", Axis: "global_batch", From: fromScripts},
 	{Key: "training.global_batch_size", Axis: "global_batch", From: fromTitan},
 
-	{Key: "seq_len", Axis: "seq_len", From: fromScripts + ", " + fromTitan + " (training.seq_len)"},
+	{Key: "seq_len", Axis: "seq_len", From: fromScripts},
 	{Key: "training.seq_len", Axis: "seq_len", From: fromTitan},
 	{Key: "seq_length", Axis: "seq_len", From: fromScripts},
 	{Key: "max_seq_length", Axis: "seq_len", From: fromHF + " (TRL)"},
@@ -97,7 +99,6 @@ var Aliases = []Alias{
 	{Key: "fsdp", Axis: "sharding,cpu_offload,wrap_policy", From: fromHF + " (--fsdp \"full_shard auto_wrap\") or true/false", conv: convHFFSDP},
 	{Key: "strategy", Axis: "sharding", From: fromLightning + " (fsdp, ddp)", conv: convStrategy},
 	{Key: "distributed_type", Axis: "sharding", From: fromAccelerate + " (FSDP, MULTI_GPU)", conv: convDistributedType},
-	{Key: "reshard_after_forward", Axis: "sharding", From: fromFSDPConfig + " (FSDP2: false = shard_grad_op)", conv: convReshard},
 	{Key: "fsdp_reshard_after_forward", Axis: "sharding", From: fromFSDPConfig + " (FSDP2)", conv: convReshard},
 	{Key: "parallelism.fsdp_reshard_after_forward", Axis: "sharding", From: fromTitan + " (never = shard_grad_op)", conv: convReshard},
 	{Key: "parallelism.data_parallel_replicate_degree", Axis: "sharding", From: fromTitan + " (> 1 = hybrid_shard)", conv: convReplicate},
@@ -107,7 +108,6 @@ var Aliases = []Alias{
 	{Key: "gradient_checkpointing", Axis: "activation_checkpointing", From: fromHF},
 	{Key: "activation_checkpoint.mode", Axis: "activation_checkpointing", From: fromTitan + " (full, none)", conv: convACMode},
 	{Key: "cpu_offload", Axis: "cpu_offload", From: fromScripts},
-	{Key: "offload_params", Axis: "cpu_offload", From: fromFSDPConfig},
 	{Key: "fsdp_offload_params", Axis: "cpu_offload", From: fromFSDPConfig},
 	{Key: "training.enable_cpu_offload", Axis: "cpu_offload", From: fromTitan},
 	{Key: "backward_prefetch", Axis: "backward_prefetch", From: fromScripts + ", " + fromFSDPConfig, conv: convPrefetch},
@@ -115,22 +115,14 @@ var Aliases = []Alias{
 	{Key: "fsdp_backward_prefetch_policy", Axis: "backward_prefetch", From: fromAccelerate + " (older)", conv: convPrefetch},
 	{Key: "forward_prefetch", Axis: "forward_prefetch", From: fromScripts + ", " + fromFSDPConfig},
 	{Key: "fsdp_forward_prefetch", Axis: "forward_prefetch", From: fromFSDPConfig},
-	{Key: "auto_wrap_policy", Axis: "wrap_policy", From: fromFSDPConfig, conv: convWrap},
 	{Key: "fsdp_auto_wrap_policy", Axis: "wrap_policy", From: fromFSDPConfig, conv: convWrap},
-	{Key: "transformer_layer_cls_to_wrap", Axis: "wrap_policy", From: fromFSDPConfig + " (kept in extra.fsdp)", conv: convLayerCls},
 	{Key: "fsdp_transformer_layer_cls_to_wrap", Axis: "wrap_policy", From: fromFSDPConfig + " (kept in extra.fsdp)", conv: convLayerCls},
-	{Key: "min_num_params", Axis: "wrap_policy", From: fromFSDPConfig + " (size:N)", conv: convMinParams},
 	{Key: "fsdp_min_num_params", Axis: "wrap_policy", From: fromFSDPConfig + " (size:N)", conv: convMinParams},
 	{Key: "wrap_policy", Axis: "wrap_policy", From: fromScripts},
-	{Key: "state_dict_type", From: fromFSDPConfig},
 	{Key: "fsdp_state_dict_type", From: fromFSDPConfig},
 	{Key: "fsdp_version", From: fromFSDPConfig},
-	{Key: "version", From: fromFSDPConfig + " (fsdp_config.version)"},
-	{Key: "use_orig_params", From: fromFSDPConfig},
 	{Key: "fsdp_use_orig_params", From: fromFSDPConfig},
-	{Key: "sync_module_states", From: fromFSDPConfig},
 	{Key: "fsdp_sync_module_states", From: fromFSDPConfig},
-	{Key: "cpu_ram_efficient_loading", From: fromFSDPConfig},
 	{Key: "fsdp_cpu_ram_efficient_loading", From: fromFSDPConfig},
 
 	{Key: "mixed_precision", Axis: "mixed_precision", From: fromScripts + ", " + fromAccelerate + " (no, fp16, bf16)", conv: convPrecision},
@@ -166,15 +158,15 @@ var aliasByKey = func() map[string]Alias {
 	return m
 }()
 
-// AliasHelp renders Aliases for `ingest --help`: one line per axis with every
-// spelling and where it comes from.
+// AliasHelp renders Aliases for `ingest --help`: per axis, every spelling and
+// the scripts that use it, wrapped; then the Hugging Face ids read as presets.
 func AliasHelp() string {
 	byAxis := map[string][]string{}
 	var axes []string
 	for _, a := range Aliases {
 		axis := a.Axis
 		if axis == "" {
-			axis = "(kept in extra.fsdp)"
+			axis = "(no axis; kept in extra.fsdp)"
 		}
 		if _, ok := byAxis[axis]; !ok {
 			axes = append(axes, axis)
@@ -183,9 +175,35 @@ func AliasHelp() string {
 	}
 	var b strings.Builder
 	for _, axis := range axes {
-		fmt.Fprintf(&b, "  %s:\n      %s\n", axis, strings.Join(byAxis[axis], ",\n      "))
+		wrap(&b, axis+": ", byAxis[axis])
 	}
+	b.WriteString("  (fsdp_config is the Trainer's fsdp_config or accelerate's; inside it the fsdp_ prefix is optional)\n")
+	wrap(&b, "Hugging Face ids read as presets: ", shapes.HFIDs())
 	return b.String()
+}
+
+// helpWidth is the width AliasHelp wraps at, that of the rest of the help text.
+const helpWidth = 88
+
+// wrap writes items after head, comma-separated, in lines of at most helpWidth,
+// continued lines indented.
+func wrap(b *strings.Builder, head string, items []string) {
+	line := "  " + head
+	for i, it := range items {
+		if i < len(items)-1 {
+			it += ","
+		}
+		if len(line)+1+len(it) > helpWidth && strings.TrimSpace(line) != strings.TrimSpace(head) {
+			b.WriteString(line + "\n")
+			line = "      " + it
+			continue
+		}
+		if !strings.HasSuffix(line, " ") {
+			line += " "
+		}
+		line += it
+	}
+	b.WriteString(line + "\n")
 }
 
 // lookupAlias finds a key's alias: the key itself, else (inside an fsdp_config

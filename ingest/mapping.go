@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,7 +73,11 @@ func one(dir string, spec []byte, specName string, o Options) (run, *sweeps.Plan
 		return r, nil, fmt.Errorf("ingest: %s: %w", dir, err)
 	}
 	r.rep.Mapped, r.rep.Unmapped, r.rep.Overridden = mp.mapped, mp.unmapped, mp.overridden
-	r.rep.Warnings = append(r.rep.Warnings, mp.warnings...)
+	for _, w := range mp.warnings {
+		if !slices.Contains(r.rep.Warnings, w) {
+			r.rep.Warnings = append(r.rep.Warnings, w)
+		}
+	}
 	all := make([]string, 0, len(mp.sets)+len(o.Set))
 	all = append(all, mp.sets...)
 	all = append(all, o.Set...)
@@ -248,8 +253,22 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 				mp.overridden = append(mp.overridden, fmt.Sprintf("%s=%s -> --set %s=%s", from, show(e.val), av.axis, sv))
 				continue
 			}
+			note := ""
+			if av.axis == "model" {
+				model, how, warn, err := resolveModel(av.value, dir)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", from, err)
+				}
+				if warn != "" {
+					mp.warnings = append(mp.warnings, warn)
+				}
+				av.value, note = model, how
+			}
 			if err := merge(vals, av, from); err != nil {
 				return nil, err
+			}
+			if c := vals[av.axis]; note != "" && c.note == "" {
+				c.note = note
 			}
 		}
 	}
@@ -268,9 +287,7 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 	if err := nanoGPTAccum(vals, byKey, setAxes); err != nil {
 		return nil, err
 	}
-	if err := modelOf(mp, vals, dir, setAxes); err != nil {
-		return nil, err
-	}
+	folderModel(mp, vals, dir, setAxes)
 	if trainer != nil {
 		if err := trainerReplicas(mp, vals, trainer, setAxes); err != nil {
 			return nil, err
@@ -356,26 +373,18 @@ func nanoGPTAccum(vals map[string]*chosen, byKey map[string]entry, setAxes map[s
 	return nil
 }
 
-// modelOf resolves the model axis: a preset stays; a Hugging Face id becomes its
-// preset; else a config.json (the folder's, a local checkout's that the value
-// names, or the Hugging Face cache's) gives the shape, as the preset of the same
-// dimensions or as the file's path. Without a model key, the folder's own
-// config.json (a Trainer output_dir's) gives it.
-func modelOf(mp *mapping, vals map[string]*chosen, dir string, setAxes map[string]string) error {
-	if setAxes["model"] != "" {
-		return nil
-	}
-	c := vals["model"]
-	value := ""
-	if c != nil {
-		value = c.value
-	}
+// resolveModel reads a folder's model value: a preset stays; a Hugging Face id
+// becomes its preset; else a config.json (one the value names, a local
+// checkout's, or the Hugging Face cache's) gives the shape, as the preset of the
+// same dimensions or as the file's path. An empty value reads the folder's own
+// config.json (a Trainer output_dir's). note says how; warn is set when the
+// value stays a label.
+func resolveModel(value, dir string) (model, note, warn string, err error) {
 	if value != "" && shapes.IsPreset(value) {
-		return nil
+		return value, "", "", nil
 	}
 	if p, ok := shapes.PresetForHFID(value); ok && value != "" {
-		c.value, c.note = p, "Hugging Face id "+value
-		return nil
+		return p, "Hugging Face id " + value, "", nil
 	}
 	var cands []string
 	if value != "" {
@@ -386,40 +395,47 @@ func modelOf(mp *mapping, vals map[string]*chosen, dir string, setAxes map[strin
 		if p, ok := shapes.CachedConfig(value); ok {
 			cands = append(cands, p)
 		}
+	} else {
+		cands = append(cands, filepath.Join(dir, ModelConfigFile))
 	}
-	cands = append(cands, filepath.Join(dir, ModelConfigFile))
 	for _, path := range cands {
 		if !regular(path) {
 			continue
 		}
 		s, err := shapes.ReadConfig(path)
 		if err != nil {
-			if path == filepath.Join(dir, ModelConfigFile) && value == "" {
-				mp.warnings = append(mp.warnings, fmt.Sprintf("%s is no model config the tool reads (%v); the model axis is not given", path, err))
-				continue
+			if value == "" {
+				return "", "", fmt.Sprintf("%s is no model config this tool reads (%v); the model axis is not given", path, err), nil
 			}
-			return fmt.Errorf("model %s: %w", show(value), err)
+			return "", "", "", fmt.Errorf("model %s: %w", show(value), err)
 		}
-		model := path
-		if abs, err := filepath.Abs(path); err == nil {
-			model = abs
-		}
-		how := "config.json " + path
 		if p, ok := shapes.MatchPreset(s); ok {
-			model, how = p, "the shape of "+path
+			return p, "the shape of " + path, "", nil
 		}
-		if c == nil {
-			vals["model"] = &chosen{value: model, from: []string{ModelConfigFile}, note: how}
-		} else {
-			c.value, c.note = model, how
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
 		}
-		return nil
+		return path, "config.json " + path, "", nil
 	}
-	if value != "" {
-		mp.warnings = append(mp.warnings, fmt.Sprintf("model %s is no preset, no known Hugging Face id, and no config.json of it was found (in the folder, a checkout it names, or the Hugging Face cache %s): it stays a label the sim and MFU cannot use; give --set model=PRESET (%s)",
-			show(value), strings.Join(shapes.HFCacheDirs(), ", "), strings.Join(shapes.Presets(), ", ")))
+	if value == "" {
+		return "", "", "", nil
 	}
-	return nil
+	return value, "", fmt.Sprintf("model %s is no preset, no known Hugging Face id, and no config.json of it was found (a checkout it names, or the Hugging Face cache %s): it stays a label the sim and MFU cannot use; give --set model=PRESET (%s)",
+		show(value), strings.Join(shapes.HFCacheDirs(), ", "), strings.Join(shapes.Presets(), ", ")), nil
+}
+
+// folderModel gives the model axis from the folder's config.json when no key did.
+func folderModel(mp *mapping, vals map[string]*chosen, dir string, setAxes map[string]string) {
+	if setAxes["model"] != "" || vals["model"] != nil {
+		return
+	}
+	model, note, warn, _ := resolveModel("", dir)
+	if warn != "" {
+		mp.warnings = append(mp.warnings, warn)
+	}
+	if model != "" {
+		vals["model"] = &chosen{value: model, from: []string{ModelConfigFile + " (folder)"}, note: note}
+	}
 }
 
 // trainerReplicas derives world_size or grad_accum from a Trainer's own figures
