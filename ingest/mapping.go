@@ -307,7 +307,9 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 			if c.note != "" {
 				m += " (" + c.note + ")"
 			}
-			mp.mapped = append(mp.mapped, m)
+			if !slices.Contains(mp.mapped, m) {
+				mp.mapped = append(mp.mapped, m)
+			}
 		}
 	}
 	sort.Strings(mp.mapped)
