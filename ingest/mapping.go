@@ -481,6 +481,14 @@ func trainerReplicas(mp *mapping, vals map[string]*chosen, t *trainerOutput, set
 	default:
 		return fmt.Errorf("the Trainer's figures give world_size × grad_accum = %d (%s) but not which is which; give --set world_size=N", n, from)
 	}
+	if vals["seq_len"] == nil && setAxes["seq_len"] == "" {
+		if ws, ok := get("world_size"); ok {
+			if seq, ok := t.tokensPerSample(ws); ok {
+				vals["seq_len"] = &chosen{value: itoa(seq), from: []string{"train_tokens_per_second × world_size ÷ train_samples_per_second"},
+					note: "every sample " + itoa(seq) + " tokens, packed or padded"}
+			}
+		}
+	}
 	return nil
 }
 

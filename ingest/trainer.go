@@ -113,6 +113,24 @@ func (t *trainerOutput) replicas() (n int, ok bool) {
 	return int(r), true
 }
 
+// tokensPerSample is the sequence length the Trainer's figures give when it
+// counted tokens too: train_tokens_per_second (per device) × world size over
+// train_samples_per_second (all devices). ok is false without both figures or
+// when samples differ in length (no whole number within 2%).
+func (t *trainerOutput) tokensPerSample(worldSize int) (int, bool) {
+	tps, has1, err1 := number(t.metrics, "train_tokens_per_second", 0, backends.MaxTokens)
+	sps, has2, err2 := number(t.metrics, "train_samples_per_second", 0, backends.MaxTokens)
+	if errors.Join(err1, err2) != nil || !has1 || !has2 || sps <= 0 || worldSize < 1 {
+		return 0, false
+	}
+	x := tps * float64(worldSize) / sps
+	r := math.Round(x)
+	if r < 1 || r > maxInt || math.Abs(x-r) > 0.02*r {
+		return 0, false
+	}
+	return int(r), true
+}
+
 // result makes the run's result: tokens over train_runtime, which spans the
 // whole training loop (data loading, the first slow steps, logging, saving), so
 // the result is marked WholeRunWallTime. Tokens per rank are
