@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -247,4 +248,64 @@ func nest(n int) string {
 		s = "[" + s + "]"
 	}
 	return s
+}
+
+// TestIngestModelFromConfig: a model value that is no preset and no known id is
+// read from a config.json: one in a local Hugging Face cache (written here as
+// huggingface_hub lays it out), as the preset of the same dimensions or as the
+// file's path; a value found nowhere stays a label, with a warning.
+func TestIngestModelFromConfig(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HF_HUB_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HF_HOME", home)
+	cached := func(id, body string) string {
+		org, name, _ := strings.Cut(id, "/")
+		dir := filepath.Join(home, "hub", "models--"+org+"--"+name, "snapshots", "0123abcd")
+		writeFile(t, dir, "config.json", body)
+		return filepath.Join(dir, "config.json")
+	}
+	tinyDims := `{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+		"num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 1024}`
+	cached("acme/tiny-clone", tinyDims)
+	wide := cached("acme/Wide-1B", `{"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
+		"intermediate_size": 5504, "vocab_size": 32000, "max_position_embeddings": 4096}`)
+	for _, tc := range []struct {
+		model, want, mapped, warning string
+	}{
+		{"acme/tiny-clone", "tiny", "model_name -> model=tiny (the shape of ", ""},
+		{"acme/Wide-1B", wide, "model_name -> model=" + wide + " (config.json " + wide + ")", ""},
+		{"acme/Unknown-9B", "acme/Unknown-9B", "model_name -> model=acme/Unknown-9B", `model "acme/Unknown-9B" is no preset, no known Hugging Face id, and no config.json of it was found`},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			root := t.TempDir()
+			dir := writeRun(t, root, "run", map[string]any{"model_name": tc.model},
+				map[string]any{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 1})
+			reports, err := Ingest(context.Background(), []string{dir}, filepath.Join(root, "out"), Options{Name: "x"})
+			require.NoError(t, err)
+			runs, err := results.Load(filepath.Join(root, "out", "x"))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, runs[0].Config.Model)
+			found := false
+			for _, m := range reports[0].Mapped {
+				found = found || strings.HasPrefix(m, tc.mapped)
+			}
+			assert.True(t, found, "%v", reports[0].Mapped)
+			if tc.warning != "" {
+				require.Len(t, reports[0].Warnings, 1)
+				assert.Contains(t, reports[0].Warnings[0], tc.warning)
+			} else {
+				assert.Empty(t, reports[0].Warnings)
+			}
+		})
+	}
+
+	// A run folder's own config.json (as a Trainer saves the model) gives the
+	// model when no key does.
+	root := t.TempDir()
+	dir := writeRun(t, root, "run", nil, map[string]any{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 1})
+	writeFile(t, dir, "config.json", tinyDims)
+	reports, err := Ingest(context.Background(), []string{dir}, filepath.Join(root, "out"), Options{Name: "x"})
+	require.NoError(t, err)
+	assert.Contains(t, reports[0].Mapped, "config.json -> model=tiny (the shape of "+filepath.Join(dir, "config.json")+")")
 }
