@@ -211,6 +211,14 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 				continue // read with model.name
 			}
 		}
+		if e.file == torchrun.LegacyMetricsFile && e.key == "model" {
+			// A metrics.json's model is often the script's own label
+			// ("tiny-mlp-lm"): it names the model axis only when it resolves to
+			// a shape; else it stays in the metrics' extra, as it always has.
+			if v, isStr := e.val.(string); !isStr || !resolvable(v, dir) {
+				continue
+			}
+		}
 		a, ok := lookupAlias(e.key, o.Map)
 		if !ok {
 			if _, seen := mp.kept[e.key]; !seen {
@@ -424,6 +432,13 @@ func resolveModel(value, dir string) (model, note, warn string, err error) {
 	}
 	return value, "", fmt.Sprintf("model %s is no preset, no known Hugging Face id, and no config.json of it was found (a checkout it names, or the Hugging Face cache %s): it stays a label the sim and MFU cannot use; give --set model=PRESET (%s)",
 		show(value), strings.Join(shapes.HFCacheDirs(), ", "), strings.Join(shapes.Presets(), ", ")), nil
+}
+
+// resolvable reports whether a model value resolves to a shape (resolveModel
+// gives no warning and no error).
+func resolvable(value, dir string) bool {
+	_, _, warn, err := resolveModel(value, dir)
+	return value != "" && warn == "" && err == nil
 }
 
 // folderModel gives the model axis from the folder's config.json when no key did.
