@@ -42,6 +42,8 @@ const (
 	fromTorchrun   = "torchrun"
 	fromScripts    = "scripts"
 	fromFSDPConfig = "fsdp_config"
+	// fromTrainerState keys count only in a Trainer's trainer_state.json.
+	fromTrainerState = "HF Trainer's trainer_state.json only"
 )
 
 // Aliases is the one table of the names scripts give the axes. A key of an
@@ -67,7 +69,7 @@ var Aliases = []Alias{
 	{Key: "per_device_batch_size", Axis: "batch_per_device", From: fromAccelerate + " examples"},
 	{Key: "batch_size_per_device", Axis: "batch_per_device", From: fromScripts},
 	{Key: "micro_batch_size", Axis: "batch_per_device", From: fromScripts},
-	{Key: "train_batch_size", Axis: "batch_per_device", From: fromHF + " (trainer_state.json)"},
+	{Key: "train_batch_size", Axis: "batch_per_device", From: fromTrainerState},
 	{Key: "batch_size", Axis: "batch_per_device", From: fromNanoGPT + ", " + fromLightning + " (per process)"},
 	{Key: "training.local_batch_size", Axis: "batch_per_device", From: fromTitan},
 	{Key: "training.batch_size", Axis: "batch_per_device", From: fromTitan + " (before local_batch_size)"},
@@ -143,7 +145,7 @@ var Aliases = []Alias{
 	{Key: "max_steps", Axis: "steps", From: fromHF + ", " + fromLightning},
 	{Key: "max_iters", Axis: "steps", From: fromNanoGPT},
 	{Key: "training.steps", Axis: "steps", From: fromTitan},
-	{Key: "global_step", Axis: "steps", From: fromHF + " (trainer_state.json)"},
+	{Key: "global_step", Axis: "steps", From: fromTrainerState},
 }
 
 // aliasByKey indexes Aliases.

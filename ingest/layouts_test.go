@@ -50,7 +50,8 @@ func TestIngestLayouts(t *testing.T) {
 			name: "HF Trainer run_args with the fsdp string and fsdp_config",
 			args: map[string]any{"model_name_or_path": "mistralai/Mistral-7B-v0.1", "per_device_train_batch_size": 2,
 				"gradient_accumulation_steps": 4, "max_seq_length": 1024, "max_steps": 50, "bf16": true, "seed": 42,
-				"fsdp": "full_shard auto_wrap", "fsdp_config": map[string]any{"backward_prefetch": "backward_post",
+				"train_batch_size": 256, // DeepSpeed's global batch: not the Trainer state's per-device one
+				"fsdp":             "full_shard auto_wrap", "fsdp_config": map[string]any{"backward_prefetch": "backward_post",
 					"forward_prefetch": true, "activation_checkpointing": true, "state_dict_type": "SHARDED_STATE_DICT",
 					"transformer_layer_cls_to_wrap": []any{"MistralDecoderLayer"}, "fsdp_version": 1}},
 			set: []string{"gpus_per_node=8"}, ws: 16,

@@ -220,6 +220,10 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 			}
 		}
 		a, ok := lookupAlias(e.key, o.Map)
+		if ok && a.From == fromTrainerState && e.file != TrainerStateFile {
+			// Elsewhere train_batch_size is often the global batch (DeepSpeed's).
+			ok = false
+		}
 		if !ok {
 			if _, seen := mp.kept[e.key]; !seen {
 				mp.unmapped = append(mp.unmapped, e.key)

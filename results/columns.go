@@ -198,7 +198,6 @@ var registry = []Column{
 	textual(metric("status", "status", UnitNone, "ok, oom, diverged, failed, timeout, canceled or infeasible", func(m *Metrics) any { return optS(string(m.Status)) })),
 	textual(metric("error", "error", UnitNone, "why the run is not ok", func(m *Metrics) any { return optS(m.Error) })),
 	textual(metric("predicted", "predicted", UnitNone, "figures come from the analytic model, not a measurement", func(m *Metrics) any { return m.Predicted })),
-	textual(metric("whole_run_wall_time", "whole-run time", UnitNone, "throughput divides by the whole run's wall time (start-up, warm-up), not the measured steps'", func(m *Metrics) any { return m.WholeRunWallTime })),
 	metric("steps_measured", "steps", UnitNone, "measured steps per repeat", func(m *Metrics) any { return nonZero(int64(m.StepsMeasured)) }),
 	metric("tokens_per_step", "tokens/step", UnitNone, "tokens per optimizer step, all ranks", func(m *Metrics) any { return nonZero(m.TokensPerStep) }),
 	{Name: "step_time_s.median", Kind: KindMetric, Header: "step median (s)", Unit: UnitSeconds, CI: SampleStepTimeS,
