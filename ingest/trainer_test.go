@@ -103,10 +103,10 @@ func TestIngestTrainerOutputDir(t *testing.T) {
 			assert.True(t, met.WholeRunWallTime, "train_runtime spans the whole training loop")
 			require.NotNil(t, met.TokensPerSPerRank)
 			if tc.tokensPer {
-				assert.InEpsilon(t, metrics["train_tokens_per_second"].(float64), *met.TokensPerSPerRank, 1e-6)
+				assert.InEpsilon(t, metrics["train_tokens_per_second"].(float64), *met.TokensPerSPerRank, 1e-3, "whole tokens per rank")
 				assert.Contains(t, reports[0].Mapped, "train_tokens_per_second × world_size ÷ train_samples_per_second -> seq_len=32 (every sample 32 tokens, packed or padded)")
 			} else {
-				assert.InEpsilon(t, metrics["train_samples_per_second"].(float64)*32/2, *met.TokensPerSPerRank, 1e-6, "whole tokens per rank")
+				assert.InEpsilon(t, metrics["train_samples_per_second"].(float64)*32/2, *met.TokensPerSPerRank, 1e-3, "whole tokens per rank: within half a token of 3,072")
 			}
 			assert.Equal(t, 32, rc.SeqLen)
 			// The script's own count: every rank's tokens over the rounded runtime.
