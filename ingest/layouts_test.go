@@ -310,3 +310,34 @@ func TestIngestModelFromConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, reports[0].Mapped, "config.json -> model=tiny (the shape of "+filepath.Join(dir, "config.json")+")")
 }
+
+// TestIngestFSDPWithoutStrategy: a folder that says FSDP but no strategy, in
+// any of the ways scripts say it, needs --fsdp-sharding, and says which key
+// said FSDP.
+func TestIngestFSDPWithoutStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		args  map[string]any
+		files map[string]string
+		want  string
+	}{
+		{map[string]any{"fsdp": true}, nil, "fsdp: true does not say which strategy; give it with --fsdp-sharding"},
+		{map[string]any{"strategy": "fsdp"}, nil, "strategy (FSDP) does not say which strategy"},
+		{nil, map[string]string{"acc.yaml": "distributed_type: FSDP\nnum_processes: 2\n"}, "distributed_type (FSDP) does not say which strategy"},
+		{map[string]any{"devices": "auto"}, nil, `devices (run_args.json): gpus_per_node must be a whole number, got "auto" (an explicit --set gpus_per_node=... replaces the folder's value)`},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			root := t.TempDir()
+			dir := writeRun(t, root, "run", tc.args, map[string]any{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 2})
+			for name, text := range tc.files {
+				writeFile(t, dir, name, text)
+			}
+			_, err := Ingest(context.Background(), []string{dir}, filepath.Join(root, "out"), Options{Name: "x"})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			reports, err := Ingest(context.Background(), []string{dir}, filepath.Join(root, "out"), Options{Name: "x",
+				FSDPSharding: "shard_grad_op", Set: []string{"gpus_per_node=2"}})
+			require.NoError(t, err, "with --fsdp-sharding and --set it is read")
+			assert.NotEmpty(t, reports[0].ID)
+		})
+	}
+}

@@ -258,7 +258,7 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 		}
 		avs, err := a.convert(v)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", from, err)
+			return nil, fmt.Errorf("%s: %w (an explicit --set %s=... replaces the folder's value)", from, err, axes[0])
 		}
 		for _, av := range avs {
 			if sv, ok := setAxes[av.axis]; ok {
@@ -287,8 +287,16 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 
 	if c := vals["sharding"]; c != nil && c.value == fsdpTrue {
 		if o.FSDPSharding == "" {
-			return nil, fmt.Errorf("%s: true does not say which strategy; give it with --fsdp-sharding (full_shard, shard_grad_op, hybrid_shard, no_shard)",
-				strings.Join(keysOf(c.from), ", "))
+			var said []string
+			for _, k := range keysOf(c.from) {
+				if k == "fsdp" {
+					said = append(said, "fsdp: true")
+				} else {
+					said = append(said, k+" (FSDP)")
+				}
+			}
+			return nil, fmt.Errorf("%s does not say which strategy; give it with --fsdp-sharding (full_shard, shard_grad_op, hybrid_shard, no_shard)",
+				strings.Join(said, ", "))
 		}
 		c.value = o.FSDPSharding
 	}
