@@ -99,8 +99,8 @@ var Aliases = []Alias{
 	{Key: "sharding_strategy", Axis: "sharding", From: fromFSDPConfig + ", " + fromLightning, conv: convSharding},
 	{Key: "fsdp_sharding_strategy", Axis: "sharding", From: fromFSDPConfig, conv: convSharding},
 	{Key: "fsdp", Axis: "sharding,cpu_offload,wrap_policy", From: fromHF + " (--fsdp \"full_shard auto_wrap\") or true/false", conv: convHFFSDP},
-	{Key: "strategy", Axis: "sharding", From: fromLightning + " (fsdp, ddp)", conv: convStrategy},
-	{Key: "distributed_type", Axis: "sharding", From: fromAccelerate + " (FSDP, MULTI_GPU)", conv: convDistributedType},
+	{Key: "strategy", Axis: "sharding", From: fromLightning + " (fsdp: FULL_SHARD unless sharding_strategy says; ddp)", conv: convStrategy},
+	{Key: "distributed_type", Axis: "sharding", From: fromAccelerate + " (FSDP: FULL_SHARD unless fsdp_sharding_strategy says; MULTI_GPU)", conv: convDistributedType},
 	{Key: "fsdp_reshard_after_forward", Axis: "sharding", From: fromFSDPConfig + " (FSDP2)", conv: convReshard},
 	{Key: "parallelism.fsdp_reshard_after_forward", Axis: "sharding", From: fromTitan + " (never = shard_grad_op)", conv: convReshard},
 	{Key: "parallelism.data_parallel_replicate_degree", Axis: "sharding", From: fromTitan + " (> 1 = hybrid_shard)", conv: convReplicate},
@@ -405,11 +405,16 @@ func convHFFSDP(v any) ([]axisValue, error) {
 // fsdpTrue stands for `fsdp: true`, which does not say the strategy: Options.FSDPSharding does.
 const fsdpTrue = "fsdp:true"
 
+// fsdpToolDefault stands for accelerate's distributed_type FSDP and
+// Lightning's strategy fsdp: without a sharding_strategy both use FULL_SHARD,
+// their documented default.
+const fsdpToolDefault = "fsdp:default"
+
 func convStrategy(v any) ([]axisValue, error) {
 	s, _ := v.(string)
 	switch s = strings.ToLower(strings.TrimSpace(s)); {
 	case s == "fsdp" || strings.HasPrefix(s, "fsdp_"):
-		return []axisValue{{"sharding", fsdpTrue}}, nil
+		return []axisValue{{"sharding", fsdpToolDefault}}, nil
 	case s == "ddp" || strings.HasPrefix(s, "ddp_"):
 		return []axisValue{{"sharding", sweeps.DDP}}, nil
 	}
@@ -420,7 +425,7 @@ func convDistributedType(v any) ([]axisValue, error) {
 	s, _ := v.(string)
 	switch strings.ToUpper(strings.TrimSpace(s)) {
 	case "FSDP":
-		return []axisValue{{"sharding", fsdpTrue}}, nil
+		return []axisValue{{"sharding", fsdpToolDefault}}, nil
 	case "MULTI_GPU", "MULTI_CPU":
 		return []axisValue{{"sharding", sweeps.DDP}}, nil
 	case "NO":

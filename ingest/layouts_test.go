@@ -73,6 +73,17 @@ func TestIngestLayouts(t *testing.T) {
 				mapped: []string{"fsdp -> cpu_offload=true", "fsdp_config.min_num_params -> wrap_policy=size:100000000", "fp16 -> mixed_precision=fp16"}},
 		},
 		{
+			name: "HF Trainer fsdp_config given as a JSON file",
+			args: map[string]any{"model_name_or_path": "meta-llama/Llama-3.2-1B", "per_device_train_batch_size": 8,
+				"fsdp": "hybrid_shard auto_wrap", "fsdp_config": "fsdp.json"},
+			files: map[string]string{"fsdp.json": `{"fsdp_backward_prefetch": "backward_post", "fsdp_forward_prefetch": true, "fsdp_version": 1}`},
+			set:   []string{"gpus_per_node=4"}, ws: 8,
+			want: want{ws: 8, nodes: 2, gpn: 4, bs: 8, ga: 1, seq: 512, steps: 20, model: "llama-1b", sharding: "hybrid_shard",
+				prefetch: "backward_post", wrap: "transformer", fwd: true, mp: "bf16",
+				fsdpExtra: map[string]any{"version": 1.0},
+				mapped:    []string{"fsdp_config.fsdp_backward_prefetch -> backward_prefetch=backward_post", "fsdp -> sharding=hybrid_shard"}},
+		},
+		{
 			name: "accelerate config YAML beside run_args",
 			args: map[string]any{"model_name_or_path": "codellama/CodeLlama-7b-hf", "per_device_batch_size": 4, "max_length": 512},
 			files: map[string]string{"accelerate_config.yaml": `compute_environment: LOCAL_MACHINE
@@ -311,19 +322,39 @@ func TestIngestModelFromConfig(t *testing.T) {
 	assert.Contains(t, reports[0].Mapped, "config.json -> model=tiny (the shape of "+filepath.Join(dir, "config.json")+")")
 }
 
-// TestIngestFSDPWithoutStrategy: a folder that says FSDP but no strategy, in
-// any of the ways scripts say it, needs --fsdp-sharding, and says which key
-// said FSDP.
+// TestIngestFSDPWithoutStrategy: a folder that says only `fsdp: true` needs
+// --fsdp-sharding; accelerate's distributed_type FSDP and Lightning's strategy
+// fsdp without a sharding_strategy are those tools' default, FULL_SHARD.
 func TestIngestFSDPWithoutStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		args  map[string]any
+		files map[string]string
+	}{
+		{map[string]any{"strategy": "fsdp"}, nil},
+		{nil, map[string]string{"acc.yaml": "distributed_type: FSDP\nnum_processes: 2\n"}},
+		{map[string]any{"fsdp": true, "strategy": "fsdp"}, nil},
+	} {
+		root := t.TempDir()
+		dir := writeRun(t, root, "run", tc.args, map[string]any{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 2})
+		for name, text := range tc.files {
+			writeFile(t, dir, name, text)
+		}
+		reports, err := Ingest(context.Background(), []string{dir}, filepath.Join(root, "out"), Options{Name: "x"})
+		require.NoError(t, err)
+		found := false
+		for _, m := range reports[0].Mapped {
+			found = found || strings.HasSuffix(m, "-> sharding=full_shard (FSDP without a sharding_strategy: the tool's default FULL_SHARD)")
+		}
+		assert.True(t, found, "%v", reports[0].Mapped)
+	}
+
 	for _, tc := range []struct {
 		args  map[string]any
 		files map[string]string
 		want  string
 	}{
 		{map[string]any{"fsdp": true}, nil, "fsdp: true does not say which strategy; give it with --fsdp-sharding"},
-		{map[string]any{"strategy": "fsdp"}, nil, "strategy (FSDP) does not say which strategy"},
-		{nil, map[string]string{"acc.yaml": "distributed_type: FSDP\nnum_processes: 2\n"}, "distributed_type (FSDP) does not say which strategy"},
-		{map[string]any{"devices": "auto"}, nil, `devices (run_args.json): gpus_per_node must be a whole number, got "auto" (an explicit --set gpus_per_node=... replaces the folder's value)`},
+		{map[string]any{"devices": "auto", "strategy": "fsdp"}, nil, `devices (run_args.json): gpus_per_node must be a whole number, got "auto" (an explicit --set gpus_per_node=... replaces the folder's value)`},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			root := t.TempDir()

@@ -46,6 +46,23 @@ func one(dir string, spec []byte, specName string, o Options) (run, *sweeps.Plan
 		entries = append(entries, flatten("", args, RunArgsFile)...)
 		r.rep.Files = append(r.rep.Files, RunArgsFile)
 	}
+	// The Trainer takes fsdp_config as an object or as the path of a JSON file.
+	if p, ok := args["fsdp_config"].(string); ok && p != "" {
+		path := p
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path)
+		}
+		if regular(path) {
+			fc, err := readJSON(path)
+			if err != nil {
+				return r, nil, err
+			}
+			entries = append(entries, flatten("fsdp_config", fc, filepath.Base(path))...)
+			r.rep.Files = append(r.rep.Files, filepath.Base(path))
+		} else {
+			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("fsdp_config names %s, which is not in the folder: its keys are not read", show(p)))
+		}
+	}
 	cfg, read, skipped, err := readConfigs(dir)
 	if err != nil {
 		return r, nil, fmt.Errorf("ingest: %w", err)
@@ -285,6 +302,9 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 		}
 	}
 
+	if c := vals["sharding"]; c != nil && c.value == fsdpToolDefault {
+		c.value, c.note = sweeps.FullShard, "FSDP without a sharding_strategy: the tool's default FULL_SHARD"
+	}
 	if c := vals["sharding"]; c != nil && c.value == fsdpTrue {
 		if o.FSDPSharding == "" {
 			var said []string
@@ -351,15 +371,16 @@ func merge(vals map[string]*chosen, av axisValue, from string) error {
 	}
 	switch {
 	case c.value == av.value:
-	case av.axis == "sharding" && c.value == fsdpTrue && av.value != sweeps.DDP:
+	case av.axis == "sharding" && c.value == fsdpTrue && av.value != sweeps.DDP,
+		av.axis == "sharding" && c.value == fsdpToolDefault && av.value != sweeps.DDP && av.value != fsdpTrue:
 		c.value = av.value
-	case av.axis == "sharding" && av.value == fsdpTrue && c.value != sweeps.DDP:
+	case av.axis == "sharding" && (av.value == fsdpTrue || av.value == fsdpToolDefault) && c.value != sweeps.DDP:
 	case av.axis == "wrap_policy" && c.value == "transformer" && strings.HasPrefix(av.value, "size:"):
 		c.value = av.value
 	case av.axis == "wrap_policy" && av.value == "transformer" && strings.HasPrefix(c.value, "size:"):
 	default:
 		shown := func(v string) string {
-			if v == fsdpTrue {
+			if v == fsdpTrue || v == fsdpToolDefault {
 				return "FSDP"
 			}
 			return v
