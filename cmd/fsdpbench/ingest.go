@@ -38,9 +38,9 @@ compare: it is below a steady-state figure, and a gap is no regression.
 
 Settings map onto the canonical axes through the table below (--map key=axis adds
 yours). The Trainer's fsdp option string ("full_shard auto_wrap", "shard_grad_op
-offload") gives sharding, cpu_offload and wrap_policy; fsdp: true (or accelerate's
-distributed_type FSDP, Lightning's strategy fsdp) needs --fsdp-sharding when no
-sharding_strategy says which. Hugging Face model ids become presets (listed below);
+offload") gives sharding, cpu_offload and wrap_policy; a bare fsdp: true needs
+--fsdp-sharding, while accelerate's distributed_type FSDP and Lightning's strategy
+fsdp without a sharding_strategy are those tools' default, full_shard. Hugging Face model ids become presets (listed below);
 other models are read from a config.json in the folder, in a checkout the value names,
 or in the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
 An explicit --set wins over a folder's value, and the output lists what it overrode.
