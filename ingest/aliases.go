@@ -212,7 +212,12 @@ func wrap(b *strings.Builder, head string, items []string) {
 // object) its last element with and without the fsdp_ prefix.
 func lookupAlias(key string, extra map[string]string) (Alias, bool) {
 	if axis, ok := extra[key]; ok {
-		return Alias{Key: key, Axis: axis, From: "--map"}, true
+		// The axis's own spelling reads its values (FULL_SHARD, BACKWARD_PRE, bf16-mixed...).
+		a := Alias{Key: key, Axis: axis, From: "--map"}
+		if canon, ok := aliasByKey[axis]; ok && canon.Axis == axis {
+			a.conv = canon.conv
+		}
+		return a, true
 	}
 	if a, ok := aliasByKey[key]; ok {
 		return a, true

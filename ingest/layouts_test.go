@@ -372,3 +372,15 @@ func TestIngestFSDPWithoutStrategy(t *testing.T) {
 		})
 	}
 }
+
+// TestIngestMapReadsValuesAsTheAxis: a key mapped with --map is read as its
+// axis's own key would be (FULL_SHARD is full_shard).
+func TestIngestMapReadsValuesAsTheAxis(t *testing.T) {
+	root := t.TempDir()
+	dir := writeRun(t, root, "run", map[string]any{"my_strategy": "FULL_SHARD", "my_prec": "bf16-mixed", "my_bs": 3},
+		map[string]any{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 2})
+	reports, err := Ingest(context.Background(), []string{dir}, filepath.Join(root, "out"), Options{Name: "x",
+		Map: map[string]string{"my_strategy": "sharding", "my_prec": "mixed_precision", "my_bs": "batch_per_device"}})
+	require.NoError(t, err)
+	assert.Subset(t, reports[0].Mapped, []string{"my_strategy -> sharding=full_shard", "my_prec -> mixed_precision=bf16", "my_bs -> batch_per_device=3"})
+}
