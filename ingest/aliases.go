@@ -360,6 +360,9 @@ func convHFFSDP(v any) ([]axisValue, error) {
 		}
 		return []axisValue{{"sharding", fsdpTrue}}, nil
 	case string:
+		if b, err := strconv.ParseBool(strings.TrimSpace(x)); err == nil {
+			return convHFFSDP(b) // a script that wrote its flag as text
+		}
 		opts = strings.Fields(x)
 	case []any:
 		for _, o := range x {

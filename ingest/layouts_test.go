@@ -354,6 +354,7 @@ func TestIngestFSDPWithoutStrategy(t *testing.T) {
 		want  string
 	}{
 		{map[string]any{"fsdp": true}, nil, "fsdp: true does not say which strategy; give it with --fsdp-sharding"},
+		{map[string]any{"fsdp": "True"}, nil, "fsdp: true does not say which strategy; give it with --fsdp-sharding"},
 		{map[string]any{"devices": "auto", "strategy": "fsdp"}, nil, `devices (run_args.json): gpus_per_node must be a whole number, got "auto" (an explicit --set gpus_per_node=... replaces the folder's value)`},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
