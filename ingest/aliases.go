@@ -495,9 +495,6 @@ func convACMode(v any) ([]axisValue, error) {
 }
 
 func convPrefetch(v any) ([]axisValue, error) {
-	if v == nil {
-		return []axisValue{{"backward_prefetch", sweeps.PrefetchNone}}, nil
-	}
 	s := strings.ToLower(strings.TrimSpace(fmt.Sprint(v)))
 	s = strings.TrimPrefix(s, "backwardprefetch.")
 	switch s {

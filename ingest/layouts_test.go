@@ -73,6 +73,23 @@ func TestIngestLayouts(t *testing.T) {
 				mapped: []string{"fsdp -> cpu_offload=true", "fsdp_config.min_num_params -> wrap_policy=size:100000000", "fp16 -> mixed_precision=fp16"}},
 		},
 		{
+			// TrainingArguments.to_dict() as a Trainer script dumps it: every
+			// argument, unset ones as null, max_steps -1 when epochs decide.
+			name: "TrainingArguments.to_dict with its defaults",
+			args: map[string]any{"output_dir": "out", "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8,
+				"gradient_accumulation_steps": 2, "max_steps": -1, "num_train_epochs": 3.0, "bf16": true, "fp16": false,
+				"fsdp": []any{"full_shard", "auto_wrap"}, "fsdp_min_num_params": 0, "fsdp_transformer_layer_cls_to_wrap": nil,
+				"fsdp_config": map[string]any{"min_num_params": 0, "xla": false, "xla_fsdp_v2": false, "xla_fsdp_grad_ckpt": false,
+					"backward_prefetch": nil, "transformer_layer_cls_to_wrap": []any{"LlamaDecoderLayer"}},
+				"deepspeed": nil, "gradient_checkpointing": false, "torch_compile": false, "seed": 42, "local_rank": -1,
+				"model_name_or_path": "meta-llama/Llama-3.1-8B"},
+			set: []string{"gpus_per_node=8"}, ws: 8,
+			want: want{ws: 8, nodes: 1, gpn: 8, bs: 8, ga: 2, seq: 512, steps: 20, model: "llama3-8b", sharding: "full_shard",
+				prefetch: "backward_pre", wrap: "transformer", mp: "bf16",
+				fsdpExtra: map[string]any{"transformer_layer_cls_to_wrap": []any{"LlamaDecoderLayer"}},
+				mapped:    []string{"fsdp -> sharding=full_shard", "bf16 -> mixed_precision=bf16", "seed -> seed=42"}},
+		},
+		{
 			name: "HF Trainer fsdp_config given as a JSON file",
 			args: map[string]any{"model_name_or_path": "meta-llama/Llama-3.2-1B", "per_device_train_batch_size": 8,
 				"fsdp": "hybrid_shard auto_wrap", "fsdp_config": "fsdp.json"},

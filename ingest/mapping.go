@@ -236,7 +236,15 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 				continue
 			}
 		}
+		if e.val == nil {
+			continue // null: not set (TrainingArguments.to_dict writes every argument, most as null)
+		}
 		a, ok := lookupAlias(e.key, o.Map)
+		if ok && a.Axis == "steps" {
+			if x, isNum := e.val.(float64); isNum && x <= 0 {
+				continue // the Trainer's and Lightning's max_steps -1: no step limit set
+			}
+		}
 		if ok && a.From == fromTrainerState && e.file != TrainerStateFile {
 			// Elsewhere train_batch_size is often the global batch (DeepSpeed's).
 			ok = false
