@@ -369,8 +369,9 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 
 // merge records av from a key, or checks it against the value another key gave.
 // Some pairs are not conflicts: `fsdp: true` (or accelerate's FSDP) with a named
-// strategy, and the Trainer's auto_wrap (transformer) with min_num_params (a
-// size policy, which the Trainer then uses).
+// strategy, two switches of activation checkpointing or offload, and the
+// Trainer's auto_wrap (transformer) with min_num_params (a size policy, which
+// the Trainer then uses).
 func merge(vals map[string]*chosen, av axisValue, from string) error {
 	c := vals[av.axis]
 	if c == nil {
@@ -383,6 +384,11 @@ func merge(vals map[string]*chosen, av axisValue, from string) error {
 		av.axis == "sharding" && c.value == fsdpToolDefault && av.value != sweeps.DDP && av.value != fsdpTrue:
 		c.value = av.value
 	case av.axis == "sharding" && (av.value == fsdpTrue || av.value == fsdpToolDefault) && c.value != sweeps.DDP:
+	case (av.axis == "activation_checkpointing" || av.axis == "cpu_offload") && av.value != c.value:
+		// Two switches for one thing (the Trainer's gradient_checkpointing and
+		// fsdp_config's activation_checkpointing, which it forbids together; the
+		// fsdp string's offload and offload_params): either on turns it on.
+		c.value = "true"
 	case av.axis == "wrap_policy" && c.value == "transformer" && strings.HasPrefix(av.value, "size:"):
 		c.value = av.value
 	case av.axis == "wrap_policy" && av.value == "transformer" && strings.HasPrefix(c.value, "size:"):
