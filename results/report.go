@@ -119,6 +119,7 @@ type gridCell struct {
 	raw       any    // plain value for CSV/JSON; nil = unknown
 	text      string // table text
 	predicted bool
+	wholeRun  bool // a throughput of a whole-run wall time (wholeRunMark)
 }
 
 func resolveMetrics(names []string, def []string) ([]Column, error) {
@@ -161,7 +162,46 @@ func metricCell(c *Column, r *Run) gridCell {
 		cell.text += "*"
 		cell.predicted = true
 	}
+	if wholeRunFigure(c, r) {
+		cell.text += wholeRunMark
+		cell.wholeRun = true
+	}
 	return cell
+}
+
+// wholeRunMark flags a throughput figure made of a whole run's wall time
+// (Metrics.WholeRunWallTime), which is no steady-state figure.
+const (
+	wholeRunMark = "†"
+	wholeRunNote = "† throughput over the whole run's wall time (start-up, warm-up, data loading included), not steady state: " +
+		"expect it below a measured or predicted steady-state figure; a gap is no regression"
+)
+
+// wholeRunFigure reports whether column c of run r divides by a whole-run wall time.
+func wholeRunFigure(c *Column, r *Run) bool {
+	return r.Metrics.WholeRunWallTime && wholeRunColumn(c)
+}
+
+// wholeRunColumn reports whether column c divides by the wall time.
+func wholeRunColumn(c *Column) bool {
+	switch strings.TrimPrefix(c.Name, "ci.") {
+	case "tokens_per_s", "tokens_per_s_per_rank", "tokens_per_s_per_rank.lo", "tokens_per_s_per_rank.hi",
+		"mfu", "tflops_per_rank", "scaling_efficiency":
+		return true
+	}
+	return false
+}
+
+// wholeRunNotes is the footnote of a grid holding a † cell.
+func wholeRunNotes(g *grid) []string {
+	for _, row := range g.rows {
+		for _, c := range row {
+			if c.wholeRun {
+				return []string{wholeRunNote}
+			}
+		}
+	}
+	return nil
 }
 
 // displayValue is the table text of a value in the column's display unit.
@@ -272,7 +312,7 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = predictedNote(predicted)
+	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
 	return g, set, nil
 }
 
@@ -403,7 +443,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = predictedNote(predicted)
+	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
 	return g, nil
 }
 
