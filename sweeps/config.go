@@ -115,6 +115,14 @@ type RunConfig struct {
 	WrapPolicy              string `json:"wrap_policy"`
 	Compile                 bool   `json:"compile"`
 
+	// Checkpoint is none, sharded or full; CheckpointEvery saves after every that
+	// many measured steps; ResumeCheck reloads the first checkpoint into a fresh
+	// trainer and compares the resumed losses with the uninterrupted ones. Empty
+	// Checkpoint (a config stored before the axis) means none.
+	Checkpoint      string `json:"checkpoint,omitempty"`
+	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
+	ResumeCheck     bool   `json:"resume_check,omitempty"`
+
 	BackendOptions  map[string]any `json:"backend_options,omitempty"`
 	LauncherOptions map[string]any `json:"launcher_options,omitempty"`
 
@@ -153,13 +161,25 @@ type trainingKey struct {
 	MixedPrecision          string `json:"mixed_precision"`
 	WrapPolicy              string `json:"wrap_policy"`
 	Compile                 bool   `json:"compile"`
+	// The checkpoint settings are present only when the run checkpoints, so
+	// runs without checkpointing keep the IDs they had before the axis.
+	Checkpoint      string `json:"checkpoint,omitempty"`
+	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
+	ResumeCheck     *bool  `json:"resume_check,omitempty"`
 }
 
 func (rc *RunConfig) trainingKey() trainingKey {
-	return trainingKey{rc.Hardware, rc.Model, rc.SeqLen, rc.Seed, rc.Nodes, rc.GPUsPerNode,
-		rc.WorldSize, rc.BatchPerDevice, rc.GradAccum, rc.GlobalBatch, rc.Sharding,
-		rc.ActivationCheckpointing, rc.BackwardPrefetch, rc.ForwardPrefetch, rc.CPUOffload,
-		rc.MixedPrecision, rc.WrapPolicy, rc.Compile}
+	k := trainingKey{Hardware: rc.Hardware, Model: rc.Model, SeqLen: rc.SeqLen, Seed: rc.Seed, Nodes: rc.Nodes,
+		GPUsPerNode: rc.GPUsPerNode, WorldSize: rc.WorldSize, BatchPerDevice: rc.BatchPerDevice,
+		GradAccum: rc.GradAccum, GlobalBatch: rc.GlobalBatch, Sharding: rc.Sharding,
+		ActivationCheckpointing: rc.ActivationCheckpointing, BackwardPrefetch: rc.BackwardPrefetch,
+		ForwardPrefetch: rc.ForwardPrefetch, CPUOffload: rc.CPUOffload,
+		MixedPrecision: rc.MixedPrecision, WrapPolicy: rc.WrapPolicy, Compile: rc.Compile}
+	if rc.Checkpoints() {
+		rcheck := rc.ResumeCheck
+		k.Checkpoint, k.CheckpointEvery, k.ResumeCheck = rc.Checkpoint, rc.CheckpointEvery, &rcheck
+	}
+	return k
 }
 
 // HashBytes is how many bytes of SHA-256 a run ID carries: 64 bits, so a grid of
@@ -242,6 +262,7 @@ func (rc *RunConfig) appendTrainingKey(b []byte) []byte {
 	b = appendJSONString(b, rc.WrapPolicy)
 	b = append(b, `,"compile":`...)
 	b = strconv.AppendBool(b, rc.Compile)
+	b = rc.appendCheckpointKey(b)
 	return append(b, '}')
 }
 
@@ -266,6 +287,10 @@ func appendJSONString(b []byte, s string) []byte {
 func (rc RunConfig) Fingerprint() string {
 	c := rc
 	c.ID, c.Slug, c.Sweep, c.Timeout, c.Launcher, c.LauncherOptions = "", "", "", 0, "", nil
+	if !c.Checkpoints() {
+		// Runs stored before the checkpoint axis keep their fingerprint.
+		c.Checkpoint, c.CheckpointEvery, c.ResumeCheck = "", 0, false
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		// backend_options came from YAML, so they marshal; keep going with what we have.
@@ -317,7 +342,7 @@ func (rc *RunConfig) appendSlug(b []byte) []byte {
 		b = append(b, '-')
 		b = append(b, rc.MixedPrecision...)
 	}
-	return b
+	return rc.appendCheckpointSlug(b)
 }
 
 // AssignID fills Slug and ID from the config.

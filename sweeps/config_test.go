@@ -51,6 +51,16 @@ func TestHashMatchesJSON(t *testing.T) {
 	odd.Seed = -42
 	odd.ActivationCheckpointing, odd.ForwardPrefetch, odd.CPUOffload, odd.Compile = true, true, true, true
 	configs = append(configs, odd)
+	for _, kind := range []string{CheckpointSharded, CheckpointFull} {
+		for _, resume := range []bool{false, true} {
+			ck := goldenConfig()
+			ck.Checkpoint, ck.CheckpointEvery, ck.ResumeCheck = kind, 7, resume
+			configs = append(configs, ck)
+		}
+	}
+	none := goldenConfig()
+	none.Checkpoint, none.CheckpointEvery = CheckpointNone, 7
+	configs = append(configs, none)
 	for _, rc := range configs {
 		b, err := json.Marshal(rc.trainingKey())
 		require.NoError(t, err)

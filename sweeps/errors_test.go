@@ -69,7 +69,7 @@ func TestSpecErrors(t *testing.T) {
 		{
 			name: "unknown axis in grid",
 			spec: "name: x\ngrid:\n  grad_acum: [1, 2]\n",
-			line: 3, col: 3, want: `unknown axis "grad_acum" in grid (allowed: nodes, gpus_per_node, world_size, batch_per_device, grad_accum, global_batch, seq_len, model, sharding, activation_checkpointing, backward_prefetch, forward_prefetch, cpu_offload, mixed_precision, wrap_policy, compile, hardware, seed; did you mean grad_accum?)`, exact: true,
+			line: 3, col: 3, want: `unknown axis "grad_acum" in grid (allowed: nodes, gpus_per_node, world_size, batch_per_device, grad_accum, global_batch, seq_len, model, sharding, activation_checkpointing, backward_prefetch, forward_prefetch, cpu_offload, mixed_precision, wrap_policy, compile, hardware, seed, checkpoint, checkpoint_every, resume_check; did you mean grad_accum?)`, exact: true,
 		},
 		{
 			name: "unknown key in base",
@@ -410,7 +410,7 @@ func TestSeveralErrorsAreReportedTogether(t *testing.T) {
 	assert.Equal(t, []string{
 		"spec.yaml:2:8: steps must be a positive integer (at most 1000000), got 0",
 		`spec.yaml:4:14: unknown sharding "ful_shard" (allowed: full_shard, shard_grad_op, hybrid_shard, no_shard, ddp; did you mean full_shard?)`,
-		`spec.yaml:5:3: unknown axis "world_sise" in grid (allowed: nodes, gpus_per_node, world_size, batch_per_device, grad_accum, global_batch, seq_len, model, sharding, activation_checkpointing, backward_prefetch, forward_prefetch, cpu_offload, mixed_precision, wrap_policy, compile, hardware, seed; did you mean world_size?)`,
+		`spec.yaml:5:3: unknown axis "world_sise" in grid (allowed: nodes, gpus_per_node, world_size, batch_per_device, grad_accum, global_batch, seq_len, model, sharding, activation_checkpointing, backward_prefetch, forward_prefetch, cpu_offload, mixed_precision, wrap_policy, compile, hardware, seed, checkpoint, checkpoint_every, resume_check; did you mean world_size?)`,
 	}, strings.Split(err.Error(), "\n"))
 	var first *SpecError
 	require.ErrorAs(t, err, &first)

@@ -538,7 +538,7 @@ func checkPoint(rc *RunConfig) *problem {
 				return fmt.Sprintf("hybrid_shard needs nodes >= 2 (it shards inside a node and replicates across nodes), but this point has nodes %d (%s)", nodes, origin(src, fNodes))
 			}}
 	}
-	return nil
+	return checkCheckpoint(rc)
 }
 
 // tooLarge is a derived value past its bound, reported at the value of f.
@@ -641,6 +641,9 @@ func markDifferent(vary *[numFields]bool, a, b *RunConfig) {
 	vary[fCompile] = vary[fCompile] || a.Compile != b.Compile
 	vary[fHardware] = vary[fHardware] || a.Hardware != b.Hardware
 	vary[fSeed] = vary[fSeed] || a.Seed != b.Seed
+	vary[fCheckpoint] = vary[fCheckpoint] || a.Checkpoint != b.Checkpoint
+	vary[fCheckpointEvery] = vary[fCheckpointEvery] || a.CheckpointEvery != b.CheckpointEvery
+	vary[fResumeCheck] = vary[fResumeCheck] || a.ResumeCheck != b.ResumeCheck
 }
 
 // fieldValue reads axis f of rc as a value.
@@ -683,6 +686,12 @@ func fieldValue(rc *RunConfig, f field) value {
 		v.s = rc.Hardware
 	case fSeed:
 		v.i = rc.Seed
+	case fCheckpoint:
+		v.s = rc.Checkpoint
+	case fCheckpointEvery:
+		v.i = int64(rc.CheckpointEvery)
+	case fResumeCheck:
+		v.i = b2i(rc.ResumeCheck)
 	}
 	return v
 }

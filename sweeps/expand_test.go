@@ -107,7 +107,7 @@ launcher_options: {partition: gpu}
 		SeqLen: 2048, Steps: 50, WarmupSteps: 5, Repeats: 6, Timeout: Duration(90 * time.Minute), Seed: 7,
 		Nodes: 1, GPUsPerNode: 2, WorldSize: 2, BatchPerDevice: 1, GradAccum: 2, GlobalBatch: 4,
 		Sharding: FullShard, ActivationCheckpointing: true, BackwardPrefetch: BackwardPost,
-		ForwardPrefetch: true, CPUOffload: true, MixedPrecision: FP16, WrapPolicy: "size:100000000", Compile: true,
+		ForwardPrefetch: true, CPUOffload: true, MixedPrecision: FP16, WrapPolicy: "size:100000000", Compile: true, Checkpoint: CheckpointNone,
 		BackendOptions:  map[string]any{"inter_node_bus_bw_gbps": int64(3), "nested": map[string]any{"a": []any{int64(1), "x"}}},
 		LauncherOptions: map[string]any{"partition": "gpu"},
 	}, rc)

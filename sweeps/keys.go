@@ -34,6 +34,9 @@ const (
 	fCompile
 	fHardware
 	fSeed
+	fCheckpoint
+	fCheckpointEvery
+	fResumeCheck
 	// Settings below are not axes: they do not enter the run ID.
 	fName
 	fBackend
@@ -129,6 +132,9 @@ var keyDefs = [numFields]keyDef{
 	fCompile:                 {name: "compile", kind: kindBool, where: inBase | inAxis},
 	fHardware:                {name: "hardware", kind: kindString, where: inTop | inBase | inAxis},
 	fSeed:                    {name: "seed", kind: kindInt, min: 0, max: MaxSeed, where: inTop | inBase | inAxis},
+	fCheckpoint:              {name: "checkpoint", kind: kindEnum, values: CheckpointValues, where: inBase | inAxis},
+	fCheckpointEvery:         {name: "checkpoint_every", kind: kindInt, min: 1, max: MaxSteps, where: inBase | inAxis},
+	fResumeCheck:             {name: "resume_check", kind: kindBool, where: inBase | inAxis},
 	fName:                    {name: "name", kind: kindName, where: inTop},
 	fBackend:                 {name: "backend", kind: kindString, where: inTop | inBase},
 	fLauncher:                {name: "launcher", kind: kindEnum, values: LauncherValues, where: inTop | inBase},
@@ -259,6 +265,12 @@ func (v value) apply(rc *RunConfig) {
 		rc.Hardware = v.s
 	case fSeed:
 		rc.Seed = v.i
+	case fCheckpoint:
+		rc.Checkpoint = v.s
+	case fCheckpointEvery:
+		rc.CheckpointEvery = int(v.i)
+	case fResumeCheck:
+		rc.ResumeCheck = v.i != 0
 	case fBackend:
 		rc.Backend = v.s
 	case fLauncher:

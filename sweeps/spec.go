@@ -511,5 +511,6 @@ func Defaults() RunConfig {
 		BackwardPrefetch: BackwardPre,
 		MixedPrecision:   BF16,
 		WrapPolicy:       "transformer",
+		Checkpoint:       CheckpointNone,
 	}
 }
