@@ -194,6 +194,10 @@ var registry = []Column{
 	axis("wrap_policy", "FSDP unit boundaries", func(c *sweeps.RunConfig) any { return optS(c.WrapPolicy) }),
 	axis("compile", "torch.compile", func(c *sweeps.RunConfig) any { return c.Compile }),
 	axis("backend_options", "backend-specific options (JSON)", func(c *sweeps.RunConfig) any { return optS(optionsText(c.BackendOptions)) }),
+	{Name: "checkpoint", Kind: KindAxis, Header: "checkpoint", Order: sweeps.CheckpointValues, Doc: "checkpoint kind: none, sharded (a file per rank) or full (rank 0)",
+		get: func(r *Run) any { return optS(checkpointKind(&r.Config)) }},
+	axis("checkpoint_every", "measured steps between checkpoints", func(c *sweeps.RunConfig) any { return nonZero(int64(c.CheckpointEvery)) }),
+	axis("resume_check", "reload the first checkpoint and compare the resumed losses", func(c *sweeps.RunConfig) any { return c.ResumeCheck }),
 
 	textual(metric("status", "status", UnitNone, "ok, oom, diverged, failed, timeout, canceled or infeasible", func(m *Metrics) any { return optS(string(m.Status)) })),
 	textual(metric("error", "error", UnitNone, "why the run is not ok", func(m *Metrics) any { return optS(m.Error) })),
@@ -235,6 +239,13 @@ var registry = []Column{
 	textual(metric("env.gpu", "GPU", UnitNone, "device model", func(m *Metrics) any { return optS(m.Env.GPU) })),
 	textual(metric("started", "started", UnitNone, "start of the first repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Started) })),
 	textual(metric("finished", "finished", UnitNone, "end of the last repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Finished) })),
+	{Name: "checkpoint_save_s", Kind: KindMetric, Header: "ckpt save (s)", Unit: UnitSeconds, CI: SampleCheckpointSaveS,
+		Doc: "one checkpoint save, slowest rank (median over saves)", get: func(r *Run) any { return optF(r.Metrics.CheckpointSaveS) }},
+	{Name: "checkpoint_load_s", Kind: KindMetric, Header: "ckpt load (s)", Unit: UnitSeconds, CI: SampleCheckpointLoadS,
+		Doc: "the resume check's checkpoint load, slowest rank", get: func(r *Run) any { return optF(r.Metrics.CheckpointLoadS) }},
+	metric("checkpoint_bytes", "ckpt (MiB)", UnitBytesMiB, "one checkpoint's files, all ranks, metadata included", func(m *Metrics) any { return optI(m.CheckpointBytes) }),
+	metric("checkpoint_bytes_per_rank", "ckpt/rank (MiB)", UnitBytesMiB, "the largest rank's share of one checkpoint", func(m *Metrics) any { return optI(m.CheckpointBytesPerRank) }),
+	metric("resume_exact", "resume exact", UnitNone, "1 when the resumed losses equal the uninterrupted ones bit for bit, else 0", resumeExactValue),
 
 	{Name: "scaling_efficiency", Kind: KindDerived, Header: "scaling eff. (%)", Unit: UnitFraction,
 		Doc: "tokens/s/rank over that of the same config at the smallest world size",
@@ -263,7 +274,7 @@ var registryIndex = func() map[string]int {
 //	         seed world_size nodes gpus_per_node batch_per_device grad_accum
 //	         global_batch sharding activation_checkpointing backward_prefetch
 //	         forward_prefetch cpu_offload mixed_precision wrap_policy compile
-//	         backend_options
+//	         backend_options checkpoint checkpoint_every resume_check
 //	metrics: status error predicted steps_measured tokens_per_step
 //	         step_time_s.median step_time_s.p10 step_time_s.p90 tokens_per_s
 //	         tokens_per_s_per_rank ci.tokens_per_s_per_rank.lo
@@ -272,6 +283,8 @@ var registryIndex = func() map[string]int {
 //	         peak_rss_bytes device_mem_bytes loss_first loss_last
 //	         comm_bytes_per_step.all_gather comm_bytes_per_step.reduce_scatter
 //	         comm_bytes_per_step.all_reduce env.gpu started finished
+//	         checkpoint_save_s checkpoint_load_s checkpoint_bytes
+//	         checkpoint_bytes_per_rank resume_exact
 //	derived: scaling_efficiency memory_saving model_state_bytes
 //
 // New columns are appended within their kind; names never change once released.

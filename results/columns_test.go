@@ -19,6 +19,7 @@ func fullRun(t *testing.T) Run {
 	t.Helper()
 	rc := fixtureConfig(2, sweeps.FullShard)
 	rc.BackendOptions = map[string]any{"threads": 2}
+	rc.Checkpoint, rc.CheckpointEvery, rc.ResumeCheck = sweeps.CheckpointSharded, 5, true
 	var repeats []Result
 	for i := 0; i < 6; i++ {
 		r := fixtureResult(rc)
@@ -28,6 +29,8 @@ func fullRun(t *testing.T) Run {
 		r.MemBreakdownBytes = map[string]int64{"params": 1 << 28, "grads": 1 << 28, "optimizer": 3 << 28, "activations": 1 << 30}
 		r.Started = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Minute)
 		r.Finished = r.Started.Add(30 * time.Second)
+		r.CheckpointSaveS, r.CheckpointLoadS = F64(0.5+0.01*float64(i)), F64(0.25)
+		r.CheckpointBytes, r.CheckpointBytesPerRank, r.ResumeExact = I64(6<<30), I64(3<<30), &[]bool{true}[0]
 		repeats = append(repeats, r)
 	}
 	base := fixtureConfig(2, sweeps.NoShard)
@@ -94,6 +97,10 @@ func TestColumnNamesAreJSONPaths(t *testing.T) {
 		case bool:
 			assert.Equal(t, want, g, c.Name)
 		case int64:
+			if c.Name == "resume_exact" { // a flag in metrics.json, 1 or 0 for gates
+				assert.Equal(t, want, g == 1, c.Name)
+				continue
+			}
 			assert.InDelta(t, want, float64(g), 0, c.Name)
 		case float64:
 			assert.InDelta(t, want, g, 0, c.Name)

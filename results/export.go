@@ -69,12 +69,15 @@ var benchfmtAxes = []string{"world_size", "nodes", "gpus_per_node", "batch_per_d
 	"seq_len", "sharding", "activation_checkpointing", "backward_prefetch", "forward_prefetch", "cpu_offload",
 	"mixed_precision", "wrap_policy", "compile"}
 
-// benchfmtUnits are the figures WriteBenchfmt writes: the per-repeat sample name,
-// the benchfmt unit, which direction is better, and the run's headline value.
-var benchfmtUnits = []struct {
+// benchfmtUnit is one figure of benchfmt output.
+type benchfmtUnit struct {
 	sample, unit, better string
 	headline             func(*Metrics) *float64
-}{
+}
+
+// benchfmtUnits are the figures WriteBenchfmt writes: the per-repeat sample name,
+// the benchfmt unit, which direction is better, and the run's headline value.
+var benchfmtUnits = []benchfmtUnit{
 	{SampleTokensPerSPerRank, "tokens/s/rank", "higher", func(m *Metrics) *float64 { return m.TokensPerSPerRank }},
 	{SampleStepTimeS, "sec/step", "lower", func(m *Metrics) *float64 {
 		if m.StepTimeS == nil {
@@ -99,7 +102,8 @@ var benchfmtUnits = []struct {
 // (the format has no status); so are figures that are unknown.
 func WriteBenchfmt(w io.Writer, runs []Run) error {
 	bw := benchfmt.NewWriter(w)
-	for _, u := range benchfmtUnits {
+	units := append(benchfmtUnits[:len(benchfmtUnits):len(benchfmtUnits)], checkpointUnits(runs)...)
+	for _, u := range units {
 		md := &benchfmt.UnitMetadata{UnitMetadataKey: benchfmt.UnitMetadataKey{Unit: u.unit, Key: "better"},
 			OrigUnit: u.unit, Value: u.better}
 		if err := bw.Write(md); err != nil {
@@ -124,18 +128,22 @@ func WriteBenchfmt(w io.Writer, runs []Run) error {
 		for j := range axes {
 			name.WriteString("/" + axes[j].Name + "=" + benchfmtText(plainValue(axes[j].Value(r))))
 		}
+		if r.Config.Checkpoints() {
+			// Only runs that checkpoint carry the key, so names of the others stay as they were.
+			name.WriteString("/checkpoint=" + r.Config.Checkpoint)
+		}
 		res := &benchfmt.Result{Name: benchfmt.Name(name.String()), Iters: max(r.Metrics.StepsMeasured, 1)}
 		for _, kv := range [][2]string{{"sweep", r.Config.Sweep}, {"backend", r.Config.Backend},
 			{"hardware", r.Config.Hardware}, {"model", r.Config.Model}, {"gpu", r.Metrics.Env.GPU}} {
 			res.Config = append(res.Config, benchfmt.Config{Key: kv[0], Value: []byte(kv[1]), File: true})
 		}
 		lines := 1
-		for _, u := range benchfmtUnits {
+		for _, u := range units {
 			lines = max(lines, len(r.Metrics.Samples[u.sample]))
 		}
 		for line := 0; line < lines; line++ {
 			res.Values = res.Values[:0]
-			for _, u := range benchfmtUnits {
+			for _, u := range units {
 				var v *float64
 				if s := r.Metrics.Samples[u.sample]; len(s) > 0 {
 					if line < len(s) {

@@ -157,6 +157,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 
 	all := make([]repeatFigures, len(repeats))
 	var figs []repeatFigures
+	var okRes []Result
 	var pooled []float64
 	var pk peaks
 	for i, r := range repeats {
@@ -167,6 +168,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 			continue
 		}
 		figs = append(figs, f)
+		okRes = append(okRes, r)
 		if m.StepsMeasured == 0 {
 			m.StepsMeasured = len(r.Steps)
 		}
@@ -202,6 +204,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 	m.TFLOPsPerRank = collect(SampleTFLOPsPerRank, func(f repeatFigures) *float64 { return f.tflops })
 	m.LossFirst = collect(SampleLossFirst, func(f repeatFigures) *float64 { return f.lossFirst })
 	m.LossLast = collect(SampleLossLast, func(f repeatFigures) *float64 { return f.lossLast })
+	normalizeCheckpoint(&m, okRes, samples)
 
 	if len(repeats) > 1 {
 		peakSample := func(name string, get func(peaks) *int64) {

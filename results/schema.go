@@ -72,6 +72,11 @@ type RankResult struct {
 	PeakDeviceMemBytes    *int64   `json:"peak_device_mem_bytes,omitempty"`
 	PeakRSSBytes          *int64   `json:"peak_rss_bytes,omitempty"`
 	LossLast              *float64 `json:"loss_last,omitempty"`
+	// CheckpointBytes is what this rank wrote for one checkpoint (its shard files,
+	// or the whole model on rank 0 of a full checkpoint); CheckpointSaveS its time
+	// for one save (median over the run's saves).
+	CheckpointBytes *int64   `json:"checkpoint_bytes,omitempty"`
+	CheckpointSaveS *float64 `json:"checkpoint_save_s,omitempty"`
 }
 
 // Result is what a backend reports for one execution (one repeat) of one run.
@@ -115,6 +120,18 @@ type Result struct {
 	PerRank          []RankResult `json:"per_rank,omitempty"`
 	CommBytesPerStep *CommBytes   `json:"comm_bytes_per_step,omitempty"`
 	Env              Env          `json:"env"`
+
+	// Checkpoint figures, when the run checkpointed (sweeps' checkpoint axis):
+	// CheckpointSaveS is one save's wall time on the slowest rank (median over the
+	// run's saves), CheckpointLoadS the resume check's load, CheckpointBytes one
+	// checkpoint's files over all ranks (metadata included), CheckpointBytesPerRank
+	// the largest rank's share, ResumeExact whether the losses after resuming
+	// equal the uninterrupted run's bit for bit (with resume_check).
+	CheckpointSaveS        *float64 `json:"checkpoint_save_s,omitempty"`
+	CheckpointLoadS        *float64 `json:"checkpoint_load_s,omitempty"`
+	CheckpointBytes        *int64   `json:"checkpoint_bytes,omitempty"`
+	CheckpointBytesPerRank *int64   `json:"checkpoint_bytes_per_rank,omitempty"`
+	ResumeExact            *bool    `json:"resume_exact,omitempty"`
 
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
@@ -175,6 +192,18 @@ type Metrics struct {
 	LossLast          *float64         `json:"loss_last,omitempty"`
 	CommBytesPerStep  *CommBytes       `json:"comm_bytes_per_step,omitempty"`
 	Env               Env              `json:"env"`
+
+	// Checkpoint figures, when the run checkpointed (sweeps' checkpoint axis):
+	// CheckpointSaveS is one save's wall time on the slowest rank (median over the
+	// run's saves), CheckpointLoadS the resume check's load, CheckpointBytes one
+	// checkpoint's files over all ranks (metadata included), CheckpointBytesPerRank
+	// the largest rank's share, ResumeExact whether the losses after resuming
+	// equal the uninterrupted run's bit for bit (with resume_check).
+	CheckpointSaveS        *float64 `json:"checkpoint_save_s,omitempty"`
+	CheckpointLoadS        *float64 `json:"checkpoint_load_s,omitempty"`
+	CheckpointBytes        *int64   `json:"checkpoint_bytes,omitempty"`
+	CheckpointBytesPerRank *int64   `json:"checkpoint_bytes_per_rank,omitempty"`
+	ResumeExact            *bool    `json:"resume_exact,omitempty"`
 
 	// With repeats > 1: every repeat's value of each figure, and the median's 95% CI.
 	Samples map[string][]float64 `json:"samples,omitempty"`
