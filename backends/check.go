@@ -122,6 +122,16 @@ func CheckResult(rc sweeps.RunConfig, res results.Result) error {
 		bytes("comm_bytes_per_step.reduce_scatter", &c.ReduceScatter)
 		bytes("comm_bytes_per_step.all_reduce", &c.AllReduce)
 	}
+	for _, t := range []struct {
+		field string
+		v     *float64
+	}{{"checkpoint_save_s", res.CheckpointSaveS}, {"checkpoint_load_s", res.CheckpointLoadS}} {
+		if t.v != nil {
+			duration(t.field, *t.v, results.MaxCheckpointS)
+		}
+	}
+	bytes("checkpoint_bytes", res.CheckpointBytes)
+	bytes("checkpoint_bytes_per_rank", res.CheckpointBytesPerRank)
 	for i, r := range res.PerRank {
 		f := fmt.Sprintf("per_rank[%d].", i)
 		if r.Rank < 0 || r.Rank >= max(rc.WorldSize, 1) {
@@ -133,6 +143,7 @@ func CheckResult(rc sweeps.RunConfig, res results.Result) error {
 		bytes(f+"peak_mem_reserved_bytes", r.PeakMemReservedBytes)
 		bytes(f+"peak_device_mem_bytes", r.PeakDeviceMemBytes)
 		bytes(f+"peak_rss_bytes", r.PeakRSSBytes)
+		bytes(f+"checkpoint_bytes", r.CheckpointBytes)
 		if r.LossLast != nil {
 			check(f+"loss_last", *r.LossLast, -math.MaxFloat64, math.MaxFloat64, false)
 		}

@@ -3,6 +3,7 @@ package sweeps
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Checkpoint kinds: the checkpoint axis (issue 17 §2). sharded saves each rank's
@@ -89,4 +90,28 @@ func (rc *RunConfig) appendCheckpointSlug(b []byte) []byte {
 		b = append(b, "+rc"...)
 	}
 	return b
+}
+
+// CheckCheckpoint checks the checkpoint settings of a config that did not come
+// through a spec (a run_args.json, a plugin's input): a known kind, and
+// checkpoint_every between 1 and steps (below steps with resume_check).
+func (rc RunConfig) CheckCheckpoint() error {
+	if !rc.Checkpoints() {
+		if rc.ResumeCheck {
+			return fmt.Errorf("resume_check needs checkpoint: sharded or full, but checkpoint is none")
+		}
+		return nil
+	}
+	if rc.Checkpoint != CheckpointSharded && rc.Checkpoint != CheckpointFull {
+		return fmt.Errorf("unknown checkpoint %q (allowed: %s)", rc.Checkpoint, strings.Join(CheckpointValues, ", "))
+	}
+	hi := rc.Steps
+	if rc.ResumeCheck {
+		hi--
+	}
+	if rc.CheckpointEvery < 1 || rc.CheckpointEvery > hi {
+		return fmt.Errorf("checkpoint_every %d must be from 1 to %d (steps %d%s)", rc.CheckpointEvery, max(hi, 1), rc.Steps,
+			map[bool]string{true: ", less one for resume_check", false: ""}[rc.ResumeCheck])
+	}
+	return nil
 }

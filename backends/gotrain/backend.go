@@ -223,6 +223,9 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	if rc.Compile {
 		return errors.New("compile: the Go trainer has no compiler (torch.compile is a torchrun feature; set compile: false)")
 	}
+	if err := rc.CheckCheckpoint(); err != nil {
+		return fmt.Errorf("gotrain: %w", err)
+	}
 	if rc.WorldSize <= 0 || rc.Nodes <= 0 || rc.GPUsPerNode <= 0 || rc.Nodes*rc.GPUsPerNode != rc.WorldSize {
 		return fmt.Errorf("world_size %d must be nodes %d × gpus_per_node %d (gotrain runs every rank on this host)", rc.WorldSize, rc.Nodes, rc.GPUsPerNode)
 	}
@@ -650,7 +653,7 @@ func signaled(err error) bool {
 func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir string, steps []results.Step) error {
 	files := make([]RankFile, rc.WorldSize)
 	for r := range files {
-		f, err := readRankFile(filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json"), r, rc.Steps)
+		f, err := readRankFile(filepath.Join(runDir, "ranks", "rank-"+strconv.Itoa(r)+".json"), r, rc)
 		if err != nil {
 			return err
 		}
@@ -725,6 +728,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	}
 	res.CommBytesPerStep = comm
 	res.Env.ModelParams = shape.Params()
+	collectCheckpoint(res, rc, files)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
@@ -56,7 +57,8 @@ func divergedError(rank int, tail string) string {
 
 // readRankFile reads and checks one worker's report: its JSON with positions, and
 // every figure within bounds.
-func readRankFile(path string, r, steps int) (RankFile, error) {
+func readRankFile(path string, r int, rc sweeps.RunConfig) (RankFile, error) {
+	steps := rc.Steps
 	var f RankFile
 	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {
@@ -97,6 +99,9 @@ func readRankFile(path string, r, steps int) (RankFile, error) {
 		}
 	}
 	if err := backends.CheckTime("measured_wall_s", f.MeasuredWallS, backends.MaxWallS); err != nil {
+		return f, bad(err)
+	}
+	if err := checkCheckpointReport(f.Checkpoint, rc); err != nil {
 		return f, bad(err)
 	}
 	for k, v := range f.PeakBytes {

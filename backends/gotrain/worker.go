@@ -117,6 +117,8 @@ type RankFile struct {
 	// NCCL is the version of the libnccl the run used, with its path
 	// ("2.27.3 (/path/libnccl.so.2)"); empty on the TCP ring.
 	NCCL string `json:"nccl,omitempty"`
+	// Checkpoint is the checkpoint phase, when the run checkpoints.
+	Checkpoint *CheckpointReport `json:"checkpoint,omitempty"`
 }
 
 // Worker runs one rank of a gotrain run: it reads the RunConfig named by
@@ -202,19 +204,23 @@ func work(ctx context.Context, env WorkerEnv) error {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
 	defer world.Close()
-	tr, err := fsdp.New(ctx, dev, world, fsdp.Config{
-		Shape: shape, Sharding: rc.Sharding, GPUsPerNode: rc.GPUsPerNode,
-		BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
-		ActivationCheckpointing: rc.ActivationCheckpointing, GradAccum: rc.GradAccum,
-		BatchPerDevice: rc.BatchPerDevice, SeqLen: rc.SeqLen, Seed: uint64(rc.Seed),
-		LR: opts.LR, WeightDecay: opts.WeightDecay, GradClip: opts.GradClip, MixedPrecision: rc.MixedPrecision,
-	})
+	newTrainer := func() (*fsdp.Trainer, error) {
+		return fsdp.New(ctx, dev, world, fsdp.Config{
+			Shape: shape, Sharding: rc.Sharding, GPUsPerNode: rc.GPUsPerNode,
+			BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
+			ActivationCheckpointing: rc.ActivationCheckpointing, GradAccum: rc.GradAccum,
+			BatchPerDevice: rc.BatchPerDevice, SeqLen: rc.SeqLen, Seed: uint64(rc.Seed),
+			LR: opts.LR, WeightDecay: opts.WeightDecay, GradClip: opts.GradClip, MixedPrecision: rc.MixedPrecision,
+		})
+	}
+	tr, err := newTrainer()
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
 	defer tr.Close()
 
 	out := RankFile{Rank: info.Rank, Env: denv, NCCL: ncclVersion}
+	ckpt := newCheckpointer(rc, filepath.Dir(path), info.Rank)
 	out.Host, _ = os.Hostname()
 	enc := json.NewEncoder(env.Stdout)
 	var before comm.Stats
@@ -266,6 +272,12 @@ func work(ctx context.Context, env WorkerEnv) error {
 		out.Losses = append(out.Losses, rep.Loss)
 		out.MeasuredWallS += rep.Time.Seconds()
 		out.Tokens += int64(rep.Tokens)
+		if m := i - rc.WarmupSteps; ckpt.due(m) {
+			// Outside the measured step: the save is a phase of its own.
+			if err := ckpt.save(ctx, tr, m); err != nil {
+				return err
+			}
+		}
 	}
 	rr := tr.Report()
 	out.PeakMemAllocatedBytes = rr.Memory.PeakTotal
@@ -288,6 +300,14 @@ func work(ctx context.Context, env WorkerEnv) error {
 			ReduceScatter: (d.ReduceScatter.BytesSent - before.ReduceScatter.BytesSent) / n,
 			AllReduce:     (d.AllReduce.BytesSent - before.AllReduce.BytesSent) / n,
 		}
+	}
+	if ckpt != nil {
+		// The resume check trains a fresh trainer: free the first one's memory.
+		tr.Close()
+		if err := ckpt.resume(ctx, newTrainer, out.Losses[rc.CheckpointEvery:]); err != nil {
+			return err
+		}
+		out.Checkpoint = &ckpt.report
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
