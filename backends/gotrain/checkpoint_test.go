@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -18,7 +20,11 @@ import (
 // ckptRun is tinyRun with checkpointing: 4 measured steps, a save after every 2,
 // and the resume check from the first.
 func ckptRun(ws int, kind string) sweeps.RunConfig {
-	rc := tinyRun(ws, 1, sweeps.FullShard)
+	return ckptRunOf(ws, 1, sweeps.FullShard, kind)
+}
+
+func ckptRunOf(ws, nodes int, sharding, kind string) sweeps.RunConfig {
+	rc := tinyRun(ws, nodes, sharding)
 	rc.Steps, rc.WarmupSteps = 4, 1
 	rc.Checkpoint, rc.CheckpointEvery, rc.ResumeCheck = kind, 2, true
 	rc.AssignID()
@@ -30,10 +36,23 @@ func ckptRun(ws int, kind string) sweeps.RunConfig {
 // finds their losses bit-identical; the bytes reported are the files on disk.
 func TestCheckpointResumeIsExact(t *testing.T) {
 	b := New()
+	type point struct {
+		ws, nodes      int
+		sharding, kind string
+	}
+	var points []point
 	for _, ws := range []int{1, 2, 4} {
 		for _, kind := range []string{sweeps.CheckpointSharded, sweeps.CheckpointFull} {
-			t.Run(fmt.Sprintf("ws%d-%s", ws, kind), func(t *testing.T) {
-				rc := ckptRun(ws, kind)
+			points = append(points, point{ws, 1, sweeps.FullShard, kind})
+		}
+	}
+	points = append(points, point{4, 2, sweeps.HybridShard, sweeps.CheckpointSharded}, point{2, 1, sweeps.DDP, sweeps.CheckpointSharded},
+		point{2, 1, sweeps.ShardGradOp, sweeps.CheckpointFull})
+	for _, p := range points {
+		ws, kind := p.ws, p.kind
+		{
+			t.Run(fmt.Sprintf("ws%d-n%d-%s-%s", ws, p.nodes, p.sharding, kind), func(t *testing.T) {
+				rc := ckptRunOf(ws, p.nodes, p.sharding, kind)
 				require.NoError(t, b.Validate(context.Background(), rc))
 				dir := t.TempDir()
 				var stderr syncBuffer
@@ -71,6 +90,14 @@ func TestCheckpointResumeIsExact(t *testing.T) {
 				} else {
 					assert.Len(t, entries, ws+1, "a shard per rank and meta.json")
 				}
+
+				// The sim predicts the same files to the byte.
+				shape, err := shapes.Lookup(rc.Model)
+				require.NoError(t, err)
+				total, largest, err := sim.CheckpointBytes(rc, shape)
+				require.NoError(t, err)
+				assert.Equal(t, *res.CheckpointBytes, total, "sim's checkpoint_bytes")
+				assert.Equal(t, *res.CheckpointBytesPerRank, largest, "sim's checkpoint_bytes_per_rank")
 
 				m := results.Normalize(rc, []results.Result{res})
 				require.NoError(t, results.CheckMetrics(&rc, &m))

@@ -47,6 +47,9 @@ type Options struct {
 	// profiles' for the collectives and scope (inside a node, across nodes) they
 	// measured.
 	NCCLTests []string
+	// StorageBW is the checkpoint storage's bandwidth per node, bytes/s
+	// (storage_bw_gbps; 0 = DefaultStorageBWGBps).
+	StorageBW float64
 	// Links are the curves read from InterNodeFabric, IntraNodeFabric and
 	// NCCLTests, filled by ParseOptions.
 	Links Links
@@ -124,6 +127,7 @@ func describe(v any) string {
 }
 
 var optionTable = map[string]option{
+	"storage_bw_gbps": {storageBWHelp, setStorageBW},
 	"inter_node_bus_bw_gbps": {"bus bandwidth of collectives that span nodes, GB/s in [0.01, 20000]: nccl-tests' busbw at large sizes across your nodes, not one NIC's line rate (rail-optimized 8 × 400 Gb/s InfiniBand measures hundreds of GB/s; plain TCP a few); better, give nccl_tests or inter_node_fabric",
 		func(o *Options, v any) error { return setBusBW(&o.InterNodeBusBW, v) }},
 	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in [0.01, 20000] (nccl-tests busbw)",

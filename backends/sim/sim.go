@@ -51,6 +51,9 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	if err != nil {
 		return err
 	}
+	if err := rc.CheckCheckpoint(); err != nil {
+		return backends.SpecErrorf("sim: %w", err)
+	}
 	_, err = resolve(rc, opts)
 	return err
 }
@@ -92,6 +95,9 @@ func (*Backend) Run(ctx context.Context, rc sweeps.RunConfig, _ backends.RunEnv,
 		return finish(results.StatusInfeasible, err.Error())
 	}
 	fillResult(&res, pred)
+	if err := fillCheckpoint(&res, rc, opts, pred); err != nil {
+		return finish(results.StatusInfeasible, err.Error())
+	}
 	stepTime = pred.StepTimeS
 	emit(backends.Event{Kind: backends.EventLog, Time: time.Now(), Stream: "stdout", Line: summary(pred)})
 	if !pred.Feasible {
