@@ -52,6 +52,7 @@ type RankFile struct {
 	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
 	AllocRetries          *int64         `json:"alloc_retries"`
 	CUDAOOMs              *int64         `json:"cuda_ooms"`
+	CheckpointFigures
 }
 
 // HasRankFiles reports whether dir holds any rank file.
@@ -132,6 +133,7 @@ func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error 
 			res.Extra["cuda_ooms"] = *ooms
 		}
 	}
+	readCheckpoint(res, files)
 	f0 := files[0]
 	if div != nil {
 		res.Status, res.Error = results.StatusDiverged, div.String()
@@ -229,7 +231,7 @@ func checkRankFile(rc sweeps.RunConfig, f RankFile, r int) error {
 			return err
 		}
 	}
-	return nil
+	return checkCheckpoint(rc, f.CheckpointFigures)
 }
 
 func maxPtr(cur, v *int64) *int64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/aclements/go-moremath/stats"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,14 +11,11 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
-
-// CheckpointDir is where a run's checkpoints go, inside its run directory: one
-// folder per save, named after the measured step it follows (step-<n>).
-const CheckpointDir = "checkpoint"
 
 // CheckpointReport is what a rank reports about the checkpoint phase in its
 // RankFile (issue 17 §2).
@@ -53,7 +49,7 @@ func newCheckpointer(rc sweeps.RunConfig, runDir string, rank int) *checkpointer
 	if !rc.Checkpoints() {
 		return nil
 	}
-	return &checkpointer{rc: rc, root: filepath.Join(runDir, CheckpointDir), rank: rank}
+	return &checkpointer{rc: rc, root: filepath.Join(runDir, contract.CheckpointDir), rank: rank}
 }
 
 // due reports whether a save follows measured step m (1-based).
@@ -207,17 +203,12 @@ func collectCheckpoint(res *results.Result, rc sweeps.RunConfig, files []RankFil
 			exact = exact && *c.ResumeExact
 		}
 		res.PerRank[r].CheckpointBytes = results.I64(c.Bytes)
-		res.PerRank[r].CheckpointSaveS = results.F64(median(c.SaveS))
+		res.PerRank[r].CheckpointSaveS = results.F64(contract.Median(c.SaveS))
 	}
-	res.CheckpointSaveS = results.F64(median(saves))
+	res.CheckpointSaveS = results.F64(contract.Median(saves))
 	res.CheckpointBytes, res.CheckpointBytesPerRank = results.I64(total), results.I64(largest)
 	if rc.ResumeCheck {
 		res.CheckpointLoadS = results.F64(load)
 		res.ResumeExact = &exact
 	}
-}
-
-// median of a non-empty sample.
-func median(xs []float64) float64 {
-	return stats.Sample{Xs: xs}.Copy().Sort().Quantile(0.5)
 }

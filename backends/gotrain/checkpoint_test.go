@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/results"
@@ -70,7 +71,7 @@ func TestCheckpointResumeIsExact(t *testing.T) {
 
 				// The first save (the resume source) and the last stay; their files
 				// are what the run reported, byte for byte.
-				last := filepath.Join(dir, CheckpointDir, "step-4")
+				last := filepath.Join(dir, contract.CheckpointDir, "step-4")
 				var onDisk int64
 				entries, err := os.ReadDir(last)
 				require.NoError(t, err)
@@ -80,7 +81,7 @@ func TestCheckpointResumeIsExact(t *testing.T) {
 					onDisk += info.Size()
 				}
 				assert.Equal(t, onDisk, *res.CheckpointBytes)
-				assert.DirExists(t, filepath.Join(dir, CheckpointDir, "step-2"))
+				assert.DirExists(t, filepath.Join(dir, contract.CheckpointDir, "step-2"))
 				require.Len(t, res.PerRank, ws)
 				if kind == sweeps.CheckpointFull {
 					assert.Equal(t, onDisk, *res.PerRank[0].CheckpointBytes, "rank 0 writes the whole full checkpoint")

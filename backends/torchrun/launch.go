@@ -3,6 +3,7 @@ package torchrun
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -44,6 +45,13 @@ func ScriptArgs(rc sweeps.RunConfig, o Options, p contract.Paths) []string {
 		args = append(args, "--model-impl", ModelTransformers, "--hf-config", rc.Model)
 	} else {
 		args = append(args, "--model-json", p.ModelJSON)
+	}
+	if rc.Checkpoints() {
+		args = append(args, "--checkpoint", rc.Checkpoint, "--checkpoint-every", strconv.Itoa(rc.CheckpointEvery),
+			"--checkpoint-dir", filepath.Join(p.RunDir, contract.CheckpointDir))
+		if rc.ResumeCheck {
+			args = append(args, "--resume-check")
+		}
 	}
 	if o.FSDPAPI != 0 {
 		args = append(args, "--fsdp-api", strconv.Itoa(o.FSDPAPI))

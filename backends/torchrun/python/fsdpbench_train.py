@@ -20,6 +20,8 @@ build_params, batch, forward and AdamW.
 import argparse
 import json
 import math
+import os
+import struct
 import sys
 import time
 
@@ -515,6 +517,276 @@ def optimizer(model, a, device):
         return torch.optim.AdamW(params, foreach=True, **kw)
 
 
+# ---- checkpointing as a measured phase (issue 17) ----
+
+def dcp_module():
+    """torch.distributed.checkpoint, which torch 1.13 ships as
+    torch.distributed._shard.checkpoint."""
+    try:
+        import torch.distributed.checkpoint as dcp
+        if hasattr(dcp, "FileSystemWriter"):
+            return dcp
+    except ImportError:
+        pass
+    import torch.distributed._shard.checkpoint as dcp
+    return dcp
+
+
+def ckpt_tensors(model, opt):
+    """name -> tensor of what a checkpoint holds: every parameter and AdamW's m
+    and v for it (the Go trainer's checkpoint content), in parameter order."""
+    out = {}
+    if isinstance(opt, AdamW):
+        moments = {id(p): (m, v) for p, m, v in zip(opt.params, opt.m, opt.v)}
+    else:
+        moments = {id(p): (st.get("exp_avg"), st.get("exp_avg_sq")) for p, st in opt.state.items()}
+    for n, p in model.named_parameters():
+        out["model." + n] = p
+        m, v = moments.get(id(p), (None, None))
+        if m is None:
+            raise Infeasible(f"checkpoint: parameter {n} has no AdamW state yet; save after a step")
+        out["optim.m." + n], out["optim.v." + n] = m, v
+    return out
+
+
+def opt_step_count(opt):
+    if isinstance(opt, AdamW):
+        return opt.t
+    return int(next(iter(opt.state.values()))["step"])
+
+
+def set_opt_step_count(opt, t):
+    if isinstance(opt, AdamW):
+        opt.t = t
+    else:
+        for st in opt.state.values():
+            st["step"] = torch.as_tensor(float(t)) if torch.is_tensor(st["step"]) else t
+
+
+class Checkpointer:
+    """Saves checkpoints every --checkpoint-every measured steps and reloads the
+    first one for the resume check; reports save/load times and bytes per rank.
+
+    sharded: torch.distributed.checkpoint (DCP), each rank writing its own part.
+    Under DDP every rank holds the whole replica, and DCP's default planner writes
+    plain tensors from the coordinator only (rank 0 writes everything), so each
+    tensor is split evenly into world-size pieces, rank r's piece wrapped as a
+    ShardedTensor: each rank writes 1/N of the state (ZeRO-style), and loading
+    all-gathers the pieces back into the replica. Under FSDP on CUDA the model's
+    own sharded state dict (torch.distributed.checkpoint.state_dict) is saved.
+    full: the whole state on rank 0 (gathered there under FSDP: full_state_dict,
+    rank 0 only), torch.save'd to full.pt; loading broadcasts it from rank 0."""
+
+    def __init__(self, a, rank, ws, dist, device):
+        self.a, self.rank, self.ws, self.dist, self.device = a, rank, ws, dist, device
+        self.fsdp = a.sharding in SHARDED
+        self.save_s, self.load_s, self.bytes = [], None, 0
+        self.first_dir, self.first_step, self.last_dir = None, None, None
+        self.resume_exact = None
+
+    def barrier(self):
+        if self.dist is not None:
+            self.dist.barrier()
+
+    def save(self, model, opt, measured, step):
+        d = os.path.join(self.a.checkpoint_dir, f"step-{measured}")
+        self.barrier()
+        start = time.perf_counter()
+        if self.rank == 0:
+            os.makedirs(d, exist_ok=True)
+        self.barrier()
+        if self.fsdp or not isinstance(opt, AdamW):
+            self._save_fsdp(model, opt, d, step)
+        elif self.a.checkpoint == "sharded":
+            self._save_sharded(model, opt, d, step)
+        else:
+            self._save_full(model, opt, d, step)
+        self.barrier()
+        self.save_s.append(time.perf_counter() - start)
+        self.bytes = self._bytes(d)
+        prev, self.last_dir = self.last_dir, d
+        if self.first_dir is None:
+            self.first_dir, self.first_step = d, step
+        if self.rank == 0 and prev is not None and (prev != self.first_dir or not self.a.resume_check):
+            import shutil
+            shutil.rmtree(prev)
+
+    def _bytes(self, d):
+        """What this rank wrote into d: its DCP files (__<rank>_*.distcp) and, on
+        rank 0, the metadata or full.pt."""
+        n = 0
+        for name in os.listdir(d):
+            mine = name.startswith(f"__{self.rank}_") or (self.rank == 0 and not name.startswith("__"))
+            if mine:
+                n += os.path.getsize(os.path.join(d, name))
+        return n
+
+    def _pieces(self, model, opt, step):
+        """The state as ShardedTensors of this rank's even piece of each tensor
+        (dim 0 of the flattened tensor), with the step count as a plain tensor."""
+        from torch.distributed._shard.sharded_tensor import Shard, ShardMetadata, init_from_local_shards
+        state = {"optim.step": torch.tensor([step, opt_step_count(opt)], dtype=torch.int64)}
+        for name, t in ckpt_tensors(model, opt).items():
+            flat = t.detach().reshape(-1)
+            lo, hi = self._bounds(flat.numel(), self.rank)
+            shards = []
+            if hi > lo:
+                md = ShardMetadata(shard_offsets=[lo], shard_sizes=[hi - lo], placement=f"rank:{self.rank}/cpu")
+                shards.append(Shard(flat[lo:hi].clone(), md))
+            state[name] = init_from_local_shards(shards, flat.numel())
+        return state
+
+    def _bounds(self, n, r):
+        per = -(-n // self.ws)
+        return min(r * per, n), min((r + 1) * per, n)
+
+    def _dcp(self):
+        """torch.distributed.checkpoint, or None where this torch cannot import it
+        (Debian's torch 1.13 under Python 3.11: torch.distributed._shard fails on
+        a dataclass default), said once on stderr."""
+        if not hasattr(self, "_dcp_mod"):
+            try:
+                self._dcp_mod = dcp_module()
+            except (ImportError, ValueError, TypeError) as e:
+                self._dcp_mod = None
+                if self.rank == 0:
+                    print(f"fsdpbench: torch.distributed.checkpoint is unusable with torch {torch.__version__} here ({e}); "
+                          "sharded checkpoints are written with torch.save instead, each rank its even piece of every "
+                          "tensor (__<rank>_0.pt)", file=sys.stderr, flush=True)
+        return self._dcp_mod
+
+    def _local_pieces(self, model, opt, step):
+        """This rank's even piece of every tensor, as plain tensors."""
+        state = {"optim.step": torch.tensor([step, opt_step_count(opt)], dtype=torch.int64)}
+        for name, t in ckpt_tensors(model, opt).items():
+            flat = t.detach().reshape(-1)
+            lo, hi = self._bounds(flat.numel(), self.rank)
+            state[name] = flat[lo:hi].clone()
+        return state
+
+    def _save_sharded(self, model, opt, d, step):
+        dcp = self._dcp()
+        if dcp is None:
+            path = os.path.join(d, f"__{self.rank}_0.pt")
+            torch.save(self._local_pieces(model, opt, step), path + ".tmp")
+            os.replace(path + ".tmp", path)
+            return
+        if self.dist is None:  # one process: DCP without collectives
+            dcp.save_state_dict(self._local_pieces(model, opt, step), dcp.FileSystemWriter(d), no_dist=True)
+            return
+        dcp.save_state_dict(self._pieces(model, opt, step), dcp.FileSystemWriter(d))
+
+    def _save_full(self, model, opt, d, step):
+        if self.rank == 0:
+            state = {k: t.detach().cpu() for k, t in ckpt_tensors(model, opt).items()}
+            state["optim.step"] = torch.tensor([step, opt_step_count(opt)], dtype=torch.int64)
+            tmp = os.path.join(d, "full.pt.tmp")
+            torch.save(state, tmp)
+            os.replace(tmp, os.path.join(d, "full.pt"))
+
+    def _save_fsdp(self, model, opt, d, step):
+        # torch's own optimizer (CUDA) or FSDP: torch >= 2.2's
+        # torch.distributed.checkpoint.state_dict; not run on the CPU machines
+        # this project is tested on.
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+        dcp = dcp_module()
+        full = self.a.checkpoint == "full"
+        msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=full, cpu_offload=full))
+        state = {"model": msd, "optim": osd, "step": torch.tensor([step])}
+        if not full:
+            dcp.save(state, checkpoint_id=d)
+        elif self.rank == 0:
+            torch.save(state, os.path.join(d, "full.pt"))
+
+    def load(self, model, opt):
+        """Loads the first checkpoint into a fresh model and optimizer."""
+        self.barrier()
+        start = time.perf_counter()
+        d = self.first_dir
+        if self.fsdp or not isinstance(opt, AdamW):
+            self._load_fsdp(model, opt, d)
+        else:
+            # One step of the fresh optimizer's state must exist to load into: a
+            # torch AdamW creates it lazily; the project's AdamW has it.
+            target = ckpt_tensors(model, opt)
+            if self.a.checkpoint == "sharded":
+                step = self._load_sharded(model, opt, d, target)
+            else:
+                step = self._load_full(d, target)
+            set_opt_step_count(opt, step)
+        self.barrier()
+        self.load_s = time.perf_counter() - start
+
+    def _load_sharded(self, model, opt, d, target):
+        dcp = self._dcp()
+        if dcp is None:
+            state = torch.load(os.path.join(d, f"__{self.rank}_0.pt"))
+            local = lambda k: state[k]  # noqa: E731
+        elif self.dist is None:
+            state = self._local_pieces(model, opt, 0)
+            dcp.load_state_dict(state, dcp.FileSystemReader(d), no_dist=True)
+            local = lambda k: state[k]  # noqa: E731
+        else:
+            state = self._pieces(model, opt, 0)
+            dcp.load_state_dict(state, dcp.FileSystemReader(d))
+
+            def local(k):
+                mine = state[k].local_shards()
+                return mine[0].tensor if mine else torch.empty(0)
+        with torch.no_grad():
+            for k, t in target.items():
+                n = t.numel()
+                if self.dist is None:
+                    t.copy_(local(k).view_as(t))
+                    continue
+                per = -(-n // self.ws)
+                piece = torch.zeros(per, dtype=t.dtype)
+                mine = local(k)
+                piece[:mine.numel()] = mine
+                parts = [torch.empty(per, dtype=t.dtype) for _ in range(self.ws)]
+                self.dist.all_gather(parts, piece)
+                t.copy_(torch.cat(parts)[:n].view_as(t))
+        return int(state["optim.step"][1])
+
+    def _load_full(self, d, target):
+        state = torch.load(os.path.join(d, "full.pt")) if self.rank == 0 else None
+        step = torch.zeros(2, dtype=torch.int64)
+        with torch.no_grad():
+            if self.rank == 0:
+                step.copy_(state["optim.step"])
+            if self.dist is not None:
+                self.dist.broadcast(step, 0)
+            for k, t in target.items():
+                if self.rank == 0:
+                    t.copy_(state[k])
+                if self.dist is not None:
+                    self.dist.broadcast(t.data, 0)
+        return int(step[1])
+
+    def _load_fsdp(self, model, opt, d):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+        dcp = dcp_module()
+        full = self.a.checkpoint == "full"
+        if not full:
+            msd, osd = get_state_dict(model, opt)
+            state = {"model": msd, "optim": osd, "step": torch.tensor([0])}
+            dcp.load(state, checkpoint_id=d)
+            set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            return
+        state = torch.load(os.path.join(d, "full.pt")) if self.rank == 0 else {"model": {}, "optim": {}}
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+    def report(self):
+        """The rank file's checkpoint keys (backends/contract)."""
+        out = {"checkpoint_save_s": self.save_s, "checkpoint_bytes": self.bytes}
+        if self.load_s is not None:
+            out["checkpoint_load_s"] = self.load_s
+        if self.resume_exact is not None:
+            out["resume_exact"] = self.resume_exact
+        return out
+
+
 def run_distributed(a, s):
     """Trains under torchrun's environment (or alone when WORLD_SIZE is unset) and
     writes rank-<r>.json to $FSDPBENCH_METRICS_DIR."""
@@ -537,14 +809,17 @@ def run_distributed(a, s):
     if ws > 1:
         import torch.distributed as dist
         dist.init_process_group("nccl" if use_cuda else "gloo")
-    if a.model_impl == "transformers":
-        model = HFModel(a.hf_config, a.activation_checkpointing)
-        vocab = model.vocab
-    else:
-        model = Model(s, build_params(s, a.seed & MASK64), a.activation_checkpointing)
-        vocab = s["vocab"]
-    model = wrap(model.to(device), a, device, dist)
-    opt = optimizer(model, a, device)
+    def build():
+        if a.model_impl == "transformers":
+            m = HFModel(a.hf_config, a.activation_checkpointing)
+            v = m.vocab
+        else:
+            m = Model(s, build_params(s, a.seed & MASK64), a.activation_checkpointing)
+            v = s["vocab"]
+        m = wrap(m.to(device), a, device, dist)
+        return m, optimizer(m, a, device), v
+
+    model, opt, vocab = build()
     # DDP under bf16/fp16 is autocast (fp32 weights, low-precision compute); FSDP casts
     # parameters itself (MixedPrecisionPolicy / MixedPrecision).
     autocast = contextlib.nullcontext
@@ -555,14 +830,10 @@ def run_distributed(a, s):
     G = ws * bpd * accum
     steps = []
     measured_start = None
-    for step in range(a.warmup_steps + a.steps):
-        if step == a.warmup_steps:
-            if dist is not None:
-                dist.barrier()
-            if use_cuda:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats(device)
-            measured_start = time.perf_counter()
+
+    def train_step(model, opt, step):
+        """One optimizer step on global batch step; returns the mean loss over
+        ranks and the step's wall time."""
         start = time.perf_counter()
         opt.zero_grad()
         local = 0.0
@@ -591,13 +862,29 @@ def run_distributed(a, s):
             lt /= ws
         if use_cuda:
             torch.cuda.synchronize()
-        dt = time.perf_counter() - start
+        return float(lt.item()), time.perf_counter() - start
+
+    ckpt = Checkpointer(a, rank, ws, dist, device) if a.checkpoint != "none" else None
+    for step in range(a.warmup_steps + a.steps):
+        if step == a.warmup_steps:
+            if dist is not None:
+                dist.barrier()
+            if use_cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats(device)
+            measured_start = time.perf_counter()
+        loss, dt = train_step(model, opt, step)
         if step >= a.warmup_steps:
-            rec = {"step": step - a.warmup_steps + 1, "loss": float(lt.item()), "step_time_s": dt,
+            rec = {"step": step - a.warmup_steps + 1, "loss": loss, "step_time_s": dt,
                    "tokens": bpd * accum * a.seq_len}
             steps.append(rec)
             if rank == 0:
                 emit(dict(rec, rank=rank))
+            if ckpt is not None and rec["step"] % a.checkpoint_every == 0:
+                # Outside the measured step: the save is a phase of its own.
+                wall_paused = time.perf_counter()
+                ckpt.save(model, opt, rec["step"], step + 1)
+                measured_start += time.perf_counter() - wall_paused
     wall = time.perf_counter() - measured_start
     out = {"rank": rank, "world_size": ws, "sharding": a.sharding, "device": device.type,
            "tokens": bpd * accum * a.seq_len * a.steps, "measured_wall_s": wall,
@@ -609,6 +896,18 @@ def run_distributed(a, s):
             v = torch.cuda.nccl.version()
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     out.update(peak_memory(device))
+    if ckpt is not None:
+        if a.resume_check:
+            # A fresh model and optimizer load the first checkpoint and train the
+            # steps after it; their losses must equal the ones above bit for bit.
+            del model, opt
+            model, opt, _ = build()
+            ckpt.load(model, opt)
+            resumed = [train_step(model, opt, st)[0] for st in range(ckpt.first_step, a.warmup_steps + a.steps)]
+            want = [rec["loss"] for rec in steps[a.checkpoint_every:]]
+            ckpt.resume_exact = len(resumed) == len(want) and all(
+                struct.pack("<d", x) == struct.pack("<d", y) for x, y in zip(resumed, want))
+        out.update(ckpt.report())
     d = os.environ.get("FSDPBENCH_METRICS_DIR")
     if d:
         os.makedirs(d, exist_ok=True)
@@ -646,6 +945,13 @@ def main(argv=None):
     ap.add_argument("--compile", action="store_true", help="torch.compile each block")
     ap.add_argument("--fsdp-api", type=int, default=0, choices=(0, 1, 2), help="0: FSDP2 when torch has it, else FSDP1")
     ap.add_argument("--model-impl", default="builtin", choices=("builtin", "transformers"))
+    ap.add_argument("--checkpoint", default="none", choices=("none", "sharded", "full"),
+                    help="save sharded (torch.distributed.checkpoint) or full (rank 0) checkpoints")
+    ap.add_argument("--checkpoint-every", type=int, default=0, help="measured steps between checkpoints")
+    ap.add_argument("--resume-check", action="store_true",
+                    help="reload the first checkpoint into a fresh model and compare the losses after it")
+    ap.add_argument("--checkpoint-dir", default="",
+                    help="where checkpoints go (default: $FSDPBENCH_RUN_DIR/checkpoint)")
     ap.add_argument("--hf-config", help="with --model-impl transformers: the config.json")
     a = ap.parse_args(argv)
     if a.seq_len <= 0 or a.steps <= 0 or not a.lr > 0 or a.weight_decay < 0 or a.seed < 0:
@@ -661,6 +967,16 @@ def main(argv=None):
     if a.sharding is not None:
         if a.batch_per_device <= 0 or a.grad_accum <= 0 or a.warmup_steps < 0:
             ap.error("batch-per-device and grad-accum must be positive, warmup-steps not negative")
+        if a.checkpoint != "none":
+            if not 0 < a.checkpoint_every <= a.steps - (1 if a.resume_check else 0):
+                ap.error("checkpoint-every must be from 1 to steps (below steps with --resume-check)")
+            if not a.checkpoint_dir:
+                run_dir = os.environ.get("FSDPBENCH_RUN_DIR")
+                if not run_dir:
+                    ap.error("--checkpoint needs --checkpoint-dir or $FSDPBENCH_RUN_DIR")
+                a.checkpoint_dir = os.path.join(run_dir, "checkpoint")
+        elif a.resume_check:
+            ap.error("--resume-check needs --checkpoint sharded or full")
         if a.gpus_per_node <= 0:
             import os
             a.gpus_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
