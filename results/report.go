@@ -33,7 +33,8 @@ var Formats = []string{FormatTable, FormatMarkdown, FormatCSV, FormatJSON}
 // DefaultMetrics are the figures a report shows when none are asked for. Of these,
 // the ones unknown for every run shown are left out (status always stays).
 var DefaultMetrics = []string{"status", "tokens_per_s_per_rank", "mfu", "step_time_s.median",
-	"peak_mem_reserved_bytes", "memory_saving", "scaling_efficiency"}
+	"peak_mem_reserved_bytes", "memory_saving", "scaling_efficiency",
+	"checkpoint_save_s", "checkpoint_load_s", "checkpoint_bytes", "resume_exact"}
 
 // DefaultPivotMetric is the cell of a pivot (--rows/--cols) when no metric is asked for.
 const DefaultPivotMetric = "tokens_per_s_per_rank"

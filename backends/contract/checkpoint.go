@@ -108,3 +108,12 @@ func readCheckpoint(res *results.Result, files []RankFile) {
 func Median(xs []float64) float64 {
 	return stats.Sample{Xs: xs}.Copy().Sort().Quantile(0.5)
 }
+
+// checkpointKind is the run's checkpoint axis value for templates: none for a
+// config stored before the axis.
+func checkpointKind(rc sweeps.RunConfig) string {
+	if !rc.Checkpoints() {
+		return sweeps.CheckpointNone
+	}
+	return rc.Checkpoint
+}

@@ -7,6 +7,7 @@ package contract
 
 import (
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,10 @@ func Vars(rc sweeps.RunConfig, p Paths) map[string]string {
 		"fsdp":                     b(rc.Sharding != sweeps.DDP),
 		"wrap_policy":              rc.WrapPolicy,
 		"compile":                  b(rc.Compile),
+		"checkpoint":               checkpointKind(rc),
+		"checkpoint_every":         i(rc.CheckpointEvery),
+		"resume_check":             b(rc.ResumeCheck),
+		"checkpoint_dir":           filepath.Join(p.RunDir, CheckpointDir),
 		"run_id":                   rc.ID,
 		"run_dir":                  p.RunDir,
 		"metrics_dir":              p.MetricsDir,
