@@ -161,6 +161,9 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	if rc.WorldSize <= 0 || rc.Nodes <= 0 || rc.Nodes*rc.GPUsPerNode != rc.WorldSize {
 		return fmt.Errorf("torchrun: world_size %d must be nodes %d x gpus_per_node %d", rc.WorldSize, rc.Nodes, rc.GPUsPerNode)
 	}
+	if err := rc.CheckCheckpoint(); err != nil {
+		return backends.SpecErrorf("torchrun: %w", err)
+	}
 	if o.Launcher == LauncherPython && rc.WorldSize != 1 {
 		return backends.SpecErrorf("torchrun: backend_options.launcher python starts one process with no distributed environment, and world_size is %d; use world_size 1, or launcher torchrun (or command) for several ranks", rc.WorldSize)
 	}

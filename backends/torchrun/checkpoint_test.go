@@ -72,3 +72,13 @@ func TestCheckpointUnderTorchrun(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointValidate: checkpoint settings that no spec would give (a
+// run_args.json edited by hand) are refused before torchrun starts.
+func TestCheckpointValidate(t *testing.T) {
+	rc := runConfig(2, sweeps.DDP)
+	rc.Checkpoint, rc.CheckpointEvery = "async", 1
+	err := New().Validate(context.Background(), rc)
+	assert.ErrorContains(t, err, `unknown checkpoint "async" (allowed: none, sharded, full)`)
+	assert.True(t, backends.IsSpecError(err))
+}
