@@ -1,5 +1,7 @@
 // Package cpu is the reference Device: host memory, every op written by hand in Go
-// (ops.go, forward next to backward), matrix products through gonum's pure-Go BLAS.
+// (ops.go, forward next to backward), float32 matrix products through OpenBLAS
+// loaded at run time (package openblas; gonum's pure-Go BLAS where it is absent),
+// float64 ones through gonum.
 // Ops run synchronously on the calling goroutine and split their heavy loops over
 // GOMAXPROCS goroutines, only ever over independent outputs, so results do not
 // depend on the number of threads.
@@ -14,6 +16,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
 )
 
 // Options configure a cpu device; the zero value is a float32 device without limit.
@@ -25,14 +28,21 @@ type Options struct {
 	// and device.HostBuffer.Host returns nil. CopyFromHost and CopyToHost still
 	// take float32.
 	Float64 bool
+	// BLAS picks the float32 GEMM: BLASAuto (OpenBLAS when it loads, else
+	// gonum) or BLASGonum. The float64 device always runs gonum.
+	BLAS string
 }
 
 // New returns a cpu device.
 func New(o Options) device.Device {
 	if o.Float64 {
-		return &dev[float64]{name: "cpu-float64", tr: device.NewTracker(o.LimitBytes), elemBytes: 8}
+		d := &dev[float64]{name: "cpu-float64", tr: device.NewTracker(o.LimitBytes), elemBytes: 8}
+		d.gemm, d.lib = pickGEMM[float64](o)
+		return d
 	}
-	return &dev[float32]{name: "cpu", tr: device.NewTracker(o.LimitBytes), elemBytes: 4}
+	d := &dev[float32]{name: "cpu", tr: device.NewTracker(o.LimitBytes), elemBytes: 4}
+	d.gemm, d.lib = pickGEMM[float32](o)
+	return d
 }
 
 // float is the element type of a device.
@@ -43,6 +53,8 @@ type dev[T float] struct {
 	name      string
 	tr        *device.Tracker
 	elemBytes int64
+	gemm      gemmFunc[T]
+	lib       *openblas.Library // nil on gonum
 }
 
 // allocation is what Alloc handed out; its views share it.
@@ -166,7 +178,7 @@ func (d *dev[T]) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int,
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("%s: MatMul: negative size m=%d n=%d k=%d", d.name, m, n, k))
 	}
-	matmul(d.get("MatMul C", c, m*n), d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n),
+	matmul(d.gemm, d.get("MatMul C", c, m*n), d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n),
 		transA, transB, m, n, k, T(alpha), T(beta))
 }
 
@@ -226,14 +238,14 @@ func (d *dev[T]) checkRoPE(op string, s device.RoPEShape) {
 
 func (d *dev[T]) AttentionForward(out, lse, q, k, v device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionForward", s)
-	attentionForward(d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen()),
+	attentionForward(d.gemm, d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen()),
 		d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()),
 		d.get("AttentionForward v", v, s.KVLen()), s)
 }
 
 func (d *dev[T]) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionBackward", s)
-	attentionBackward(d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()),
+	attentionBackward(d.gemm, d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()),
 		d.get("AttentionBackward dv", dv, s.KVLen()), d.get("AttentionBackward dout", dout, s.QLen()),
 		d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()),
 		d.get("AttentionBackward v", v, s.KVLen()), d.get("AttentionBackward out", out, s.QLen()),

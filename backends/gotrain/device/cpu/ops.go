@@ -3,10 +3,6 @@ package cpu
 import (
 	"math"
 
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
-	"gonum.org/v1/gonum/blas/blas64"
-
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 )
 
@@ -48,7 +44,7 @@ func sumSquares[T float](x []T) float64 {
 // ---- matrix product ----
 
 // matmul is C = alpha·op(A)·op(B) + beta·C on contiguous row-major matrices.
-func matmul[T float](c, a, b []T, transA, transB bool, m, n, k int, alpha, beta T) {
+func matmul[T float](gemm gemmFunc[T], c, a, b []T, transA, transB bool, m, n, k int, alpha, beta T) {
 	lda, ldb := k, n
 	if transA {
 		lda = m
@@ -57,35 +53,6 @@ func matmul[T float](c, a, b []T, transA, transB bool, m, n, k int, alpha, beta 
 		ldb = k
 	}
 	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, n)
-}
-
-// gemm is BLAS's row-major GEMM through gonum, with leading dimensions, so that
-// attention can multiply one head's rows out of [seq, heads, headDim] in place.
-func gemm[T float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 { // BLAS wants leading dimensions ≥ 1; the product is empty.
-		for i := range m {
-			scale(c[i*ldc:i*ldc+n], beta)
-		}
-		return
-	}
-	tA, tB := blas.NoTrans, blas.NoTrans
-	if transA {
-		tA = blas.Trans
-	}
-	if transB {
-		tB = blas.Trans
-	}
-	switch cc := any(c).(type) {
-	case []float32:
-		blas32.Implementation().Sgemm(tA, tB, m, n, k, float32(alpha), any(a).([]float32), lda,
-			any(b).([]float32), ldb, float32(beta), cc, ldc)
-	case []float64:
-		blas64.Implementation().Dgemm(tA, tB, m, n, k, float64(alpha), any(a).([]float64), lda,
-			any(b).([]float64), ldb, float64(beta), cc, ldc)
-	}
 }
 
 // ---- token embedding ----
@@ -224,7 +191,7 @@ func attnView(b, h, heads int, s device.AttnShape) (off, stride int) {
 // For a block of query rows [i0, i1) it computes S = Q·Kᵀ for keys [0, i1) with
 // one GEMM, the masked softmax row by row (max subtracted before exp), and O = P·V
 // with another.
-func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
+func attentionForward[T float](gemm gemmFunc[T], out, lse, q, k, v []T, s device.AttnShape) {
 	H, n := s.Heads, s.Seq
 	rep, sc := H/s.KVHeads, T(1/math.Sqrt(float64(s.HeadDim)))
 	parallelFor(s.Batch*H, 2*n*n*s.HeadDim, func(lo, hi int) {
@@ -269,7 +236,7 @@ func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
 // by query blocks as the forward, each product a GEMM. Work is split by (sample,
 // kv head), so the query heads that share a kv head add into dk and dv from one
 // goroutine, in a fixed order.
-func attentionBackward[T float](dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
+func attentionBackward[T float](gemm gemmFunc[T], dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
 	H, KV, d, n := s.Heads, s.KVHeads, s.HeadDim, s.Seq
 	rep, sc := H/KV, T(1/math.Sqrt(float64(d)))
 	parallelFor(s.Batch*KV, 4*rep*n*n*d, func(lo, hi int) {
