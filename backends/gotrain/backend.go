@@ -76,7 +76,18 @@ type Options struct {
 	// minutes (torch's NCCL default), or half the run's timeout when that is
 	// shorter, so that a hung rank is named before the run times out.
 	CollectiveTimeout time.Duration
+	// BLAS is the cpu device's GEMM library: BLASAuto or empty (OpenBLAS when it
+	// loads, else gonum's pure Go), BLASOpenBLAS (fail when it does not load) or
+	// BLASGonum.
+	BLAS string
 }
+
+// BLAS libraries for Options.BLAS.
+const (
+	BLASAuto     = "auto"
+	BLASOpenBLAS = "openblas"
+	BLASGonum    = "gonum"
+)
 
 // Communicators for Options.Comm.
 const (
@@ -85,7 +96,7 @@ const (
 )
 
 // optionNames are the backend_options gotrain knows, for errors.
-var optionNames = []string{"collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
+var optionNames = []string{"blas", "collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
 
 // Bounds of the options: anything past them is a typo, not an experiment.
 const (
@@ -106,9 +117,9 @@ const (
 const collectiveTimeoutOption = "backend_options.collective_timeout"
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
-// duration such as "200ms"), mem_limit_bytes, comm (tcp | nccl) and
-// collective_timeout (a duration, MinCollectiveTimeout to MaxCollectiveTimeout),
-// each bounded. Errors are
+// duration such as "200ms"), mem_limit_bytes, comm (tcp | nccl),
+// collective_timeout (a duration, MinCollectiveTimeout to MaxCollectiveTimeout)
+// and blas (auto | openblas | gonum), each bounded. Errors are
 // *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
@@ -139,6 +150,11 @@ func ParseOptions(m map[string]any) (Options, error) {
 				err = fmt.Errorf("must be %q or %q, got %v", CommTCP, CommNCCL, v)
 			}
 			o.Comm = c
+		case "blas":
+			o.BLAS, _ = v.(string)
+			if o.BLAS != BLASAuto && o.BLAS != BLASOpenBLAS && o.BLAS != BLASGonum {
+				err = fmt.Errorf("must be %q, %q or %q, got %v", BLASAuto, BLASOpenBLAS, BLASGonum, v)
+			}
 		default:
 			return o, backends.UnknownOption("backend_options", "gotrain", k, optionNames)
 		}
@@ -666,6 +682,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		return err
 	}
 	res.Env.Hardware, res.Env.GPU, res.Env.Driver, res.Env.CUDA, res.Env.CUBLAS = prof.Name, r0.Env.GPU, r0.Env.Driver, r0.Env.CUDA, r0.Env.CUBLAS
+	res.Env.BLAS, res.Env.BLASThreads = r0.Env.BLAS, r0.Env.BLASThreads
 	peak, err := prof.Peak(sweeps.FP32)
 	if err != nil {
 		return err

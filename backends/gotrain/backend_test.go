@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,15 +87,21 @@ func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 	for _, tc := range []struct {
 		ws, nodes int
 		sharding  string
+		blas      string
 	}{
-		{1, 1, sweeps.FullShard},
-		{2, 1, sweeps.FullShard},
-		{2, 1, sweeps.DDP},
-		{2, 1, sweeps.ShardGradOp},
-		{4, 2, sweeps.HybridShard},
+		{1, 1, sweeps.FullShard, ""},
+		{2, 1, sweeps.FullShard, ""},
+		{2, 1, sweeps.DDP, ""},
+		{2, 1, sweeps.ShardGradOp, ""},
+		{4, 2, sweeps.HybridShard, ""},
+		// The loss does not depend on the BLAS library either.
+		{2, 1, sweeps.DDP, BLASGonum},
 	} {
-		t.Run(fmt.Sprintf("ws%d-n%d-%s", tc.ws, tc.nodes, tc.sharding), func(t *testing.T) {
+		t.Run(fmt.Sprintf("ws%d-n%d-%s-%s", tc.ws, tc.nodes, tc.sharding, tc.blas), func(t *testing.T) {
 			rc := tinyRun(tc.ws, tc.nodes, tc.sharding)
+			if tc.blas != "" {
+				rc.BackendOptions = map[string]any{"blas": tc.blas}
+			}
 			require.NoError(t, b.Validate(context.Background(), rc))
 			var mu sync.Mutex
 			var events []backends.Event
@@ -164,6 +171,53 @@ func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 				}
 			}
 			assert.Contains(t, stdout.String(), "[rank 0] "+EventPrefix)
+			// metrics.json says which BLAS ran and on how many threads: the host's
+			// CPUs divided among the node's ranks unless OMP_NUM_THREADS says.
+			if tc.blas == BLASGonum {
+				assert.Regexp(t, `^gonum`, res.Env.BLAS)
+			} else {
+				assert.Regexp(t, `^(OpenBLAS \d|gonum)`, res.Env.BLAS)
+			}
+			if os.Getenv(EnvThreads) == "" {
+				assert.Equal(t, max(1, runtime.NumCPU()/(tc.ws/tc.nodes)), res.Env.BLASThreads)
+			}
+		})
+	}
+}
+
+func TestRankThreads(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		omp             string
+		cpus, localRank int
+		want            int
+		err             string
+	}{
+		{"one rank takes the host", "", 2, 1, 2, ""},
+		{"two ranks share it", "", 2, 2, 1, ""},
+		{"more ranks than CPUs", "", 2, 4, 1, ""},
+		{"a bigger host", "", 16, 4, 4, ""},
+		{"uneven", "", 6, 4, 1, ""},
+		{"OMP_NUM_THREADS wins", "3", 2, 2, 3, ""},
+		{"OMP_NUM_THREADS with spaces", " 2 ", 16, 1, 2, ""},
+		{"zero", "0", 2, 1, 0, `OMP_NUM_THREADS="0": give a whole number of threads from 1 to 1024`},
+		{"huge", "100000", 2, 1, 0, "from 1 to 1024"},
+		{"text", "all", 2, 2, 0, "or unset it to divide this host's 2 CPUs among its 2 ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string {
+				if k == EnvThreads {
+					return tc.omp
+				}
+				return ""
+			}
+			got, err := rankThreads(getenv, tc.cpus, tc.localRank)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }
@@ -388,7 +442,7 @@ func TestOptionErrors(t *testing.T) {
 		want string
 	}{
 		{"misspelt", map[string]any{"lrr": 1.0}, `backend_options.lrr: gotrain has no such option (did you mean "lr"?)`},
-		{"unknown", map[string]any{"x": 1}, "known: collective_timeout, comm, grad_clip, lr, mem_limit_bytes, step_delay, weight_decay"},
+		{"unknown", map[string]any{"x": 1}, "known: blas, collective_timeout, comm, grad_clip, lr, mem_limit_bytes, step_delay, weight_decay"},
 		{"negative lr", map[string]any{"lr": -1.0}, "backend_options.lr: must be in (0, 10], got -1"},
 		{"zero lr", map[string]any{"lr": 0}, "backend_options.lr: must be in (0, 10], got 0"},
 		{"nan lr", map[string]any{"lr": math.NaN()}, "backend_options.lr: must be a finite number"},
@@ -405,6 +459,8 @@ func TestOptionErrors(t *testing.T) {
 		{"collective timeout zero", map[string]any{"collective_timeout": "0s"}, "backend_options.collective_timeout: must be between 1s and 24h0m0s"},
 		{"collective timeout a month", map[string]any{"collective_timeout": "720h"}, "must be between 1s and 24h0m0s, got \"720h\""},
 		{"collective timeout text", map[string]any{"collective_timeout": "x"}, `backend_options.collective_timeout: must be a duration`},
+		{"blas unknown", map[string]any{"blas": "mkl"}, `backend_options.blas: must be "auto", "openblas" or "gonum", got mkl`},
+		{"blas number", map[string]any{"blas": 1}, `backend_options.blas: must be "auto", "openblas" or "gonum", got 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tinyRun(2, 1, sweeps.FullShard)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -192,7 +193,17 @@ func work(ctx context.Context, env WorkerEnv) error {
 			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)
 		}
 	}
-	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank)
+	threads, err := rankThreads(env.Getenv, runtime.NumCPU(), info.LocalWorldSize)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
+	}
+	// The cpu device computes on GOMAXPROCS goroutines: the rank's share of the
+	// host, unless the user set GOMAXPROCS (Go's own rule). A cuda rank keeps
+	// Go's default, its host threads only launch work.
+	if gpu, _ := useCUDA(rc.Hardware); !gpu && env.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(threads)
+	}
+	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank, opts.BLAS, threads)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
