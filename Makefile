@@ -3,7 +3,7 @@
 # localhost, and runs every test with -race.
 GO ?= go
 
-.PHONY: test deps build lint bench kernels-asan cuda-asan gpu-check
+.PHONY: test deps build lint bench bench-cpu-engines kernels-asan cuda-asan gpu-check
 
 build:
 	$(GO) build -o bin/fsdpbench ./cmd/fsdpbench
@@ -40,6 +40,22 @@ cuda-asan:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-cpu-engines trains the cpu-engines-* example specs on torchrun (Debian's torch)
+# and then on gotrain, back to back, and prints gotrain's tokens/s/rank over
+# torch's per run (the change column of `fsdpbench compare`), plus the GEMM
+# GFLOP/s of both on this machine. CPU_ENGINES=h256 runs only the small model.
+CPU_ENGINES ?= h256 h512
+CPU_ENGINES_RESULTS ?= fsdpbench-results/cpu-engines
+bench-cpu-engines: build
+	$(GO) test -run '^$$' -bench 'GEMM' ./backends/gotrain/device/cpu/
+	set -e; for s in $(CPU_ENGINES); do \
+		for e in torchrun gotrain; do \
+			bin/fsdpbench sweep sweeps/examples/cpu-engines-$$s.yaml --set backend=$$e --results $(CPU_ENGINES_RESULTS)/$$e --rerun >/dev/null; \
+		done; \
+		bin/fsdpbench compare $(CPU_ENGINES_RESULTS)/torchrun/cpu-engines-$$s $(CPU_ENGINES_RESULTS)/gotrain/cpu-engines-$$s \
+			--metric tokens_per_s_per_rank --metric step_time_s.median; \
+	done
 
 # gpu-check builds the cuda device's test binaries here and runs them on a GPU
 # (the op suite against the cpu device, compute-sanitizer, training runs against
