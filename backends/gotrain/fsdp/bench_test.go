@@ -7,23 +7,37 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
-// BenchmarkStep is one full_shard optimizer step of tiny on one rank (seq 16,
-// batch 4); it reports tokens/s.
+// BenchmarkStep is one optimizer step on one rank, and reports tokens/s: tiny
+// under full_shard (seq 16, batch 4), and issue 16's model
+// (sweeps/examples/models/llama-h256-l4) under DDP at seq 128, batch 4, the
+// step cpu-engines-h256.yaml times at world size 1 (optimizer included). Run it
+// with -cpuprofile to see where a step goes.
 func BenchmarkStep(b *testing.B) {
-	cfg := baseConfig(b)
-	cfg.Sharding = sweeps.FullShard
-	world := newWorld(b, 1)
-	tr, err := New(context.Background(), cpu.New(cpu.Options{}), world[0], cfg)
+	h256, err := shapes.ReadConfig("../../../sweeps/examples/models/llama-h256-l4/config.json")
 	require.NoError(b, err)
-	defer tr.Close()
-	tokens := 0
-	for b.Loop() {
-		rep, err := tr.Step(context.Background())
-		require.NoError(b, err)
-		tokens += rep.Tokens
+	tiny := baseConfig(b)
+	tiny.Sharding = sweeps.FullShard
+	issue := Config{Shape: h256, Sharding: sweeps.DDP, BatchPerDevice: 4, SeqLen: 128, Seed: 7, LR: 1e-3, WeightDecay: 0.01}
+	for _, bc := range []struct {
+		name string
+		cfg  Config
+	}{{"tiny-full_shard", tiny}, {"llama-h256-l4-ddp", issue}} {
+		b.Run(bc.name, func(b *testing.B) {
+			world := newWorld(b, 1)
+			tr, err := New(context.Background(), cpu.New(cpu.Options{}), world[0], bc.cfg)
+			require.NoError(b, err)
+			defer tr.Close()
+			tokens := 0
+			for b.Loop() {
+				rep, err := tr.Step(context.Background())
+				require.NoError(b, err)
+				tokens += rep.Tokens
+			}
+			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
+		})
 	}
-	b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
 }

@@ -97,6 +97,17 @@ func gonumGEMM[T float](transA, transB bool, m, n, k int, alpha T, a []T, lda in
 	}
 }
 
+// serialBLAS runs f, an op that splits its GEMMs over goroutines itself
+// (attention, by heads), with OpenBLAS on one thread: threads inside threads
+// would put twice as many runnable threads as cores on the machine.
+func (d *dev[T]) serialBLAS(f func()) {
+	if d.lib == nil || runtime.GOMAXPROCS(0) == 1 {
+		f()
+		return
+	}
+	d.lib.Serial(f)
+}
+
 func (d *dev[T]) BLAS() BLASInfo {
 	if d.lib != nil {
 		return BLASInfo{Name: "OpenBLAS", Version: d.lib.Version(), Config: d.lib.Config, Path: d.lib.Path, Threads: d.lib.Threads()}

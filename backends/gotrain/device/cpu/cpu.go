@@ -238,18 +238,17 @@ func (d *dev[T]) checkRoPE(op string, s device.RoPEShape) {
 
 func (d *dev[T]) AttentionForward(out, lse, q, k, v device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionForward", s)
-	attentionForward(d.gemm, d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen()),
-		d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()),
-		d.get("AttentionForward v", v, s.KVLen()), s)
+	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
+	qq, kk, vv := d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()), d.get("AttentionForward v", v, s.KVLen())
+	d.serialBLAS(func() { attentionForward(d.gemm, o, l, qq, kk, vv, s) })
 }
 
 func (d *dev[T]) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionBackward", s)
-	attentionBackward(d.gemm, d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()),
-		d.get("AttentionBackward dv", dv, s.KVLen()), d.get("AttentionBackward dout", dout, s.QLen()),
-		d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()),
-		d.get("AttentionBackward v", v, s.KVLen()), d.get("AttentionBackward out", out, s.QLen()),
-		d.get("AttentionBackward lse", lse, s.LSELen()), s)
+	gq, gk, gv := d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()), d.get("AttentionBackward dv", dv, s.KVLen())
+	do, o, l := d.get("AttentionBackward dout", dout, s.QLen()), d.get("AttentionBackward out", out, s.QLen()), d.get("AttentionBackward lse", lse, s.LSELen())
+	qq, kk, vv := d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()), d.get("AttentionBackward v", v, s.KVLen())
+	d.serialBLAS(func() { attentionBackward(d.gemm, gq, gk, gv, do, qq, kk, vv, o, l, s) })
 }
 
 func (d *dev[T]) checkAttn(op string, s device.AttnShape) {

@@ -25,6 +25,9 @@ func scale[T float](x []T, alpha T) {
 	}
 }
 
+// mulScalar is scale under a name that does not collide with a parameter called scale.
+func mulScalar[T float](x []T, alpha T) { scale(x, alpha) }
+
 func sum[T float](x []T) float64 {
 	s := 0.0
 	for _, v := range x {
@@ -207,16 +210,8 @@ func attentionForward[T float](gemm gemmFunc[T], out, lse, q, k, v []T, s device
 				gemm(false, true, rows, cols, s.HeadDim, sc, q[qOff+i0*qStride:], qStride, k[kOff:], kStride, 0, S, cols)
 				for r := range rows {
 					i, row := i0+r, S[r*cols:(r+1)*cols]
-					mx := T(math.Inf(-1))
-					for _, x := range row[:i+1] {
-						mx = max(mx, x)
-					}
-					z := 0.0
-					for j, x := range row[:i+1] {
-						e := math.Exp(float64(x - mx))
-						row[j] = T(e)
-						z += e
-					}
+					mx := maxOf(row[:i+1])
+					z := expShiftSum(row[:i+1], row[:i+1], mx)
 					scale(row[:i+1], T(1/z))
 					clear(row[i+1:])
 					lse[(b*H+h)*n+i] = mx + T(math.Log(z))
@@ -257,11 +252,9 @@ func attentionBackward[T float](gemm gemmFunc[T], dq, dk, dv, dout, q, k, v, out
 					for r := range rows {
 						i := i0 + r
 						prow, dprow := p[r*cols:(r+1)*cols], dp[r*cols:(r+1)*cols]
-						l := float64(lse[(b*H+h)*n+i])
 						di := dot(dout[ob+r*qStride:][:d], out[ob+r*qStride:][:d])
-						for j, x := range prow[:i+1] {
-							pj := T(math.Exp(float64(x) - l))
-							prow[j] = pj
+						expShiftSum(prow[:i+1], prow[:i+1], lse[(b*H+h)*n+i])
+						for j, pj := range prow[:i+1] {
 							dprow[j] = pj * (dprow[j] - di) * sc // dS/sqrt(d), ready for dq and dk
 						}
 						clear(prow[i+1:])
@@ -289,6 +282,13 @@ func dot[T float](a, b []T) T {
 // swigluForward: y = silu(g)·u with silu(g) = g·σ(g), σ(g) = 1/(1+e^−g).
 func swigluForward[T float](out, gate, up []T) {
 	parallelFor(len(out), 20, func(lo, hi int) {
+		if o32, ok := any(out[lo:hi]).([]float32); ok {
+			g32, u32 := any(gate[lo:hi]).([]float32), any(up[lo:hi]).([]float32)
+			for i, g := range g32 {
+				o32[i] = g / (1 + expf(-g)) * u32[i]
+			}
+			return
+		}
 		for i := lo; i < hi; i++ {
 			g := float64(gate[i])
 			out[i] = T(g/(1+math.Exp(-g))) * up[i]
@@ -299,6 +299,16 @@ func swigluForward[T float](out, gate, up []T) {
 // swigluBackward: ∂y/∂u = silu(g), ∂y/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
 func swigluBackward[T float](dgate, dup, dout, gate, up []T) {
 	parallelFor(len(dout), 25, func(lo, hi int) {
+		if dg32, ok := any(dgate[lo:hi]).([]float32); ok {
+			du32, do32 := any(dup[lo:hi]).([]float32), any(dout[lo:hi]).([]float32)
+			g32, u32 := any(gate[lo:hi]).([]float32), any(up[lo:hi]).([]float32)
+			for i, g := range g32 {
+				sg := 1 / (1 + expf(-g))
+				dg32[i] += do32[i] * u32[i] * (sg * (1 + g*(1-sg)))
+				du32[i] += do32[i] * (g * sg)
+			}
+			return
+		}
 		for i := lo; i < hi; i++ {
 			g := float64(gate[i])
 			sg := 1 / (1 + math.Exp(-g))
@@ -310,39 +320,27 @@ func swigluBackward[T float](dgate, dup, dout, gate, up []T) {
 
 // ---- cross-entropy over the vocabulary, fused with softmax ----
 
-// logSumExp returns log Σ_j exp(z_j), with the max subtracted first.
-func logSumExp[T float](z []T) float64 {
-	mx := math.Inf(-1)
-	for _, v := range z {
-		mx = max(mx, float64(v))
-	}
-	s := 0.0
-	for _, v := range z {
-		s += math.Exp(float64(v) - mx)
-	}
-	return mx + math.Log(s)
-}
-
-// crossEntropyForward: loss_i = −log softmax(z_i)[t_i] = logsumexp(z_i) − z_i[t_i].
+// crossEntropyForward: loss_i = −log softmax(z_i)[t_i] = logsumexp(z_i) − z_i[t_i],
+// with the row's max subtracted before exp.
 func crossEntropyForward[T float](losses, logits []T, targets []int32, vocab int) {
 	parallelFor(len(targets), 25*vocab, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			z := logits[i*vocab : (i+1)*vocab]
-			losses[i] = T(logSumExp(z) - float64(z[targets[i]]))
+			mx := maxOf(z)
+			losses[i] = T(float64(mx) + math.Log(sumExpShift(z, mx)) - float64(z[targets[i]]))
 		}
 	})
 }
 
-// crossEntropyBackward: ∂loss_i/∂z_ij = softmax(z_i)_j − [j = t_i], times scale.
-// Each element is read before it is written, so dlogits may alias logits.
+// crossEntropyBackward: ∂loss_i/∂z_ij = softmax(z_i)_j − [j = t_i], times scale:
+// one exp per element, written into dz and then scaled by scale/Σ. Each element
+// is read before it is written, so dlogits may alias logits.
 func crossEntropyBackward[T float](dlogits, logits []T, targets []int32, vocab int, scale T) {
 	parallelFor(len(targets), 25*vocab, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			z, dz := logits[i*vocab:(i+1)*vocab], dlogits[i*vocab:(i+1)*vocab]
-			l := logSumExp(z)
-			for j, v := range z {
-				dz[j] = scale * T(math.Exp(float64(v)-l))
-			}
+			s := expShiftSum(dz, z, maxOf(z))
+			mulScalar(dz, T(float64(scale)/s))
 			dz[targets[i]] -= scale
 		}
 	})

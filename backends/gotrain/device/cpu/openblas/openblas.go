@@ -51,6 +51,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"unsafe"
@@ -70,10 +71,24 @@ type Library struct {
 	// kernels were chosen for ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64").
 	Config string
 
-	mu sync.Mutex // SetThreads against itself
+	mu      sync.Mutex // guards the thread count: threads, serial
+	threads int        // the count set, restored when the last Serial returns
+	serial  int        // Serial calls running
 }
 
+// threadTimeout is OPENBLAS_THREAD_TIMEOUT's value unless the user set one: a
+// thread pool's worker waits 2^4 cycles for the next GEMM, not OpenBLAS's
+// default 2^28 (~0.1 s), before it sleeps. Spinning workers yield the CPU, but
+// take a share of it from the goroutines of the element-wise ops that run
+// between GEMMs; waking a sleeping worker costs microseconds per GEMM.
+const threadTimeout = "4"
+
 var load = sync.OnceValues(func() (*Library, error) {
+	// Read once, when the library initializes: it must be in the environment
+	// before dlopen (os.Setenv reaches C's environment in a cgo binary).
+	if _, set := os.LookupEnv("OPENBLAS_THREAD_TIMEOUT"); !set {
+		_ = os.Setenv("OPENBLAS_THREAD_TIMEOUT", threadTimeout)
+	}
 	l, err := dynload.Open(dynload.OpenBLAS)
 	if err != nil {
 		return nil, err
@@ -87,7 +102,7 @@ var load = sync.OnceValues(func() (*Library, error) {
 		}
 	}
 	C.fb_bind(ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4])
-	return &Library{Path: l.Path, Config: strings.TrimSpace(C.GoString(C.fb_get_config()))}, nil
+	return &Library{Path: l.Path, Config: strings.TrimSpace(C.GoString(C.fb_get_config())), threads: int(C.fb_get_threads())}, nil
 })
 
 // Load opens OpenBLAS through dynload's search (FSDPBENCH_LIBOPENBLAS, then
@@ -104,19 +119,55 @@ func (l *Library) Version() string {
 	return ""
 }
 
-// Threads is openblas_get_num_threads(): how many threads a large GEMM uses.
-func (l *Library) Threads() int { return int(C.fb_get_threads()) }
+// Threads is how many threads a large GEMM uses: openblas_get_num_threads()
+// outside Serial, the count Serial restores inside it.
+func (l *Library) Threads() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.serial > 0 {
+		return l.threads
+	}
+	return int(C.fb_get_threads())
+}
 
 // SetThreads sets OpenBLAS's thread count through openblas_set_num_threads,
-// which overrides OPENBLAS_NUM_THREADS and OMP_NUM_THREADS read at load.
+// which overrides OPENBLAS_NUM_THREADS and OMP_NUM_THREADS read at load. Inside
+// Serial it takes effect when the last Serial returns.
 func (l *Library) SetThreads(n int) error {
 	if n < 1 || n > MaxThreads {
 		return fmt.Errorf("openblas: %d threads: give 1 to %d", n, MaxThreads)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	C.fb_set_threads(C.int(n))
+	l.threads = n
+	if l.serial == 0 {
+		C.fb_set_threads(C.int(n))
+	}
 	return nil
+}
+
+// Serial runs f with OpenBLAS on one thread, for GEMMs that the caller runs
+// from several goroutines at once (attention's heads): each then runs on its
+// calling thread instead of queueing on the pool, and small products do not
+// pay for a split that does not help them. Calls may nest and overlap (ranks
+// of one process, in tests); the count set before the first returns with the
+// last. The thread count never changes a result: OpenBLAS splits a GEMM's
+// rows and columns among threads, never the sum over k.
+func (l *Library) Serial(f func()) {
+	l.mu.Lock()
+	if l.serial == 0 {
+		C.fb_set_threads(1)
+	}
+	l.serial++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.serial--; l.serial == 0 {
+			C.fb_set_threads(C.int(l.threads))
+		}
+	}()
+	f()
 }
 
 // Sgemm is row-major C = alpha·op(A)·op(B) + beta·C with leading dimensions,
@@ -163,3 +214,6 @@ func cbool(b bool) C.int {
 	}
 	return 0
 }
+
+// libThreads is openblas_get_num_threads() itself, whatever Serial does.
+func libThreads() int { return int(C.fb_get_threads()) }

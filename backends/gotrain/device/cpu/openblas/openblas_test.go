@@ -83,6 +83,42 @@ func TestGEMMMatchesGonum(t *testing.T) {
 	}
 }
 
+// TestThreadsDoNotChangeResults: a product is bit for bit the same on 1 and 2
+// threads, so a rank's loss never depends on the threads it was given, nor on
+// Serial.
+func TestThreadsDoNotChangeResults(t *testing.T) {
+	l := needLib(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, sz := range [][3]int{{64, 128, 64}, {512, 704, 256}, {704, 256, 512}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		a, b := to32(randoms(rng, m*k)), to32(randoms(rng, k*n))
+		var outs [2][]float32
+		for i, th := range []int{1, 2} {
+			require.NoError(t, l.SetThreads(th))
+			outs[i] = make([]float32, m*n)
+			Sgemm(false, true, m, n, k, 1, a, k, b, k, 0, outs[i], n)
+		}
+		assert.Equal(t, outs[0], outs[1], "%v", sz)
+	}
+}
+
+// TestSerial: the thread count is 1 inside Serial, nested or overlapping, and
+// what was set before (or set meanwhile) after the last one returns.
+func TestSerial(t *testing.T) {
+	l := needLib(t)
+	require.NoError(t, l.SetThreads(2))
+	l.Serial(func() {
+		assert.Equal(t, 1, libThreads(), "one thread inside")
+		assert.Equal(t, 2, l.Threads(), "Threads says what will be restored")
+		l.Serial(func() { assert.Equal(t, 1, libThreads()) })
+		assert.Equal(t, 1, libThreads(), "still one until the outer Serial returns")
+		require.NoError(t, l.SetThreads(3))
+		assert.Equal(t, 1, libThreads())
+	})
+	assert.Equal(t, 3, libThreads(), "the count set inside takes effect after")
+	require.NoError(t, l.SetThreads(2))
+}
+
 // TestShortOperandsPanic: C cannot see a Go slice's length, so Sgemm checks it.
 func TestShortOperandsPanic(t *testing.T) {
 	needLib(t)
