@@ -42,17 +42,19 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # bench-cpu-engines trains the cpu-engines-* example specs on torchrun (Debian's torch)
-# and then on gotrain, back to back, and prints gotrain's tokens/s/rank over
-# torch's per run (the change column of `fsdpbench compare`), plus the GEMM
-# GFLOP/s of both on this machine. CPU_ENGINES=h256 runs only the small model.
+# and on gotrain, each run on one engine right after the other, and prints
+# gotrain's tokens/s/rank against torch's per run (`fsdpbench compare`: the
+# change column is the ratio − 1), after the GEMM GFLOP/s of both on this
+# machine. CPU_ENGINES=h256 runs only the small model.
 CPU_ENGINES ?= h256 h512
 CPU_ENGINES_RESULTS ?= fsdpbench-results/cpu-engines
 bench-cpu-engines: build
 	$(GO) test -run '^$$' -bench 'GEMM' ./backends/gotrain/device/cpu/
 	set -e; for s in $(CPU_ENGINES); do \
-		for e in torchrun gotrain; do \
-			bin/fsdpbench sweep sweeps/examples/cpu-engines-$$s.yaml --set backend=$$e --results $(CPU_ENGINES_RESULTS)/$$e --rerun >/dev/null; \
-		done; \
+		for ws in 1 2; do for e in torchrun gotrain; do \
+			bin/fsdpbench sweep sweeps/examples/cpu-engines-$$s.yaml --set backend=$$e --set world_size=$$ws \
+				--results $(CPU_ENGINES_RESULTS)/$$e --rerun >/dev/null; \
+		done; done; \
 		bin/fsdpbench compare $(CPU_ENGINES_RESULTS)/torchrun/cpu-engines-$$s $(CPU_ENGINES_RESULTS)/gotrain/cpu-engines-$$s \
 			--metric tokens_per_s_per_rank --metric step_time_s.median; \
 	done
