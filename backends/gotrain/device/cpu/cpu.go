@@ -55,6 +55,9 @@ type dev[T float] struct {
 	elemBytes int64
 	gemm      gemmFunc[T]
 	lib       *openblas.Library // nil on gonum
+	pool      pool[T]           // memory of freed buffers, for the next Alloc
+	rope      ropeTables[T]     // RoPE's cos and sin by geometry
+	scratch   scratch[T]        // ops' work space
 }
 
 // allocation is what Alloc handed out; its views share it.
@@ -99,7 +102,7 @@ func (d *dev[T]) Alloc(n int, cat device.Category) (device.Buffer, error) {
 	if err := d.tr.Reserve(bytes, cat); err != nil {
 		return nil, fmt.Errorf("%s: %w", d.name, err)
 	}
-	return &buffer[T]{d: d, data: make([]T, n), a: &allocation{bytes: bytes, cat: cat}}, nil
+	return &buffer[T]{d: d, data: d.pool.take(n, d.elemBytes), a: &allocation{bytes: bytes, cat: cat}}, nil
 }
 
 func (d *dev[T]) Free(b device.Buffer) {
@@ -111,6 +114,7 @@ func (d *dev[T]) Free(b device.Buffer) {
 		panic(fmt.Sprintf("%s: Free of a buffer freed already", d.name))
 	}
 	d.tr.Release(x.a.bytes, x.a.cat)
+	d.pool.give(x.data, d.elemBytes, d.tr.Stats().PeakTotal)
 }
 
 func (d *dev[T]) Memory() device.Stats { return d.tr.Stats() }
@@ -222,12 +226,14 @@ func (d *dev[T]) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffe
 
 func (d *dev[T]) RoPEForward(x device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEForward", s)
-	ropeForward(d.get("RoPEForward x", x, s.Len()), s)
+	cos, sin := d.rope.get(s)
+	ropeForward(d.get("RoPEForward x", x, s.Len()), s, cos, sin)
 }
 
 func (d *dev[T]) RoPEBackward(dx device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEBackward", s)
-	ropeBackward(d.get("RoPEBackward dx", dx, s.Len()), s)
+	cos, sin := d.rope.get(s)
+	ropeBackward(d.get("RoPEBackward dx", dx, s.Len()), s, cos, sin)
 }
 
 func (d *dev[T]) checkRoPE(op string, s device.RoPEShape) {
@@ -240,7 +246,7 @@ func (d *dev[T]) AttentionForward(out, lse, q, k, v device.Buffer, s device.Attn
 	d.checkAttn("AttentionForward", s)
 	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
 	qq, kk, vv := d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()), d.get("AttentionForward v", v, s.KVLen())
-	d.serialBLAS(func() { attentionForward(d.gemm, o, l, qq, kk, vv, s) })
+	d.serialBLAS(func() { attentionForward(d.gemm, &d.scratch, o, l, qq, kk, vv, s) })
 }
 
 func (d *dev[T]) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Buffer, s device.AttnShape) {
@@ -248,7 +254,7 @@ func (d *dev[T]) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Bu
 	gq, gk, gv := d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()), d.get("AttentionBackward dv", dv, s.KVLen())
 	do, o, l := d.get("AttentionBackward dout", dout, s.QLen()), d.get("AttentionBackward out", out, s.QLen()), d.get("AttentionBackward lse", lse, s.LSELen())
 	qq, kk, vv := d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()), d.get("AttentionBackward v", v, s.KVLen())
-	d.serialBLAS(func() { attentionBackward(d.gemm, gq, gk, gv, do, qq, kk, vv, o, l, s) })
+	d.serialBLAS(func() { attentionBackward(d.gemm, &d.scratch, gq, gk, gv, do, qq, kk, vv, o, l, s) })
 }
 
 func (d *dev[T]) checkAttn(op string, s device.AttnShape) {

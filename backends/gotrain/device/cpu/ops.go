@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 )
@@ -142,16 +143,44 @@ func ropeTable[T float](s device.RoPEShape) (cos, sin []T) {
 
 // ropeForward rotates each pair (x_i, x_{i+half}) of every head by the angle of
 // its position: (x1·cos − x2·sin, x2·cos + x1·sin), i.e. x·cos + rotate_half(x)·sin.
-func ropeForward[T float](x []T, s device.RoPEShape) {
-	cos, sin := ropeTable[T](s)
+// cos and sin are ropeTable's.
+func ropeForward[T float](x []T, s device.RoPEShape, cos, sin []T) {
 	rope(x, s, cos, sin, 1)
 }
 
 // ropeBackward: the rotation is orthogonal, so its adjoint is the rotation by the
 // opposite angle: (dy1·cos + dy2·sin, dy2·cos − dy1·sin).
-func ropeBackward[T float](dx []T, s device.RoPEShape) {
-	cos, sin := ropeTable[T](s)
+func ropeBackward[T float](dx []T, s device.RoPEShape, cos, sin []T) {
 	rope(dx, s, cos, sin, -1)
+}
+
+// ropeKey is what a RoPE table depends on.
+type ropeKey struct {
+	seq, headDim int
+	theta        float64
+}
+
+// ropeTables keeps each table a device computed: every layer's q and k, forward
+// and backward, of every step rotates by the same one.
+type ropeTables[T float] struct {
+	mu sync.Mutex
+	m  map[ropeKey][2][]T
+}
+
+// get returns ropeTable(s), computed once per geometry.
+func (r *ropeTables[T]) get(s device.RoPEShape) (cos, sin []T) {
+	k := ropeKey{s.Seq, s.HeadDim, s.Theta}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.m[k]; ok {
+		return t[0], t[1]
+	}
+	if r.m == nil {
+		r.m = map[ropeKey][2][]T{}
+	}
+	cos, sin = ropeTable[T](s)
+	r.m[k] = [2][]T{cos, sin}
+	return cos, sin
 }
 
 // rope rotates in place by sign·angle.
@@ -194,11 +223,13 @@ func attnView(b, h, heads int, s device.AttnShape) (off, stride int) {
 // For a block of query rows [i0, i1) it computes S = Q·Kᵀ for keys [0, i1) with
 // one GEMM, the masked softmax row by row (max subtracted before exp), and O = P·V
 // with another.
-func attentionForward[T float](gemm gemmFunc[T], out, lse, q, k, v []T, s device.AttnShape) {
+func attentionForward[T float](gemm gemmFunc[T], work *scratch[T], out, lse, q, k, v []T, s device.AttnShape) {
 	H, n := s.Heads, s.Seq
 	rep, sc := H/s.KVHeads, T(1/math.Sqrt(float64(s.HeadDim)))
 	parallelFor(s.Batch*H, 2*n*n*s.HeadDim, func(lo, hi int) {
-		scores := make([]T, min(attnBlock, n)*n)
+		buf := work.get(min(attnBlock, n) * n)
+		defer work.put(buf)
+		scores := *buf
 		for item := lo; item < hi; item++ {
 			b, h := item/H, item%H
 			qOff, qStride := attnView(b, h, H, s)
@@ -231,12 +262,15 @@ func attentionForward[T float](gemm gemmFunc[T], out, lse, q, k, v []T, s device
 // by query blocks as the forward, each product a GEMM. Work is split by (sample,
 // kv head), so the query heads that share a kv head add into dk and dv from one
 // goroutine, in a fixed order.
-func attentionBackward[T float](gemm gemmFunc[T], dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
+func attentionBackward[T float](gemm gemmFunc[T], work *scratch[T], dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
 	H, KV, d, n := s.Heads, s.KVHeads, s.HeadDim, s.Seq
 	rep, sc := H/KV, T(1/math.Sqrt(float64(d)))
 	parallelFor(s.Batch*KV, 4*rep*n*n*d, func(lo, hi int) {
 		blk := min(attnBlock, n)
-		P, dP := make([]T, blk*n), make([]T, blk*n)
+		bp, bdp := work.get(blk*n), work.get(blk*n)
+		defer work.put(bp)
+		defer work.put(bdp)
+		P, dP := *bp, *bdp
 		for item := lo; item < hi; item++ {
 			b, g := item/KV, item%KV
 			kOff, kStride := attnView(b, g, KV, s)
