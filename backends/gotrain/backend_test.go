@@ -179,7 +179,7 @@ func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 				assert.Regexp(t, `^(OpenBLAS \d|gonum)`, res.Env.BLAS)
 			}
 			if os.Getenv(EnvThreads) == "" {
-				assert.Equal(t, max(1, runtime.NumCPU()/(tc.ws/tc.nodes)), res.Env.BLASThreads)
+				assert.Equal(t, max(1, runtime.GOMAXPROCS(0)/(tc.ws/tc.nodes)), res.Env.BLASThreads)
 			}
 		})
 	}

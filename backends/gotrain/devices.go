@@ -181,9 +181,10 @@ const EnvThreads = "OMP_NUM_THREADS"
 const maxThreads = 1024
 
 // rankThreads is how many threads a rank computes with (GOMAXPROCS, and
-// OpenBLAS's): OMP_NUM_THREADS when it is set, as torch reads it; else the CPUs
-// this process may run on (its affinity mask, as runtime.NumCPU reads it)
-// divided among the node's ranks, at least 1. torchrun sets OMP_NUM_THREADS=1
+// OpenBLAS's): OMP_NUM_THREADS when it is set, as torch reads it; else cpus, the
+// CPUs this process may run on (the worker passes Go's default GOMAXPROCS: the
+// affinity mask and the cgroup's CPU limit), divided among the node's ranks, at
+// least 1. torchrun sets OMP_NUM_THREADS=1
 // for every rank when it starts more than one per node; dividing gives the same
 // on this project's 2-core machines at 2 or more ranks, and does not leave the
 // cores of a bigger host idle.

@@ -193,7 +193,9 @@ func work(ctx context.Context, env WorkerEnv) error {
 			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)
 		}
 	}
-	threads, err := rankThreads(env.Getenv, runtime.NumCPU(), info.LocalWorldSize)
+	// GOMAXPROCS before it is changed: the CPUs Go found this process may use
+	// (its affinity mask and, since Go 1.25, its cgroup's CPU limit).
+	threads, err := rankThreads(env.Getenv, runtime.GOMAXPROCS(0), info.LocalWorldSize)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
