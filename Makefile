@@ -57,6 +57,13 @@ bench-cpu-engines: build
 		done; done; \
 		bin/fsdpbench compare $(CPU_ENGINES_RESULTS)/torchrun/cpu-engines-$$s $(CPU_ENGINES_RESULTS)/gotrain/cpu-engines-$$s \
 			--metric tokens_per_s_per_rank --metric step_time_s.median; \
+		for e in torchrun gotrain; do \
+			bin/fsdpbench export $(CPU_ENGINES_RESULTS)/$$e/cpu-engines-$$s --format csv -o $(CPU_ENGINES_RESULTS)/$$e-$$s.csv; \
+		done; \
+		awk -F, -v spec=$$s 'FNR == 1 { for (i = 1; i <= NF; i++) if ($$i == "tokens_per_s_per_rank") c = i; next } \
+			NR == FNR { t[$$1] = $$c; next } \
+			t[$$1] > 0 && $$c > 0 { printf "%s %s: gotrain/torch tokens/s/rank = %.2fx\n", spec, $$1, $$c / t[$$1] }' \
+			$(CPU_ENGINES_RESULTS)/torchrun-$$s.csv $(CPU_ENGINES_RESULTS)/gotrain-$$s.csv; \
 	done
 
 # gpu-check builds the cuda device's test binaries here and runs them on a GPU
