@@ -141,6 +141,9 @@ func Candidates(s Spec) []string {
 	if override(s) != "" {
 		return []string{override(s)}
 	}
+	if len(s.PyPackages) == 0 {
+		return candidates(s, nil)
+	}
 	return candidates(s, SitePackages())
 }
 
@@ -179,7 +182,10 @@ func Open(s Spec) (*Library, error) {
 	if o := override(s); o != "" {
 		return open(s, []string{o}, nil)
 	}
-	sps := SitePackages()
+	var sps []string
+	if len(s.PyPackages) > 0 { // finding them runs python3: not for a library pip does not ship
+		sps = SitePackages()
+	}
 	return open(s, candidates(s, sps), sps)
 }
 

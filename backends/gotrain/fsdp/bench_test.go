@@ -13,11 +13,14 @@ import (
 
 // BenchmarkStep is one optimizer step on one rank, and reports tokens/s: tiny
 // under full_shard (seq 16, batch 4), and issue 16's model
-// (sweeps/examples/models/llama-h256-l4) under DDP at seq 128, batch 4, the
-// step cpu-engines-h256.yaml times at world size 1 (optimizer included). Run it
-// with -cpuprofile to see where a step goes.
+// (sweeps/examples/models/llama-h256-l4) under DDP at seq 128, batch 4, and the
+// larger llama-h512-l8 at seq 256, the steps cpu-engines-h256.yaml and
+// cpu-engines-h512.yaml time at world size 1 (optimizer included). Run it with
+// -cpuprofile to see where a step goes.
 func BenchmarkStep(b *testing.B) {
 	h256, err := shapes.ReadConfig("../../../sweeps/examples/models/llama-h256-l4/config.json")
+	require.NoError(b, err)
+	h512, err := shapes.ReadConfig("../../../sweeps/examples/models/llama-h512-l8/config.json")
 	require.NoError(b, err)
 	tiny := baseConfig(b)
 	tiny.Sharding = sweeps.FullShard
@@ -25,7 +28,10 @@ func BenchmarkStep(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		cfg  Config
-	}{{"tiny-full_shard", tiny}, {"llama-h256-l4-ddp", issue}} {
+	}{
+		{"tiny-full_shard", tiny}, {"llama-h256-l4-ddp", issue},
+		{"llama-h512-l8-ddp", Config{Shape: h512, Sharding: sweeps.DDP, BatchPerDevice: 4, SeqLen: 256, Seed: 7, LR: 1e-3, WeightDecay: 0.01}},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			world := newWorld(b, 1)
 			tr, err := New(context.Background(), cpu.New(cpu.Options{}), world[0], bc.cfg)
