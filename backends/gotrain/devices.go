@@ -184,10 +184,9 @@ const maxThreads = 1024
 // OpenBLAS's): OMP_NUM_THREADS when it is set, as torch reads it; else cpus, the
 // CPUs this process may run on (the worker passes Go's default GOMAXPROCS: the
 // affinity mask and the cgroup's CPU limit), divided among the node's ranks, at
-// least 1. torchrun sets OMP_NUM_THREADS=1
-// for every rank when it starts more than one per node; dividing gives the same
-// on this project's 2-core machines at 2 or more ranks, and does not leave the
-// cores of a bigger host idle.
+// least 1. torchrun sets OMP_NUM_THREADS=1 for every rank when it starts more
+// than one per node; dividing gives the same on this project's 2-core machines
+// at 2 or more ranks, and does not leave the cores of a bigger host idle.
 func rankThreads(getenv func(string) string, cpus, localWorldSize int) (int, error) {
 	if v := strings.TrimSpace(getenv(EnvThreads)); v != "" {
 		n, err := strconv.Atoi(v)

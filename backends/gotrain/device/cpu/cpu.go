@@ -4,7 +4,8 @@
 // float64 ones through gonum.
 // Ops run synchronously on the calling goroutine and split their heavy loops over
 // GOMAXPROCS goroutines, only ever over independent outputs, so results do not
-// depend on the number of threads.
+// depend on the number of threads; nor do OpenBLAS's products, which it splits by
+// rows and columns, never over the sum.
 //
 // The same code runs in float64 (Options.Float64): that device is the reference the
 // gradient checks use, where finite differences are exact to ~1e-8 instead of the
