@@ -17,7 +17,9 @@ import (
 // in torch.matmul when /usr/bin/python3 has torch, in the same run, so the
 // figures compare on a machine shared with other work. Each reports GFLOP/s
 // (2n³ per product). Run with -cpu 1,2 to see the scaling over cores (torch uses
-// its own thread count, all cores unless OMP_NUM_THREADS says otherwise).
+// its own thread count, all cores unless OMP_NUM_THREADS says otherwise). torch
+// inherits this process's environment, OPENBLAS_THREAD_TIMEOUT as package
+// openblas set it included, so both sides run OpenBLAS alike.
 func BenchmarkGEMM(b *testing.B) {
 	for _, n := range []int{256, 1024} {
 		flops := 2 * float64(n) * float64(n) * float64(n)
