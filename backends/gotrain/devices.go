@@ -142,12 +142,16 @@ func nonZero(v int64) *int64 {
 	return results.I64(v)
 }
 
-// openCPU opens the cpu device on the BLAS blas names, with threads for its GEMMs:
-// OpenBLAS's thread count is set through openblas_set_num_threads, which wins
-// over OPENBLAS_NUM_THREADS and OMP_NUM_THREADS, so a rank uses what it was
-// given whatever its environment says.
+// openCPU opens the cpu device on the BLAS blas names, with threads for its GEMMs
+// and its ops' loops: OpenBLAS's thread count is set through
+// openblas_set_num_threads, which wins over OPENBLAS_NUM_THREADS and
+// OMP_NUM_THREADS, so a rank uses what it was given whatever its environment
+// says; the loops through cpu.SetWorkers (GOMAXPROCS stays Go's default: with
+// one processor, a collective's goroutines waited for a GEMM in C to give it
+// back, and a 2-rank run on 2 cores took 1.3-1.6x as long).
 func openCPU(limit int64, blas string, threads int) (device.Device, error) {
 	o := cpu.Options{LimitBytes: limit}
+	cpu.SetWorkers(threads)
 	switch blas {
 	case BLASGonum:
 		o.BLAS = cpu.BLASGonum
@@ -180,8 +184,8 @@ const EnvThreads = "OMP_NUM_THREADS"
 // maxThreads bounds OMP_NUM_THREADS: past any host this trainer runs on.
 const maxThreads = 1024
 
-// rankThreads is how many threads a rank computes with (GOMAXPROCS, and
-// OpenBLAS's): OMP_NUM_THREADS when it is set, as torch reads it; else cpus, the
+// rankThreads is how many threads a rank computes with (OpenBLAS's, and the
+// goroutines of the cpu device's loops): OMP_NUM_THREADS when it is set, as torch reads it; else cpus, the
 // CPUs this process may run on (the worker passes Go's default GOMAXPROCS: the
 // affinity mask and the cgroup's CPU limit), divided among the node's ranks, at
 // least 1. torchrun sets OMP_NUM_THREADS=1 for every rank when it starts more

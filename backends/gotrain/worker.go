@@ -193,17 +193,11 @@ func work(ctx context.Context, env WorkerEnv) error {
 			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)
 		}
 	}
-	// GOMAXPROCS before it is changed: the CPUs Go found this process may use
-	// (its affinity mask and, since Go 1.25, its cgroup's CPU limit).
+	// GOMAXPROCS: the CPUs Go found this process may use (its affinity mask and,
+	// since Go 1.25, its cgroup's CPU limit).
 	threads, err := rankThreads(env.Getenv, runtime.GOMAXPROCS(0), info.LocalWorldSize)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
-	}
-	// The cpu device computes on GOMAXPROCS goroutines: the rank's share of the
-	// host, unless the user set GOMAXPROCS (Go's own rule). A cuda rank keeps
-	// Go's default, its host threads only launch work.
-	if gpu, _ := useCUDA(rc.Hardware); !gpu && env.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(threads)
 	}
 	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank, opts.BLAS, threads)
 	if err != nil {
