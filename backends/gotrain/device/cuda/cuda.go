@@ -138,6 +138,8 @@ type Device struct {
 	peakUsed int64
 	// rope caches the cos/sin tables in scratch for the last RoPE shape.
 	rope device.RoPEShape
+	// deferred are blocks freed by FreeAfter whose event has not completed yet.
+	deferred []deferredFree
 
 	// launchHook, when set (tests), sees every launch before it is issued.
 	launchHook func(k *kernels.Kernel, args []arg)
@@ -258,6 +260,7 @@ func (d *Device) release() {
 		C.fsdp_blas_destroy(d.ctx, d.blas)
 		d.blas = nil
 	}
+	d.dropDeferred()
 	for _, s := range []*C.CUstream{&d.compute, &d.comm} {
 		if *s != nil {
 			C.fsdp_stream_destroy(d.ctx, *s)
@@ -362,7 +365,7 @@ func (d *Device) Alloc(n int, cat device.Category) (device.Buffer, error) {
 	a := &allocation{bytes: bytes, cat: cat}
 	if n > 0 {
 		d.mu.Lock()
-		ptr, err := d.arena.alloc(bytes)
+		ptr, err := d.allocLocked(bytes)
 		if err == nil {
 			a.ptr = ptr
 			d.issue("Alloc", func() int {
