@@ -178,6 +178,10 @@ type Communicator struct {
 
 	statsMu sync.Mutex
 	stats   comm.Stats
+
+	// started is the collective a Start* call left for its Pending's Wait (it
+	// holds mu until then); nil when none.
+	started atomic.Pointer[pending]
 }
 
 var (
@@ -396,6 +400,11 @@ type work struct {
 // the stream as the caller ordered it (Start*), else after Stream.Handle's wait
 // for the compute stream.
 func (c *Communicator) begin(ctx context.Context, kind comm.Kind, elems int, ordered bool, call func(h unsafe.Pointer, stream uintptr) C.fbResult) (*work, error) {
+	if p := c.started.Load(); p != nil {
+		// mu is held until that collective's Wait: taking it here would hang
+		// a caller that issues both from one goroutine.
+		return nil, fmt.Errorf("nccl: %s while %s #%d was started and not waited for: Wait its Pending first", kind, p.w.kind, p.w.seq)
+	}
 	c.mu.Lock()
 	if c.broken != nil {
 		c.mu.Unlock()
@@ -910,6 +919,9 @@ func (c *Communicator) Stats() comm.Stats {
 // Close destroys the NCCL communicator (unless the watchdog aborted it) and
 // closes the control ring.
 func (c *Communicator) Close() error {
+	if p := c.started.Load(); p != nil {
+		_ = p.Wait() // it holds mu; its error was the caller's to see
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {

@@ -51,7 +51,10 @@ type pending struct {
 }
 
 func (p *pending) Wait() error {
-	p.once.Do(func() { p.err = p.w.finish() })
+	p.once.Do(func() {
+		p.w.c.started.CompareAndSwap(p, nil)
+		p.err = p.w.finish()
+	})
 	return p.err
 }
 
@@ -65,7 +68,9 @@ func (c *Communicator) start(ctx context.Context, kind comm.Kind, elems int, kee
 		return nil, err
 	}
 	w.keep = keep
-	return &pending{w: w}, nil
+	p := &pending{w: w}
+	c.started.Store(p)
+	return p, nil
 }
 
 // StartAllGather implements comm.StreamCollectives.
