@@ -58,6 +58,13 @@ const EnvDropWait = "FSDPBENCH_FSDP_DROP_WAIT"
 
 var dropWaitValues = []string{"gather", "shard", "reduce", "free"}
 
+// streamsOf is how the trainer finds its device's streams; tests replace it to
+// run the schedule on the cpu device with streams that log what they are asked.
+var streamsOf = func(d device.Device) (device.Streams, bool) {
+	s, ok := d.(device.Streams)
+	return s, ok
+}
+
 // streamSchedule runs the trainer's collectives on the device's comm stream.
 type streamSchedule struct {
 	s device.Streams
@@ -76,7 +83,7 @@ type streamSchedule struct {
 // communicators do not support it (the cpu device, the TCP ring): the trainer
 // then prefetches on a goroutine.
 func newStreamSchedule(t *Trainer) (*streamSchedule, error) {
-	s, ok := t.dev.(device.Streams)
+	s, ok := streamsOf(t.dev)
 	if !ok {
 		return nil, nil
 	}
