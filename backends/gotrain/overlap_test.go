@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,6 +88,23 @@ func TestStreamScheduleCatchesAMissingWait(t *testing.T) {
 	}
 }
 
+// TestStreamScheduleFaultsOverFakes injects NCCL faults under the stream
+// schedule, where collectives are started on the comm stream and waited for
+// later: an asynchronous error and a hung rank still fail the run in bounded
+// time naming the rank, as on the blocking path (TestNCCLFaultsFailTheRun).
+func TestStreamScheduleFaultsOverFakes(t *testing.T) {
+	for _, tc := range []struct{ name, fault, culprit string }{
+		{"async error", "async:1:9", "1"},
+		{"hung rank", "hang:0:9", "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := overlapChild(t, envOverlapCase+"=fault:"+tc.culprit, ncclfake.EnvFault+"="+tc.fault,
+				"FAKECUDA_STREAM_DELAY_US="+commLate)
+			t.Logf("%s", out)
+		})
+	}
+}
+
 // overlapConfig is one strategy and prefetch setting of TestStreamSchedule.
 type overlapConfig struct {
 	ws, nodes int
@@ -146,6 +164,19 @@ func TestStreamSchedule(t *testing.T) {
 		tol = 1e-4
 	}
 	configs := overlapConfigs()
+	if culprit, ok := strings.CutPrefix(which, "fault:"); ok {
+		c := overlapConfig{2, 1, sweeps.FullShard, sweeps.BackwardPre, true}
+		start := time.Now()
+		res, stderr := try(t, c, "auto", map[string]any{"comm": "nccl", "collective_timeout": "1s"})
+		elapsed := time.Since(start)
+		require.Equal(t, results.StatusFailed, res.Status, "%s\n%s", res.Error, stderr)
+		m := ncclCulprit.FindStringSubmatch(res.Error)
+		require.NotNil(t, m, "the error names the rank: %s\nstderr:\n%s", res.Error, stderr)
+		assert.Equal(t, culprit, m[1]+m[2], res.Error)
+		assert.Less(t, elapsed, 60*time.Second, "the fault ended the run in bounded time")
+		t.Logf("failed after %v: %s", elapsed.Round(time.Millisecond), res.Error)
+		return
+	}
 	if drop, ok := strings.CutPrefix(which, "drop:"); ok {
 		// One configuration that exercises every wait: prefetch in both passes,
 		// two ranks, so gathers and reduce-scatters go over the comm stream.
