@@ -22,7 +22,7 @@ func TestFreeAfter(t *testing.T) {
 		env      []string
 		reusedAt bool
 	}{
-		{"streams run at issue", nil, true},
+		{"streams run at issue", []string{"FAKECUDA_STREAMS", "sync", "FAKECUDA_STREAM_DELAY_US", ""}, true},
 		{"comm stream late", []string{"FAKECUDA_STREAMS", "async", "FAKECUDA_STREAM_DELAY_US", "1:300000"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
