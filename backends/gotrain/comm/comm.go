@@ -11,7 +11,10 @@
 // while compute runs on another) and calls are serialised, but when two goroutines
 // issue collectives on one communicator, their order can differ between ranks; a
 // second stream of collectives needs a second communicator (Split with the same
-// color on every rank duplicates one). A rank that issues a different collective, or
+// color on every rank duplicates one). Communicators that enqueue on a device
+// stream (StreamCollectives) are instead started from one goroutine in program
+// order, since communicators sharing a stream must be enqueued in the same order
+// on every rank. A rank that issues a different collective, or
 // a different size, is detected from the frame header (kind, sequence number,
 // length) and every rank gets an error saying so, never garbage.
 //

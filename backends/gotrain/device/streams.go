@@ -22,7 +22,8 @@ type Event interface{}
 // through events. A buffer written on one stream and read on the other needs
 // Wait on the reader's stream for an event recorded after the write; a buffer
 // freed after use on the comm stream needs the compute stream to have waited
-// for that use first (the allocator reuses memory in compute-stream order).
+// for that use first (the allocator reuses memory in compute-stream order), or
+// FreeAfter with an event recorded after that use.
 type Streams interface {
 	// Record returns an event that completes when the work issued on s so far has.
 	Record(s Stream) Event

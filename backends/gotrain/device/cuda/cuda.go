@@ -387,7 +387,7 @@ func (d *Device) Alloc(n int, cat device.Category) (device.Buffer, error) {
 // Free returns a buffer's memory to the arena. Work already issued on the compute
 // stream that uses it still runs before any later use of the memory (one stream);
 // a buffer used on the comm stream is freed only after the compute stream waited
-// for it (Streams).
+// for it, or with FreeAfter (Streams).
 func (d *Device) Free(b device.Buffer) {
 	x := d.buf("Free", b)
 	if x.view {
