@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,54 @@ func TestStreamScheduleFaultsOverFakes(t *testing.T) {
 	}
 }
 
+// TestStreamScheduleOverlapsOverFakes trains full_shard on two ranks without
+// prefetch and with forward and backward_pre prefetch, with the fake's streams
+// on threads of their own and a timeline of each (FAKECUDA_TIMELINE): it logs
+// how much of the comm stream's collective time ran while the compute stream
+// was busy, and requires some with prefetch. The fake runs kernels on the CPU,
+// so the figures say that the schedule lets the streams run at once, not how
+// much a GPU gains (.ci/gpu-check's overlap-timing measures that).
+func TestStreamScheduleOverlapsOverFakes(t *testing.T) {
+	t.Logf("%s", overlapChild(t, envOverlapCase+"=timeline"))
+}
+
+// span is one operation of a fake stream's timeline.
+type span struct{ start, end float64 }
+
+// overlapOf reads a FAKECUDA_TIMELINE file and returns, summed over processes,
+// the time the comm stream (index 1) spent in collectives (host functions) and
+// the part of it during which the compute stream (index 0) ran something.
+func overlapOf(t *testing.T, path string) (comm, both float64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err, "the fake wrote no timeline")
+	type key struct{ pid, stream int }
+	spans := map[key][]span{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var pid, stream int
+		var kind string
+		var sp span
+		_, err := fmt.Sscanf(line, "%d %d %s %f %f", &pid, &stream, &kind, &sp.start, &sp.end)
+		require.NoError(t, err, "timeline line %q", line)
+		if kind == "w" || kind == "r" || (stream == 1 && kind != "h") {
+			continue // waiting for an event is not work; the comm stream's work is its collectives
+		}
+		spans[key{pid, stream}] = append(spans[key{pid, stream}], sp)
+	}
+	for k, c := range spans {
+		if k.stream != 1 {
+			continue
+		}
+		for _, x := range c {
+			comm += x.end - x.start
+			for _, y := range spans[key{k.pid, 0}] { // a stream's spans do not overlap each other
+				both += max(0, min(x.end, y.end)-max(x.start, y.start))
+			}
+		}
+	}
+	return comm, both
+}
+
 // overlapConfig is one strategy and prefetch setting of TestStreamSchedule.
 type overlapConfig struct {
 	ws, nodes int
@@ -164,6 +213,23 @@ func TestStreamSchedule(t *testing.T) {
 		tol = 1e-4
 	}
 	configs := overlapConfigs()
+	if which == "timeline" {
+		for _, c := range []overlapConfig{
+			{2, 1, sweeps.FullShard, sweeps.PrefetchNone, false},
+			{2, 1, sweeps.FullShard, sweeps.BackwardPre, true},
+		} {
+			path := filepath.Join(t.TempDir(), "timeline")
+			t.Setenv("FAKECUDA_TIMELINE", path)
+			run(t, c, "auto", map[string]any{"comm": "nccl"})
+			comm, both := overlapOf(t, path)
+			require.Positive(t, comm, "collectives ran on the comm stream")
+			t.Logf("%s: collectives %.1f ms on the comm streams, %.1f ms of it (%.0f%%) while compute ran", c, comm, both, 100*both/comm)
+			if c.forward {
+				assert.Positive(t, both, "with prefetch, collectives overlap compute")
+			}
+		}
+		return
+	}
 	if culprit, ok := strings.CutPrefix(which, "fault:"); ok {
 		c := overlapConfig{2, 1, sweeps.FullShard, sweeps.BackwardPre, true}
 		start := time.Now()

@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "runner.h"
 
 namespace {
@@ -60,9 +62,18 @@ struct Stream {
   bool async = false;
   std::mutex m;
   std::condition_variable cv;
-  std::deque<std::function<void()>> q;
+  std::deque<std::pair<char, std::function<void()>>> q;
   bool busy = false, stop = false;
   std::thread worker;
+  // spans is the stream's timeline under FAKECUDA_TIMELINE: each operation's
+  // kind (k kernel, h host function, c copy or memset, w event wait, r event
+  // record) and its start and end in ms, the injected delay excluded.
+  struct Span {
+    char kind;
+    double start, end;
+  };
+  std::vector<Span> spans;
+  bool timeline = false;
 };
 std::map<CUstream, Stream*> streams;
 int streamsCreated = 0;
@@ -105,13 +116,17 @@ void stream_loop(Stream* s) {
   for (;;) {
     s->cv.wait(l, [&] { return s->stop || !s->q.empty(); });
     if (s->q.empty()) return;
-    std::function<void()> f = std::move(s->q.front());
+    char kind = s->q.front().first;
+    std::function<void()> f = std::move(s->q.front().second);
     s->q.pop_front();
     s->busy = true;
     l.unlock();
     if (s->delayUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(s->delayUs));
+    double t0 = now_ms();
     f();
+    double t1 = now_ms();
     l.lock();
+    if (s->timeline) s->spans.push_back({kind, t0, t1});
     s->busy = false;
     s->cv.notify_all();
   }
@@ -119,14 +134,14 @@ void stream_loop(Stream* s) {
 
 // enqueue runs f in s's order: now on a synchronous stream (or stream 0), else
 // on s's worker.
-void enqueue(Stream* s, std::function<void()> f) {
+void enqueue(Stream* s, char kind, std::function<void()> f) {
   if (!s || !s->async) {
     f();
     return;
   }
   {
     std::lock_guard<std::mutex> l(s->m);
-    s->q.push_back(std::move(f));
+    s->q.emplace_back(kind, std::move(f));
   }
   s->cv.notify_all();
 }
@@ -143,7 +158,24 @@ bool idle(Stream* s) {
   return s->q.empty() && !s->busy;
 }
 
-// stop_stream drains s and ends its worker.
+// write_timeline appends s's spans to FAKECUDA_TIMELINE, one line each:
+// "pid stream kind start_ms end_ms", in one write so processes do not interleave.
+void write_timeline(Stream* s) {
+  const char* path = std::getenv("FAKECUDA_TIMELINE");
+  if (!path || !*path || s->spans.empty()) return;
+  std::string out;
+  char line[128];
+  for (const auto& sp : s->spans) {
+    std::snprintf(line, sizeof line, "%d %d %c %.3f %.3f\n", int(getpid()), s->index, sp.kind, sp.start, sp.end);
+    out += line;
+  }
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fwrite(out.data(), 1, out.size(), f);
+    std::fclose(f);
+  }
+}
+
+// stop_stream drains s, ends its worker and writes its timeline.
 void stop_stream(Stream* s) {
   drain(s);
   if (s->worker.joinable()) {
@@ -154,6 +186,7 @@ void stop_stream(Stream* s) {
     s->cv.notify_all();
     s->worker.join();
   }
+  write_timeline(s);
   delete s;
 }
 
@@ -517,7 +550,7 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream 
   if (!in_alloc(uintptr_t(dst), n)) return CUDA_ERROR_INVALID_VALUE;
   // From pageable memory the driver stages the source before returning.
   auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
-  enqueue(s, [dst, staged] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size()); });
+  enqueue(s, 'c', [dst, staged] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size()); });
   return CUDA_SUCCESS;
 }
 
@@ -527,7 +560,7 @@ CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream
   if (!stream_of(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
-  enqueue(s, [dst, src, n] { std::memcpy(dst, reinterpret_cast<void*>(src), n); });
+  enqueue(s, 'c', [dst, src, n] { std::memcpy(dst, reinterpret_cast<void*>(src), n); });
   return CUDA_SUCCESS;
 }
 
@@ -537,7 +570,7 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream 
   if (!stream_of(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!in_alloc(uintptr_t(dst), n) || !in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
-  enqueue(s, [dst, src, n] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n); });
+  enqueue(s, 'c', [dst, src, n] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n); });
   return CUDA_SUCCESS;
 }
 
@@ -557,7 +590,7 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream st
   if (!stream_of(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (dst % 4 != 0 || !in_alloc(uintptr_t(dst), n * 4)) return CUDA_ERROR_INVALID_VALUE;
-  enqueue(s, [dst, v, n] {
+  enqueue(s, 'c', [dst, v, n] {
     unsigned* p = reinterpret_cast<unsigned*>(dst);
     for (size_t i = 0; i < n; i++) p[i] = v;
   });
@@ -724,7 +757,7 @@ CUresult cuLaunchKernel(CUfunction hfunc, unsigned int gx, unsigned int gy, unsi
     a->ptrs[i] = &a->vals[i];
   }
   dim3 grid{gx, gy, gz}, block{bx, by, bz};
-  enqueue(st, [k, grid, block, shared, a, reverse] {
+  enqueue(st, 'k', [k, grid, block, shared, a, reverse] {
     fsdp_cpu::run(k, grid, block, shared, a->ptrs.empty() ? nullptr : a->ptrs.data(), reverse);
   });
   return CUDA_SUCCESS;
@@ -739,6 +772,7 @@ CUresult cuStreamCreate(CUstream* ps, unsigned int) {
   const char* mode = std::getenv("FAKECUDA_STREAMS");
   x->async = mode && std::strcmp(mode, "async") == 0;
   x->delayUs = x->async ? stream_delay_us(x->index) : 0;
+  x->timeline = x->async && std::getenv("FAKECUDA_TIMELINE") && *std::getenv("FAKECUDA_TIMELINE");
   if (x->async) x->worker = std::thread(stream_loop, x);
   CUstream h = reinterpret_cast<CUstream>(x);
   streams[h] = x;
@@ -791,7 +825,7 @@ CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void* userData) {
     if (!stream_of(h, &x) || fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   }
   // Outside the lock: a collective waits for other processes.
-  enqueue(x, [fn, userData] { fn(userData); });
+  enqueue(x, 'h', [fn, userData] { fn(userData); });
   return CUDA_SUCCESS;
 }
 
@@ -822,7 +856,7 @@ CUresult cuEventRecord(CUevent e, CUstream h) {
     std::lock_guard<std::mutex> l(evMu);
     target = ++ev->issued;
   }
-  enqueue(x, [ev, target] {
+  enqueue(x, 'r', [ev, target] {
     std::lock_guard<std::mutex> l(evMu);
     if (ev->done < target) ev->done = target;
     ev->recorded = true;
@@ -877,7 +911,7 @@ CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
     target = ev->issued;
   }
   if (target == 0) return CUDA_SUCCESS;  // never recorded: nothing to wait for
-  enqueue(x, [ev, target] {
+  enqueue(x, 'w', [ev, target] {
     std::unique_lock<std::mutex> l(evMu);
     evCv.wait(l, [&] { return ev->done >= target; });
   });
