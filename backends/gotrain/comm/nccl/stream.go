@@ -14,6 +14,7 @@ import "C"
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"unsafe"
 
@@ -58,12 +59,12 @@ func (p *pending) Wait() error {
 	return p.err
 }
 
-// start begins a collective on the ordered stream and returns it pending.
-func (c *Communicator) start(ctx context.Context, kind comm.Kind, elems int, keep []any, call func(h unsafe.Pointer, stream uintptr) C.fbResult) (comm.Pending, error) {
+// start begins a collective of bytes on the ordered stream and returns it pending.
+func (c *Communicator) start(ctx context.Context, kind comm.Kind, bytes int, keep []any, call func(h unsafe.Pointer, stream uintptr) C.fbResult) (comm.Pending, error) {
 	if !c.OnStream() {
 		return nil, errNoStream
 	}
-	w, err := c.begin(ctx, kind, elems, true, call)
+	w, err := c.begin(ctx, kind, bytes, true, call)
 	if err != nil {
 		return nil, err
 	}
@@ -73,10 +74,23 @@ func (c *Communicator) start(ctx context.Context, kind comm.Kind, elems int, kee
 	return p, nil
 }
 
-// StartAllGather implements comm.StreamCollectives.
+// StartAllGather implements comm.StreamCollectives; bf16 buffers (the bf16
+// policy's gathered parameters) go as ncclBfloat16, on device pointers only.
 func (c *Communicator) StartAllGather(ctx context.Context, dst, src device.Buffer) (comm.Pending, error) {
 	if err := c.checkLen(comm.KindAllGather, dst.Len(), src.Len(), src.Len()*c.size); err != nil {
 		return nil, err
+	}
+	dt, es := C.int(ncclFloat32), 4
+	switch t := device.DTypeOf(src); {
+	case device.DTypeOf(dst) != t:
+		return nil, fmt.Errorf("nccl: all_gather from %v into %v: one dtype on both sides", t, device.DTypeOf(dst))
+	case t == device.BF16:
+		_, dok := dst.(DevicePointer)
+		_, sok := src.(DevicePointer)
+		if !dok || !sok {
+			return nil, fmt.Errorf("nccl: a started bf16 all_gather needs device buffers (%s has none)", src.Device().Name())
+		}
+		dt, es = ncclBfloat16, 2
 	}
 	d, dh, err := c.pointer(dst)
 	if err != nil {
@@ -87,13 +101,16 @@ func (c *Communicator) StartAllGather(ctx context.Context, dst, src device.Buffe
 		return nil, err
 	}
 	n := src.Len()
-	return c.start(ctx, comm.KindAllGather, n, []any{dh, sh}, func(h unsafe.Pointer, st uintptr) C.fbResult {
-		return C.fs_allGather(c.lib.allGather, C.uintptr_t(s), C.uintptr_t(d), C.size_t(n), ncclFloat32, h, C.uintptr_t(st))
+	return c.start(ctx, comm.KindAllGather, n*es, []any{dh, sh}, func(h unsafe.Pointer, st uintptr) C.fbResult {
+		return C.fs_allGather(c.lib.allGather, C.uintptr_t(s), C.uintptr_t(d), C.size_t(n), dt, h, C.uintptr_t(st))
 	})
 }
 
 // StartReduceScatter implements comm.StreamCollectives.
 func (c *Communicator) StartReduceScatter(ctx context.Context, dst, src device.Buffer, op comm.Op) (comm.Pending, error) {
+	if err := refuseBF16(comm.KindReduceScatter, dst, src); err != nil {
+		return nil, err
+	}
 	if err := c.checkLen(comm.KindReduceScatter, dst.Len()*c.size, src.Len(), src.Len()); err != nil {
 		return nil, err
 	}
@@ -110,13 +127,16 @@ func (c *Communicator) StartReduceScatter(ctx context.Context, dst, src device.B
 		return nil, err
 	}
 	n := dst.Len()
-	return c.start(ctx, comm.KindReduceScatter, n, []any{dh, sh}, func(h unsafe.Pointer, st uintptr) C.fbResult {
+	return c.start(ctx, comm.KindReduceScatter, 4*n, []any{dh, sh}, func(h unsafe.Pointer, st uintptr) C.fbResult {
 		return C.fs_reduce(c.lib.reduceScatter, C.uintptr_t(s), C.uintptr_t(d), C.size_t(n), ncclFloat32, o, h, C.uintptr_t(st))
 	})
 }
 
 // StartAllReduce implements comm.StreamCollectives.
 func (c *Communicator) StartAllReduce(ctx context.Context, buf device.Buffer, op comm.Op) (comm.Pending, error) {
+	if err := refuseBF16(comm.KindAllReduce, buf); err != nil {
+		return nil, err
+	}
 	o, err := ncclOp(op)
 	if err != nil {
 		return nil, err
@@ -126,7 +146,7 @@ func (c *Communicator) StartAllReduce(ctx context.Context, buf device.Buffer, op
 		return nil, err
 	}
 	n := buf.Len()
-	return c.start(ctx, comm.KindAllReduce, n, []any{ph}, func(h unsafe.Pointer, st uintptr) C.fbResult {
+	return c.start(ctx, comm.KindAllReduce, 4*n, []any{ph}, func(h unsafe.Pointer, st uintptr) C.fbResult {
 		return C.fs_reduce(c.lib.allReduce, C.uintptr_t(p), C.uintptr_t(p), C.size_t(n), ncclFloat32, o, h, C.uintptr_t(st))
 	})
 }
