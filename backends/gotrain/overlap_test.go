@@ -120,16 +120,23 @@ func TestStreamScheduleOverlapsOverFakes(t *testing.T) {
 // span is one operation of a fake stream's timeline.
 type span struct{ start, end float64 }
 
-// overlapOf reads a FAKECUDA_TIMELINE file and returns, summed over processes,
+// overlapOf reads the FAKECUDA_TIMELINE files (path.<pid>.<stream>) and returns, summed over processes,
 // the time the comm stream (index 1) spent in collectives (host functions) and
 // the part of it during which the compute stream (index 0) ran something.
 func overlapOf(t *testing.T, path string) (comm, both float64) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	require.NoError(t, err, "the fake wrote no timeline")
+	files, err := filepath.Glob(path + ".*")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "the fake wrote no timeline")
+	var text strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		text.Write(data)
+	}
 	type key struct{ pid, stream int }
 	spans := map[key][]span{}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(text.String()), "\n") {
 		var pid, stream int
 		var kind string
 		var sp span

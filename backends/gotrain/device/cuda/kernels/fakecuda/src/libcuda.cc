@@ -158,8 +158,9 @@ bool idle(Stream* s) {
   return s->q.empty() && !s->busy;
 }
 
-// write_timeline appends s's spans to FAKECUDA_TIMELINE, one line each:
-// "pid stream kind start_ms end_ms", in one write so processes do not interleave.
+// write_timeline writes s's spans to FAKECUDA_TIMELINE.<pid>.<stream>, one line
+// each: "pid stream kind start_ms end_ms" (a file per stream: processes and
+// streams never interleave).
 void write_timeline(Stream* s) {
   const char* path = std::getenv("FAKECUDA_TIMELINE");
   if (!path || !*path || s->spans.empty()) return;
@@ -169,7 +170,8 @@ void write_timeline(Stream* s) {
     std::snprintf(line, sizeof line, "%d %d %c %.3f %.3f\n", int(getpid()), s->index, sp.kind, sp.start, sp.end);
     out += line;
   }
-  if (FILE* f = std::fopen(path, "a")) {
+  std::string name = std::string(path) + "." + std::to_string(getpid()) + "." + std::to_string(s->index);
+  if (FILE* f = std::fopen(name.c_str(), "w")) {
     std::fwrite(out.data(), 1, out.size(), f);
     std::fclose(f);
   }
