@@ -700,6 +700,9 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		comm.AllGather = max(comm.AllGather, f.CommBytesPerStep.AllGather)
 		comm.ReduceScatter = max(comm.ReduceScatter, f.CommBytesPerStep.ReduceScatter)
 		comm.AllReduce = max(comm.AllReduce, f.CommBytesPerStep.AllReduce)
+		if v := f.CommBytesPerStep.InterNode; v != nil && (comm.InterNode == nil || *v > *comm.InterNode) {
+			comm.InterNode = results.I64(*v)
+		}
 		loss := f.Losses[len(f.Losses)-1]
 		// A rank file counts the global batch's tokens; results sums RankResult.Tokens
 		// over ranks, so each rank reports its own share (global_batch divides evenly).

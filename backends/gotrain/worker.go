@@ -288,6 +288,9 @@ func work(ctx context.Context, env WorkerEnv) error {
 			ReduceScatter: (d.ReduceScatter.BytesSent - before.ReduceScatter.BytesSent) / n,
 			AllReduce:     (d.AllReduce.BytesSent - before.AllReduce.BytesSent) / n,
 		}
+		inter := (d.AllGather.BytesSentInterNode + d.ReduceScatter.BytesSentInterNode + d.AllReduce.BytesSentInterNode -
+			before.AllGather.BytesSentInterNode - before.ReduceScatter.BytesSentInterNode - before.AllReduce.BytesSentInterNode) / n
+		out.CommBytesPerStep.InterNode = &inter
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {

@@ -150,6 +150,9 @@ type OpStats struct {
 	// all-gather of n float32 per rank that is 4n(Size-1) each way.
 	BytesSent     int64 `json:"bytes_sent"`
 	BytesReceived int64 `json:"bytes_received"`
+	// BytesSentInterNode is the part of BytesSent that went to a neighbour on another
+	// host (Peer.Host differs): what crossed the link between nodes.
+	BytesSentInterNode int64 `json:"bytes_sent_inter_node"`
 	// Time is the wall time spent inside the calls, waiting for peers included.
 	Time time.Duration `json:"time_ns"`
 }
@@ -157,7 +160,8 @@ type OpStats struct {
 // Add returns the field-wise sum.
 func (s OpStats) Add(o OpStats) OpStats {
 	return OpStats{Calls: s.Calls + o.Calls, BytesSent: s.BytesSent + o.BytesSent,
-		BytesReceived: s.BytesReceived + o.BytesReceived, Time: s.Time + o.Time}
+		BytesReceived: s.BytesReceived + o.BytesReceived, BytesSentInterNode: s.BytesSentInterNode + o.BytesSentInterNode,
+		Time: s.Time + o.Time}
 }
 
 // Stats is what a communicator has moved, per kind of collective.
