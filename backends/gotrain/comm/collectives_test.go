@@ -23,15 +23,18 @@ type groupCase struct {
 
 func groupCases() []groupCase {
 	var cases []groupCase
-	for size := 1; size <= 4; size++ {
-		cases = append(cases,
-			groupCase{name: fmt.Sprintf("ws%d", size), size: size, lengths: []int{0, 1, 7, 1<<20 + 3}},
-			// Tiny frames: many frames per segment exercise pipelining and the
-			// dependencies between steps, including segments of unequal length.
-			groupCase{name: fmt.Sprintf("ws%d-chunk12B", size), size: size, opts: Options{ChunkBytes: 12}, lengths: []int{0, 1, 5, 13, 37}},
-		)
+	for _, tr := range []string{TransportTCP, TransportShm} {
+		for size := 1; size <= 4; size++ {
+			cases = append(cases,
+				groupCase{name: fmt.Sprintf("%s/ws%d", tr, size), size: size, opts: Options{Transport: tr}, lengths: []int{0, 1, 7, 1<<20 + 3}},
+				// Tiny frames (rounds, on shm): many per segment exercise pipelining
+				// and the dependencies between steps, including segments of unequal
+				// length.
+				groupCase{name: fmt.Sprintf("%s/ws%d-chunk12B", tr, size), size: size, opts: Options{Transport: tr, ChunkBytes: 12}, lengths: []int{0, 1, 5, 13, 37, 100}},
+			)
+		}
 	}
-	cases = append(cases, groupCase{name: "ws3-portable-encoding", size: 3, opts: Options{ChunkBytes: 40, portable: true}, lengths: []int{0, 1, 29, 1000}})
+	cases = append(cases, groupCase{name: "tcp/ws3-portable-encoding", size: 3, opts: Options{Transport: TransportTCP, ChunkBytes: 40, portable: true}, lengths: []int{0, 1, 29, 1000}})
 	return cases
 }
 

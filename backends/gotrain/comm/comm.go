@@ -278,6 +278,17 @@ type Options struct {
 	SocketBufferBytes int
 	// Host names this rank in peers' error messages; empty means os.Hostname.
 	Host string
+	// Transport is TransportAuto (or empty), TransportShm or TransportTCP: whether
+	// ranks on one node exchange data through shared memory or the TCP ring.
+	Transport string
+	// Node names this rank's node: ranks with equal Node share memory. Empty
+	// means the host name and the kernel's boot id, and for Dial the launcher's
+	// node rank too (so that a launch that says "two nodes" gets two, even on one
+	// machine).
+	Node string
+	// ShmDir is where shared-memory segments are made (each exists under its name
+	// only while its group sets up); empty means DefaultShmDir.
+	ShmDir string
 
 	// portable forces the byte-by-byte wire encoding that big-endian machines use,
 	// so that tests cover it on little-endian ones.
