@@ -196,7 +196,9 @@ type shmFault struct {
 	err  error
 }
 
-func (f *shmFault) Error() string { return fmt.Sprintf("shm fault %d (peer %d): %v", f.kind, f.peer, f.err) }
+func (f *shmFault) Error() string {
+	return fmt.Sprintf("shm fault %d (peer %d): %v", f.kind, f.peer, f.err)
+}
 
 func (c *shm) usable() error {
 	if c.closed.Load() {

@@ -335,6 +335,9 @@ func createSegment(path string, st setup) (*segment, error) {
 
 // attachSegment waits for rank 0's segment to appear and maps it.
 func attachSegment(ctx context.Context, path string, st setup) (*segment, error) {
+	if _, err := os.Stat(st.dir); err != nil { // rank 0 cannot create it either
+		return nil, fmt.Errorf("comm: shared-memory directory: %w (it must be a writable tmpfs such as /dev/shm; or set the transport to tcp)", err)
+	}
 	backoff := time.Millisecond
 	var fd int
 	for {
