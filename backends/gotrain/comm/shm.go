@@ -41,21 +41,22 @@ func checkTransport(t string) error {
 }
 
 // shm is the shared-memory communicator of ranks on one node. Every rank maps one
-// segment (shmseg.go) and owns a slot of two halves in it. A collective is a
-// series of rounds; in round g (counted over the communicator's life) every rank
+// segment (shmseg.go) and owns shmDepth buffers in it. A collective is a series
+// of rounds; in round g (counted over the communicator's life) every rank
 //
-//  1. waits until every peer has read round g−2, which used the same half;
-//  2. writes its part of the round into half g mod 2 of its slot, with the
+//  1. waits until every peer has read round g−shmDepth, which used the same
+//     buffer;
+//  2. writes its part of the round into its buffer g mod shmDepth, with the
 //     collective's header (kind, sequence, size, round, op or root), and
 //     publishes g in its written counter;
 //  3. waits for every peer's written counter to reach g, checks each peer's
 //     header against its own (a rank in another collective, or with another
 //     size, op or root, is out of step: the collective fails at once, on every
-//     rank), and reads what it needs from the peers' halves;
+//     rank), and reads what it needs from the peers' buffers;
 //  4. publishes g in its read counter.
 //
-// So a round moves ChunkBytes per rank (the slot's half) while the next round
-// fills the other half, and a rank is never more than a round ahead. Waits spin
+// So a round moves ChunkBytes per rank (at most shmMaxRoundBytes), and a rank may
+// run up to shmDepth rounds ahead of the slowest. Waits spin
 // briefly, then sleep on the counter with futex, which the publisher wakes.
 //
 // Reductions follow the TCP ring's order exactly (the package's Numerics): the
@@ -241,21 +242,21 @@ func (c *shm) collective(ctx context.Context, kind Kind, total uint64, aux uint3
 		s.BytesSent += sent
 		s.BytesReceived += recv
 	}
-	c.stats.BufferBytes = int64(2 * c.seg.slotBytes)
+	c.stats.BufferBytes = int64(shmDepth * c.seg.slotBytes)
 	return err
 }
 
-// exchange runs one round: put fills this rank's half (nil: nothing to send), take
-// reads the round from every rank's half (slot(j)); n is the round's length in
+// exchange runs one round: put fills this rank's buffer (nil: nothing to send),
+// take reads the round from every rank's buffer (slot(j)); n is the round's length in
 // elements, the same on every rank, checked in the header.
 func (c *shm) exchange(op *shmOp, n int, put func(mine []float32), take func(slot func(j int) []float32)) error {
 	s := c.seg
 	c.rounds++
-	g, h := uint32(c.rounds), int(c.rounds&1)
-	if c.rounds > 2 {
+	g, h := uint32(c.rounds), int(c.rounds%shmDepth)
+	if c.rounds > shmDepth {
 		for j := range c.size {
 			if j != c.rank {
-				if err := c.await(op, j, s.ctl(j, cRead), s.ctl(j, cReadSleep), g-2); err != nil {
+				if err := c.await(op, j, s.ctl(j, cRead), s.ctl(j, cReadSleep), g-shmDepth); err != nil {
 					return err
 				}
 			}
@@ -265,7 +266,7 @@ func (c *shm) exchange(op *shmOp, n int, put func(mine []float32), take func(slo
 		put(s.slot(c.rank, h))
 	}
 	want := header{kind: op.kind, payload: uint32(4 * n), seq: op.seq, total: op.total, frame: op.frame, aux: op.aux}
-	want.put(s.half(c.rank, h))
+	want.put(s.roundHeader(c.rank, h))
 	publish(s.ctl(c.rank, cWritten), s.ctl(c.rank, cWrittenSleep), g)
 	for j := range c.size {
 		if j == c.rank {
@@ -274,7 +275,7 @@ func (c *shm) exchange(op *shmOp, n int, put func(mine []float32), take func(slo
 		if err := c.await(op, j, s.ctl(j, cWritten), s.ctl(j, cWrittenSleep), g); err != nil {
 			return err
 		}
-		got, err := parseHeader(s.half(j, h))
+		got, err := parseHeader(s.roundHeader(j, h))
 		if err != nil {
 			return &shmFault{kind: faultDesync, peer: j, err: err}
 		}

@@ -24,9 +24,10 @@ import (
 //	       the abort record (state, origin, reporter, reason)
 //	4096   one control block per rank (ctlBytes each): the written and read
 //	       round counters (futex words) with their sleeper counts, joined, and
-//	       the two halves' round headers (wire.go's header, 32 bytes each)
-//	data   two halves of slotBytes per rank, page aligned: a rank writes only
-//	       into its own halves, and reads everyone's
+//	       the round headers of its shmDepth buffers (wire.go's header, 32 bytes
+//	       each)
+//	data   shmDepth buffers of slotBytes per rank, page aligned: a rank writes
+//	       only into its own buffers, and reads everyone's
 //
 // Liveness rides on open-file-description locks (F_OFD_SETLK): rank r holds a write
 // lock on byte lockBase+r of the file for as long as its communicator is open. The
@@ -35,9 +36,14 @@ import (
 // gone, across processes, threads and PID namespaces alike.
 const (
 	segMagic       = 0x314d_4853_5044_5346 // "FSDPSHM1"
-	segVersion     = 1
+	segVersion     = 2
 	segHeaderBytes = 4096
-	ctlBytes       = 256
+	ctlBytes       = 512
+	// shmDepth is how many rounds a rank may run ahead of the slowest reader:
+	// each rank has this many buffers, used in turn. Depth, more than the size
+	// of a round, is what keeps ranks streaming on a loaded machine, where a
+	// peer is often off its core for a while.
+	shmDepth = 8
 	// segPrefix starts every segment's file name, so stale ones can be found.
 	segPrefix = "fsdpbench-comm-"
 	// maxShmRanks bounds a shared-memory group: more ranks than this on one node
@@ -74,7 +80,7 @@ const (
 	cReadSleep    = 68
 	cJoined       = 128
 	cJoinedSleep  = 132
-	cHalf         = 160 // two round headers of headerLen bytes
+	cHeaders      = 160 // shmDepth round headers of headerLen bytes
 )
 
 // Abort states.
@@ -96,30 +102,36 @@ type segment struct {
 
 func segLayout(size, slotBytes int) (dataOff, total int) {
 	dataOff = roundUp(segHeaderBytes+size*ctlBytes, 4096)
-	return dataOff, dataOff + size*2*slotBytes
+	return dataOff, dataOff + size*shmDepth*slotBytes
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
-// slotBytesFor is the size of one half of a rank's slot: the round unit, at least
-// one element per rank (reduce-scatter splits a round by rank) and cache aligned.
+// shmMaxRoundBytes caps a round: rounds that a peer reads while they are still in
+// the writer's cache beat larger ones (the all-gather benchmark at ws 2 moved
+// about 1.4× more with 64–256 KiB rounds than with 1 MiB on the CI machine).
+const shmMaxRoundBytes = 256 << 10
+
+// slotBytesFor is the size of one buffer of a rank: the round unit (ChunkBytes, at
+// most shmMaxRoundBytes), at least one element per rank (reduce-scatter splits a
+// round by rank), and cache aligned.
 func slotBytesFor(chunkBytes, size int) int {
-	return roundUp(max(chunkBytes, 4*size), 64)
+	return roundUp(max(min(chunkBytes, shmMaxRoundBytes), 4*size), 64)
 }
 
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
 
 func (s *segment) ctl(r, field int) *uint32 { return s.u32(segHeaderBytes + r*ctlBytes + field) }
 
-// half is rank r's round header of half h.
-func (s *segment) half(r, h int) []byte {
-	off := segHeaderBytes + r*ctlBytes + cHalf + h*headerLen
+// roundHeader is the header of rank r's buffer b.
+func (s *segment) roundHeader(r, b int) []byte {
+	off := segHeaderBytes + r*ctlBytes + cHeaders + b*headerLen
 	return s.mem[off : off+headerLen]
 }
 
-// slot is rank r's data half h as float32.
-func (s *segment) slot(r, h int) []float32 {
-	off := s.dataOff + (2*r+h)*s.slotBytes
+// slot is rank r's buffer b as float32.
+func (s *segment) slot(r, b int) []float32 {
+	off := s.dataOff + (shmDepth*r+b)*s.slotBytes
 	return unsafe.Slice((*float32)(unsafe.Pointer(&s.mem[off])), s.slotBytes/4)
 }
 
