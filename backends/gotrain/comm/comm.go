@@ -293,6 +293,9 @@ type Options struct {
 	// portable forces the byte-by-byte wire encoding that big-endian machines use,
 	// so that tests cover it on little-endian ones.
 	portable bool
+	// noCMA keeps shared memory on its slots even where cross-memory reads work,
+	// so that tests cover the path of machines that forbid them.
+	noCMA bool
 }
 
 // Defaults for Options.

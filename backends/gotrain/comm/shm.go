@@ -75,11 +75,13 @@ type shm struct {
 	id         string
 	opts       Options
 	seg        *segment
+	pids       []int // by group rank, for cross-memory reads
 
-	mu     sync.Mutex // one collective at a time; guards everything below
-	seq    uint64
-	rounds uint64
-	broken error
+	mu      sync.Mutex // one collective at a time; guards everything below
+	seq     uint64
+	rounds  uint64
+	broken  error
+	scratch []float32 // peers' pieces of a cross-memory reduction
 
 	closed atomic.Bool
 
@@ -128,13 +130,17 @@ func newShm(ctx context.Context, rank int, peers []rendezvous.Peer, id string, o
 	}
 	seg, err := openSegment(ctx, setup{
 		dir: dir, id: id, rank: rank, size: size, slotBytes: slotBytesFor(opts.ChunkBytes, size),
-		timeout: opts.ConnectTimeout, peerAlive: peerAlive,
+		timeout: opts.ConnectTimeout, peerAlive: peerAlive, noCMA: opts.noCMA,
 		describe: func(r int) string { return peers[r].String() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d: %w", peers[rank].Rank, err)
 	}
-	return &shm{rank: rank, size: size, peers: peers, id: id, opts: opts, seg: seg}, nil
+	pids := make([]int, size)
+	for r := range pids {
+		pids[r] = int(*seg.ctl(r, cPid))
+	}
+	return &shm{rank: rank, size: size, peers: peers, id: id, opts: opts, seg: seg, pids: pids}, nil
 }
 
 // Rank implements Communicator.
@@ -189,6 +195,7 @@ const (
 	faultDead
 	faultHung
 	faultDesync
+	faultRead // a cross-memory read failed
 )
 
 type shmFault struct {
@@ -265,6 +272,21 @@ func (c *shm) exchange(op *shmOp, n int, put func(mine []float32), take func(slo
 	if put != nil {
 		put(s.slot(c.rank, h))
 	}
+	if err := c.publishRound(op, n, g, h); err != nil {
+		return err
+	}
+	if take != nil {
+		take(func(j int) []float32 { return s.slot(j, h) })
+	}
+	publish(s.ctl(c.rank, cRead), s.ctl(c.rank, cReadSleep), g)
+	op.frame++
+	return nil
+}
+
+// publishRound writes round g's header into buffer h, publishes g as written,
+// waits until every peer has written round g, and checks their headers.
+func (c *shm) publishRound(op *shmOp, n int, g uint32, h int) error {
+	s := c.seg
 	want := header{kind: op.kind, payload: uint32(4 * n), seq: op.seq, total: op.total, frame: op.frame, aux: op.aux}
 	want.put(s.roundHeader(c.rank, h))
 	publish(s.ctl(c.rank, cWritten), s.ctl(c.rank, cWrittenSleep), g)
@@ -283,11 +305,6 @@ func (c *shm) exchange(op *shmOp, n int, put func(mine []float32), take func(slo
 			return &shmFault{kind: faultDesync, peer: j, err: &desyncError{got: got, want: want}}
 		}
 	}
-	if take != nil {
-		take(func(j int) []float32 { return s.slot(j, h) })
-	}
-	publish(s.ctl(c.rank, cRead), s.ctl(c.rank, cReadSleep), g)
-	op.frame++
 	return nil
 }
 
@@ -367,6 +384,8 @@ func (c *shm) fail(op *shmOp, err error) error {
 			c.opts.OpTimeout, me, c.opts.TimeoutName))
 	case faultDesync:
 		c.seg.postAbort(f.peer, me, fmt.Sprintf("is out of step with rank %d: %v", me, f.err))
+	case faultRead:
+		c.seg.postAbort(f.peer, me, fmt.Sprintf("could not be read by rank %d (process_vm_readv: %v)", me, f.err))
 	}
 	origin, reporter, reason, ok := c.seg.abortRecord()
 	if !ok {
@@ -409,6 +428,9 @@ func (c *shm) AllGather(ctx context.Context, dst, src []float32) error {
 	}
 	bus := 4 * int64(n) * int64(size-1)
 	return c.collective(ctx, KindAllGather, uint64(len(dst)), 0, bus, bus, func(op *shmOp) error {
+		if c.seg.cma {
+			return c.allGatherDirect(op, dst, src)
+		}
 		copy(dst[c.rank*n:], src)
 		return eachRound(n, c.slotElems(), func(off, m int) error {
 			return c.exchange(op, m,
@@ -436,6 +458,9 @@ func (c *shm) ReduceScatter(ctx context.Context, dst, src []float32, op Op) erro
 	}
 	bus := 4 * int64(n) * int64(size-1)
 	return c.collective(ctx, KindReduceScatter, uint64(len(src)), uint32(op), bus, bus, func(sop *shmOp) error {
+		if c.seg.cma {
+			return c.reduceScatterDirect(sop, dst, src, op)
+		}
 		return eachRound(n, c.slotElems()/size, func(off, m int) error {
 			return c.exchange(sop, m*size,
 				func(mine []float32) {
@@ -476,6 +501,9 @@ func (c *shm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 		recv += 4 * int64(total-(hi-lo))
 	}
 	return c.collective(ctx, KindAllReduce, uint64(total), uint32(op), sent, recv, func(sop *shmOp) error {
+		if c.seg.cma {
+			return c.allReduceDirect(sop, buf, op, seg)
+		}
 		return eachRound(total, c.slotElems(), func(off, m int) error {
 			return c.exchange(sop, m,
 				func(mine []float32) { copy(mine, buf[off:off+m]) },
@@ -525,6 +553,9 @@ func (c *shm) Broadcast(ctx context.Context, buf []float32, root int) error {
 		sent = 4 * int64(len(buf))
 	}
 	return c.collective(ctx, KindBroadcast, uint64(len(buf)), uint32(root), sent, recv, func(op *shmOp) error {
+		if c.seg.cma {
+			return c.broadcastDirect(op, buf, root)
+		}
 		return eachRound(len(buf), c.slotElems(), func(off, m int) error {
 			var put func([]float32)
 			if c.rank == root {
