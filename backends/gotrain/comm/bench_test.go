@@ -83,10 +83,15 @@ func BenchmarkLoopbackTCPCopy(b *testing.B) {
 }
 
 // BenchmarkAllGatherVsTCPCopy measures, interleaved in every iteration so that a
-// machine's changing load weighs on all three alike, the loopback TCP copy of 64
-// MiB, the TCP ring's all-gather of 64 MiB and the shared-memory all-gather of 64
-// MiB; it reports each one's GB/s (busbw for the all-gathers) and the ratios of
-// the all-gathers' busbw to the copy's GB/s.
+// machine's changing load weighs on all alike, the loopback TCP copy of 64 MiB, a
+// plain in-process copy of 64 MiB (memcpy, the bound of any shared-memory path),
+// and the all-gather of 64 MiB on the TCP ring, on shared memory read in place
+// and on shared memory through the slots; it reports each one's GB/s (busbw for
+// the all-gathers) and the ratios of the all-gathers' busbw to the TCP copy's GB/s.
+//
+// Run it with
+//
+//	go test ./backends/gotrain/comm -run '^$' -bench AllGatherVsTCPCopy -benchtime 20x
 func BenchmarkAllGatherVsTCPCopy(b *testing.B) {
 	for _, size := range []int{2, 4} {
 		b.Run(fmt.Sprintf("ws=%d", size), func(b *testing.B) {
@@ -100,13 +105,16 @@ func BenchmarkAllGatherVsTCPCopy(b *testing.B) {
 			for r := range size {
 				src[r], dst[r] = rankData(r, n), make([]float32, n*size)
 			}
-			var copyTime time.Duration
+			var copyTime, memcpyTime time.Duration
 			gatherTime := map[string]time.Duration{}
 			iters := 0
 			for b.Loop() {
 				start := time.Now()
 				cp.run(b)
 				copyTime += time.Since(start)
+				start = time.Now()
+				copy(cp.dst, cp.src)
+				memcpyTime += time.Since(start)
 				for _, tr := range transports {
 					start := time.Now()
 					run(b, groups[tr], func(r int, c Communicator) error { return c.AllGather(context.Background(), dst[r], src[r]) })
@@ -117,6 +125,7 @@ func BenchmarkAllGatherVsTCPCopy(b *testing.B) {
 			gbs := func(d time.Duration) float64 { return float64(benchBytes) * float64(iters) / d.Seconds() / 1e9 }
 			copyGBs := gbs(copyTime)
 			b.ReportMetric(copyGBs, "tcp-copy-GB/s")
+			b.ReportMetric(gbs(memcpyTime), "memcpy-GB/s")
 			for _, tr := range transports {
 				busbw := gbs(gatherTime[tr]) * float64(size-1) / float64(size)
 				b.ReportMetric(busbw, tr+"-busbw-GB/s")

@@ -3,6 +3,16 @@
 // implementation between processes (the CPU path; a cuda/NCCL communicator will
 // implement the same operations on device buffers).
 //
+// # Transports
+//
+// A group whose ranks all share a node (Options.Node, from the rendezvous) runs on
+// shared memory instead of TCP (shm.go): a segment every rank maps, read in place
+// with process_vm_readv where the ranks may, and through the segment's slots
+// where not. A group spanning nodes is a plain TCP ring, and its Split gives
+// shared-memory groups to the ranks of one node (hybrid_shard's shard groups).
+// Options.Transport forces TCP to compare. Numerics, ordering and failure
+// reporting below hold for both.
+//
 // # Ordering
 //
 // As with NCCL and MPI, every rank of a communicator must issue the same collectives
