@@ -233,9 +233,12 @@ func (c *shm) collective(ctx context.Context, kind Kind, total uint64, aux uint3
 	if c.seg.aborted() { // a peer failed after this rank's last collective
 		err = &shmFault{kind: faultAbort}
 	} else {
-		stop := context.AfterFunc(ctx, c.seg.wakeAll)
+		woken := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() { defer close(woken); c.seg.wakeAll() })
 		err = body(op)
-		stop()
+		if !stop() {
+			<-woken // it touches the segment, which Close may unmap once this returns
+		}
 	}
 	if err != nil {
 		err = c.fail(op, err)
