@@ -153,7 +153,8 @@ func (c *shm) worldRank() int { return c.peers[c.rank].Rank }
 
 // Stats implements Communicator. Bytes are those the TCP ring's schedule moves for
 // the same collective (nccl-tests' bus bytes), so that comm_bytes_per_step does not
-// depend on the transport; BufferBytes is this rank's slot in the segment.
+// depend on the transport; BufferBytes is this rank's buffers in the segment plus
+// its cross-memory reduction scratch.
 func (c *shm) Stats() Stats {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
@@ -252,7 +253,7 @@ func (c *shm) collective(ctx context.Context, kind Kind, total uint64, aux uint3
 		s.BytesSent += sent
 		s.BytesReceived += recv
 	}
-	c.stats.BufferBytes = int64(shmDepth * c.seg.slotBytes)
+	c.stats.BufferBytes = max(c.stats.BufferBytes, int64(shmDepth*c.seg.slotBytes+4*cap(c.scratch)))
 	return err
 }
 
