@@ -46,6 +46,32 @@ func BenchmarkAllGather(b *testing.B) {
 	}
 }
 
+// BenchmarkReduceScatter reduce-scatters 64 MiB (64/size MiB per rank out), as
+// FSDP reduces gradients; busbw = algbw × (n−1)/n.
+func BenchmarkReduceScatter(b *testing.B) {
+	for _, tr := range transports {
+		for _, size := range []int{2, 4} {
+			b.Run(fmt.Sprintf("%s/ws=%d", tr, size), func(b *testing.B) {
+				comms := newGroup(b, size, Options{Transport: tr})
+				n := benchBytes / 4 / size
+				src, dst := make([][]float32, size), make([][]float32, size)
+				for r := range size {
+					src[r], dst[r] = rankData(r, n*size), make([]float32, n)
+				}
+				b.SetBytes(benchBytes)
+				iters := 0
+				for b.Loop() {
+					run(b, comms, func(r int, c Communicator) error {
+						return c.ReduceScatter(context.Background(), dst[r], src[r], Average)
+					})
+					iters++
+				}
+				reportBusBW(b, iters, float64(size-1)/float64(size))
+			})
+		}
+	}
+}
+
 // BenchmarkAllReduce all-reduces a 64 MiB buffer; busbw = algbw × 2(n−1)/n.
 func BenchmarkAllReduce(b *testing.B) {
 	for _, tr := range transports {
@@ -85,8 +111,7 @@ func BenchmarkLoopbackTCPCopy(b *testing.B) {
 // BenchmarkAllGatherVsTCPCopy measures, interleaved in every iteration so that a
 // machine's changing load weighs on all alike, the loopback TCP copy of 64 MiB, a
 // plain in-process copy of 64 MiB (memcpy, the bound of any shared-memory path),
-// and the all-gather of 64 MiB on the TCP ring, on shared memory read in place
-// and on shared memory through the slots; it reports each one's GB/s (busbw for
+// and the all-gather of 64 MiB on the TCP ring and on shared memory; it reports each one's GB/s (busbw for
 // the all-gathers) and the ratios of the all-gathers' busbw to the TCP copy's GB/s.
 //
 // Run it with

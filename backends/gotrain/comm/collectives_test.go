@@ -23,7 +23,7 @@ type groupCase struct {
 
 func groupCases() []groupCase {
 	var cases []groupCase
-	for _, tr := range transports {
+	for _, tr := range []string{TransportTCP, TransportShm} {
 		for size := 1; size <= 4; size++ {
 			cases = append(cases,
 				groupCase{name: fmt.Sprintf("%s/ws%d", tr, size), size: size, opts: Options{Transport: tr}, lengths: []int{0, 1, 7, 1<<20 + 3}},

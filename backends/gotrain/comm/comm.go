@@ -6,9 +6,8 @@
 // # Transports
 //
 // A group whose ranks all share a node (Options.Node, from the rendezvous) runs on
-// shared memory instead of TCP (shm.go): a segment every rank maps, read in place
-// with process_vm_readv where the ranks may, and through the segment's slots
-// where not. A group spanning nodes is a plain TCP ring, and its Split gives
+// shared memory instead of TCP (shm.go): a segment every rank maps, through
+// which rounds of every collective pass. A group spanning nodes is a plain TCP ring, and its Split gives
 // shared-memory groups to the ranks of one node (hybrid_shard's shard groups).
 // Options.Transport forces TCP to compare. Numerics, ordering and failure
 // reporting below hold for both.
@@ -303,9 +302,6 @@ type Options struct {
 	// portable forces the byte-by-byte wire encoding that big-endian machines use,
 	// so that tests cover it on little-endian ones.
 	portable bool
-	// noCMA keeps shared memory on its slots even where cross-memory reads work,
-	// so that tests cover the path of machines that forbid them.
-	noCMA bool
 }
 
 // Defaults for Options.

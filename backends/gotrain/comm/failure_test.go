@@ -21,6 +21,9 @@ func requirePeerError(t *testing.T, err error, rank int, msg string) *PeerError 
 	return pe
 }
 
+// transports are the data paths every behaviour test runs on.
+var transports = []string{TransportTCP, TransportShm}
+
 func TestPeerFailsMidCollective(t *testing.T) {
 	for _, tr := range transports {
 		for _, how := range []string{"dies", "cancels"} {

@@ -7,11 +7,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +30,6 @@ func newGroup(t testing.TB, size int, opts Options) []Communicator {
 // newGroupOnNodes is newGroup with perNode consecutive ranks on each (pretend) node.
 func newGroupOnNodes(t testing.TB, size, perNode int, opts Options) []Communicator {
 	t.Helper()
-	opts = testTransport(opts)
 	if opts.OpTimeout == 0 {
 		opts.OpTimeout = testTimeout
 	}
@@ -70,29 +67,9 @@ func newGroupOnNodes(t testing.TB, size, perNode int, opts Options) []Communicat
 			require.IsType(t, &ring{}, comms[0])
 		default:
 			require.IsType(t, &shm{}, comms[0])
-			// In one process every rank can read every other's memory, so the
-			// group reads in place unless a test turned that off.
-			var probe uint64
-			canRead := readRemote(os.Getpid(), unsafe.Slice((*byte)(unsafe.Pointer(&probe)), 8), uintptr(unsafe.Pointer(&cmaProbe))) == nil
-			require.Equal(t, canRead && !opts.noCMA, comms[0].(*shm).seg.cma, "cross-memory reads")
 		}
 	}
 	return comms
-}
-
-// transportStaged is a test-only transport name: shared memory through the slots,
-// without cross-memory reads.
-const transportStaged = "shm-staged"
-
-// transports are the data paths every behaviour test runs on.
-var transports = []string{TransportTCP, TransportShm, transportStaged}
-
-// testTransport turns transportStaged into its Options.
-func testTransport(o Options) Options {
-	if o.Transport == transportStaged {
-		o.Transport, o.noCMA = TransportShm, true
-	}
-	return o
 }
 
 // eachRank runs f for every rank concurrently and returns the errors by rank.

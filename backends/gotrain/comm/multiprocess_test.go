@@ -52,8 +52,8 @@ func worker(mode string) int {
 		return workerFailed
 	}
 	ctx := context.Background()
-	c, err := Dial(ctx, info, testTransport(Options{OpTimeout: 20 * time.Second, ConnectTimeout: 20 * time.Second,
-		Transport: os.Getenv(transportEnv), ShmDir: os.Getenv(shmDirEnv)}))
+	c, err := Dial(ctx, info, Options{OpTimeout: 20 * time.Second, ConnectTimeout: 20 * time.Second,
+		Transport: os.Getenv(transportEnv), ShmDir: os.Getenv(shmDirEnv)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return workerFailed

@@ -56,7 +56,11 @@ func checkTransport(t string) error {
 //  4. publishes g in its read counter.
 //
 // So a round moves ChunkBytes per rank (at most shmMaxRoundBytes), and a rank may
-// run up to shmDepth rounds ahead of the slowest. Waits spin
+// run up to shmDepth rounds ahead of the slowest. Reading peers' buffers in place
+// with process_vm_readv (one copy instead of two) was tried and measured: no
+// faster at ws 2, slower at ws 4 (every reader pulls a peer's buffer from DRAM,
+// where a round in the segment is written once and read by all from the shared
+// cache), and it needs ptrace rights, so rounds go through the segment. Waits spin
 // briefly, then sleep on the counter with futex, which the publisher wakes.
 //
 // Reductions follow the TCP ring's order exactly (the package's Numerics): the
@@ -75,13 +79,11 @@ type shm struct {
 	id         string
 	opts       Options
 	seg        *segment
-	pids       []int // by group rank, for cross-memory reads
 
-	mu      sync.Mutex // one collective at a time; guards everything below
-	seq     uint64
-	rounds  uint64
-	broken  error
-	scratch []float32 // peers' pieces of a cross-memory reduction
+	mu     sync.Mutex // one collective at a time; guards everything below
+	seq    uint64
+	rounds uint64
+	broken error
 
 	closed atomic.Bool
 
@@ -130,17 +132,13 @@ func newShm(ctx context.Context, rank int, peers []rendezvous.Peer, id string, o
 	}
 	seg, err := openSegment(ctx, setup{
 		dir: dir, id: id, rank: rank, size: size, slotBytes: slotBytesFor(opts.ChunkBytes, size),
-		timeout: opts.ConnectTimeout, peerAlive: peerAlive, noCMA: opts.noCMA,
+		timeout: opts.ConnectTimeout, peerAlive: peerAlive,
 		describe: func(r int) string { return peers[r].String() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d: %w", peers[rank].Rank, err)
 	}
-	pids := make([]int, size)
-	for r := range pids {
-		pids[r] = int(*seg.ctl(r, cPid))
-	}
-	return &shm{rank: rank, size: size, peers: peers, id: id, opts: opts, seg: seg, pids: pids}, nil
+	return &shm{rank: rank, size: size, peers: peers, id: id, opts: opts, seg: seg}, nil
 }
 
 // Rank implements Communicator.
@@ -153,8 +151,7 @@ func (c *shm) worldRank() int { return c.peers[c.rank].Rank }
 
 // Stats implements Communicator. Bytes are those the TCP ring's schedule moves for
 // the same collective (nccl-tests' bus bytes), so that comm_bytes_per_step does not
-// depend on the transport; BufferBytes is this rank's buffers in the segment plus
-// its cross-memory reduction scratch.
+// depend on the transport; BufferBytes is this rank's buffers in the segment.
 func (c *shm) Stats() Stats {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
@@ -196,7 +193,6 @@ const (
 	faultDead
 	faultHung
 	faultDesync
-	faultRead // a cross-memory read failed
 )
 
 type shmFault struct {
@@ -253,7 +249,7 @@ func (c *shm) collective(ctx context.Context, kind Kind, total uint64, aux uint3
 		s.BytesSent += sent
 		s.BytesReceived += recv
 	}
-	c.stats.BufferBytes = max(c.stats.BufferBytes, int64(shmDepth*c.seg.slotBytes+4*cap(c.scratch)))
+	c.stats.BufferBytes = int64(shmDepth * c.seg.slotBytes)
 	return err
 }
 
@@ -276,21 +272,6 @@ func (c *shm) exchange(op *shmOp, n int, put func(mine []float32), take func(slo
 	if put != nil {
 		put(s.slot(c.rank, h))
 	}
-	if err := c.publishRound(op, n, g, h); err != nil {
-		return err
-	}
-	if take != nil {
-		take(func(j int) []float32 { return s.slot(j, h) })
-	}
-	publish(s.ctl(c.rank, cRead), s.ctl(c.rank, cReadSleep), g)
-	op.frame++
-	return nil
-}
-
-// publishRound writes round g's header into buffer h, publishes g as written,
-// waits until every peer has written round g, and checks their headers.
-func (c *shm) publishRound(op *shmOp, n int, g uint32, h int) error {
-	s := c.seg
 	want := header{kind: op.kind, payload: uint32(4 * n), seq: op.seq, total: op.total, frame: op.frame, aux: op.aux}
 	want.put(s.roundHeader(c.rank, h))
 	publish(s.ctl(c.rank, cWritten), s.ctl(c.rank, cWrittenSleep), g)
@@ -309,6 +290,11 @@ func (c *shm) publishRound(op *shmOp, n int, g uint32, h int) error {
 			return &shmFault{kind: faultDesync, peer: j, err: &desyncError{got: got, want: want}}
 		}
 	}
+	if take != nil {
+		take(func(j int) []float32 { return s.slot(j, h) })
+	}
+	publish(s.ctl(c.rank, cRead), s.ctl(c.rank, cReadSleep), g)
+	op.frame++
 	return nil
 }
 
@@ -388,8 +374,6 @@ func (c *shm) fail(op *shmOp, err error) error {
 			c.opts.OpTimeout, me, c.opts.TimeoutName))
 	case faultDesync:
 		c.seg.postAbort(f.peer, me, fmt.Sprintf("is out of step with rank %d: %v", me, f.err))
-	case faultRead:
-		c.seg.postAbort(f.peer, me, fmt.Sprintf("could not be read by rank %d (process_vm_readv: %v)", me, f.err))
 	}
 	origin, reporter, reason, ok := c.seg.abortRecord()
 	if !ok {
@@ -432,9 +416,6 @@ func (c *shm) AllGather(ctx context.Context, dst, src []float32) error {
 	}
 	bus := 4 * int64(n) * int64(size-1)
 	return c.collective(ctx, KindAllGather, uint64(len(dst)), 0, bus, bus, func(op *shmOp) error {
-		if c.seg.cma {
-			return c.allGatherDirect(op, dst, src)
-		}
 		copy(dst[c.rank*n:], src)
 		return eachRound(n, c.slotElems(), func(off, m int) error {
 			return c.exchange(op, m,
@@ -462,9 +443,6 @@ func (c *shm) ReduceScatter(ctx context.Context, dst, src []float32, op Op) erro
 	}
 	bus := 4 * int64(n) * int64(size-1)
 	return c.collective(ctx, KindReduceScatter, uint64(len(src)), uint32(op), bus, bus, func(sop *shmOp) error {
-		if c.seg.cma {
-			return c.reduceScatterDirect(sop, dst, src, op)
-		}
 		return eachRound(n, c.slotElems()/size, func(off, m int) error {
 			return c.exchange(sop, m*size,
 				func(mine []float32) {
@@ -505,9 +483,6 @@ func (c *shm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 		recv += 4 * int64(total-(hi-lo))
 	}
 	return c.collective(ctx, KindAllReduce, uint64(total), uint32(op), sent, recv, func(sop *shmOp) error {
-		if c.seg.cma {
-			return c.allReduceDirect(sop, buf, op, seg)
-		}
 		return eachRound(total, c.slotElems(), func(off, m int) error {
 			return c.exchange(sop, m,
 				func(mine []float32) { copy(mine, buf[off:off+m]) },
@@ -557,9 +532,6 @@ func (c *shm) Broadcast(ctx context.Context, buf []float32, root int) error {
 		sent = 4 * int64(len(buf))
 	}
 	return c.collective(ctx, KindBroadcast, uint64(len(buf)), uint32(root), sent, recv, func(op *shmOp) error {
-		if c.seg.cma {
-			return c.broadcastDirect(op, buf, root)
-		}
 		return eachRound(len(buf), c.slotElems(), func(off, m int) error {
 			var put func([]float32)
 			if c.rank == root {

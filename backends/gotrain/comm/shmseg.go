@@ -80,12 +80,7 @@ const (
 	cReadSleep    = 68
 	cJoined       = 128
 	cJoinedSleep  = 132
-	cPid          = 136 // the rank's process id, for cross-memory reads
-	cCMA          = 140 // 0 not probed yet, 1 can read every peer's memory, 2 cannot
-	cProbe        = 144 // uint64: the address of cmaProbe in the rank's process
-	cCMASleep     = 152
-	cHeaders      = 160                           // shmDepth round headers of headerLen bytes
-	cDirect       = cHeaders + shmDepth*headerLen // uint64: the buffer peers read in place
+	cHeaders      = 160 // shmDepth round headers of headerLen bytes
 )
 
 // Abort states.
@@ -103,9 +98,6 @@ type segment struct {
 	size      int
 	slotBytes int
 	dataOff   int
-	// cma says every rank can read every other's memory in place
-	// (process_vm_readv), so collectives copy once instead of through the slots.
-	cma bool
 }
 
 func segLayout(size, slotBytes int) (dataOff, total int) {
@@ -283,8 +275,6 @@ type setup struct {
 	peerAlive func(r int) bool
 	// describe names group rank r in errors.
 	describe func(r int) string
-	// noCMA turns cross-memory reads off (tests of the staged path).
-	noCMA bool
 }
 
 // openSegment creates (rank 0) or opens (the others) the group's segment, takes
@@ -307,7 +297,7 @@ func openSegment(ctx context.Context, st setup) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.cma, err = s.join(ctx, st); err != nil {
+	if err := s.join(ctx, st); err != nil {
 		s.postAbort(st.rank, st.rank, "could not join the shared-memory segment: "+err.Error())
 		s.close()
 		return nil, err
@@ -411,53 +401,28 @@ func attachSegment(ctx context.Context, path string, st setup) (*segment, error)
 	return s, nil
 }
 
-// join takes this rank's liveness lock, says so with its process id, waits for
-// every other rank, and then agrees with them on cross-memory reads (cma).
-func (s *segment) join(ctx context.Context, st setup) (cma bool, err error) {
+// join takes this rank's liveness lock, says so, and waits for every other rank.
+func (s *segment) join(ctx context.Context, st setup) error {
 	if st.rank != 0 {
 		if _, err := lockByte(s.fd, unix.F_OFD_SETLK, st.rank, 1); err != nil {
-			return false, fmt.Errorf("comm: lock rank %d's byte of the shared-memory segment (another process holds it: two ranks with one rank number?): %w", st.rank, err)
+			return fmt.Errorf("comm: lock rank %d's byte of the shared-memory segment (another process holds it: two ranks with one rank number?): %w", st.rank, err)
 		}
 	}
-	*s.ctl(st.rank, cPid) = uint32(os.Getpid())
-	*(*uint64)(unsafe.Pointer(s.ctl(st.rank, cProbe))) = uint64(uintptr(unsafe.Pointer(&cmaProbe)))
 	publish(s.ctl(st.rank, cJoined), s.ctl(st.rank, cJoinedSleep), 1)
-	if err := s.awaitAll(ctx, st, cJoined, cJoinedSleep, "join the shared-memory segment"); err != nil {
-		return false, err
-	}
-	state := uint32(1)
 	for r := range st.size {
-		if r != st.rank && (st.noCMA || !s.probe(r)) {
-			state = 2
-		}
-	}
-	publish(s.ctl(st.rank, cCMA), s.ctl(st.rank, cCMASleep), state)
-	if err := s.awaitAll(ctx, st, cCMA, cCMASleep, "probe cross-memory reads"); err != nil {
-		return false, err
-	}
-	cma = true
-	for r := range st.size {
-		cma = cma && atomic.LoadUint32(s.ctl(r, cCMA)) == 1
-	}
-	return cma, nil
-}
-
-// awaitAll waits during setup until every rank's control word field is non-zero.
-func (s *segment) awaitAll(ctx context.Context, st setup, field, sleepField int, what string) error {
-	for r := range st.size {
-		word, sleepers := s.ctl(r, field), s.ctl(r, sleepField)
-		for atomic.LoadUint32(word) == 0 {
+		word, sleepers := s.ctl(r, cJoined), s.ctl(r, cJoinedSleep)
+		for !reached(atomic.LoadUint32(word), 1) {
 			if origin, reporter, reason, ok := s.abortRecord(); ok {
 				return fmt.Errorf("comm: setting up shared memory: %s (reported by group rank %d): %s", st.describe(origin), reporter, reason)
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("comm: %s did not %s within %v (was it started on another node? then give each node its own node id, or set the transport to tcp)", st.describe(r), what, st.timeout)
+				return fmt.Errorf("comm: %s did not join the shared-memory segment within %v (was it started on another node? then give each node its own node id, or set the transport to tcp)", st.describe(r), st.timeout)
 			}
 			if st.peerAlive != nil && !st.peerAlive(r) {
-				return fmt.Errorf("comm: %s died before it could %s", st.describe(r), what)
+				return fmt.Errorf("comm: %s died before it joined the shared-memory segment", st.describe(r))
 			}
 			atomic.AddUint32(sleepers, 1)
-			if v := atomic.LoadUint32(word); v == 0 {
+			if v := atomic.LoadUint32(word); !reached(v, 1) {
 				futexWait(word, v, 20*time.Millisecond)
 			}
 			atomic.AddUint32(sleepers, ^uint32(0))
