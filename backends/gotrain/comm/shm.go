@@ -458,9 +458,10 @@ func (c *shm) ReduceScatter(ctx context.Context, dst, src []float32, op Op) erro
 	})
 }
 
-// AllReduce implements Communicator: each round carries a piece of every rank's
-// buffer, and every rank reduces the whole piece, each element in the order of the
-// ring segment it falls in (segments as the ring cuts them).
+// AllReduce implements Communicator, in place, with the ring's segments (lengths
+// differing by at most one): each step is two rounds, the first carrying a piece
+// of every segment from every rank, of which each rank reduces its own segment's
+// piece, and the second carrying the reduced pieces to everyone.
 func (c *shm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 	if err := op.validate(); err != nil {
 		return err
@@ -482,18 +483,39 @@ func (c *shm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 		lo, hi = seg(mod(c.rank-d, size))
 		recv += 4 * int64(total-(hi-lo))
 	}
+	longest := (total + size - 1) / size // segment 0's length
 	return c.collective(ctx, KindAllReduce, uint64(total), uint32(op), sent, recv, func(sop *shmOp) error {
-		return eachRound(total, c.slotElems(), func(off, m int) error {
+		return eachRound(longest, c.slotElems()/size, func(off, m int) error {
+			piece := func(j int) (int, int) { // segment j's elements [off, off+m), clipped
+				lo, hi := seg(j)
+				return min(lo+off, hi), min(lo+off+m, hi)
+			}
+			me := c.rank
+			err := c.exchange(sop, m*size,
+				func(mine []float32) {
+					for j := range size {
+						a, b := piece(j)
+						copy(mine[j*m:j*m+b-a], buf[a:b])
+					}
+				},
+				func(slot func(int) []float32) {
+					a, b := piece(me)
+					reduceInto(buf[a:b], size, me, op == Average, func(k int) []float32 { return slot(k)[me*m : me*m+b-a] })
+				})
+			if err != nil {
+				return err
+			}
 			return c.exchange(sop, m,
-				func(mine []float32) { copy(mine, buf[off:off+m]) },
+				func(mine []float32) {
+					a, b := piece(me)
+					copy(mine, buf[a:b])
+				},
 				func(slot func(int) []float32) {
 					for j := range size {
-						lo, hi := seg(j)
-						lo, hi = max(lo, off), min(hi, off+m)
-						if lo >= hi {
-							continue
+						if j != me {
+							a, b := piece(j)
+							copy(buf[a:b], slot(j)[:b-a])
 						}
-						reduceInto(buf[lo:hi], size, j, op == Average, func(k int) []float32 { return slot(k)[lo-off : hi-off] })
 					}
 				})
 		})
