@@ -416,15 +416,14 @@ func (c *shm) AllGather(ctx context.Context, dst, src []float32) error {
 	}
 	bus := 4 * int64(n) * int64(size-1)
 	return c.collective(ctx, KindAllGather, uint64(len(dst)), 0, bus, bus, func(op *shmOp) error {
-		copy(dst[c.rank*n:], src)
 		return eachRound(n, c.slotElems(), func(off, m int) error {
 			return c.exchange(op, m,
 				func(mine []float32) { copy(mine, src[off:off+m]) },
 				func(slot func(int) []float32) {
+					// This rank's piece too comes from its slot, still in cache,
+					// rather than from src again.
 					for j := range size {
-						if j != c.rank {
-							copy(dst[j*n+off:j*n+off+m], slot(j)[:m])
-						}
+						copy(dst[j*n+off:j*n+off+m], slot(j)[:m])
 					}
 				})
 		})
