@@ -300,6 +300,19 @@ type Comparison struct {
 	// Geomeans holds, per metric, the geometric means over the runs ok on both sides.
 	Geomeans []Geomean `json:"geomeans"`
 	cols     []Column
+	width    int // see Fit
+}
+
+// Fit makes the text tables fit width terminal columns (0: whole; MinWidth to
+// MaxWidth): where a table is wider, run IDs lose their hash when the readable
+// slugs alone tell the rows apart, then the run column and the side headings are
+// cut with "…" (fitRunTable). Markdown and JSON are never cut.
+func (c *Comparison) Fit(width int) error {
+	if err := checkWidth(width); err != nil {
+		return err
+	}
+	c.width = width
+	return nil
 }
 
 // ComparisonRow is one run (one Pair) of a Comparison.
@@ -309,6 +322,14 @@ type ComparisonRow struct {
 	BaselineStatus Status  `json:"baseline_status,omitempty"` // empty: not in the baseline
 	CurrentStatus  Status  `json:"current_status,omitempty"`  // empty: not in the current set
 	Deltas         []Delta `json:"deltas"`                    // one per metric, in Comparison.Metrics order
+	wholeRun
+}
+
+// wholeRun says which sides' throughput divides by a whole run's wall time
+// (Metrics.WholeRunWallTime): tables mark those figures † and add the footnote.
+type wholeRun struct {
+	BaselineWholeRun bool `json:"baseline_whole_run_wall_time,omitempty"`
+	CurrentWholeRun  bool `json:"current_whole_run_wall_time,omitempty"`
 }
 
 // Geomean is the geometric mean of one metric over the runs present and ok on both
@@ -358,9 +379,11 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 		row := ComparisonRow{Run: p.Key}
 		if p.Baseline != nil {
 			row.BaselineStatus, row.Sweep = p.Baseline.Metrics.Status, p.Baseline.Config.Sweep
+			row.BaselineWholeRun = p.Baseline.Metrics.WholeRunWallTime
 		}
 		if p.Current != nil {
 			row.CurrentStatus, row.Sweep = p.Current.Metrics.Status, p.Current.Config.Sweep
+			row.CurrentWholeRun = p.Current.Metrics.WholeRunWallTime
 		}
 		for j := range cols {
 			row.Deltas = append(row.Deltas, compareMetric(&cols[j], p.Baseline, p.Current, alpha))
@@ -417,7 +440,7 @@ const (
 func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	base, cur := sideLabel(c.Baseline, "baseline"), sideLabel(c.Current, "current")
 	var buf bytes.Buffer
-	usedNotBacked, usedNoChange := false, false
+	usedNotBacked, usedNoChange, hashless, usedWholeRun := false, false, false, false
 	for j := range c.cols {
 		col := &c.cols[j]
 		g := &grid{title: col.Header, cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
@@ -426,6 +449,13 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 			d := row.Deltas[j]
 			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus)},
 				{text: statText(col, d.Current, row.CurrentStatus)}}
+			for i, whole := range []bool{row.BaselineWholeRun && row.BaselineStatus == StatusOK && d.Baseline != nil,
+				row.CurrentWholeRun && row.CurrentStatus == StatusOK && d.Current != nil} {
+				if whole && wholeRunColumn(col) {
+					cells[1+i].text += wholeRunMark
+					usedWholeRun = true
+				}
+			}
 			change := changeText(d, row)
 			usedNotBacked = usedNotBacked || strings.HasSuffix(change, notBackedMark)
 			usedNoChange = usedNoChange || strings.HasPrefix(change, noChangeMark)
@@ -445,6 +475,8 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		}
 		if markdown {
 			g.title = "#### " + g.title
+		} else if c.width > 0 && g.fitRunTable(c.width) {
+			hashless = true
 		}
 		if err := g.writeTable(&buf, markdown); err != nil {
 			return err
@@ -456,6 +488,19 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	}
 	if usedNotBacked {
 		notes = append(notes, notBackedNote)
+	}
+	if usedWholeRun {
+		notes = append(notes, wholeRunNote)
+	}
+	if hashless {
+		notes = append(notes, "run IDs without their hash (--wide shows them whole)")
+	}
+	if c.width > 0 && !markdown {
+		var wrapped []string
+		for _, n := range notes {
+			wrapped = append(wrapped, wrapText(n, c.width)...)
+		}
+		notes = wrapped
 	}
 	for _, n := range notes {
 		if markdown {

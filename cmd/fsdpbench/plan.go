@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +17,7 @@ import (
 const gib = 1 << 30
 
 func newPlanCmd() *cobra.Command {
-	var sets []string
+	var sets, ncclTests []string
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
 		Short: "Expand and validate a spec and predict every run's memory and step time; run nothing",
@@ -28,7 +30,13 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return failure(err)
 			}
-			plan, err := loadPlan(args[0], sets, reg)
+			// A sim spec takes the files as backend_options (so its run IDs say
+			// so); another backend's runs are only predicted with them.
+			simSets, extra := ncclTests, map[string]any(nil)
+			if len(ncclTests) > 0 && !isSimSpec(args[0], sets, reg) {
+				simSets, extra = nil, map[string]any{"nccl_tests": slices.Clone(ncclTests)}
+			}
+			plan, err := loadPlanWithNCCLTests(args[0], sets, simSets, reg)
 			if err != nil {
 				return err
 			}
@@ -40,27 +48,33 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 				return specFailure(err)
 			}
 			printWarnings(cmd.ErrOrStderr(), plan)
-			return printPlan(cmd, plan, be)
+			return printPlan(cmd, plan, be, extra)
 		},
 	}
 	setFlag(cmd, &sets)
+	ncclTestsFlag(cmd, &ncclTests)
 	return cmd
 }
 
-func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error {
+func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any) error {
 	w := cmd.OutOrStdout()
 	axes := plan.Axes
 	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
 	rows := make([][]string, 0, len(plan.Runs))
 	// Reasons are long: they go under the table, one line per refused run.
 	var reasons []string
+	// The assumptions each prediction rests on, printed once per distinct set.
+	var assumed []string
 	feasible := 0
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
-		pred, perr := sim.Predict(rc)
+		pred, perr := sim.PredictWith(rc, extra)
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {
+			if a := strings.Join(pred.Notes, "; "); !slices.Contains(assumed, a) {
+				assumed = append(assumed, a)
+			}
 			row = append(row,
 				fmt.Sprintf("%.1f", float64(pred.PeakMemReservedBytes)/gib),
 				fmt.Sprintf("%.1f", float64(pred.DeviceMemBytes)/gib),
@@ -95,7 +109,10 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 	for _, r := range reasons {
 		fmt.Fprintln(w, r)
 	}
-	if err := printSearchPrediction(w, plan); err != nil {
+	for _, a := range assumed {
+		fmt.Fprintln(w, "predicted assuming: "+a)
+	}
+	if err := printSearchPrediction(w, plan, extra); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time predicted by sim); nothing was run\n",
@@ -105,7 +122,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 
 // printSearchPrediction walks each max_fit search as the harness would, with the
 // analytic model standing in for the runs, and prints where it predicts the wall.
-func printSearchPrediction(w io.Writer, plan *sweeps.Plan) error {
+func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any) error {
 	var rows [][]string
 	for _, rc := range plan.Runs {
 		if rc.Search == "" {
@@ -113,7 +130,7 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan) error {
 		}
 		fit, lastFit := "none fits", ""
 		for range 30 {
-			pred, err := sim.Predict(rc)
+			pred, err := sim.PredictWith(rc, extra)
 			if err != nil || !pred.Feasible {
 				break
 			}

@@ -15,10 +15,12 @@ import (
 
 func newSweepCmd() *cobra.Command {
 	var (
-		sets     []string
-		opts     harness.Options
-		dryRun   bool
-		progress string
+		sets      []string
+		ncclTests []string
+		opts      harness.Options
+		dryRun    bool
+		progress  string
+		table     tableFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep SPEC",
@@ -30,7 +32,9 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.
 One process at a time writes a sweep's directory: a second sweep (or ingest) of
 the same name and --results exits 2 at once, naming the process that holds it
 (pid, host, start); --wait makes it wait instead. A killed sweep holds nothing:
-its lock dies with it, so the same command resumes at once.`,
+its lock dies with it, so the same command resumes at once.
+
+The results table is fitted to the terminal as report's is (--width, --wide).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Jobs < 1 || opts.Jobs > harness.MaxJobs {
@@ -40,11 +44,15 @@ its lock dies with it, so the same command resumes at once.`,
 			if err != nil {
 				return failure(err)
 			}
-			plan, err := loadPlan(args[0], sets, reg)
+			plan, err := loadPlanWithNCCLTests(args[0], sets, ncclTests, reg)
 			if err != nil {
 				return err
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			width, err := table.resolve(stdout)
+			if err != nil {
+				return err
+			}
 			printWarnings(stderr, plan)
 			if dryRun {
 				if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
@@ -76,7 +84,7 @@ its lock dies with it, so the same command resumes at once.`,
 			case interrupted && sum.Dir == "":
 				return &exitError{code: ExitInterrupted, err: errors.New("interrupted before any run started")}
 			}
-			if err := printSweepResults(stdout, sum); err != nil {
+			if err := printSweepResults(stdout, sum, width); err != nil {
 				return failure(err)
 			}
 			fmt.Fprintln(stderr, summaryLine(sum))
@@ -93,11 +101,13 @@ its lock dies with it, so the same command resumes at once.`,
 		},
 	}
 	setFlag(cmd, &sets)
+	ncclTestsFlag(cmd, &ncclTests)
 	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory (one sub-directory per sweep)")
 	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, fmt.Sprintf("runs to execute at once, 1 to %d (1 keeps measurements from disturbing each other)", harness.MaxJobs))
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
+	table.add(cmd)
 	cmd.Flags().BoolVar(&opts.WaitLock, "wait", false, "when another process is writing this sweep's results directory, wait for it instead of exiting 2")
 	return cmd
 }
@@ -110,9 +120,9 @@ func printWarnings(w io.Writer, plan *sweeps.Plan) {
 	}
 }
 
-// printSweepResults prints the report of the runs this sweep holds, and what each
-// max_fit search found.
-func printSweepResults(w io.Writer, sum harness.Summary) error {
+// printSweepResults prints the report of the runs this sweep holds, fitted to
+// width (0: whole), and what each max_fit search found.
+func printSweepResults(w io.Writer, sum harness.Summary, width int) error {
 	if sum.Dir == "" {
 		return nil
 	}
@@ -132,7 +142,7 @@ func printSweepResults(w io.Writer, sum harness.Summary) error {
 		}
 	}
 	if len(runs) > 0 {
-		if err := results.Report(w, runs, results.ReportOptions{Format: "table"}); err != nil {
+		if err := results.Report(w, runs, results.ReportOptions{Format: "table", Width: width}); err != nil {
 			return err
 		}
 	}
