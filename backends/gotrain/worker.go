@@ -186,7 +186,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
-	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption}
+	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption, Transport: opts.Transport}
 	if v := env.Getenv(EnvCollectiveTimeout); v != "" {
 		if copts.OpTimeout, err = time.ParseDuration(v); err != nil {
 			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)

@@ -3,6 +3,15 @@
 // implementation between processes (the CPU path; a cuda/NCCL communicator will
 // implement the same operations on device buffers).
 //
+// # Transports
+//
+// A group whose ranks all share a node (Options.Node, from the rendezvous) runs on
+// shared memory instead of TCP (shm.go): a segment every rank maps, through
+// which rounds of every collective pass. A group spanning nodes is a plain TCP ring, and its Split gives
+// shared-memory groups to the ranks of one node (hybrid_shard's shard groups).
+// Options.Transport forces TCP to compare. Numerics, ordering and failure
+// reporting below hold for both.
+//
 // # Ordering
 //
 // As with NCCL and MPI, every rank of a communicator must issue the same collectives
@@ -282,6 +291,17 @@ type Options struct {
 	SocketBufferBytes int
 	// Host names this rank in peers' error messages; empty means os.Hostname.
 	Host string
+	// Transport is TransportAuto (or empty), TransportShm or TransportTCP: whether
+	// ranks on one node exchange data through shared memory or the TCP ring.
+	Transport string
+	// Node names this rank's node: ranks with equal Node share memory. Empty
+	// means the host name and the kernel's boot id, and for Dial the launcher's
+	// node rank too (so that a launch that says "two nodes" gets two, even on one
+	// machine).
+	Node string
+	// ShmDir is where shared-memory segments are made (each exists under its name
+	// only while its group sets up); empty means DefaultShmDir.
+	ShmDir string
 
 	// portable forces the byte-by-byte wire encoding that big-endian machines use,
 	// so that tests cover it on little-endian ones.
