@@ -278,7 +278,8 @@ var registryIndex = func() map[string]int {
 //	         peak_mem_allocated_bytes peak_mem_reserved_bytes peak_device_mem_bytes
 //	         peak_rss_bytes device_mem_bytes loss_first loss_last
 //	         comm_bytes_per_step.all_gather comm_bytes_per_step.reduce_scatter
-//	         comm_bytes_per_step.all_reduce env.gpu started finished
+//	         comm_bytes_per_step.all_reduce comm_bytes_per_step.inter_node env.gpu
+//	         started finished
 //	derived: scaling_efficiency memory_saving model_state_bytes
 //
 // New columns are appended within their kind; names never change once released.

@@ -236,9 +236,9 @@ func TestTwoNodeFaults(t *testing.T) {
 		}
 	})
 	faults := []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T)
-		want  []string
+		want   []string
 	}{
 		{"worker killed", func(t *testing.T) {
 			for _, p := range nodeProcesses(t, "fsdp-node2") {
