@@ -81,6 +81,8 @@ type Prediction struct {
 	// Notes are the assumptions the prediction rests on (flash attention, hardware
 	// detection, ...).
 	Notes []string `json:"notes,omitempty"`
+	// Calibration names the calibration the prediction used; nil: uncalibrated.
+	Calibration *CalibrationUse `json:"calibration,omitempty"`
 }
 
 // Constants of the model that are not hardware figures. Each is a documented
@@ -121,6 +123,10 @@ type point struct {
 	shape shapes.Shape
 	hw    hardware.Profile
 	notes []string
+	// cal holds the calibrated constants for hw (nil: the model's own); calUse
+	// says where they came from.
+	cal    *Constants
+	calUse *CalibrationUse
 }
 
 // Predict forecasts one run's memory and step time. The sim's backend_options apply
@@ -253,6 +259,7 @@ func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
 	if opts.Efficiency > 0 {
 		p.hw.Efficiency = opts.Efficiency
 	}
+	calibrate(&p, opts)
 	return p, nil
 }
 
@@ -267,7 +274,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	if err != nil {
 		return Prediction{}, err
 	}
-	pred := Prediction{Shape: s, Hardware: hw, Notes: p.notes, Strategy: r.Sharding}
+	pred := Prediction{Shape: s, Hardware: hw, Notes: p.notes, Strategy: r.Sharding, Calibration: p.calUse}
 
 	strategy := r.Sharding
 	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) {
@@ -279,6 +286,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	pred.Strategy = strategy
 
 	mem := memoryModel(p, strategy, wu, opts, &pred)
+	calReserved := p.calibrateMemory(mem)
 	var allocated int64
 	for k, v := range mem {
 		if k != MemOverhead {
@@ -290,6 +298,9 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	factor := 1.0
 	if hw.IsGPU {
 		factor = reservedFactor
+	}
+	if calReserved > 0 {
+		factor = calReserved
 	}
 	pred.PeakMemReservedBytes = ceilBytes(float64(pred.PeakMemAllocatedBytes) * factor)
 	pred.PeakDeviceMemBytes = pred.PeakMemReservedBytes + mem[MemOverhead]
@@ -537,7 +548,7 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	// Forward all-gathers: FSDP issues them on their own stream and the CPU runs
 	// ahead of the GPU, so about half hides behind compute without forward_prefetch
 	// (an assumption until calibrated); forward_prefetch issues the next one early.
-	fwdOverlap := 0.5
+	fwdOverlap := p.forwardOverlap(0.5)
 	if r.ForwardPrefetch {
 		fwdOverlap = 1
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -23,6 +24,9 @@ type Options struct {
 	// GradientAsBucketView is DDP's gradient_as_bucket_view: gradients live in the
 	// all-reduce buckets instead of beside them (saves one gradient copy).
 	GradientAsBucketView bool
+	// Calibration holds constants fitted to measured runs (`fsdpbench
+	// calibrate`), applied per hardware profile; nil: the model's own.
+	Calibration *Calibration
 }
 
 // option describes one backend option: its name, what it takes and how to read it.
@@ -58,6 +62,16 @@ var optionTable = map[string]option{
 		func(o *Options, v any) error {
 			d, err := backends.DurationIn(v, 0, maxSleepPerStep)
 			o.SleepPerStep = d
+			return err
+		}},
+	"calibration": {"path of a calibration file written by `fsdpbench calibrate` (its constants for the run's hardware apply)",
+		func(o *Options, v any) error {
+			path, ok := v.(string)
+			if !ok || path == "" {
+				return fmt.Errorf("%v is not a file path", v)
+			}
+			c, err := LoadCalibration(path)
+			o.Calibration = c
 			return err
 		}},
 	"ddp_gradient_as_bucket_view": {"DDP's gradient_as_bucket_view (true saves a gradient copy); default false, as in PyTorch",

@@ -1,0 +1,323 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
+)
+
+// CalibrationVersion is the version of the calibration file format this build
+// writes and reads. A file of another version is refused with what to do.
+const CalibrationVersion = 1
+
+// CalibrationFile is the name `fsdpbench calibrate` gives its output inside a
+// results directory, where `recommend` looks for it by default.
+const CalibrationFile = "calibration.json"
+
+// calibrationLimits bounds a calibration file: a handful of profiles with a
+// leave-one-out row per fitted run (a few hundred bytes each).
+var calibrationLimits = input.Limits{What: "calibration file", MaxBytes: 8 << 20, MaxDepth: 16}
+
+// Calibration holds the sim's free constants fitted to measured runs, per
+// hardware profile: what `fsdpbench calibrate` writes and the sim loads (the
+// backend option calibration, or --calibration).
+type Calibration struct {
+	Version int `json:"version"`
+	// Profiles maps a hardware profile name (h100-sxm, cpu, ...) to its constants.
+	Profiles map[string]Constants `json:"profiles"`
+	// path is where the file was read from, for notes and errors.
+	path string
+}
+
+// Constants are the sim's free constants for one hardware profile. A zero (or
+// absent) figure keeps the model's own value.
+type Constants struct {
+	// Efficiency is the fraction of peak FLOP/s the step's compute reaches for a
+	// model of RefParams parameters; a model of P parameters reaches
+	// Efficiency × (P/RefParams)^EfficiencySizeExponent (bigger GEMMs run closer
+	// to peak), clamped to [0.001, 1].
+	Efficiency             float64 `json:"efficiency"`
+	EfficiencySizeExponent float64 `json:"efficiency_size_exponent"`
+	// IntraNodeBWFactor and InterNodeBWFactor scale the profile's bus bandwidths:
+	// the fraction of the nominal link the collectives reach.
+	IntraNodeBWFactor float64 `json:"intra_node_bw_factor,omitempty"`
+	InterNodeBWFactor float64 `json:"inter_node_bw_factor,omitempty"`
+	// ForwardOverlap is the share of forward all-gathers hidden behind compute
+	// without forward_prefetch (the model assumes 0.5).
+	ForwardOverlap *float64 `json:"forward_overlap,omitempty"`
+	// MemFactors scale the predicted memory categories (the Mem* breakdown keys
+	// but overhead): how far the backend's allocations differ from the model's
+	// accounting of each.
+	MemFactors map[string]float64 `json:"mem_factors,omitempty"`
+	// ReservedFactor is reserved / allocated of the caching allocator (GPU).
+	ReservedFactor float64 `json:"reserved_factor,omitempty"`
+	// OverheadBytes is device memory outside the allocator: CUDA context and NCCL.
+	OverheadBytes *int64 `json:"overhead_bytes,omitempty"`
+	// Fit says what the constants were fitted to and how well.
+	Fit FitReport `json:"fit"`
+}
+
+// RefParams is the model size at which Constants.Efficiency applies (1e9).
+const RefParams = 1e9
+
+// FitReport is what a calibration was fitted to and how well it predicts.
+type FitReport struct {
+	// Runs is how many measured runs the constants were fitted to; Backends
+	// names the backends that measured them.
+	Runs     int      `json:"runs"`
+	Backends []string `json:"backends,omitempty"`
+	// Fitted names the constants fitted; Kept names those the runs cannot tell
+	// (kept at the model's value), each with why.
+	Fitted []string `json:"fitted,omitempty"`
+	Kept   []string `json:"kept,omitempty"`
+	// LeaveOneOut has, per run, the error of its prediction by constants fitted
+	// to the other runs: the error to expect on a run the fit has not seen.
+	LeaveOneOut []LOORow `json:"leave_one_out,omitempty"`
+}
+
+// LOORow is one run's leave-one-out error: predicted / measured − 1.
+type LOORow struct {
+	Run     string   `json:"run"`
+	Backend string   `json:"backend,omitempty"`
+	MemErr  *float64 `json:"mem_err,omitempty"`
+	TputErr *float64 `json:"tput_err,omitempty"`
+}
+
+// Bounds of a calibration's constants: outside them a file is refused, since a
+// fit that lands there is wrong (or the file was edited by hand).
+const (
+	minBWFactor       = 0.01
+	maxBWFactor       = 10
+	maxSizeExponent   = 1
+	minMemFactor      = 0.05
+	maxMemFactor      = 20
+	maxReservedFactor = 4
+	maxOverheadBytes  = 64 * gib
+	maxLOORows        = 100_000
+)
+
+// memCategories are the breakdown categories calibration scales (overhead is
+// fitted as bytes, not scaled).
+var memCategories = []string{MemParams, MemGrads, MemOptimizer, MemActivations, MemLogits, MemBuffers}
+
+// calibrationCache keeps parsed files by path: backend options are parsed per
+// run, and a sweep has many runs.
+var calibrationCache sync.Map // path -> cachedCalibration
+
+type cachedCalibration struct {
+	size, mtime int64
+	cal         *Calibration
+}
+
+// LoadCalibration reads and checks a calibration file.
+func LoadCalibration(path string) (*Calibration, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("calibration %s: %w (write one with `fsdpbench calibrate DIR...`)", path, err)
+	}
+	if c, ok := calibrationCache.Load(path); ok {
+		cc := c.(cachedCalibration)
+		if cc.size == st.Size() && cc.mtime == st.ModTime().UnixNano() {
+			return cc.cal, nil
+		}
+	}
+	data, err := input.ReadJSON(path, calibrationLimits)
+	if err != nil {
+		return nil, fmt.Errorf("calibration: %w", err)
+	}
+	cal, err := ParseCalibration(data)
+	if err != nil {
+		return nil, fmt.Errorf("calibration %s: %w; write it again with `fsdpbench calibrate DIR...`", path, err)
+	}
+	cal.path = path
+	calibrationCache.Store(path, cachedCalibration{st.Size(), st.ModTime().UnixNano(), cal})
+	return cal, nil
+}
+
+// ParseCalibration decodes a calibration file's content and checks every figure
+// against its bounds. Unknown keys are errors (a misspelt constant would
+// otherwise be ignored silently).
+func ParseCalibration(data []byte) (*Calibration, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var c Calibration
+	if err := dec.Decode(&c); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("data after the calibration object")
+	}
+	if c.Version != CalibrationVersion {
+		return nil, fmt.Errorf("version %d, this fsdpbench reads version %d", c.Version, CalibrationVersion)
+	}
+	if len(c.Profiles) == 0 {
+		return nil, fmt.Errorf("no profiles")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Profiles)) {
+		if err := c.Profiles[name].check(); err != nil {
+			return nil, fmt.Errorf("profiles.%s.%w", input.Clip(name, 64), err)
+		}
+	}
+	return &c, nil
+}
+
+// check bounds every constant; the error starts with the constant's key.
+func (k Constants) check() error {
+	in := func(name string, v, lo, hi float64, zeroOK bool) error {
+		if zeroOK && v == 0 {
+			return nil
+		}
+		if !(v >= lo && v <= hi) {
+			return fmt.Errorf("%s: %v is outside [%v, %v]", name, v, lo, hi)
+		}
+		return nil
+	}
+	errs := []error{
+		in("efficiency", k.Efficiency, minEfficiency, 1, false),
+		in("efficiency_size_exponent", k.EfficiencySizeExponent, -maxSizeExponent, maxSizeExponent, true),
+		in("intra_node_bw_factor", k.IntraNodeBWFactor, minBWFactor, maxBWFactor, true),
+		in("inter_node_bw_factor", k.InterNodeBWFactor, minBWFactor, maxBWFactor, true),
+		in("reserved_factor", k.ReservedFactor, 1, maxReservedFactor, true),
+	}
+	if k.ForwardOverlap != nil {
+		errs = append(errs, in("forward_overlap", *k.ForwardOverlap, 0, 1, false))
+	}
+	if k.OverheadBytes != nil {
+		errs = append(errs, in("overhead_bytes", float64(*k.OverheadBytes), 0, maxOverheadBytes, false))
+	}
+	for _, cat := range slices.Sorted(maps.Keys(k.MemFactors)) {
+		if !slices.Contains(memCategories, cat) {
+			errs = append(errs, fmt.Errorf("mem_factors.%s: not a memory category (%s)", input.Clip(cat, 64), strings.Join(memCategories, ", ")))
+			continue
+		}
+		errs = append(errs, in("mem_factors."+cat, k.MemFactors[cat], minMemFactor, maxMemFactor, false))
+	}
+	if n := len(k.Fit.LeaveOneOut); n > maxLOORows {
+		errs = append(errs, fmt.Errorf("fit.leave_one_out: %d rows, at most %d", n, maxLOORows))
+	}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// Write stores the calibration at path (atomically, as every results file).
+func (c *Calibration) Write(path string) error {
+	c.Version = CalibrationVersion
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return results.WriteFileAtomic(path, append(b, '\n'))
+}
+
+// Path is the file the calibration was read from ("" when built in memory).
+func (c *Calibration) Path() string { return c.path }
+
+// efficiencyFor is the compute efficiency the constants give a model of params
+// parameters.
+func (k *Constants) efficiencyFor(params int64) float64 {
+	e := k.Efficiency
+	if k.EfficiencySizeExponent != 0 && params > 0 {
+		e *= math.Pow(float64(params)/RefParams, k.EfficiencySizeExponent)
+	}
+	return min(max(e, minEfficiency), 1)
+}
+
+// CalibrationUse is what a prediction says of the calibration it used (in
+// Prediction.Calibration and metrics.json's extra.calibration).
+type CalibrationUse struct {
+	File     string `json:"file,omitempty"`
+	Hardware string `json:"hardware"`
+	Runs     int    `json:"runs"`
+}
+
+// calibrate applies opts.Calibration's constants for p's hardware to p: the
+// efficiency and bus bandwidths now (options given explicitly win), memory and
+// overlap through p.cal when the model computes them.
+func calibrate(p *point, opts Options) {
+	if opts.Calibration == nil {
+		return
+	}
+	k, ok := opts.Calibration.Profiles[p.hw.Name]
+	if !ok {
+		p.notes = append(p.notes, fmt.Sprintf("uncalibrated: the calibration %s has no constants for hardware %s (it has %s)",
+			opts.Calibration.path, p.hw.Name, strings.Join(slices.Sorted(maps.Keys(opts.Calibration.Profiles)), ", ")))
+		return
+	}
+	p.cal = &k
+	p.calUse = &CalibrationUse{File: opts.Calibration.path, Hardware: p.hw.Name, Runs: k.Fit.Runs}
+	if opts.Efficiency == 0 {
+		p.hw.Efficiency = k.efficiencyFor(p.shape.Params())
+	}
+	if opts.IntraNodeBusBW == 0 && k.IntraNodeBWFactor > 0 {
+		p.hw.IntraNodeBusBWBytesPerS *= k.IntraNodeBWFactor
+	}
+	if opts.InterNodeBusBW == 0 && k.InterNodeBWFactor > 0 {
+		p.hw.InterNodeBusBWBytesPerS *= k.InterNodeBWFactor
+	}
+	where := ""
+	if opts.Calibration.path != "" {
+		where = " from " + opts.Calibration.path
+	}
+	p.notes = append(p.notes, fmt.Sprintf("calibrated%s: constants for %s fitted to %d measured runs (efficiency %.3g)",
+		where, p.hw.Name, k.Fit.Runs, p.hw.Efficiency))
+}
+
+// forwardOverlap is the share of forward all-gathers hidden without
+// forward_prefetch: the calibrated one, or def.
+func (p *point) forwardOverlap(def float64) float64 {
+	if p.cal != nil && p.cal.ForwardOverlap != nil {
+		return *p.cal.ForwardOverlap
+	}
+	return def
+}
+
+// calibrateMemory scales mem's categories by the calibrated factors and puts
+// the calibrated overhead in; it returns the calibrated reserved/allocated
+// factor, 0 when there is none.
+func (p *point) calibrateMemory(mem map[string]int64) float64 {
+	if p.cal == nil {
+		return 0
+	}
+	for cat, f := range p.cal.MemFactors {
+		if v, ok := mem[cat]; ok {
+			mem[cat] = ceilBytes(float64(v) * f)
+		}
+	}
+	if !p.hw.IsGPU {
+		return 0 // host memory: no allocator cache, no CUDA context
+	}
+	if p.cal.OverheadBytes != nil {
+		mem[MemOverhead] = *p.cal.OverheadBytes
+	}
+	return p.cal.ReservedFactor
+}
+
+// PredictWith is Predict with a calibration: cal's constants for the run's
+// hardware apply (nil: none, or the sim's calibration option for sim runs).
+func PredictWith(rc sweeps.RunConfig, cal *Calibration) (Prediction, error) {
+	var opts Options
+	if rc.Backend == "" || rc.Backend == Name {
+		o, err := ParseOptions(rc.BackendOptions)
+		if err != nil {
+			return Prediction{}, err
+		}
+		opts = o
+	}
+	if cal != nil {
+		opts.Calibration = cal
+	}
+	return predict(rc, opts)
+}

@@ -1,0 +1,384 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+
+	"gonum.org/v1/gonum/optimize"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Measurement is one measured run as calibration reads it. A zero figure is
+// unknown: the run then says nothing about the constants that predict it.
+type Measurement struct {
+	// Run names the run in the fit's report (its ID); Backend is what measured it.
+	Run     string
+	Backend string
+	// Config is the run's configuration; its Hardware must name a profile.
+	Config sweeps.RunConfig
+	// TokensPerS is the measured throughput of all ranks.
+	TokensPerS float64
+	// AllocatedBytes, ReservedBytes and DeviceBytes are one rank's measured peaks
+	// (max_memory_allocated or the trainer's own accounting, max_memory_reserved,
+	// NVML).
+	AllocatedBytes, ReservedBytes, DeviceBytes int64
+}
+
+// Names of the constants in FitReport.Fitted and Kept.
+const (
+	ConstEfficiency     = "efficiency"
+	ConstSizeExponent   = "efficiency_size_exponent"
+	ConstIntraBW        = "intra_node_bw_factor"
+	ConstInterBW        = "inter_node_bw_factor"
+	ConstForwardOverlap = "forward_overlap"
+	ConstReserved       = "reserved_factor"
+	ConstOverhead       = "overhead_bytes"
+	constMemPrefix      = "mem_factors."
+)
+
+// ridge pulls each fitted constant (in its unbounded coordinate) towards the
+// model's own value, so that a constant the runs barely tell stays where the
+// model puts it instead of wandering along a flat valley; it is small enough not
+// to bias a constant the runs do tell (the synthetic-recovery test checks).
+const ridge = 1e-6
+
+// minMemBytes is the least measured memory that enters a fit: below it a
+// figure is the accounting's noise, not a peak.
+const minMemBytes = 1 << 10
+
+// Fit fits the sim's free constants, per hardware profile, to measured runs and
+// reports each run's leave-one-out error. The constants (see Constants) are
+// compute efficiency with its model-size exponent, the bus bandwidth factors,
+// the forward all-gather overlap, a factor per memory category, the reserved /
+// allocated factor and the device overhead; each is fitted only where the runs
+// tell it (a size exponent needs two model sizes, a reserved factor runs that
+// measure both figures) and kept at the model's value otherwise, with why.
+func Fit(ms []Measurement) (*Calibration, error) {
+	if len(ms) == 0 {
+		return nil, errors.New("no measured runs to fit")
+	}
+	groups := map[string][]sample{}
+	for i, m := range ms {
+		s, err := newSample(m)
+		if err != nil {
+			return nil, fmt.Errorf("run %s (%d of %d): %w", m.Run, i+1, len(ms), err)
+		}
+		groups[s.hw] = append(groups[s.hw], s)
+	}
+	cal := &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{}}
+	for _, hw := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[hw]
+		k, err := fitGroup(g, nil)
+		if err != nil {
+			return nil, fmt.Errorf("hardware %s: %w", hw, err)
+		}
+		backs := map[string]bool{}
+		for _, s := range g {
+			backs[s.m.Backend] = true
+		}
+		k.Fit.Backends = slices.Sorted(maps.Keys(backs))
+		for i := range g {
+			row := LOORow{Run: g[i].m.Run, Backend: g[i].m.Backend}
+			if len(g) > 1 {
+				rest := append(append([]sample(nil), g[:i]...), g[i+1:]...)
+				if kl, err := fitGroup(rest, &k); err == nil {
+					row.MemErr, row.TputErr = g[i].errors(hw, &kl)
+				}
+			}
+			k.Fit.LeaveOneOut = append(k.Fit.LeaveOneOut, row)
+		}
+		cal.Profiles[hw] = k
+	}
+	return cal, nil
+}
+
+// sample is a measurement with what the uncalibrated model says of it.
+type sample struct {
+	m   Measurement
+	hw  string
+	P   int64            // parameters
+	mem map[string]int64 // the uncalibrated breakdown
+	// comm flags: which links the run's collectives cross.
+	intra, inter, fwdGather bool
+	defEff                  float64
+}
+
+func newSample(m Measurement) (sample, error) {
+	rc := m.Config
+	rc.Backend, rc.BackendOptions = "", nil // the measuring backend's options are not the sim's
+	m.Config = rc
+	pred, err := predict(rc, Options{})
+	if err != nil {
+		return sample{}, fmt.Errorf("the sim cannot predict it: %w", err)
+	}
+	s := sample{m: m, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency}
+	p := pred.Strategy
+	ws, nodes := pred.CommBytesPerStep, max(rc.Nodes, 1)
+	moves := ws.AllGather+ws.ReduceScatter+ws.AllReduce > 0
+	s.inter = moves && nodes > 1
+	s.intra = moves && (nodes == 1 || p == sweeps.HybridShard)
+	s.fwdGather = ws.AllGather > 0 && !rc.ForwardPrefetch
+	return s, nil
+}
+
+// predictWith predicts the sample with constants k for its hardware.
+func (s *sample) predictWith(hw string, k *Constants) (Prediction, error) {
+	return predict(s.m.Config, Options{Calibration: &Calibration{Profiles: map[string]Constants{hw: *k}}})
+}
+
+// errors are the sample's prediction errors (predicted / measured − 1) under k.
+func (s *sample) errors(hw string, k *Constants) (mem, tput *float64) {
+	pred, err := s.predictWith(hw, k)
+	if err != nil {
+		return nil, nil
+	}
+	if s.m.AllocatedBytes >= minMemBytes {
+		e := float64(pred.PeakMemAllocatedBytes)/float64(s.m.AllocatedBytes) - 1
+		mem = &e
+	}
+	if s.m.TokensPerS > 0 {
+		e := pred.TokensPerS/s.m.TokensPerS - 1
+		tput = &e
+	}
+	return mem, tput
+}
+
+// param is one fitted constant: its name, its unbounded coordinate's default,
+// and how to set it from that coordinate.
+type param struct {
+	name string
+	def  float64
+	set  func(k *Constants, x float64)
+	// get is set's inverse, for a fit that starts from earlier constants.
+	get func(k *Constants) float64
+}
+
+// fitGroup fits one hardware profile's constants to its samples, starting from
+// start's where given (a leave-one-out fit starts from the fit to all runs).
+func fitGroup(g []sample, start *Constants) (Constants, error) {
+	k := Constants{Fit: FitReport{Runs: len(g)}}
+	hw := g[0].hw
+	keep := func(name, why string) { k.Fit.Kept = append(k.Fit.Kept, name+": "+why) }
+
+	// Throughput: efficiency (and its size exponent), bandwidths, overlap.
+	var ts []sample
+	sizes := map[int64]bool{}
+	var intra, inter, fwd bool
+	for _, s := range g {
+		if s.m.TokensPerS > 0 {
+			ts = append(ts, s)
+			sizes[s.P] = true
+			intra, inter, fwd = intra || s.intra, inter || s.inter, fwd || s.fwdGather
+		}
+	}
+	k.Efficiency = g[0].defEff
+	if len(ts) == 0 {
+		keep(ConstEfficiency, "no run measured throughput")
+	} else {
+		ps := []param{{ConstEfficiency, math.Log(g[0].defEff), func(k *Constants, x float64) {
+			k.Efficiency = min(max(math.Exp(x), minEfficiency), 1)
+		}, func(k *Constants) float64 { return math.Log(k.Efficiency) }}}
+		if len(sizes) > 1 {
+			ps = append(ps, param{ConstSizeExponent, 0, func(k *Constants, x float64) { k.EfficiencySizeExponent = math.Tanh(x) },
+				func(k *Constants) float64 { return math.Atanh(k.EfficiencySizeExponent) }})
+		} else {
+			keep(ConstSizeExponent, "every run has the same model size")
+		}
+		bw := func(name string, dst func(k *Constants) *float64) param {
+			return param{name, 0, func(k *Constants, x float64) { *dst(k) = min(max(math.Exp(x), minBWFactor), maxBWFactor) },
+				func(k *Constants) float64 { return math.Log(*dst(k)) }}
+		}
+		if intra {
+			ps = append(ps, bw(ConstIntraBW, func(k *Constants) *float64 { return &k.IntraNodeBWFactor }))
+		} else {
+			keep(ConstIntraBW, "no run communicates inside a node")
+		}
+		if inter {
+			ps = append(ps, bw(ConstInterBW, func(k *Constants) *float64 { return &k.InterNodeBWFactor }))
+		} else {
+			keep(ConstInterBW, "no run spans nodes")
+		}
+		if fwd {
+			ps = append(ps, param{ConstForwardOverlap, 0, func(k *Constants, x float64) {
+				v := 1 / (1 + math.Exp(-x))
+				k.ForwardOverlap = &v
+			}, func(k *Constants) float64 {
+				if k.ForwardOverlap == nil {
+					return math.NaN()
+				}
+				return math.Log(*k.ForwardOverlap / (1 - *k.ForwardOverlap))
+			}})
+		} else {
+			keep(ConstForwardOverlap, "no run all-gathers in forward without forward_prefetch")
+		}
+		loss := func(k *Constants) float64 {
+			var sum float64
+			for i := range ts {
+				pred, err := ts[i].predictWith(hw, k)
+				if err != nil || !(pred.TokensPerS > 0) {
+					return math.Inf(1)
+				}
+				r := math.Log(pred.TokensPerS / ts[i].m.TokensPerS)
+				sum += r * r
+			}
+			return sum / float64(len(ts))
+		}
+		if err := minimize(&k, ps, loss, start); err != nil {
+			return k, fmt.Errorf("throughput fit: %w", err)
+		}
+		for _, p := range ps {
+			k.Fit.Fitted = append(k.Fit.Fitted, p.name)
+		}
+	}
+
+	// Memory: a factor per category the runs' allocations hold.
+	var msamp []sample
+	for _, s := range g {
+		if s.m.AllocatedBytes >= minMemBytes {
+			msamp = append(msamp, s)
+		}
+	}
+	if len(msamp) == 0 {
+		keep("mem_factors", "no run measured allocated memory")
+	} else {
+		var ps []param
+		for _, cat := range memCategories {
+			used := false
+			for _, s := range msamp {
+				used = used || s.mem[cat] > 0
+			}
+			if !used {
+				continue
+			}
+			ps = append(ps, param{constMemPrefix + cat, 0, func(k *Constants, x float64) {
+				if k.MemFactors == nil {
+					k.MemFactors = map[string]float64{}
+				}
+				k.MemFactors[cat] = min(max(math.Exp(x), minMemFactor), maxMemFactor)
+			}, func(k *Constants) float64 { return math.Log(k.MemFactors[cat]) }})
+		}
+		loss := func(k *Constants) float64 {
+			var sum float64
+			for _, s := range msamp {
+				var alloc float64
+				for cat, v := range s.mem {
+					if cat == MemOverhead {
+						continue
+					}
+					f, ok := k.MemFactors[cat]
+					if !ok {
+						f = 1
+					}
+					alloc += float64(v) * f
+				}
+				r := math.Log(alloc / float64(s.m.AllocatedBytes))
+				sum += r * r
+			}
+			return sum / float64(len(msamp))
+		}
+		if err := minimize(&k, ps, loss, start); err != nil {
+			return k, fmt.Errorf("memory fit: %w", err)
+		}
+		for _, p := range ps {
+			k.Fit.Fitted = append(k.Fit.Fitted, p.name)
+		}
+	}
+
+	// Reserved / allocated, and what the device holds beyond reserved: read
+	// off the runs that measure both figures (GPU runs).
+	var ratios, over []float64
+	for _, s := range g {
+		if s.m.ReservedBytes >= minMemBytes && s.m.AllocatedBytes >= minMemBytes {
+			ratios = append(ratios, math.Log(float64(s.m.ReservedBytes)/float64(s.m.AllocatedBytes)))
+		}
+		if s.m.DeviceBytes > 0 && s.m.ReservedBytes > 0 && s.m.DeviceBytes >= s.m.ReservedBytes {
+			over = append(over, float64(s.m.DeviceBytes-s.m.ReservedBytes))
+		}
+	}
+	if len(ratios) > 0 {
+		k.ReservedFactor = min(max(math.Exp(median(ratios)), 1), maxReservedFactor)
+		k.Fit.Fitted = append(k.Fit.Fitted, ConstReserved)
+	} else {
+		keep(ConstReserved, "no run measured both allocated and reserved memory")
+	}
+	if len(over) > 0 {
+		v := int64(min(median(over), maxOverheadBytes))
+		k.OverheadBytes = &v
+		k.Fit.Fitted = append(k.Fit.Fitted, ConstOverhead)
+	} else {
+		keep(ConstOverhead, "no run measured device memory (NVML) beside reserved")
+	}
+	return k, nil
+}
+
+// minimize fits ps to minimise loss (plus the ridge) with Nelder-Mead, and
+// leaves the best constants in k.
+func minimize(k *Constants, ps []param, loss func(*Constants) float64, start *Constants) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	apply := func(x []float64) *Constants {
+		c := *k
+		if k.MemFactors != nil {
+			c.MemFactors = maps.Clone(k.MemFactors)
+		}
+		for i, p := range ps {
+			p.set(&c, x[i])
+		}
+		return &c
+	}
+	f := func(x []float64) float64 {
+		v := loss(apply(x))
+		for i, p := range ps {
+			d := x[i] - p.def
+			v += ridge * d * d
+		}
+		return v
+	}
+	x := make([]float64, len(ps))
+	for i, p := range ps {
+		x[i] = p.def
+		if start != nil {
+			if v := p.get(start); !math.IsNaN(v) && !math.IsInf(v, 0) {
+				x[i] = v
+			}
+		}
+	}
+	// Nelder-Mead needs no gradient (the model has min/max kinks); a restart
+	// from its answer rebuilds the simplex, which gets it out of a collapsed one.
+	best := math.Inf(1)
+	for range 3 {
+		res, err := optimize.Minimize(optimize.Problem{Func: f}, x, &optimize.Settings{
+			FuncEvaluations: 20000,
+			Converger:       &optimize.FunctionConverge{Absolute: 1e-15, Relative: 1e-13, Iterations: 200},
+		}, &optimize.NelderMead{})
+		if err != nil && res == nil {
+			return err
+		}
+		if math.IsInf(res.F, 0) || math.IsNaN(res.F) {
+			return errors.New("no constants predict every run")
+		}
+		copy(x, res.X)
+		if res.F >= best*(1-1e-9) {
+			break // the restart found nothing better
+		}
+		best = res.F
+	}
+	*k = *apply(x)
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
