@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 
+	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/optimize"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -246,46 +247,8 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 	if len(msamp) == 0 {
 		keep("mem_factors", "no run measured allocated memory")
 	} else {
-		var ps []param
-		for _, cat := range memCategories {
-			used := false
-			for _, s := range msamp {
-				used = used || s.mem[cat] > 0
-			}
-			if !used {
-				continue
-			}
-			ps = append(ps, param{constMemPrefix + cat, 0, func(k *Constants, x float64) {
-				if k.MemFactors == nil {
-					k.MemFactors = map[string]float64{}
-				}
-				k.MemFactors[cat] = min(max(math.Exp(x), minMemFactor), maxMemFactor)
-			}, func(k *Constants) float64 { return math.Log(k.MemFactors[cat]) }})
-		}
-		loss := func(k *Constants) float64 {
-			var sum float64
-			for _, s := range msamp {
-				var alloc float64
-				for cat, v := range s.mem {
-					if cat == MemOverhead {
-						continue
-					}
-					f, ok := k.MemFactors[cat]
-					if !ok {
-						f = 1
-					}
-					alloc += float64(v) * f
-				}
-				r := math.Log(alloc / float64(s.m.AllocatedBytes))
-				sum += r * r
-			}
-			return sum / float64(len(msamp))
-		}
-		if err := minimize(&k, ps, loss, start); err != nil {
+		if err := fitMemory(&k, msamp); err != nil {
 			return k, fmt.Errorf("memory fit: %w", err)
-		}
-		for _, p := range ps {
-			k.Fit.Fitted = append(k.Fit.Fitted, p.name)
 		}
 	}
 
@@ -381,4 +344,47 @@ func median(xs []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// fitMemory fits a factor per memory category: the allocated peak is linear in
+// them (Σ factor × category bytes), so weighted linear least squares (gonum's QR
+// solve) finds them exactly, minimising the squared relative error, with the
+// ridge's rows pulling each towards 1. Factors are then bounded.
+func fitMemory(k *Constants, ms []sample) error {
+	var cats []string
+	for _, cat := range memCategories {
+		for _, s := range ms {
+			if s.mem[cat] > 0 {
+				cats = append(cats, cat)
+				break
+			}
+		}
+	}
+	if len(cats) == 0 {
+		return errors.New("the model predicts no memory for these runs")
+	}
+	n, kc := len(ms), len(cats)
+	a := mat.NewDense(n+kc, kc, nil)
+	y := mat.NewVecDense(n+kc, nil)
+	for i, s := range ms {
+		for j, cat := range cats {
+			a.Set(i, j, float64(s.mem[cat])/float64(s.m.AllocatedBytes))
+		}
+		y.SetVec(i, 1)
+	}
+	r := math.Sqrt(ridge)
+	for j := range cats {
+		a.Set(n+j, j, r)
+		y.SetVec(n+j, r)
+	}
+	var f mat.VecDense
+	if err := f.SolveVec(a, y); err != nil {
+		return err
+	}
+	k.MemFactors = map[string]float64{}
+	for j, cat := range cats {
+		k.MemFactors[cat] = min(max(f.AtVec(j), minMemFactor), maxMemFactor)
+		k.Fit.Fitted = append(k.Fit.Fitted, constMemPrefix+cat)
+	}
+	return nil
 }
