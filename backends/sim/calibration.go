@@ -54,13 +54,22 @@ type Constants struct {
 	// ForwardOverlap is the share of forward all-gathers hidden behind compute
 	// without forward_prefetch (the model assumes 0.5).
 	ForwardOverlap *float64 `json:"forward_overlap,omitempty"`
+	// StepOverheadS is a fixed time per micro-step the model's FLOPs and bytes
+	// do not account for (kernel launches, the framework's Python, the Go
+	// scheduler), in seconds; CollectiveLatencyS is the fixed cost of one
+	// collective call (the α of the α-β model; bus bandwidth is the β), added
+	// where it is issued and never hidden.
+	StepOverheadS      float64 `json:"step_overhead_s,omitempty"`
+	CollectiveLatencyS float64 `json:"collective_latency_s,omitempty"`
 	// MemFactors scale the predicted memory categories (the Mem* breakdown keys
 	// but overhead): how far the backend's allocations differ from the model's
 	// accounting of each.
 	MemFactors map[string]float64 `json:"mem_factors,omitempty"`
 	// ReservedFactor is reserved / allocated of the caching allocator (GPU).
 	ReservedFactor float64 `json:"reserved_factor,omitempty"`
-	// OverheadBytes is device memory outside the allocator: CUDA context and NCCL.
+	// OverheadBytes is memory outside the allocator: on a GPU the CUDA context
+	// and NCCL, on the cpu profile the runtime beside the training state (RSS −
+	// allocations).
 	OverheadBytes *int64 `json:"overhead_bytes,omitempty"`
 	// Fit says what the constants were fitted to and how well.
 	Fit FitReport `json:"fit"`
@@ -103,6 +112,8 @@ const (
 	maxReservedFactor = 4
 	maxOverheadBytes  = 64 * gib
 	maxLOORows        = 100_000
+	maxStepOverheadS  = 10
+	maxLatencyS       = 1
 )
 
 // memCategories are the breakdown categories calibration scales (overhead is
@@ -187,6 +198,8 @@ func (k Constants) check() error {
 		in("intra_node_bw_factor", k.IntraNodeBWFactor, minBWFactor, maxBWFactor, true),
 		in("inter_node_bw_factor", k.InterNodeBWFactor, minBWFactor, maxBWFactor, true),
 		in("reserved_factor", k.ReservedFactor, 1, maxReservedFactor, true),
+		in("step_overhead_s", k.StepOverheadS, 0, maxStepOverheadS, true),
+		in("collective_latency_s", k.CollectiveLatencyS, 0, maxLatencyS, true),
 	}
 	if k.ForwardOverlap != nil {
 		errs = append(errs, in("forward_overlap", *k.ForwardOverlap, 0, 1, false))
@@ -296,11 +309,13 @@ func (p *point) calibrateMemory(mem map[string]int64) float64 {
 			mem[cat] = ceilBytes(float64(v) * f)
 		}
 	}
-	if !p.hw.IsGPU {
-		return 0 // host memory: no allocator cache, no CUDA context
-	}
 	if p.cal.OverheadBytes != nil {
+		// On a GPU the CUDA context and NCCL; on the cpu profile the runtime
+		// (Python and torch, or Go) beside the training state.
 		mem[MemOverhead] = *p.cal.OverheadBytes
+	}
+	if !p.hw.IsGPU {
+		return 0 // host memory: no caching allocator
 	}
 	return p.cal.ReservedFactor
 }
@@ -320,4 +335,47 @@ func PredictWith(rc sweeps.RunConfig, cal *Calibration) (Prediction, error) {
 		opts.Calibration = cal
 	}
 	return predict(rc, opts)
+}
+
+// calibrateTime adds the calibrated fixed costs to the predicted step: the
+// per-micro-step overhead, and the latency of every collective call, and
+// derives throughput and MFU again.
+func (p *point) calibrateTime(strategy string, wu wrapUnits, pred *Prediction) {
+	if p.cal == nil || (p.cal.StepOverheadS == 0 && p.cal.CollectiveLatencyS == 0) {
+		return
+	}
+	ga := float64(p.rc.GradAccum)
+	lat := float64(collectiveCalls(p, strategy, wu)) * p.cal.CollectiveLatencyS
+	pred.ExposedCommS += lat
+	pred.CommS += lat
+	pred.StepTimeS += ga*p.cal.StepOverheadS + lat
+	pred.TokensPerS = float64(pred.TokensPerStep) / pred.StepTimeS
+	pred.MFU = pred.ModelFlopsPerToken * pred.TokensPerS / float64(p.rc.WorldSize) / pred.PeakFlopsPerS
+}
+
+// collectiveCalls is how many collectives one rank issues per optimizer step:
+// per micro-step an all-gather per unit in forward and again in backward
+// (full_shard; the root stays gathered) or once (shard_grad_op); on the last
+// micro-step a reduce-scatter per unit, or an all-reduce per unit (no_shard,
+// and hybrid_shard's replication) or per 25 MiB bucket (DDP).
+func collectiveCalls(p *point, strategy string, wu wrapUnits) int64 {
+	r := p.rc
+	if r.WorldSize <= 1 {
+		return 0
+	}
+	ga := int64(r.GradAccum)
+	units := int64(len(wu.Units)) + 1 // and the root
+	switch strategy {
+	case sweeps.FullShard:
+		return ga*(2*units-1) + units
+	case sweeps.HybridShard:
+		return ga*(2*units-1) + 2*units
+	case sweeps.ShardGradOp:
+		return ga*units + units
+	case sweeps.NoShard:
+		return units
+	case sweeps.DDP:
+		return (p.shape.Params()*4 + ddpBucketBytes - 1) / ddpBucketBytes
+	}
+	return 0
 }

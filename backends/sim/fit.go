@@ -11,6 +11,8 @@ import (
 	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/optimize"
 
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -26,8 +28,9 @@ type Measurement struct {
 	TokensPerS float64
 	// AllocatedBytes, ReservedBytes and DeviceBytes are one rank's measured peaks
 	// (max_memory_allocated or the trainer's own accounting, max_memory_reserved,
-	// NVML).
-	AllocatedBytes, ReservedBytes, DeviceBytes int64
+	// NVML); RSSBytes is a rank's peak resident host memory, which on the cpu
+	// profile is its whole memory (allocations and the runtime beside them).
+	AllocatedBytes, ReservedBytes, DeviceBytes, RSSBytes int64
 }
 
 // Names of the constants in FitReport.Fitted and Kept.
@@ -39,6 +42,8 @@ const (
 	ConstForwardOverlap = "forward_overlap"
 	ConstReserved       = "reserved_factor"
 	ConstOverhead       = "overhead_bytes"
+	ConstStepOverhead   = "step_overhead_s"
+	ConstLatency        = "collective_latency_s"
 	constMemPrefix      = "mem_factors."
 )
 
@@ -47,6 +52,10 @@ const (
 // model puts it instead of wandering along a flat valley; it is small enough not
 // to bias a constant the runs do tell (the synthetic-recovery test checks).
 const ridge = 1e-6
+
+// tinyTime is where the fixed time costs start, and what the ridge pulls them
+// towards: 1 µs, a negligible cost (their coordinate is the log, so not 0).
+const tinyTime = 1e-6
 
 // minMemBytes is the least measured memory that enters a fit: below it a
 // figure is the accounting's noise, not a peak.
@@ -106,6 +115,7 @@ type sample struct {
 	mem map[string]int64 // the uncalibrated breakdown
 	// comm flags: which links the run's collectives cross.
 	intra, inter, fwdGather bool
+	gpu                     bool
 	defEff                  float64
 }
 
@@ -117,7 +127,8 @@ func newSample(m Measurement) (sample, error) {
 	if err != nil {
 		return sample{}, fmt.Errorf("the sim cannot predict it: %w", err)
 	}
-	s := sample{m: m, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency}
+	s := sample{m: m, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency,
+		gpu: pred.Hardware.IsGPU}
 	p := pred.Strategy
 	ws, nodes := pred.CommBytesPerStep, max(rc.Nodes, 1)
 	moves := ws.AllGather+ws.ReduceScatter+ws.AllReduce > 0
@@ -138,8 +149,12 @@ func (s *sample) errors(hw string, k *Constants) (mem, tput *float64) {
 	if err != nil {
 		return nil, nil
 	}
-	if s.m.AllocatedBytes >= minMemBytes {
+	switch {
+	case s.m.AllocatedBytes >= minMemBytes:
 		e := float64(pred.PeakMemAllocatedBytes)/float64(s.m.AllocatedBytes) - 1
+		mem = &e
+	case s.rssOnly():
+		e := float64(pred.PeakDeviceMemBytes)/float64(s.m.RSSBytes) - 1
 		mem = &e
 	}
 	if s.m.TokensPerS > 0 {
@@ -147,6 +162,12 @@ func (s *sample) errors(hw string, k *Constants) (mem, tput *float64) {
 		tput = &e
 	}
 	return mem, tput
+}
+
+// rssOnly says the sample's only memory figure is the host RSS of a cpu run
+// (torch on CPU has no allocator statistics).
+func (s *sample) rssOnly() bool {
+	return s.m.AllocatedBytes < minMemBytes && s.m.RSSBytes >= minMemBytes && !s.gpu
 }
 
 // param is one fitted constant: its name, its unbounded coordinate's default,
@@ -217,6 +238,16 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 		} else {
 			keep(ConstForwardOverlap, "no run all-gathers in forward without forward_prefetch")
 		}
+		ps = append(ps, param{ConstStepOverhead, math.Log(tinyTime), func(k *Constants, x float64) {
+			k.StepOverheadS = min(math.Exp(x), maxStepOverheadS)
+		}, func(k *Constants) float64 { return math.Log(k.StepOverheadS) }})
+		if intra || inter {
+			ps = append(ps, param{ConstLatency, math.Log(tinyTime), func(k *Constants, x float64) {
+				k.CollectiveLatencyS = min(math.Exp(x), maxLatencyS)
+			}, func(k *Constants) float64 { return math.Log(k.CollectiveLatencyS) }})
+		} else {
+			keep(ConstLatency, "no run communicates")
+		}
 		loss := func(k *Constants) float64 {
 			var sum float64
 			for i := range ts {
@@ -237,19 +268,28 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 		}
 	}
 
-	// Memory: a factor per category the runs' allocations hold.
-	var msamp []sample
+	// Memory: a factor per category the runs' allocations hold; where a cpu
+	// run measures only its RSS, the runtime's own memory beside them too.
+	var msamp, rss []sample
 	for _, s := range g {
-		if s.m.AllocatedBytes >= minMemBytes {
+		switch {
+		case s.m.AllocatedBytes >= minMemBytes:
 			msamp = append(msamp, s)
+		case s.rssOnly():
+			rss = append(rss, s)
 		}
 	}
-	if len(msamp) == 0 {
-		keep("mem_factors", "no run measured allocated memory")
-	} else {
-		if err := fitMemory(&k, msamp); err != nil {
+	switch {
+	case len(msamp) > 0:
+		if err := fitMemory(&k, msamp, false); err != nil {
 			return k, fmt.Errorf("memory fit: %w", err)
 		}
+	case len(rss) > 0:
+		if err := fitMemory(&k, rss, true); err != nil {
+			return k, fmt.Errorf("memory fit: %w", err)
+		}
+	default:
+		keep("mem_factors", "no run measured allocated memory (or, on cpu, its RSS)")
 	}
 
 	// Reserved / allocated, and what the device holds beyond reserved: read
@@ -259,8 +299,13 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 		if s.m.ReservedBytes >= minMemBytes && s.m.AllocatedBytes >= minMemBytes {
 			ratios = append(ratios, math.Log(float64(s.m.ReservedBytes)/float64(s.m.AllocatedBytes)))
 		}
-		if s.m.DeviceBytes > 0 && s.m.ReservedBytes > 0 && s.m.DeviceBytes >= s.m.ReservedBytes {
+		// The memory outside the allocator: device beside reserved on a GPU, the
+		// process's RSS beside its allocations on the cpu profile.
+		switch {
+		case s.gpu && s.m.DeviceBytes > 0 && s.m.ReservedBytes > 0 && s.m.DeviceBytes >= s.m.ReservedBytes:
 			over = append(over, float64(s.m.DeviceBytes-s.m.ReservedBytes))
+		case !s.gpu && s.m.RSSBytes > 0 && s.m.AllocatedBytes > 0 && s.m.RSSBytes >= s.m.AllocatedBytes:
+			over = append(over, float64(s.m.RSSBytes-s.m.AllocatedBytes))
 		}
 	}
 	if len(ratios) > 0 {
@@ -269,12 +314,14 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 	} else {
 		keep(ConstReserved, "no run measured both allocated and reserved memory")
 	}
-	if len(over) > 0 {
+	switch {
+	case k.OverheadBytes != nil: // fitted with the factors, from RSS
+	case len(over) > 0:
 		v := int64(min(median(over), maxOverheadBytes))
 		k.OverheadBytes = &v
 		k.Fit.Fitted = append(k.Fit.Fitted, ConstOverhead)
-	} else {
-		keep(ConstOverhead, "no run measured device memory (NVML) beside reserved")
+	default:
+		keep(ConstOverhead, "no run measured device memory (NVML) beside reserved, or RSS beside allocations")
 	}
 	return k, nil
 }
@@ -349,8 +396,10 @@ func median(xs []float64) float64 {
 // fitMemory fits a factor per memory category: the allocated peak is linear in
 // them (Σ factor × category bytes), so weighted linear least squares (gonum's QR
 // solve) finds them exactly, minimising the squared relative error, with the
-// ridge's rows pulling each towards 1. Factors are then bounded.
-func fitMemory(k *Constants, ms []sample) error {
+// ridge's rows pulling each towards 1. With rss the target is the run's RSS and
+// a constant (the runtime's own memory, overhead_bytes) is fitted beside them.
+// Factors are then bounded.
+func fitMemory(k *Constants, ms []sample, rss bool) error {
 	var cats []string
 	for _, cat := range memCategories {
 		for _, s := range ms {
@@ -364,11 +413,20 @@ func fitMemory(k *Constants, ms []sample) error {
 		return errors.New("the model predicts no memory for these runs")
 	}
 	n, kc := len(ms), len(cats)
-	a := mat.NewDense(n+kc, kc, nil)
+	cols := kc
+	if rss {
+		cols++
+	}
+	a := mat.NewDense(n+kc, cols, nil)
 	y := mat.NewVecDense(n+kc, nil)
 	for i, s := range ms {
+		target := float64(s.m.AllocatedBytes)
+		if rss {
+			target = float64(s.m.RSSBytes)
+			a.Set(i, kc, 1/target)
+		}
 		for j, cat := range cats {
-			a.Set(i, j, float64(s.mem[cat])/float64(s.m.AllocatedBytes))
+			a.Set(i, j, float64(s.mem[cat])/target)
 		}
 		y.SetVec(i, 1)
 	}
@@ -386,5 +444,56 @@ func fitMemory(k *Constants, ms []sample) error {
 		k.MemFactors[cat] = min(max(f.AtVec(j), minMemFactor), maxMemFactor)
 		k.Fit.Fitted = append(k.Fit.Fitted, constMemPrefix+cat)
 	}
+	if rss {
+		v := int64(min(max(f.AtVec(kc), 0), maxOverheadBytes))
+		k.OverheadBytes = &v
+		k.Fit.Fitted = append(k.Fit.Fitted, ConstOverhead)
+	}
 	return nil
+}
+
+// Measurements picks the runs calibration can use: measured (not predicted),
+// ok, with a throughput or a memory figure, on a known hardware profile (a run
+// configured as auto names the profile it ran on in env.hardware). skipped says
+// why each other run was left out.
+func Measurements(runs []results.Run) (ms []Measurement, skipped []string) {
+	for i := range runs {
+		r := &runs[i]
+		m := &r.Metrics
+		id := r.Config.ID
+		switch {
+		case m.Predicted:
+			skipped = append(skipped, id+": predicted, not measured")
+			continue
+		case m.Status != results.StatusOK:
+			skipped = append(skipped, id+": status "+string(m.Status))
+			continue
+		}
+		rc := r.Config
+		if rc.Hardware == "" || rc.Hardware == hardware.Auto {
+			rc.Hardware = m.Env.Hardware
+		}
+		if _, err := hardware.Lookup(rc.Hardware); err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: hardware %q is not a profile (set hardware in the spec or ingest options)", id, rc.Hardware))
+			continue
+		}
+		meas := Measurement{Run: id, Backend: rc.Backend, Config: rc}
+		if m.TokensPerS != nil && *m.TokensPerS > 0 {
+			meas.TokensPerS = *m.TokensPerS
+		}
+		get := func(p *int64) int64 {
+			if p == nil || *p < 0 {
+				return 0
+			}
+			return *p
+		}
+		meas.AllocatedBytes, meas.ReservedBytes, meas.DeviceBytes = get(m.PeakMemAllocatedBytes), get(m.PeakMemReservedBytes), get(m.PeakDeviceMemBytes)
+		meas.RSSBytes = get(m.PeakRSSBytes)
+		if meas.TokensPerS == 0 && meas.AllocatedBytes == 0 && meas.RSSBytes == 0 {
+			skipped = append(skipped, id+": measures neither tokens/s nor memory")
+			continue
+		}
+		ms = append(ms, meas)
+	}
+	return ms, skipped
 }

@@ -23,7 +23,7 @@ func syntheticRuns(t *testing.T, hw string, truth Constants) []Measurement {
 						if (sh == sweeps.HybridShard && nodes == 1) || (ga > 1 && sh != sweeps.FullShard) {
 							continue
 						}
-						rc := sweeps.RunConfig{Hardware: hw, Model: model, SeqLen: 1024, Nodes: nodes, GPUsPerNode: 8,
+						rc := sweeps.RunConfig{Hardware: hw, Model: model, SeqLen: 1024, Nodes: nodes, GPUsPerNode: 8, WorldSize: 8 * nodes,
 							BatchPerDevice: 1, GradAccum: ga, Sharding: sh, BackwardPrefetch: pf, MixedPrecision: sweeps.BF16,
 							ActivationCheckpointing: model == "llama3-8b"}
 						pred, err := predict(rc, Options{Calibration: cal})
@@ -48,6 +48,7 @@ func TestFitRecoversSyntheticConstants(t *testing.T) {
 		MemFactors: map[string]float64{MemParams: 1.1, MemGrads: 0.9, MemOptimizer: 1.0,
 			MemActivations: 1.3, MemLogits: 0.6, MemBuffers: 1.2},
 		ReservedFactor: 1.07, OverheadBytes: &overhead,
+		StepOverheadS: 0.004, CollectiveLatencyS: 30e-6,
 	}
 	ms := syntheticRuns(t, "h100-sxm", truth)
 	cal, err := Fit(ms)
@@ -63,6 +64,8 @@ func TestFitRecoversSyntheticConstants(t *testing.T) {
 		{ConstInterBW, truth.InterNodeBWFactor, got.InterNodeBWFactor},
 		{ConstForwardOverlap, overlap, *got.ForwardOverlap},
 		{ConstReserved, truth.ReservedFactor, got.ReservedFactor},
+		{ConstStepOverhead, truth.StepOverheadS, got.StepOverheadS},
+		{ConstLatency, truth.CollectiveLatencyS, got.CollectiveLatencyS},
 		{ConstOverhead, float64(overhead), float64(*got.OverheadBytes)},
 	} {
 		assert.InEpsilon(t, c.want, c.got, 0.02, c.name)
@@ -74,8 +77,8 @@ func TestFitRecoversSyntheticConstants(t *testing.T) {
 	for _, row := range got.Fit.LeaveOneOut {
 		require.NotNil(t, row.MemErr, row.Run)
 		require.NotNil(t, row.TputErr, row.Run)
-		assert.Less(t, abs(*row.MemErr), 0.01, row.Run)
-		assert.Less(t, abs(*row.TputErr), 0.01, row.Run)
+		assert.Less(t, abs(*row.MemErr), 0.02, row.Run)
+		assert.Less(t, abs(*row.TputErr), 0.02, row.Run)
 	}
 }
 

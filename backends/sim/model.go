@@ -309,6 +309,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	if err := timeModel(p, strategy, wu, &pred); err != nil {
 		return Prediction{}, err
 	}
+	p.calibrateTime(strategy, wu, &pred)
 	pred.Feasible, pred.Reason = feasible(p, pred)
 	return pred, nil
 }
