@@ -19,6 +19,7 @@ func newSweepCmd() *cobra.Command {
 		opts     harness.Options
 		dryRun   bool
 		progress string
+		pv       predictFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep SPEC",
@@ -52,6 +53,9 @@ its lock dies with it, so the same command resumes at once.`,
 				}
 				return printDryRun(stdout, plan, harness.Preview(plan, opts), opts.ResultsDir)
 			}
+			if opts.Annotate, err = pv.annotator(); err != nil {
+				return usageError(err)
+			}
 			opts.Registry = reg
 			opts.Out = stderr // progress is not a result: stdout stays a clean table
 			opts.Env = results.Env{Fsdpbench: version(), Commit: commit()}
@@ -79,6 +83,11 @@ its lock dies with it, so the same command resumes at once.`,
 			if err := printSweepResults(stdout, sum); err != nil {
 				return failure(err)
 			}
+			if pv.predict && sum.Dir != "" {
+				if err := printPredictedVsMeasured(stdout, sum); err != nil {
+					return failure(err)
+				}
+			}
 			fmt.Fprintln(stderr, summaryLine(sum))
 			if sum.Dir != "" {
 				fmt.Fprintf(stderr, "results: %s\nCSV:     fsdpbench export %s --format csv -o %s.csv\n", sum.Dir, sum.Dir, plan.Name)
@@ -98,6 +107,7 @@ its lock dies with it, so the same command resumes at once.`,
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
+	pv.register(cmd)
 	cmd.Flags().BoolVar(&opts.WaitLock, "wait", false, "when another process is writing this sweep's results directory, wait for it instead of exiting 2")
 	return cmd
 }
