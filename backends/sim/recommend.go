@@ -219,8 +219,12 @@ func whySlower(p, best *Prediction) string {
 		{"compute-bound (recompute or lower efficiency)", perTok(p, p.ComputeS) - perTok(best, best.ComputeS)},
 		{fmt.Sprintf("comm-bound (%.0f%% of the step is exposed communication)", 100*p.ExposedCommS/p.StepTimeS),
 			perTok(p, p.ExposedCommS) - perTok(best, best.ExposedCommS)},
-		{"offload-bound (host↔device copies and the host optimizer)", perTok(p, p.OffloadS+p.OptimizerS) - perTok(best, best.OffloadS+best.OptimizerS)},
+		{"optimizer/offload-bound (host↔device copies, the optimizer over a larger shard or on the host)", perTok(p, p.OffloadS+p.OptimizerS) - perTok(best, best.OffloadS+best.OptimizerS)},
 		{"per-micro-step fixed costs", perTok(p, fixed(p)) - perTok(best, fixed(best))},
+	}
+	loss := 1 - p.TokensPerS/best.TokensPerS
+	if loss < 0.01 {
+		return fmt.Sprintf("by %.1f%%: as fast within the model's resolution (1%%)", 100*loss)
 	}
 	top := slices.MaxFunc(parts, func(a, b struct {
 		what string
@@ -228,5 +232,5 @@ func whySlower(p, best *Prediction) string {
 	}) int {
 		return cmp.Compare(a.d, b.d)
 	})
-	return fmt.Sprintf("by %.1f%%: %s", 100*(1-p.TokensPerS/best.TokensPerS), top.what)
+	return fmt.Sprintf("by %.1f%%: %s", 100*loss, top.what)
 }

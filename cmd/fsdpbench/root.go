@@ -93,7 +93,7 @@ results directory, or it cannot be written); 130 interrupted.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd(), newIngestCmd(),
-		newCalibrateCmd())
+		newCalibrateCmd(), newRecommendCmd())
 	return root
 }
 
