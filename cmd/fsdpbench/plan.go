@@ -16,6 +16,7 @@ const gib = 1 << 30
 
 func newPlanCmd() *cobra.Command {
 	var sets []string
+	var calibration string
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
 		Short: "Expand and validate a spec and predict every run's memory and step time; run nothing",
@@ -40,14 +41,19 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 				return specFailure(err)
 			}
 			printWarnings(cmd.ErrOrStderr(), plan)
-			return printPlan(cmd, plan, be)
+			cal, err := loadCalibration(calibration)
+			if err != nil {
+				return usageError(err)
+			}
+			return printPlan(cmd, plan, be, cal)
 		},
 	}
 	setFlag(cmd, &sets)
+	cmd.Flags().StringVar(&calibration, "calibration", "", "calibration file (from `fsdpbench calibrate`) the predictions use")
 	return cmd
 }
 
-func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error {
+func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, cal *sim.Calibration) error {
 	w := cmd.OutOrStdout()
 	axes := plan.Axes
 	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
@@ -57,7 +63,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 	feasible := 0
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
-		pred, perr := sim.Predict(rc)
+		pred, perr := sim.PredictWith(rc, cal)
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {
@@ -95,17 +101,21 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend) error
 	for _, r := range reasons {
 		fmt.Fprintln(w, r)
 	}
-	if err := printSearchPrediction(w, plan); err != nil {
+	if err := printSearchPrediction(w, plan, cal); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time predicted by sim); nothing was run\n",
-		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend)
+	how := "predicted by sim"
+	if cal != nil {
+		how += ", calibrated by " + cal.Path()
+	}
+	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time %s); nothing was run\n",
+		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how)
 	return nil
 }
 
 // printSearchPrediction walks each max_fit search as the harness would, with the
 // analytic model standing in for the runs, and prints where it predicts the wall.
-func printSearchPrediction(w io.Writer, plan *sweeps.Plan) error {
+func printSearchPrediction(w io.Writer, plan *sweeps.Plan, cal *sim.Calibration) error {
 	var rows [][]string
 	for _, rc := range plan.Runs {
 		if rc.Search == "" {
@@ -113,7 +123,7 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan) error {
 		}
 		fit, lastFit := "none fits", ""
 		for range 30 {
-			pred, err := sim.Predict(rc)
+			pred, err := sim.PredictWith(rc, cal)
 			if err != nil || !pred.Feasible {
 				break
 			}
