@@ -201,3 +201,23 @@ func TestRecommendUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRecommendMeasuresThroughSlurm measures the top configuration as a Slurm
+// job: the sweep engine's launcher, chosen by --launcher.
+func TestRecommendMeasuresThroughSlurm(t *testing.T) {
+	needSlurm(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results")
+	res := fsdpbench(t, dir, "recommend", "--model", "tiny", "--hardware", "cpu", "--gpus-per-node", "2", "--global-batch", "2",
+		"--seq-len", "32", "--precision", "fp32", "--top", "1", "--measure", "1", "--backend", "gotrain", "--steps", "2",
+		"--launcher", "slurm", "--set", "launcher_options.poll_interval=200ms", "--set", "seed=15",
+		"--name", "rec-slurm", "--results", out, "--progress", "none")
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "predicted vs measured")
+	runs, err := results.Load(filepath.Join(out, "rec-slurm"))
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	assert.Equal(t, "slurm", runs[0].Config.Launcher)
+	assert.Equal(t, results.StatusOK, runs[0].Metrics.Status, runs[0].Metrics.Error)
+	assert.NotNil(t, runs[0].Metrics.StoredPrediction())
+}
