@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"maps"
-
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -46,9 +44,8 @@ func Annotator(cal *Calibration, simOptions map[string]any) func(rc sweeps.RunCo
 				rc.Hardware = m.Env.Hardware
 			}
 		}
-		rc.Backend, rc.BackendOptions = Name, maps.Clone(simOptions)
 		var stored results.Prediction
-		if pred, err := PredictWith(rc, cal); err != nil {
+		if pred, err := PredictCalibrated(rc, simOptions, cal); err != nil {
 			stored.Error = err.Error()
 		} else {
 			stored = pred.Stored(max(rc.WorldSize, rc.Nodes*rc.GPUsPerNode, 1))

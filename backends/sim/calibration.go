@@ -320,16 +320,22 @@ func (p *point) calibrateMemory(mem map[string]int64) float64 {
 	return p.cal.ReservedFactor
 }
 
-// PredictWith is Predict with a calibration: cal's constants for the run's
-// hardware apply (nil: none, or the sim's calibration option for sim runs).
-func PredictWith(rc sweeps.RunConfig, cal *Calibration) (Prediction, error) {
-	var opts Options
+// PredictCalibrated is Predict with more sim options and a calibration:
+// simOptions (the sim's backend_options: bandwidths, ...) apply to any run, over
+// a sim run's own; cal's constants for the run's hardware apply (nil: none, or
+// the calibration option's).
+func PredictCalibrated(rc sweeps.RunConfig, simOptions map[string]any, cal *Calibration) (Prediction, error) {
+	m := simOptions
 	if rc.Backend == "" || rc.Backend == Name {
-		o, err := ParseOptions(rc.BackendOptions)
-		if err != nil {
-			return Prediction{}, err
+		m = maps.Clone(rc.BackendOptions)
+		if m == nil {
+			m = map[string]any{}
 		}
-		opts = o
+		maps.Copy(m, simOptions)
+	}
+	opts, err := ParseOptions(m)
+	if err != nil {
+		return Prediction{}, err
 	}
 	if cal != nil {
 		opts.Calibration = cal

@@ -69,13 +69,13 @@ func TestLoadCalibrationSaysWhatToDo(t *testing.T) {
 func TestCalibratedPrediction(t *testing.T) {
 	rc := sweeps.RunConfig{Hardware: "h100-sxm", Model: "llama-1b", SeqLen: 2048, WorldSize: 8, GPUsPerNode: 8,
 		BatchPerDevice: 2, Sharding: sweeps.FullShard}
-	base, err := PredictWith(rc, nil)
+	base, err := PredictCalibrated(rc, nil, nil)
 	require.NoError(t, err)
 	require.Nil(t, base.Calibration)
 
 	with := func(k Constants) Prediction {
 		t.Helper()
-		p, err := PredictWith(rc, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"h100-sxm": k}})
+		p, err := PredictCalibrated(rc, nil, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"h100-sxm": k}})
 		require.NoError(t, err)
 		require.NotNil(t, p.Calibration)
 		assert.Contains(t, joinNotes(p.Notes), "calibrated: constants for h100-sxm")
@@ -113,7 +113,7 @@ func TestCalibratedPrediction(t *testing.T) {
 		assert.InEpsilon(t, float64(p.TokensPerStep)/p.StepTimeS, p.TokensPerS, 1e-12)
 	})
 	t.Run("another profile's constants do not apply", func(t *testing.T) {
-		p, err := PredictWith(rc, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"a100-80g": {Efficiency: 0.1}}})
+		p, err := PredictCalibrated(rc, nil, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"a100-80g": {Efficiency: 0.1}}})
 		require.NoError(t, err)
 		assert.Nil(t, p.Calibration)
 		assert.Equal(t, base.StepTimeS, p.StepTimeS)

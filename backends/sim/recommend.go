@@ -134,7 +134,7 @@ func judge(req Request, rc sweeps.RunConfig) Candidate {
 			return c
 		}
 	}
-	pred, err := PredictWith(rc, req.Calibration)
+	pred, err := PredictCalibrated(rc, nil, req.Calibration)
 	if err != nil {
 		c.Lost = LostRefused + ": " + err.Error()
 		return c

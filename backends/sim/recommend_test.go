@@ -105,7 +105,7 @@ func TestRecommendRefusesBadRequests(t *testing.T) {
 	}
 }
 
-// TestAnnotatorStoresThePrediction: the hook stores what PredictWith says of
+// TestAnnotatorStoresThePrediction: the hook stores what PredictCalibrated says of
 // the run, per rank, and nothing for the sim's own runs.
 func TestAnnotatorStoresThePrediction(t *testing.T) {
 	rc := sweeps.RunConfig{Backend: "gotrain", Hardware: "cpu", Model: "tiny", SeqLen: 64, WorldSize: 2, GPUsPerNode: 2,
@@ -114,8 +114,8 @@ func TestAnnotatorStoresThePrediction(t *testing.T) {
 	Annotator(nil, nil)(rc, &m)
 	got := m.StoredPrediction()
 	require.NotNil(t, got)
-	want, err := PredictWith(sweeps.RunConfig{Hardware: "cpu", Model: "tiny", SeqLen: 64, WorldSize: 2, GPUsPerNode: 2,
-		BatchPerDevice: 1, Sharding: sweeps.FullShard, MixedPrecision: sweeps.FP32}, nil)
+	want, err := PredictCalibrated(sweeps.RunConfig{Hardware: "cpu", Model: "tiny", SeqLen: 64, WorldSize: 2, GPUsPerNode: 2,
+		BatchPerDevice: 1, Sharding: sweeps.FullShard, MixedPrecision: sweeps.FP32}, nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, want.TokensPerS, got.TokensPerS)
 	assert.Equal(t, want.TokensPerS/2, got.TokensPerSPerRank)

@@ -63,7 +63,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, cal *
 	feasible := 0
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
-		pred, perr := sim.PredictWith(rc, cal)
+		pred, perr := sim.PredictCalibrated(rc, nil, cal)
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {
@@ -123,7 +123,7 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan, cal *sim.Calibration)
 		}
 		fit, lastFit := "none fits", ""
 		for range 30 {
-			pred, err := sim.PredictWith(rc, cal)
+			pred, err := sim.PredictCalibrated(rc, nil, cal)
 			if err != nil || !pred.Feasible {
 				break
 			}
