@@ -120,9 +120,9 @@ type sample struct {
 }
 
 func newSample(m Measurement) (sample, error) {
+	// The backend stays: the model predicts a trainer's runs under what that
+	// trainer does. Its options are not the sim's and are never parsed here.
 	rc := m.Config
-	rc.Backend, rc.BackendOptions = "", nil // the measuring backend's options are not the sim's
-	m.Config = rc
 	pred, err := predict(rc, Options{})
 	if err != nil {
 		return sample{}, fmt.Errorf("the sim cannot predict it: %w", err)

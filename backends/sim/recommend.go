@@ -23,6 +23,9 @@ type Request struct {
 	MixedPrecision string
 	// BackendOptions are the sim's options for every point (bandwidths, ...).
 	BackendOptions map[string]any
+	// Backend is the backend the points are for (default sim): the model
+	// predicts a trainer's runs under what that trainer does.
+	Backend string
 	// Calibration, when not nil, calibrates every prediction.
 	Calibration *Calibration
 	// Accept, when not nil, is asked of every point before it is predicted: the
@@ -108,11 +111,11 @@ func Recommend(req Request) ([]Candidate, error) {
 							if len(cands) >= MaxCandidates {
 								return nil, fmt.Errorf("more than %d points to predict: give a smaller global batch", MaxCandidates)
 							}
-							rc := sweeps.RunConfig{Backend: Name, Hardware: req.Hardware, Model: req.Model, SeqLen: req.SeqLen,
+							rc := sweeps.RunConfig{Backend: cmp.Or(req.Backend, Name), Hardware: req.Hardware, Model: req.Model, SeqLen: req.SeqLen,
 								Nodes: req.Nodes, GPUsPerNode: req.GPUsPerNode, WorldSize: ws, BatchPerDevice: b,
 								GradAccum: perGPU / b, GlobalBatch: req.GlobalBatch, Sharding: sh, ActivationCheckpointing: ac,
 								BackwardPrefetch: bp, ForwardPrefetch: fp, CPUOffload: o, MixedPrecision: prec,
-								WrapPolicy: WrapTransformer, BackendOptions: req.BackendOptions}
+								WrapPolicy: WrapTransformer}
 							rc.AssignID()
 							cands = append(cands, judge(req, rc))
 						}
@@ -134,7 +137,7 @@ func judge(req Request, rc sweeps.RunConfig) Candidate {
 			return c
 		}
 	}
-	pred, err := PredictCalibrated(rc, nil, req.Calibration)
+	pred, err := PredictCalibrated(rc, req.BackendOptions, req.Calibration)
 	if err != nil {
 		c.Lost = LostRefused + ": " + err.Error()
 		return c

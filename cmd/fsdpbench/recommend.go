@@ -133,6 +133,7 @@ func runRecommend(cmd *cobra.Command, f *recommendFlags) error {
 		if err != nil {
 			return usageError(fmt.Errorf("--backend: %w", err))
 		}
+		req.Backend = f.backend
 		req.Accept = func(rc sweeps.RunConfig) error {
 			rc.Backend, rc.BackendOptions, rc.Launcher = f.backend, nil, f.launcher
 			rc.Steps, rc.WarmupSteps, rc.Repeats = f.steps, f.warmup, 1
