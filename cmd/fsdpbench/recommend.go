@@ -303,6 +303,9 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 func lostKind(lost string) string {
 	if rest, ok := strings.CutPrefix(lost, sim.LostSlower+" by "); ok {
 		if _, cause, ok := strings.Cut(rest, ": "); ok {
+			if strings.HasPrefix(cause, "as fast") {
+				return "as fast (within 1%)"
+			}
 			if i := strings.Index(cause, " ("); i > 0 {
 				cause = cause[:i]
 			}
