@@ -112,6 +112,7 @@ const (
 	maxReservedFactor = 4
 	maxOverheadBytes  = 64 * gib
 	maxLOORows        = 100_000
+	maxFitRuns        = 1 << 30
 	maxStepOverheadS  = 10
 	maxLatencyS       = 1
 )
@@ -213,6 +214,9 @@ func (k Constants) check() error {
 			continue
 		}
 		errs = append(errs, in("mem_factors."+cat, k.MemFactors[cat], minMemFactor, maxMemFactor, false))
+	}
+	if k.Fit.Runs < 0 || k.Fit.Runs > maxFitRuns {
+		errs = append(errs, fmt.Errorf("fit.runs: %d is outside [0, %d]", k.Fit.Runs, maxFitRuns))
 	}
 	if n := len(k.Fit.LeaveOneOut); n > maxLOORows {
 		errs = append(errs, fmt.Errorf("fit.leave_one_out: %d rows, at most %d", n, maxLOORows))
