@@ -192,6 +192,7 @@ func TestRecommendUsageErrors(t *testing.T) {
 		{"hardware", []string{"--model", "llama3-8b", "--hardware", "h101", "--global-batch", "8"}, "--hardware"},
 		{"budget", []string{"--model", "llama3-8b", "--hardware", "h100-sxm", "--global-batch", "8", "--budget-gib", "-1"}, "--budget-gib"},
 		{"option", []string{"--model", "llama3-8b", "--hardware", "h100-sxm", "--global-batch", "8", "--option", "inter_node_bus_bw_gbps=0"}, "backend_options.inter_node_bus_bw_gbps"},
+		{"precision", []string{"--model", "llama3-8b", "--hardware", "h100-sxm", "--global-batch", "8", "--precision", "fp8"}, "--precision \"fp8\""},
 		{"measure", []string{"--model", "llama3-8b", "--hardware", "h100-sxm", "--global-batch", "8", "--measure", "1000"}, "--measure 1000"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

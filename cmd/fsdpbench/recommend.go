@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -104,6 +105,8 @@ func runRecommend(cmd *cobra.Command, f *recommendFlags) error {
 		return usageError(fmt.Errorf("--measure %d: give 0 to %d runs", f.measure, maxMeasure))
 	case !(f.budgetGiB >= 0 && f.budgetGiB <= maxBudgetGiB):
 		return usageError(fmt.Errorf("--budget-gib %v: give 0 (the whole device) to %d", f.budgetGiB, maxBudgetGiB))
+	case !slices.Contains(sweeps.MixedPrecisionValues, f.precision):
+		return usageError(fmt.Errorf("--precision %q: use one of %s", f.precision, strings.Join(sweeps.MixedPrecisionValues, ", ")))
 	case f.steps < 1 || f.steps > sweeps.MaxSteps || f.warmup < 0 || f.warmup > sweeps.MaxSteps:
 		return usageError(fmt.Errorf("--steps %d / --warmup-steps %d: give 1 to %d measured and 0 to %d warm-up steps", f.steps, f.warmup, sweeps.MaxSteps, sweeps.MaxSteps))
 	}
