@@ -109,7 +109,7 @@ const (
 	maxSizeExponent   = 1
 	minMemFactor      = 0.05
 	maxMemFactor      = 20
-	maxReservedFactor = 4
+	maxCalReservedFactor = 4
 	maxOverheadBytes  = 64 * gib
 	maxLOORows        = 100_000
 	maxFitRuns        = 1 << 30
@@ -198,7 +198,7 @@ func (k Constants) check() error {
 		in("efficiency_size_exponent", k.EfficiencySizeExponent, -maxSizeExponent, maxSizeExponent, true),
 		in("intra_node_bw_factor", k.IntraNodeBWFactor, minBWFactor, maxBWFactor, true),
 		in("inter_node_bw_factor", k.InterNodeBWFactor, minBWFactor, maxBWFactor, true),
-		in("reserved_factor", k.ReservedFactor, 1, maxReservedFactor, true),
+		in("reserved_factor", k.ReservedFactor, 1, maxCalReservedFactor, true),
 		in("step_overhead_s", k.StepOverheadS, 0, maxStepOverheadS, true),
 		in("collective_latency_s", k.CollectiveLatencyS, 0, maxLatencyS, true),
 	}

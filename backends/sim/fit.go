@@ -309,7 +309,7 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 		}
 	}
 	if len(ratios) > 0 {
-		k.ReservedFactor = min(max(math.Exp(median(ratios)), 1), maxReservedFactor)
+		k.ReservedFactor = min(max(math.Exp(median(ratios)), 1), maxCalReservedFactor)
 		k.Fit.Fitted = append(k.Fit.Fitted, ConstReserved)
 	} else {
 		keep(ConstReserved, "no run measured both allocated and reserved memory")
