@@ -104,17 +104,17 @@ type LOORow struct {
 // Bounds of a calibration's constants: outside them a file is refused, since a
 // fit that lands there is wrong (or the file was edited by hand).
 const (
-	minBWFactor       = 0.01
-	maxBWFactor       = 10
-	maxSizeExponent   = 1
-	minMemFactor      = 0.05
-	maxMemFactor      = 20
+	minBWFactor          = 0.01
+	maxBWFactor          = 10
+	maxSizeExponent      = 1
+	minMemFactor         = 0.05
+	maxMemFactor         = 20
 	maxCalReservedFactor = 4
-	maxOverheadBytes  = 64 * gib
-	maxLOORows        = 100_000
-	maxFitRuns        = 1 << 30
-	maxStepOverheadS  = 10
-	maxLatencyS       = 1
+	maxOverheadBytes     = 64 * gib
+	maxLOORows           = 100_000
+	maxFitRuns           = 1 << 30
+	maxStepOverheadS     = 10
+	maxLatencyS          = 1
 )
 
 // memCategories are the breakdown categories calibration scales (overhead is
