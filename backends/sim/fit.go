@@ -53,10 +53,6 @@ const (
 // to bias a constant the runs do tell (the synthetic-recovery test checks).
 const ridge = 1e-6
 
-// tinyTime is where the fixed time costs start, and what the ridge pulls them
-// towards: 1 µs, a negligible cost (their coordinate is the log, so not 0).
-const tinyTime = 1e-6
-
 // minMemBytes is the least measured memory that enters a fit: below it a
 // figure is the accounting's noise, not a peak.
 const minMemBytes = 1 << 10
@@ -117,6 +113,7 @@ type sample struct {
 	intra, inter, fwdGather bool
 	gpu                     bool
 	defEff                  float64
+	tokens                  float64 // per step
 }
 
 func newSample(m Measurement) (sample, error) {
@@ -128,7 +125,7 @@ func newSample(m Measurement) (sample, error) {
 		return sample{}, fmt.Errorf("the sim cannot predict it: %w", err)
 	}
 	s := sample{m: m, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency,
-		gpu: pred.Hardware.IsGPU}
+		gpu: pred.Hardware.IsGPU, tokens: float64(pred.TokensPerStep)}
 	p := pred.Strategy
 	ws, nodes := pred.CommBytesPerStep, max(rc.Nodes, 1)
 	moves := ws.AllGather+ws.ReduceScatter+ws.AllReduce > 0
@@ -238,11 +235,19 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 		} else {
 			keep(ConstForwardOverlap, "no run all-gathers in forward without forward_prefetch")
 		}
-		ps = append(ps, param{ConstStepOverhead, math.Log(tinyTime), func(k *Constants, x float64) {
+		// The fixed costs start at a share of the runs' typical step, not near 0:
+		// in the log coordinate a negligible cost is a plateau the search cannot
+		// leave.
+		var steps []float64
+		for _, s := range ts {
+			steps = append(steps, s.tokens/s.m.TokensPerS)
+		}
+		step := median(steps)
+		ps = append(ps, param{ConstStepOverhead, math.Log(0.01 * step), func(k *Constants, x float64) {
 			k.StepOverheadS = min(math.Exp(x), maxStepOverheadS)
 		}, func(k *Constants) float64 { return math.Log(k.StepOverheadS) }})
 		if intra || inter {
-			ps = append(ps, param{ConstLatency, math.Log(tinyTime), func(k *Constants, x float64) {
+			ps = append(ps, param{ConstLatency, math.Log(1e-3 * step), func(k *Constants, x float64) {
 				k.CollectiveLatencyS = min(math.Exp(x), maxLatencyS)
 			}, func(k *Constants) float64 { return math.Log(k.CollectiveLatencyS) }})
 		} else {
@@ -366,7 +371,7 @@ func minimize(k *Constants, ps []param, loss func(*Constants) float64, start *Co
 		res, err := optimize.Minimize(optimize.Problem{Func: f}, x, &optimize.Settings{
 			FuncEvaluations: 20000,
 			Converger:       &optimize.FunctionConverge{Absolute: 1e-15, Relative: 1e-13, Iterations: 200},
-		}, &optimize.NelderMead{})
+		}, &optimize.NelderMead{SimplexSize: 1})
 		if err != nil && res == nil {
 			return err
 		}
