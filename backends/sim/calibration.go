@@ -32,7 +32,10 @@ var calibrationLimits = input.Limits{What: "calibration file", MaxBytes: 8 << 20
 // backend option calibration, or --calibration).
 type Calibration struct {
 	Version int `json:"version"`
-	// Profiles maps a hardware profile name (h100-sxm, cpu, ...) to its constants.
+	// Profiles maps a hardware profile name (h100-sxm, cpu, ...), or a profile
+	// and the backend that measured the runs ("cpu/gotrain"), to its constants.
+	// A run takes its hardware and backend's, else its hardware's, else the one
+	// entry of its hardware there is.
 	Profiles map[string]Constants `json:"profiles"`
 	// path is where the file was read from, for notes and errors.
 	path string
@@ -175,6 +178,10 @@ func ParseCalibration(data []byte) (*Calibration, error) {
 		return nil, fmt.Errorf("no profiles")
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Profiles)) {
+		hw, backend, two := strings.Cut(name, "/")
+		if hw == "" || (two && (backend == "" || strings.Contains(backend, "/"))) {
+			return nil, fmt.Errorf("profiles: key %s: give a hardware profile, or PROFILE/BACKEND", input.Quote(name, 64))
+		}
 		if err := c.Profiles[name].check(); err != nil {
 			return nil, fmt.Errorf("profiles.%s.%w", input.Clip(name, 64), err)
 		}
@@ -257,7 +264,9 @@ func (k *Constants) efficiencyFor(params int64) float64 {
 type CalibrationUse struct {
 	File     string `json:"file,omitempty"`
 	Hardware string `json:"hardware"`
-	Runs     int    `json:"runs"`
+	// Profile is the calibration's entry used: the hardware, or hardware/backend.
+	Profile string `json:"profile"`
+	Runs    int    `json:"runs"`
 }
 
 // calibrate applies opts.Calibration's constants for p's hardware to p: the
@@ -267,14 +276,14 @@ func calibrate(p *point, opts Options) {
 	if opts.Calibration == nil {
 		return
 	}
-	k, ok := opts.Calibration.Profiles[p.hw.Name]
+	key, k, ok := opts.Calibration.lookup(p.hw.Name, p.rc.Backend)
 	if !ok {
 		p.notes = append(p.notes, fmt.Sprintf("uncalibrated: the calibration %s has no constants for hardware %s (it has %s)",
 			opts.Calibration.path, p.hw.Name, strings.Join(slices.Sorted(maps.Keys(opts.Calibration.Profiles)), ", ")))
 		return
 	}
 	p.cal = &k
-	p.calUse = &CalibrationUse{File: opts.Calibration.path, Hardware: p.hw.Name, Runs: k.Fit.Runs}
+	p.calUse = &CalibrationUse{File: opts.Calibration.path, Hardware: p.hw.Name, Profile: key, Runs: k.Fit.Runs}
 	if opts.Efficiency == 0 {
 		p.hw.Efficiency = k.efficiencyFor(p.shape.Params())
 	}
@@ -289,7 +298,33 @@ func calibrate(p *point, opts Options) {
 		where = " from " + opts.Calibration.path
 	}
 	p.notes = append(p.notes, fmt.Sprintf("calibrated%s: constants for %s fitted to %d measured runs (efficiency %.3g)",
-		where, p.hw.Name, k.Fit.Runs, p.hw.Efficiency))
+		where, key, k.Fit.Runs, p.hw.Efficiency))
+}
+
+// lookup finds the constants for a run on hardware hw measured by backend:
+// hw/backend's, else hw's, else the only hw/* entry there is.
+func (c *Calibration) lookup(hw, backend string) (string, Constants, bool) {
+	if backend != "" {
+		if k, ok := c.Profiles[hw+"/"+backend]; ok {
+			return hw + "/" + backend, k, true
+		}
+	}
+	if k, ok := c.Profiles[hw]; ok {
+		return hw, k, true
+	}
+	var only string
+	for key := range c.Profiles {
+		if strings.HasPrefix(key, hw+"/") {
+			if only != "" {
+				return "", Constants{}, false // several backends' and none asked for
+			}
+			only = key
+		}
+	}
+	if only == "" {
+		return "", Constants{}, false
+	}
+	return only, c.Profiles[only], true
 }
 
 // forwardOverlap is the share of forward all-gathers hidden without

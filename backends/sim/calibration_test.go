@@ -32,6 +32,9 @@ func TestParseCalibrationBounds(t *testing.T) {
 		{"reserved below 1", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"reserved_factor":0.5,"fit":{}}}}`, "reserved_factor: 0.5 is outside [1, 4]"},
 		{"negative overhead", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"overhead_bytes":-1,"fit":{}}}}`, "overhead_bytes: -1 is outside"},
 		{"step overhead", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"step_overhead_s":99,"fit":{}}}}`, "step_overhead_s: 99 is outside [0, 10]"},
+		{"backend key", `{"version":1,"profiles":{"cpu/gotrain":{"efficiency":0.1,"fit":{}}}}`, ""},
+		{"empty backend", `{"version":1,"profiles":{"cpu/":{"efficiency":0.1,"fit":{}}}}`, `key "cpu/": give a hardware profile, or PROFILE/BACKEND`},
+		{"empty hardware", `{"version":1,"profiles":{"/gotrain":{"efficiency":0.1,"fit":{}}}}`, "give a hardware profile"},
 		{"trailing data", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"fit":{}}}} {}`, "data after the calibration object"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -170,4 +173,30 @@ func joinNotes(ns []string) string {
 		s += n + "\n"
 	}
 	return s
+}
+
+func TestCalibrationLookup(t *testing.T) {
+	c := &Calibration{Profiles: map[string]Constants{
+		"cpu/gotrain": {Efficiency: 0.1}, "cpu/torchrun": {Efficiency: 0.2},
+		"h100-sxm/torchrun": {Efficiency: 0.3}, "a100-80g": {Efficiency: 0.4}, "a100-80g/gotrain": {Efficiency: 0.5},
+	}}
+	for _, tc := range []struct {
+		hw, backend, key string
+	}{
+		{"cpu", "gotrain", "cpu/gotrain"},
+		{"cpu", "torchrun", "cpu/torchrun"},
+		{"cpu", "sim", ""}, // two backends' constants and neither asked for
+		{"h100-sxm", "sim", "h100-sxm/torchrun"},
+		{"h100-sxm", "", "h100-sxm/torchrun"},
+		{"a100-80g", "gotrain", "a100-80g/gotrain"},
+		{"a100-80g", "torchrun", "a100-80g"},
+		{"h200", "sim", ""},
+	} {
+		key, k, ok := c.lookup(tc.hw, tc.backend)
+		assert.Equal(t, tc.key != "", ok, "%s %s", tc.hw, tc.backend)
+		assert.Equal(t, tc.key, key, "%s %s", tc.hw, tc.backend)
+		if ok {
+			assert.Equal(t, c.Profiles[key].Efficiency, k.Efficiency)
+		}
+	}
 }

@@ -74,14 +74,22 @@ func Fit(ms []Measurement) (*Calibration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("run %s (%d of %d): %w", m.Run, i+1, len(ms), err)
 		}
-		groups[s.hw] = append(groups[s.hw], s)
+		// One set of constants per hardware and measuring backend: two trainers
+		// on one machine differ (the Go trainer's allocations against torch's
+		// RSS on the cpu profile, say).
+		key := s.hw
+		if m.Backend != "" {
+			key += "/" + m.Backend
+		}
+		groups[key] = append(groups[key], s)
 	}
 	cal := &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{}}
-	for _, hw := range slices.Sorted(maps.Keys(groups)) {
-		g := groups[hw]
+	for _, key := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[key]
+		hw := g[0].hw
 		k, err := fitGroup(g, nil)
 		if err != nil {
-			return nil, fmt.Errorf("hardware %s: %w", hw, err)
+			return nil, fmt.Errorf("%s: %w", key, err)
 		}
 		backs := map[string]bool{}
 		for _, s := range g {
@@ -98,7 +106,7 @@ func Fit(ms []Measurement) (*Calibration, error) {
 			}
 			k.Fit.LeaveOneOut = append(k.Fit.LeaveOneOut, row)
 		}
-		cal.Profiles[hw] = k
+		cal.Profiles[key] = k
 	}
 	return cal, nil
 }

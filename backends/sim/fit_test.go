@@ -28,7 +28,7 @@ func syntheticRuns(t *testing.T, hw string, truth Constants) []Measurement {
 							ActivationCheckpointing: model == "llama3-8b"}
 						pred, err := predict(rc, Options{Calibration: cal})
 						require.NoError(t, err)
-						ms = append(ms, Measurement{Run: rc.MakeSlug() + "-" + model, Backend: "synthetic", Config: rc,
+						ms = append(ms, Measurement{Run: rc.MakeSlug() + "-" + model, Config: rc,
 							TokensPerS: pred.TokensPerS, AllocatedBytes: pred.PeakMemAllocatedBytes,
 							ReservedBytes: pred.PeakMemReservedBytes, DeviceBytes: pred.PeakDeviceMemBytes})
 					}

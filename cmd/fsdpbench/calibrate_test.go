@@ -70,8 +70,8 @@ func TestSweepPredictThenCalibrate(t *testing.T) {
 	calPath := filepath.Join(out, sim.CalibrationFile)
 	cal, err := sim.LoadCalibration(calPath)
 	require.NoError(t, err)
-	k, ok := cal.Profiles["cpu"]
-	require.True(t, ok)
+	k, ok := cal.Profiles["cpu/gotrain"]
+	require.True(t, ok, "a profile per hardware and backend")
 	assert.Equal(t, 16, k.Fit.Runs)
 	assert.Equal(t, []string{"gotrain"}, k.Fit.Backends)
 	require.Len(t, k.Fit.LeaveOneOut, 16)
@@ -97,7 +97,7 @@ func TestSweepPredictThenCalibrate(t *testing.T) {
 	require.NoError(t, err)
 	for _, r := range simRuns {
 		require.Contains(t, r.Metrics.Extra, "calibration", r.Config.ID)
-		assert.Contains(t, fmt.Sprint(r.Metrics.Extra["notes"]), "calibrated from "+calPath+": constants for cpu fitted to 16 measured runs")
+		assert.Contains(t, fmt.Sprint(r.Metrics.Extra["notes"]), "calibrated from "+calPath+": constants for cpu/gotrain fitted to 16 measured runs")
 	}
 
 	// compare of the calibrated sim sweep against the measured one: pred err.
@@ -140,7 +140,7 @@ func TestCalibrateTorchrunCPU(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	cal, err := sim.LoadCalibration(filepath.Join(out, "cal.json"))
 	require.NoError(t, err)
-	k := cal.Profiles["cpu"]
+	k := cal.Profiles["cpu/torchrun"]
 	assert.Contains(t, k.Fit.Fitted, sim.ConstOverhead)
 	require.NotNil(t, k.OverheadBytes)
 	assert.Greater(t, *k.OverheadBytes, int64(50<<20), "python and torch hold tens of MiB")
