@@ -184,7 +184,7 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 		Available: true,
 		Reason:    reason,
 		Axes: map[string][]string{
-			"mixed_precision": {sweeps.FP32},
+			"mixed_precision": {sweeps.FP32, sweeps.BF16},
 			"hardware":        hw,
 		},
 		Source: "builtin",
@@ -211,11 +211,11 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 		}
 	}
 	switch rc.MixedPrecision {
-	case sweeps.FP32:
-	case sweeps.BF16, sweeps.FP16:
-		return fmt.Errorf("mixed_precision %s: the cpu device trains in fp32; bf16 comes with the cuda device (set mixed_precision: fp32)", rc.MixedPrecision)
+	case sweeps.FP32, sweeps.BF16: // bf16: FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+	case sweeps.FP16:
+		return errors.New("mixed_precision fp16: fp16 training needs loss scaling (torch's ShardedGradScaler), which the Go trainer does not have (set mixed_precision: bf16 or fp32)")
 	default:
-		return fmt.Errorf("mixed_precision %q: the cpu device trains in fp32 (set mixed_precision: fp32)", rc.MixedPrecision)
+		return fmt.Errorf("mixed_precision %q: the Go trainer trains in fp32 or bf16 (set mixed_precision: bf16 or fp32)", rc.MixedPrecision)
 	}
 	if rc.CPUOffload {
 		return errors.New("cpu_offload: the cpu device already holds everything in host memory; there is nothing to offload (set cpu_offload: false)")
@@ -666,10 +666,11 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		return err
 	}
 	res.Env.Hardware, res.Env.GPU, res.Env.Driver, res.Env.CUDA, res.Env.CUBLAS = prof.Name, r0.Env.GPU, r0.Env.Driver, r0.Env.CUDA, r0.Env.CUBLAS
-	peak, err := prof.Peak(sweeps.FP32)
+	peak, err := prof.Peak(rc.MixedPrecision) // bf16 GEMMs run at the bf16 peak
 	if err != nil {
 		return err
 	}
+	res.Extra = map[string]any{"precision": precisionOf(rc.MixedPrecision)}
 	// Rank 0's losses (every rank computes the same global loss); a step lasts as
 	// long as its slowest rank.
 	res.Steps = make([]results.Step, rc.Steps)
@@ -725,6 +726,23 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 	res.CommBytesPerStep = comm
 	res.Env.ModelParams = shape.Params()
 	return nil
+}
+
+// precisionOf says what a run's mixed_precision trained with, as metrics.json's
+// extra.precision: the dtype of each kind of memory and of the reductions.
+func precisionOf(mp string) map[string]string {
+	if mp == sweeps.BF16 {
+		return map[string]string{
+			"policy":       "FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)",
+			"master":       "float32 (sharded parameters, gradient shards, AdamW state)",
+			"gathered":     "bfloat16 (all-gather in bfloat16)",
+			"activations":  "bfloat16; rstd, attention lse and per-token losses float32",
+			"unit_grads":   "bfloat16, accumulated and reduced in float32",
+			"gemm":         "bfloat16 inputs, float32 accumulation",
+			"reduce_dtype": "float32",
+		}
+	}
+	return map[string]string{"policy": "float32 throughout", "reduce_dtype": "float32"}
 }
 
 // freePort asks the kernel for a free TCP port on loopback. Another process may take

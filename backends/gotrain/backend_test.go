@@ -174,7 +174,7 @@ func TestValidate(t *testing.T) {
 		edit func(*sweeps.RunConfig)
 		want string
 	}{
-		{"bf16", func(rc *sweeps.RunConfig) { rc.MixedPrecision = sweeps.BF16 }, "bf16 comes with the cuda device"},
+		{"fp16", func(rc *sweeps.RunConfig) { rc.MixedPrecision = sweeps.FP16 }, "fp16 training needs loss scaling"},
 		{"offload", func(rc *sweeps.RunConfig) { rc.CPUOffload = true }, "cpu_offload"},
 		{"compile", func(rc *sweeps.RunConfig) { rc.Compile = true }, "compile"},
 		{"gpt2", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "gpt2"},

@@ -207,7 +207,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 		BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
 		ActivationCheckpointing: rc.ActivationCheckpointing, GradAccum: rc.GradAccum,
 		BatchPerDevice: rc.BatchPerDevice, SeqLen: rc.SeqLen, Seed: uint64(rc.Seed),
-		LR: opts.LR, WeightDecay: opts.WeightDecay, GradClip: opts.GradClip,
+		LR: opts.LR, WeightDecay: opts.WeightDecay, GradClip: opts.GradClip, MixedPrecision: rc.MixedPrecision,
 	})
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)

@@ -80,9 +80,12 @@ const (
 // efficiency sits at their upper end. Measured runs calibrate it later.
 const gpuEfficiency = 0.45
 
-// Inter-node default: one 200 Gb/s InfiniBand HDR (or RoCE) NIC per GPU = 25 GB/s,
-// the low end of the 25–50 GB/s FACTS.md gives for typical GPU clusters. Plain TCP
-// clusters (the seed's two-node run) get a few GB/s: set inter_node_bus_bw_gbps.
+// Inter-node default: 25 GB/s, one 200 Gb/s InfiniBand HDR (or RoCE) NIC's line
+// rate, for a cluster nothing is known about. It is not what rail-optimized
+// clusters measure: there NCCL runs a ring per rail and nccl-tests' busbw across
+// nodes reaches hundreds of GB/s (400–450 on 8 × 400G), so the sim's
+// inter_node_fabric, nccl_tests or inter_node_bus_bw_gbps (a measured busbw)
+// should replace it; plain TCP clusters (the seed's two-node run) get a few GB/s.
 const defaultInterNodeBusBW = 25 * giga
 
 // gpuProfiles are the GPU profiles. Peaks are NVIDIA's datasheet dense figures

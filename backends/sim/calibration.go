@@ -359,20 +359,10 @@ func (p *point) calibrateMemory(mem map[string]int64) float64 {
 	return p.cal.ReservedFactor
 }
 
-// PredictCalibrated is Predict with more sim options and a calibration:
-// simOptions (the sim's backend_options: bandwidths, ...) apply to any run, over
-// a sim run's own; cal's constants for the run's hardware apply (nil: none, or
-// the calibration option's).
+// PredictCalibrated is PredictWith with a calibration: cal's constants for the
+// run's hardware (and backend) apply; nil: none, or the calibration option's.
 func PredictCalibrated(rc sweeps.RunConfig, simOptions map[string]any, cal *Calibration) (Prediction, error) {
-	m := simOptions
-	if rc.Backend == "" || rc.Backend == Name {
-		m = maps.Clone(rc.BackendOptions)
-		if m == nil {
-			m = map[string]any{}
-		}
-		maps.Copy(m, simOptions)
-	}
-	opts, err := ParseOptions(m)
+	opts, err := predictOptions(rc, simOptions)
 	if err != nil {
 		return Prediction{}, err
 	}

@@ -100,6 +100,7 @@ func TestDDPBucketsAndAutocastCopies(t *testing.T) {
 func TestActivationCheckpointing(t *testing.T) {
 	rc := cfg("llama3-8b", 8, sweeps.FullShard)
 	rc.SeqLen, rc.BatchPerDevice = 4096, 2
+	rc.BackendOptions = map[string]any{"checkpointing": CheckpointFull}
 	off := mustPredict(t, rc)
 	rc.ActivationCheckpointing = true
 	on := mustPredict(t, rc)
@@ -107,10 +108,10 @@ func TestActivationCheckpointing(t *testing.T) {
 	assert.InEpsilon(t, 4.0/3, on.ComputeS/off.ComputeS, 1e-9, "the forward is recomputed once")
 	assert.Greater(t, on.StepTimeS, off.StepTimeS)
 	// Korthikanti et al.: with checkpointing each layer keeps 2·s·b·h bytes, and one
-	// layer's full 34·s·b·h is live during its recompute.
+	// layer's full 32·s·b·h (34 less the dropout masks) is live during its recompute.
 	s, b, h, L := int64(rc.SeqLen), int64(rc.BatchPerDevice), int64(on.Shape.Hidden), int64(on.Shape.Layers)
-	assert.Equal(t, L*2*s*b*h+34*s*b*h, on.Breakdown[MemActivations])
-	assert.Equal(t, L*34*s*b*h, off.Breakdown[MemActivations])
+	assert.Equal(t, L*2*s*b*h+32*s*b*h, on.Breakdown[MemActivations])
+	assert.Equal(t, L*32*s*b*h, off.Breakdown[MemActivations])
 }
 
 func TestAttentionScoresWithoutFusedAttention(t *testing.T) {
@@ -135,7 +136,8 @@ func TestLogits(t *testing.T) {
 	rc := cfg("gpt2-124m", 1, sweeps.NoShard)
 	rc.BatchPerDevice = 4
 	p := mustPredict(t, rc)
-	assert.Equal(t, int64(4*512*p.Shape.Vocab*(2+4)), p.Breakdown[MemLogits])
+	// upcast (the default): log_softmax's fp32 output and the two fp32 gradients.
+	assert.Equal(t, int64(4*512*p.Shape.Vocab*12), p.Breakdown[MemLogits])
 }
 
 func TestBreakdownAddsUp(t *testing.T) {
@@ -215,6 +217,7 @@ func TestInterNodeOptionOverridesProfile(t *testing.T) {
 
 func TestGradAccumulation(t *testing.T) {
 	rc := cfg("llama-1b", 8, sweeps.FullShard)
+	rc.BackendOptions = map[string]any{"grad_sync": GradSyncNoSync}
 	one := mustPredict(t, rc)
 	rc.GradAccum, rc.GlobalBatch = 4, 0
 	four := mustPredict(t, rc)
@@ -225,6 +228,13 @@ func TestGradAccumulation(t *testing.T) {
 	assert.Equal(t, one.CommBytesPerStep.ReduceScatter, four.CommBytesPerStep.ReduceScatter, "gradients reduce once")
 	assert.Equal(t, one.Breakdown[MemGrads]+one.Shape.Params()*4, four.Breakdown[MemGrads],
 		"no_sync keeps full gradients")
+
+	// FSDP2's default reduces every micro-step: four reduce-scatters, sharded
+	// gradients only.
+	rc.BackendOptions = nil
+	every := mustPredict(t, rc)
+	assert.Equal(t, 4*one.CommBytesPerStep.ReduceScatter, every.CommBytesPerStep.ReduceScatter)
+	assert.Equal(t, one.Breakdown[MemGrads], every.Breakdown[MemGrads])
 }
 
 func TestCommBytes(t *testing.T) {
@@ -294,18 +304,6 @@ func TestCPUSharesCoresAmongRanks(t *testing.T) {
 	two := mustPredict(t, rc)
 	assert.InEpsilon(t, 2*one.ComputeS, two.ComputeS, 1e-9)
 	assert.InEpsilon(t, one.PeakFlopsPerS/2, two.PeakFlopsPerS, 1e-9)
-}
-
-func TestPublishedThroughputIsInRange(t *testing.T) {
-	// torchtitan (Dec 2024): Llama 3.1 8B, FSDP2 on 8 × H100, local batch 2, seq
-	// 8192, selective activation checkpointing: 5,762 tokens/s/GPU eager. With
-	// full checkpointing (the nearest the sim models) the default efficiency
-	// should land within a third of it; the calibration issue tightens this.
-	rc := cfg("llama3-8b", 8, sweeps.FullShard)
-	rc.SeqLen, rc.BatchPerDevice, rc.ActivationCheckpointing = 8192, 2, true
-	p := mustPredict(t, rc)
-	require.True(t, p.Feasible, p.Reason)
-	assert.InEpsilon(t, 5762, p.TokensPerS/8, 0.35)
 }
 
 func TestPredictErrors(t *testing.T) {

@@ -2,10 +2,13 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // Options are the sim's backend_options. The zero value keeps the hardware profile's
@@ -27,6 +30,59 @@ type Options struct {
 	// Calibration holds constants fitted to measured runs (`fsdpbench
 	// calibrate`), applied per hardware profile; nil: the model's own.
 	Calibration *Calibration
+	// GradSync, Loss, Attention, Checkpointing, FSDPVersion and ReservedFactor
+	// override DefaultAssumptions' fields of the same names; empty (zero) keeps the
+	// default.
+	GradSync       string
+	Loss           string
+	Attention      string
+	Checkpointing  string
+	FSDPVersion    int
+	ReservedFactor float64
+	// Dropout (with DropoutSet) overrides Assumptions.Dropout.
+	Dropout, DropoutSet bool
+	// InterNodeFabric and IntraNodeFabric name a fabric profile (FabricNames)
+	// whose nccl-tests busbw curves replace the hardware profile's flat figures.
+	InterNodeFabric string
+	IntraNodeFabric string
+	// NCCLTests are paths of nccl-tests outputs (all_gather_perf,
+	// reduce_scatter_perf, all_reduce_perf) whose busbw curves replace the
+	// profiles' for the collectives and scope (inside a node, across nodes) they
+	// measured.
+	NCCLTests []string
+	// Links are the curves read from InterNodeFabric, IntraNodeFabric and
+	// NCCLTests, filled by ParseOptions.
+	Links Links
+}
+
+// assumptions merges the options over base.
+func (o Options) assumptions(base Assumptions) Assumptions {
+	a := base
+	if o.GradSync != "" {
+		a.GradSync = o.GradSync
+	}
+	if o.Loss != "" {
+		a.Loss = o.Loss
+	}
+	if o.Attention != "" {
+		a.Attention = o.Attention
+	}
+	if o.Checkpointing != "" {
+		a.Checkpointing = o.Checkpointing
+	}
+	if o.FSDPVersion != 0 {
+		a.FSDPVersion = o.FSDPVersion
+	}
+	if o.ReservedFactor != 0 {
+		a.ReservedFactor = o.ReservedFactor
+	}
+	if o.GradientAsBucketView {
+		a.GradientAsBucketView = true
+	}
+	if o.DropoutSet {
+		a.Dropout = o.Dropout
+	}
+	return a
 }
 
 // option describes one backend option: its name, what it takes and how to read it.
@@ -45,10 +101,33 @@ const (
 	maxBusBWGBps    = 20000
 	minEfficiency   = 1e-3
 	maxSleepPerStep = time.Hour
+	// maxReservedFactor: the caching allocator holding more than twice what is
+	// allocated is a leak or a typo, not a fragmentation figure.
+	maxReservedFactor = 2
+	// maxNCCLTestsFiles bounds backend_options.nccl_tests (one file per
+	// collective and scope is 6).
+	maxNCCLTestsFiles = 16
 )
 
+// choice reads a string option that must be one of ok.
+func choice(v any, ok ...string) (string, error) {
+	s, isString := v.(string)
+	if isString && slices.Contains(ok, s) {
+		return s, nil
+	}
+	return "", fmt.Errorf("must be one of %s, got %s", strings.Join(ok, ", "), describe(v))
+}
+
+// describe quotes a value for an error, clipped.
+func describe(v any) string {
+	if s, ok := v.(string); ok {
+		return input.Quote(s, 40)
+	}
+	return input.Quote(fmt.Sprint(v), 40)
+}
+
 var optionTable = map[string]option{
-	"inter_node_bus_bw_gbps": {"bus bandwidth between nodes, GB/s in [0.01, 20000] (nccl-tests busbw), e.g. 3 for TCP, 25 for 200 Gb/s InfiniBand",
+	"inter_node_bus_bw_gbps": {"bus bandwidth of collectives that span nodes, GB/s in [0.01, 20000]: nccl-tests' busbw at large sizes across your nodes, not one NIC's line rate (rail-optimized 8 × 400 Gb/s InfiniBand measures hundreds of GB/s; plain TCP a few); better, give nccl_tests or inter_node_fabric",
 		func(o *Options, v any) error { return setBusBW(&o.InterNodeBusBW, v) }},
 	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in [0.01, 20000] (nccl-tests busbw)",
 		func(o *Options, v any) error { return setBusBW(&o.IntraNodeBusBW, v) }},
@@ -72,6 +151,66 @@ var optionTable = map[string]option{
 			}
 			c, err := LoadCalibration(path)
 			o.Calibration = c
+			return err
+		}},
+	"grad_sync": {"gradient sync under grad_accum: every_micro_step (FSDP2's default: reduce after every backward, gradients stay sharded) or no_sync (full unsharded fp32 gradients kept until the last micro-step)",
+		func(o *Options, v any) error {
+			c, err := choice(v, GradSyncEveryMicroStep, GradSyncNoSync)
+			o.GradSync = c
+			return err
+		}},
+	"loss": {"loss implementation: upcast (F.cross_entropy on fp32 logits, the default: 12 bytes per logit), fused (logits only, gradient in place) or chunked (no whole-batch logits)",
+		func(o *Options, v any) error {
+			c, err := choice(v, LossUpcast, LossFused, LossChunked)
+			o.Loss = c
+			return err
+		}},
+	"attention": {"attention implementation: auto (flash on a GPU at bf16/fp16, eager otherwise), sdpa (fused on a GPU, math on CPU), flash, math (softmax output kept) or eager (Korthikanti's 5·a·s²·b)",
+		func(o *Options, v any) error {
+			c, err := choice(v, AttentionAuto, AttentionSDPA, AttentionFlash, AttentionMath, AttentionEager)
+			o.Attention = c
+			return err
+		}},
+	"checkpointing": {"what activation_checkpointing does: selective (torchtitan's op policy, the default) or full (every layer whole)",
+		func(o *Options, v any) error {
+			c, err := choice(v, CheckpointSelective, CheckpointFull)
+			o.Checkpointing = c
+			return err
+		}},
+	"fsdp_version": {"1 (FullyShardedDataParallel, flat parameters) or 2 (fully_shard, the default)",
+		func(o *Options, v any) error {
+			n, err := backends.WholeIn(v, 1, 2)
+			o.FSDPVersion = int(n)
+			return err
+		}},
+	"reserved_factor": {"max_memory_reserved over max_memory_allocated, in [1, 2]",
+		func(o *Options, v any) error {
+			f, err := backends.NumberIn(v, 1, maxReservedFactor, false)
+			o.ReservedFactor = f
+			return err
+		}},
+	"inter_node_fabric": {"a fabric profile for collectives across nodes (nccl-tests busbw curves): " + strings.Join(FabricNames(), ", "),
+		func(o *Options, v any) error {
+			c, err := choice(v, FabricNames()...)
+			o.InterNodeFabric = c
+			return err
+		}},
+	"intra_node_fabric": {"a fabric profile for collectives inside a node (nccl-tests busbw curves): " + strings.Join(FabricNames(), ", "),
+		func(o *Options, v any) error {
+			c, err := choice(v, FabricNames()...)
+			o.IntraNodeFabric = c
+			return err
+		}},
+	"nccl_tests": {fmt.Sprintf("a path, or a list of at most %d paths, of nccl-tests output (all_gather_perf, reduce_scatter_perf, all_reduce_perf) whose busbw curves the prediction uses", maxNCCLTestsFiles),
+		func(o *Options, v any) error {
+			paths, err := pathList(v)
+			o.NCCLTests = paths
+			return err
+		}},
+	"dropout": {"whether the model trains with residual dropout, whose masks cost 2·s·b·h bytes per layer; default false (Llama, MPT)",
+		func(o *Options, v any) error {
+			b, err := backends.Bool(v)
+			o.Dropout, o.DropoutSet = b, err == nil
 			return err
 		}},
 	"ddp_gradient_as_bucket_view": {"DDP's gradient_as_bucket_view (true saves a gradient copy); default false, as in PyTorch",
@@ -111,7 +250,48 @@ func ParseOptions(m map[string]any) (Options, error) {
 			return Options{}, backends.SpecErrorf("backend_options.%s: %w (%s)", k, err, opt.help)
 		}
 	}
+	links, err := o.links()
+	if err != nil {
+		return Options{}, backends.SpecErr(err)
+	}
+	// A flat figure and a curve for the same links contradict each other.
+	if o.InterNodeBusBW > 0 && len(links.Inter) > 0 {
+		return Options{}, backends.SpecErrorf("backend_options: inter_node_bus_bw_gbps and a curve across nodes (inter_node_fabric, or nccl_tests output spanning nodes) both set the bandwidth between nodes: keep one")
+	}
+	if o.IntraNodeBusBW > 0 && len(links.Intra) > 0 {
+		return Options{}, backends.SpecErrorf("backend_options: intra_node_bus_bw_gbps and a curve inside a node (intra_node_fabric, or nccl_tests output from one node) both set the bandwidth inside a node: keep one")
+	}
+	o.Links = links
 	return o, nil
+}
+
+// pathList reads one path or a list of paths.
+func pathList(v any) ([]string, error) {
+	var items []any
+	switch x := v.(type) {
+	case string:
+		items = []any{x}
+	case []any:
+		items = x
+	case []string:
+		for _, s := range x {
+			items = append(items, s)
+		}
+	default:
+		return nil, fmt.Errorf("must be a path or a list of paths, got %s", describe(v))
+	}
+	if len(items) == 0 || len(items) > maxNCCLTestsFiles {
+		return nil, fmt.Errorf("must name 1 to %d files, got %d", maxNCCLTestsFiles, len(items))
+	}
+	out := make([]string, 0, len(items))
+	for i, it := range items {
+		s, ok := it.(string)
+		if !ok || strings.TrimSpace(s) == "" {
+			return nil, fmt.Errorf("item %d must be a non-empty path, got %s", i+1, describe(it))
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 func setBusBW(dst *float64, v any) error {

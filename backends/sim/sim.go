@@ -155,6 +155,7 @@ func fillResult(res *results.Result, pred Prediction) {
 		"model_state_bytes": pred.ModelStateBytes,
 		"host_mem_bytes":    pred.HostMemBytes,
 		"mfu":               pred.MFU,
+		"assumptions":       pred.Assumptions,
 	}
 	if len(pred.Notes) > 0 {
 		res.Extra["notes"] = pred.Notes

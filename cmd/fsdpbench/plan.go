@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +17,7 @@ import (
 const gib = 1 << 30
 
 func newPlanCmd() *cobra.Command {
-	var sets []string
+	var sets, ncclTests []string
 	var calibration string
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
@@ -29,7 +31,13 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return failure(err)
 			}
-			plan, err := loadPlan(args[0], sets, reg)
+			// A sim spec takes the files as backend_options (so its run IDs say
+			// so); another backend's runs are only predicted with them.
+			simSets, extra := ncclTests, map[string]any(nil)
+			if len(ncclTests) > 0 && !isSimSpec(args[0], sets, reg) {
+				simSets, extra = nil, map[string]any{"nccl_tests": slices.Clone(ncclTests)}
+			}
+			plan, err := loadPlanWithNCCLTests(args[0], sets, simSets, reg)
 			if err != nil {
 				return err
 			}
@@ -45,28 +53,34 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return usageError(err)
 			}
-			return printPlan(cmd, plan, be, cal)
+			return printPlan(cmd, plan, be, extra, cal)
 		},
 	}
 	setFlag(cmd, &sets)
+	ncclTestsFlag(cmd, &ncclTests)
 	cmd.Flags().StringVar(&calibration, "calibration", "", "calibration file (from `fsdpbench calibrate`) the predictions use")
 	return cmd
 }
 
-func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, cal *sim.Calibration) error {
+func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration) error {
 	w := cmd.OutOrStdout()
 	axes := plan.Axes
 	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
 	rows := make([][]string, 0, len(plan.Runs))
 	// Reasons are long: they go under the table, one line per refused run.
 	var reasons []string
+	// The assumptions each prediction rests on, printed once per distinct set.
+	var assumed []string
 	feasible := 0
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
-		pred, perr := sim.PredictCalibrated(rc, nil, cal)
+		pred, perr := sim.PredictCalibrated(rc, extra, cal)
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {
+			if a := strings.Join(pred.Notes, "; "); !slices.Contains(assumed, a) {
+				assumed = append(assumed, a)
+			}
 			row = append(row,
 				fmt.Sprintf("%.1f", float64(pred.PeakMemReservedBytes)/gib),
 				fmt.Sprintf("%.1f", float64(pred.DeviceMemBytes)/gib),
@@ -101,7 +115,10 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, cal *
 	for _, r := range reasons {
 		fmt.Fprintln(w, r)
 	}
-	if err := printSearchPrediction(w, plan, cal); err != nil {
+	for _, a := range assumed {
+		fmt.Fprintln(w, "predicted assuming: "+a)
+	}
+	if err := printSearchPrediction(w, plan, extra, cal); err != nil {
 		return err
 	}
 	how := "predicted by sim"
@@ -115,7 +132,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, cal *
 
 // printSearchPrediction walks each max_fit search as the harness would, with the
 // analytic model standing in for the runs, and prints where it predicts the wall.
-func printSearchPrediction(w io.Writer, plan *sweeps.Plan, cal *sim.Calibration) error {
+func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any, cal *sim.Calibration) error {
 	var rows [][]string
 	for _, rc := range plan.Runs {
 		if rc.Search == "" {
@@ -123,7 +140,7 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan, cal *sim.Calibration)
 		}
 		fit, lastFit := "none fits", ""
 		for range 30 {
-			pred, err := sim.PredictCalibrated(rc, nil, cal)
+			pred, err := sim.PredictCalibrated(rc, extra, cal)
 			if err != nil || !pred.Feasible {
 				break
 			}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -113,6 +116,40 @@ func loadPlan(path string, sets []string, reg *backends.Registry) (*sweeps.Plan,
 		return nil, usageError(err)
 	}
 	return plan, nil
+}
+
+// ncclTestsFlag registers --nccl-tests, repeatable.
+func ncclTestsFlag(cmd *cobra.Command, files *[]string) {
+	cmd.Flags().StringArrayVar(files, "nccl-tests", nil, "nccl-tests output (all_gather_perf, reduce_scatter_perf, all_reduce_perf) whose busbw curves the sim's predictions use: backend_options.nccl_tests for every run (repeatable; sim specs)")
+}
+
+// loadPlanWithNCCLTests is loadPlan with --nccl-tests applied as
+// --set backend_options.nccl_tests=[FILE,...], so the runs' IDs say which
+// measurements predicted them. Only the sim reads nccl-tests output.
+func loadPlanWithNCCLTests(path string, sets, files []string, reg *backends.Registry) (*sweeps.Plan, error) {
+	if len(files) > 0 {
+		for _, f := range files {
+			if strings.ContainsAny(f, ",[]") || strings.TrimSpace(f) == "" {
+				return nil, usageError(fmt.Errorf("--nccl-tests %q: a path with a comma or bracket cannot be passed on; rename the file or list it in backend_options.nccl_tests", f))
+			}
+		}
+		sets = append(slices.Clone(sets), "backend_options.nccl_tests=["+strings.Join(files, ",")+"]")
+	}
+	plan, err := loadPlan(path, sets, reg)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) > 0 && plan.Backend != sim.Name {
+		return nil, usageError(fmt.Errorf("--nccl-tests feeds the sim backend's predictions; spec %s runs backend %s: use a sim spec (--set backend=sim)", path, plan.Backend))
+	}
+	return plan, nil
+}
+
+// isSimSpec reports whether the spec (with the --set overrides) runs the sim
+// backend; a spec that does not load is left to loadPlan to report.
+func isSimSpec(path string, sets []string, reg *backends.Registry) bool {
+	plan, err := loadPlan(path, sets, reg)
+	return err != nil || plan.Backend == sim.Name
 }
 
 // setFlag registers --set, repeatable; a value keeps its commas (--set world_size=1,2).

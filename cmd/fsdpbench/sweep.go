@@ -15,11 +15,12 @@ import (
 
 func newSweepCmd() *cobra.Command {
 	var (
-		sets     []string
-		opts     harness.Options
-		dryRun   bool
-		progress string
-		pv       predictFlags
+		sets      []string
+		ncclTests []string
+		opts      harness.Options
+		dryRun    bool
+		progress  string
+		pv        predictFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep SPEC",
@@ -41,7 +42,7 @@ its lock dies with it, so the same command resumes at once.`,
 			if err != nil {
 				return failure(err)
 			}
-			plan, err := loadPlan(args[0], sets, reg)
+			plan, err := loadPlanWithNCCLTests(args[0], sets, ncclTests, reg)
 			if err != nil {
 				return err
 			}
@@ -102,6 +103,7 @@ its lock dies with it, so the same command resumes at once.`,
 		},
 	}
 	setFlag(cmd, &sets)
+	ncclTestsFlag(cmd, &ncclTests)
 	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory (one sub-directory per sweep)")
 	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, fmt.Sprintf("runs to execute at once, 1 to %d (1 keeps measurements from disturbing each other)", harness.MaxJobs))
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")

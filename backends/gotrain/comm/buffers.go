@@ -75,10 +75,18 @@ func (a hostAdapter) AllGatherBuffers(ctx context.Context, dst, src device.Buffe
 	if err != nil {
 		return err
 	}
+	if t, u := device.DTypeOf(dst), device.DTypeOf(src); t != u {
+		return fmt.Errorf("comm: all_gather from %v into %v: one dtype on both sides", u, t)
+	} else if t == device.BF16 {
+		return allGatherBF16(ctx, a.c, v[0], v[1])
+	}
 	return a.c.AllGather(ctx, v[0], v[1])
 }
 
 func (a hostAdapter) ReduceScatterBuffers(ctx context.Context, dst, src device.Buffer, op Op) error {
+	if err := refuseBF16(KindReduceScatter, dst, src); err != nil {
+		return err
+	}
 	v, err := hostViews(dst, src)
 	if err != nil {
 		return err
@@ -87,6 +95,9 @@ func (a hostAdapter) ReduceScatterBuffers(ctx context.Context, dst, src device.B
 }
 
 func (a hostAdapter) AllReduceBuffers(ctx context.Context, buf device.Buffer, op Op) error {
+	if err := refuseBF16(KindAllReduce, buf); err != nil {
+		return err
+	}
 	v, err := hostViews(buf)
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@
 //
 //   - Buffers hold float32 elements (the cpu reference device can also run in
 //     float64, see cpu.Options); lengths and offsets count elements, never bytes.
+//     Devices that implement MixedPrecision (dtype.go) also store bf16 buffers,
+//     for the bf16 policy: ops compute in fp32 and round what they store.
 //   - Matrices are row-major and contiguous. Activations are [rows, width] with
 //     rows = batch × seq, token-major: row b·seq + t is token t of sample b.
 //   - Attention tensors are [batch, seq, heads, headDim] (q, attention output) and

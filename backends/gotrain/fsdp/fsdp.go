@@ -26,6 +26,21 @@
 // communication, so sharded strategies hold a full gradient per unit until the last
 // micro-step reduces it (the memory cost no_sync documents).
 //
+// Mixed precision (Config.MixedPrecision bf16) is FSDP2's
+// MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): the shards,
+// gradient shards and AdamW's moments stay fp32 (the master weights); before each
+// all-gather the rank casts its shard to bf16 into its own slot of the gathered
+// buffer, so the all-gather moves bf16 (half the bytes) and the gathered
+// parameters are bf16 (2 bytes an element, category params); activations and the
+// unit's unsharded gradient are bf16 (the model computes in its parameters'
+// dtype; row statistics stay fp32); after the unit's backward its bf16 gradient is
+// added into an fp32 buffer (category grads) that is reduce-scattered in fp32 into
+// the fp32 gradient shard, and no_shard, ddp and hybrid_shard's replicas
+// all-reduce fp32. Gradient accumulation adds each micro-step's bf16 gradient into
+// that fp32 buffer, as FSDP2's unsharded_accumulated_grad in reduce_dtype: summing
+// micro-steps in bf16 would round each partial sum to 8 bits, losing the small
+// contributions of later micro-steps.
+//
 // Data is synthetic and indexed by global sample (model.Batch): rank r's
 // micro-batch k of step s is samples [s·G + k·W·B + r·B, +B), G = W·B·GradAccum the
 // global batch, so a step's global batch, and its loss, do not depend on the world
@@ -76,6 +91,10 @@ type Config struct {
 	// LR, Beta1, Beta2, Eps and WeightDecay are AdamW's (torch.optim.AdamW's names);
 	// zero Beta1, Beta2 and Eps default to torch's 0.9, 0.999 and 1e-8.
 	LR, Beta1, Beta2, Eps, WeightDecay float64
+	// MixedPrecision is sweeps.FP32 ("" is fp32) or sweeps.BF16 (FSDP2's
+	// MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); see the package
+	// doc). The device must implement device.MixedPrecision for bf16.
+	MixedPrecision string
 	// GradClip, when positive, scales the gradients so that their global L2 norm
 	// (over every shard of every unit) is at most GradClip, as
 	// torch.nn.utils.clip_grad_norm_ / FSDP.clip_grad_norm_ do.
@@ -162,8 +181,11 @@ type Trainer struct {
 	owned      []comm.Communicator
 	units      []*unit
 	replicated bool // no_shard, ddp
-	step       int
-	broken     error
+	// param is the dtype of the gathered parameters, activations and unsharded
+	// gradients: F32, or BF16 under mixed precision.
+	param  device.DType
+	step   int
+	broken error
 }
 
 // New builds rank world.Rank()'s trainer: it splits the communicators the strategy
@@ -185,6 +207,12 @@ func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Co
 		return nil, fmt.Errorf("fsdp: %w", err)
 	}
 	t := &Trainer{cfg: cfg, dev: dev, model: m, world: world}
+	if cfg.MixedPrecision == sweeps.BF16 {
+		if _, ok := dev.(device.MixedPrecision); !ok {
+			return nil, fmt.Errorf("fsdp: mixed_precision bf16: device %s stores float32 only (train with mixed_precision fp32)", dev.Name())
+		}
+		t.param = device.BF16
+	}
 	if err := t.groups(ctx); err != nil {
 		t.Close()
 		return nil, err
@@ -213,6 +241,15 @@ func (c Config) withDefaults(ws int) (Config, error) {
 	case sweeps.BackwardPre, sweeps.BackwardPost, sweeps.PrefetchNone:
 	default:
 		return c, fmt.Errorf("fsdp: backward_prefetch %q is not one of %v", c.BackwardPrefetch, sweeps.BackwardPrefetchValues)
+	}
+	switch c.MixedPrecision {
+	case "":
+		c.MixedPrecision = sweeps.FP32
+	case sweeps.FP32, sweeps.BF16:
+	case sweeps.FP16:
+		return c, errors.New("fsdp: mixed_precision fp16 needs loss scaling (a ShardedGradScaler), which the Go trainer does not have: use bf16 or fp32")
+	default:
+		return c, fmt.Errorf("fsdp: mixed_precision %q is not one of %v", c.MixedPrecision, sweeps.MixedPrecisionValues)
 	}
 	if c.GradAccum == 0 {
 		c.GradAccum = 1
@@ -317,8 +354,8 @@ func (t *Trainer) allocate() error {
 			return fmt.Errorf("fsdp: %w", err)
 		}
 		t.dev.CopyFromHost(u.shard, init)
-		if t.replicated || n == 1 {
-			u.full = u.shard
+		if (t.replicated || n == 1) && t.param == device.F32 {
+			u.full = u.shard // under bf16 the unit is cast into a gathered buffer instead
 		}
 	}
 	return nil
@@ -430,6 +467,22 @@ func (t *Trainer) microStep(ctx context.Context, p *model.Pass, last bool) error
 				return err
 			}
 		}
+		if t.param != device.F32 {
+			if err := t.backwardMixed(ctx, p, i); err != nil {
+				return err
+			}
+			if prefetch && t.cfg.BackwardPrefetch == sweeps.BackwardPost {
+				if err := t.startGather(ctx, i-1); err != nil {
+					return err
+				}
+			}
+			if last {
+				if err := t.reduce(ctx, i); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		grads := u.gradShard
 		if !t.replicated {
 			if u.accum == nil {
@@ -467,15 +520,57 @@ func (t *Trainer) startGather(ctx context.Context, i int) error {
 		return nil
 	}
 	// Allocation stays on this goroutine: the device's accounting is not shared.
-	full, err := t.dev.Alloc(u.padded, device.Params)
+	full, err := device.AllocDType(t.dev, u.padded, t.param, device.Params)
 	if err != nil {
 		return fmt.Errorf("allocate the gathered parameters of unit %s: %w", t.model.Units[i].Name, err)
 	}
 	u.full, u.owned = full, true
+	shard := u.shard
+	if t.param != device.F32 {
+		// FSDP2's all-gather copy-in: the fp32 shard is cast into this rank's own
+		// slot of the gathered buffer, which the all-gather then sends in place.
+		rank := 0
+		if t.gather != nil {
+			rank = t.gather.Rank()
+		}
+		shard = full.Slice(rank*u.shardLen, u.shardLen)
+		t.dev.(device.MixedPrecision).Cast(shard, u.shard)
+		if t.gather == nil { // a group of one: the cast is the gather
+			return nil
+		}
+	}
 	done := make(chan error, 1)
 	u.pending = done
-	shard, g := u.shard, comm.OnBuffers(t.gather)
+	g := comm.OnBuffers(t.gather)
 	go func() { done <- g.AllGatherBuffers(ctx, full, shard) }()
+	return nil
+}
+
+// backwardMixed runs unit i's backward under bf16: into a fresh bf16 gradient
+// of the whole (padded) unit, which is then added into the fp32 buffer that is
+// reduced: the gradient shard itself for replicated strategies, else the unit's
+// fp32 full gradient (u.accum), kept across micro-steps until the last reduces it.
+func (t *Trainer) backwardMixed(ctx context.Context, p *model.Pass, i int) error {
+	u, name := t.units[i], t.model.Units[i].Name
+	g16, err := device.AllocDType(t.dev, u.padded, t.param, device.Grads)
+	if err != nil {
+		return fmt.Errorf("allocate the %v gradient of unit %s: %w", t.param, name, err)
+	}
+	defer t.dev.Free(g16)
+	if err := p.Backward(i, u.full, g16); err != nil {
+		return err
+	}
+	t.reshard(i)
+	acc := u.gradShard
+	if !t.replicated {
+		if u.accum == nil {
+			if u.accum, err = t.dev.Alloc(u.padded, device.Grads); err != nil {
+				return fmt.Errorf("allocate the fp32 gradient of unit %s for its reduction: %w", name, err)
+			}
+		}
+		acc = u.accum
+	}
+	t.dev.Add(acc, g16, 1)
 	return nil
 }
 

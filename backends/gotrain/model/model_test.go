@@ -371,3 +371,52 @@ func normals(rng *rand.Rand, n int, std float64) []float32 {
 	}
 	return out
 }
+
+// TestBF16Pass runs a pass on bf16 copies of the parameters: the activations are
+// bf16 (2 bytes) but for the fp32 statistics, the loss is the fp32 pass's within
+// bf16's rounding, the gradients come out as bf16 values, and a unit or gradient
+// of another dtype than the first unit's is an error.
+func TestBF16Pass(t *testing.T) {
+	d := cpu.New(cpu.Options{})
+	mp := d.(device.MixedPrecision)
+	st := newSetup(t, d, tinyShape(t), 3)
+	inputs, targets, err := Batch(0, 0, 2, 8, st.m.Shape.Vocab)
+	require.NoError(t, err)
+	half := func(bs []device.Buffer) []device.Buffer {
+		out := make([]device.Buffer, len(bs))
+		for i, b := range bs {
+			out[i], err = mp.AllocDType(b.Len(), device.BF16, device.Params)
+			require.NoError(t, err)
+			mp.Cast(out[i], b)
+		}
+		return out
+	}
+	run := func(params, grads []device.Buffer) (float64, int64) {
+		d.ResetPeak()
+		p, err := st.m.NewPass(inputs, targets, 8)
+		require.NoError(t, err)
+		defer p.Free()
+		for u := range params {
+			require.NoError(t, p.Forward(u, params[u], true))
+		}
+		for u := len(params) - 1; u >= 0; u-- {
+			require.NoError(t, p.Backward(u, params[u], grads[u]))
+		}
+		return p.Loss(), d.Memory().Peak[device.Activations]
+	}
+	loss32, act32 := run(st.params, st.grads)
+	p16, g16 := half(st.params), half(st.grads)
+	loss16, act16 := run(p16, g16)
+	assert.InEpsilon(t, loss32, loss16, 1e-2, "bf16 loss")
+	assert.Less(t, act16, act32*3/5, "bf16 activations, fp32 statistics: a little over half")
+	assert.Greater(t, act16, act32/2)
+	for _, v := range read(d, g16[1]) {
+		require.Equal(t, device.RoundBF16(v), v, "gradients are bf16 values")
+	}
+
+	p, err := st.m.NewPass(inputs, targets, 8)
+	require.NoError(t, err)
+	defer p.Free()
+	require.NoError(t, p.Forward(0, p16[0], true))
+	assert.ErrorContains(t, p.Forward(1, st.params[1], true), "the pass computes in bfloat16")
+}

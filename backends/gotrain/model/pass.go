@@ -29,6 +29,10 @@ type Pass struct {
 	head    *headActs       // saved activations of the head, nil when not saved
 	dh      device.Buffer   // gradient of the residual stream during backward
 	live    map[device.Buffer]struct{}
+	// dt is the activations' dtype: the parameters' (bf16 under FSDP's
+	// MixedPrecisionPolicy(param_dtype=bf16), which gathers bf16 parameters),
+	// taken from the first unit's and required of every other unit and gradient.
+	dt device.DType
 }
 
 // blockActs are a block's activations kept for backward.
@@ -101,6 +105,9 @@ func (p *Pass) Forward(u int, params device.Buffer, save bool) (err error) {
 	w, err := p.views("forward", u, params)
 	if err != nil {
 		return err
+	}
+	if u == 0 {
+		p.dt = device.DTypeOf(params)
 	}
 	switch {
 	case u == 0:
@@ -193,6 +200,10 @@ func (p *Pass) views(what string, u int, flat device.Buffer) ([]device.Buffer, e
 		return nil, fmt.Errorf("model: %s of unit %s: buffer on %s, the model runs on %s",
 			what, unit.Name, flat.Device().Name(), p.m.dev.Name())
 	}
+	if t := device.DTypeOf(flat); t != p.dt && (u > 0 || what != "forward") {
+		return nil, fmt.Errorf("model: %s of unit %s: %v buffer, the pass computes in %v (every unit's parameters and gradients share the first unit's dtype)",
+			what, unit.Name, t, p.dt)
+	}
 	out := make([]device.Buffer, len(unit.Tensors))
 	for i, t := range unit.Tensors {
 		out[i] = flat.Slice(t.Offset, t.Size)
@@ -204,9 +215,17 @@ func (p *Pass) views(what string, u int, flat device.Buffer) ([]device.Buffer, e
 // backward up to Forward/Backward, which return it.
 type oomError struct{ err error }
 
-// alloc returns a zeroed activation buffer of n elements, tracked by the pass.
-func (p *Pass) alloc(n int) device.Buffer {
-	b, err := p.m.dev.Alloc(n, device.Activations)
+// alloc returns a zeroed activation buffer of n elements in the pass's dtype,
+// tracked by the pass.
+func (p *Pass) alloc(n int) device.Buffer { return p.allocAs(n, p.dt) }
+
+// allocStat returns a zeroed fp32 activation buffer of n elements: the row
+// statistics (rstd, lse, per-token losses) stay fp32 under bf16, as in PyTorch's
+// fused kernels, since bf16's 8 bits would round a normalizer or a loss visibly.
+func (p *Pass) allocStat(n int) device.Buffer { return p.allocAs(n, device.F32) }
+
+func (p *Pass) allocAs(n int, t device.DType) device.Buffer {
+	b, err := device.AllocDType(p.m.dev, n, t, device.Activations)
 	if err != nil {
 		panic(oomError{err})
 	}
@@ -268,7 +287,7 @@ func (p *Pass) blockForward(w []device.Buffer, hin device.Buffer, mode blockMode
 		}
 	}
 
-	a := &blockActs{xn1: p.alloc(n * c), rstd1: p.alloc(n)}
+	a := &blockActs{xn1: p.alloc(n * c), rstd1: p.allocStat(n)}
 	d.RMSNormForward(a.xn1, a.rstd1, hin, w[tAttnNorm], n, c, eps)
 	a.q, a.k, a.v = p.alloc(n*qd), p.alloc(n*kvd), p.alloc(n*kvd)
 	d.MatMul(a.q, a.xn1, w[tq], false, true, n, qd, c, 1, 0)
@@ -277,7 +296,7 @@ func (p *Pass) blockForward(w []device.Buffer, hin device.Buffer, mode blockMode
 	drop(a.xn1, a.rstd1)
 	d.RoPEForward(a.q, p.rope[0])
 	d.RoPEForward(a.k, p.rope[1])
-	a.att, a.lse = p.alloc(n*qd), p.alloc(p.attn.LSELen())
+	a.att, a.lse = p.alloc(n*qd), p.allocStat(p.attn.LSELen())
 	d.AttentionForward(a.att, a.lse, a.q, a.k, a.v, p.attn)
 	drop(a.q, a.k, a.v, a.lse)
 	a.mid = p.alloc(n * c)
@@ -285,7 +304,7 @@ func (p *Pass) blockForward(w []device.Buffer, hin device.Buffer, mode blockMode
 	d.MatMul(a.mid, a.att, w[to], false, true, n, c, qd, 1, 1)
 	drop(a.att)
 
-	a.xn2, a.rstd2 = p.alloc(n*c), p.alloc(n)
+	a.xn2, a.rstd2 = p.alloc(n*c), p.allocStat(n)
 	d.RMSNormForward(a.xn2, a.rstd2, a.mid, w[tMLPNorm], n, c, eps)
 	a.gate, a.up = p.alloc(n*in), p.alloc(n*in)
 	d.MatMul(a.gate, a.xn2, w[tGate], false, true, n, in, c, 1, 0)
@@ -358,10 +377,10 @@ func (p *Pass) blockBackward(w, g []device.Buffer, hin device.Buffer, a *blockAc
 func (p *Pass) headForward(w []device.Buffer, save bool) *headActs {
 	d, s := p.m.dev, p.m.Shape
 	n, c, v := p.rows, s.Hidden, s.Vocab
-	h := &headActs{xn: p.alloc(n * c), rstd: p.alloc(n), logits: p.alloc(n * v)}
+	h := &headActs{xn: p.alloc(n * c), rstd: p.allocStat(n), logits: p.alloc(n * v)}
 	d.RMSNormForward(h.xn, h.rstd, p.hidden[s.Layers], w[tFinalNorm], n, c, float32(s.NormEps))
 	d.MatMul(h.logits, h.xn, w[tOutput], false, true, n, v, c, 1, 0)
-	losses := p.alloc(n)
+	losses := p.allocStat(n)
 	d.CrossEntropyForward(losses, h.logits, p.targets, v)
 	p.loss = d.Sum(losses) / float64(n)
 	p.free(losses)

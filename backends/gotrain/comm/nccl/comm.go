@@ -371,7 +371,7 @@ const (
 
 // run issues one collective under the watchdog: call enqueues it (and, with
 // a host-memory library, runs it); then the stream is waited for.
-func (c *Communicator) run(ctx context.Context, kind comm.Kind, elems int, call func(h unsafe.Pointer, stream uintptr) C.fbResult) error {
+func (c *Communicator) run(ctx context.Context, kind comm.Kind, bytes int, call func(h unsafe.Pointer, stream uintptr) C.fbResult) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.broken != nil {
@@ -416,7 +416,7 @@ func (c *Communicator) run(ctx context.Context, kind comm.Kind, elems int, call 
 	}
 	c.flight.Store(nil)
 	if kind != comm.KindSplit {
-		c.count(kind, elems, time.Since(start))
+		c.count(kind, bytes, time.Since(start))
 	}
 	if local != "" {
 		c.abort(local, statusLocal)
@@ -515,10 +515,10 @@ func (c *Communicator) diagnose(ctx context.Context, kind comm.Kind, seq uint64,
 	return e
 }
 
-// count adds one collective to the stats: bytes as NCCL's ring algorithm moves
+// count adds one collective of bytes to the stats: bytes as NCCL's ring algorithm moves
 // them (what the TCP ring counts for the same call), not measured.
-func (c *Communicator) count(kind comm.Kind, elems int, d time.Duration) {
-	n, size := int64(elems)*4, int64(c.size)
+func (c *Communicator) count(kind comm.Kind, bytes int, d time.Duration) {
+	n, size := int64(bytes), int64(c.size)
 	var sent, recv int64
 	switch kind {
 	case comm.KindAllGather, comm.KindReduceScatter:
@@ -583,9 +583,13 @@ func ncclOp(op comm.Op) (C.int, error) {
 	return 0, fmt.Errorf("nccl: unknown reduction %v (want Sum or Average)", op)
 }
 
-func (c *Communicator) allGather(ctx context.Context, dst, src uintptr, n int) error {
-	return c.run(ctx, comm.KindAllGather, n, func(h unsafe.Pointer, st uintptr) C.fbResult {
-		return C.fb_allGather(c.lib.allGather, C.uintptr_t(src), C.uintptr_t(dst), C.size_t(n), ncclFloat32, h, C.uintptr_t(st))
+func (c *Communicator) allGather(ctx context.Context, dst, src uintptr, n int, dt C.int) error {
+	es := 4
+	if dt == ncclBfloat16 {
+		es = 2
+	}
+	return c.run(ctx, comm.KindAllGather, n*es, func(h unsafe.Pointer, st uintptr) C.fbResult {
+		return C.fb_allGather(c.lib.allGather, C.uintptr_t(src), C.uintptr_t(dst), C.size_t(n), dt, h, C.uintptr_t(st))
 	})
 }
 
@@ -594,7 +598,7 @@ func (c *Communicator) reduceScatter(ctx context.Context, dst, src uintptr, n in
 	if err != nil {
 		return err
 	}
-	return c.run(ctx, comm.KindReduceScatter, n, func(h unsafe.Pointer, st uintptr) C.fbResult {
+	return c.run(ctx, comm.KindReduceScatter, 4*n, func(h unsafe.Pointer, st uintptr) C.fbResult {
 		return C.fb_reduce(c.lib.reduceScatter, C.uintptr_t(src), C.uintptr_t(dst), C.size_t(n), ncclFloat32, o, h, C.uintptr_t(st))
 	})
 }
@@ -604,7 +608,7 @@ func (c *Communicator) allReduce(ctx context.Context, kind comm.Kind, buf uintpt
 	if err != nil {
 		return err
 	}
-	return c.run(ctx, kind, n, func(h unsafe.Pointer, st uintptr) C.fbResult {
+	return c.run(ctx, kind, 4*n, func(h unsafe.Pointer, st uintptr) C.fbResult {
 		return C.fb_reduce(c.lib.allReduce, C.uintptr_t(buf), C.uintptr_t(buf), C.size_t(n), ncclFloat32, o, h, C.uintptr_t(st))
 	})
 }
@@ -613,15 +617,25 @@ func (c *Communicator) broadcast(ctx context.Context, buf uintptr, n, root int) 
 	if root < 0 || root >= c.size {
 		return fmt.Errorf("nccl: broadcast: root %d is outside a group of %d", root, c.size)
 	}
-	return c.run(ctx, comm.KindBroadcast, n, func(h unsafe.Pointer, st uintptr) C.fbResult {
+	return c.run(ctx, comm.KindBroadcast, 4*n, func(h unsafe.Pointer, st uintptr) C.fbResult {
 		return C.fb_broadcast(c.lib.broadcast, C.uintptr_t(buf), C.uintptr_t(buf), C.size_t(n), ncclFloat32, C.int(root), h, C.uintptr_t(st))
 	})
 }
 
-// AllGatherBuffers implements comm.BufferCollectives.
+// AllGatherBuffers implements comm.BufferCollectives. bf16 buffers (the gathered
+// parameters of the bf16 policy) go as ncclBfloat16; a host-memory library gets
+// a cpu device's bf16 values (float32 slots holding bf16 values) as 2-byte
+// encodings staged on the host.
 func (c *Communicator) AllGatherBuffers(ctx context.Context, dst, src device.Buffer) error {
 	if err := c.checkLen(comm.KindAllGather, dst.Len(), src.Len(), src.Len()*c.size); err != nil {
 		return err
+	}
+	dt := device.DTypeOf(src)
+	if device.DTypeOf(dst) != dt {
+		return fmt.Errorf("nccl: all_gather from %v into %v: one dtype on both sides", dt, device.DTypeOf(dst))
+	}
+	if dt == device.BF16 {
+		return c.allGatherBF16(ctx, dst, src)
 	}
 	d, dh, err := c.pointer(dst)
 	if err != nil {
@@ -631,14 +645,59 @@ func (c *Communicator) AllGatherBuffers(ctx context.Context, dst, src device.Buf
 	if err != nil {
 		return err
 	}
-	err = c.allGather(ctx, d, s, src.Len())
+	err = c.allGather(ctx, d, s, src.Len(), ncclFloat32)
 	runtime.KeepAlive(dh)
 	runtime.KeepAlive(sh)
 	return err
 }
 
+// allGatherBF16 is AllGatherBuffers of bf16 buffers.
+func (c *Communicator) allGatherBF16(ctx context.Context, dst, src device.Buffer) error {
+	dp, dok := dst.(DevicePointer)
+	sp, sok := src.(DevicePointer)
+	if dok && sok {
+		return c.allGather(ctx, dp.DevicePointer(), sp.DevicePointer(), src.Len(), ncclBfloat16)
+	}
+	if !c.lib.HostMemory {
+		return fmt.Errorf("nccl: %s buffers have no device pointer; NCCL %s needs device memory (use the cuda device, or comm: tcp on cpu)", src.Device().Name(), c.lib.VersionString())
+	}
+	dh, err := comm.HostView(dst)
+	if err != nil {
+		return err
+	}
+	sh, err := comm.HostView(src)
+	if err != nil {
+		return err
+	}
+	send, recv := make([]uint16, len(sh)), make([]uint16, len(dh))
+	for i, x := range sh {
+		send[i] = device.BF16Bits(x)
+	}
+	err = c.allGather(ctx, addr16(recv), addr16(send), len(sh), ncclBfloat16)
+	runtime.KeepAlive(send)
+	runtime.KeepAlive(recv)
+	if err != nil {
+		return err
+	}
+	for i, b := range recv {
+		dh[i] = device.FromBF16Bits(b)
+	}
+	return nil
+}
+
+// addr16 is the address of a host slice of bf16 encodings (0 for an empty one).
+func addr16(h []uint16) uintptr {
+	if len(h) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(&h[0]))
+}
+
 // ReduceScatterBuffers implements comm.BufferCollectives.
 func (c *Communicator) ReduceScatterBuffers(ctx context.Context, dst, src device.Buffer, op comm.Op) error {
+	if err := refuseBF16(comm.KindReduceScatter, dst, src); err != nil {
+		return err
+	}
 	if err := c.checkLen(comm.KindReduceScatter, dst.Len()*c.size, src.Len(), src.Len()); err != nil {
 		return err
 	}
@@ -656,8 +715,22 @@ func (c *Communicator) ReduceScatterBuffers(ctx context.Context, dst, src device
 	return err
 }
 
+// refuseBF16 is the error of a reduction on bf16 buffers: the trainer reduces
+// in fp32 (reduce_dtype).
+func refuseBF16(kind comm.Kind, bs ...device.Buffer) error {
+	for _, b := range bs {
+		if t := device.DTypeOf(b); t != device.F32 {
+			return fmt.Errorf("nccl: %s of a %v buffer: reductions run in float32 (reduce_dtype); cast the gradient first", kind, t)
+		}
+	}
+	return nil
+}
+
 // AllReduceBuffers implements comm.BufferCollectives.
 func (c *Communicator) AllReduceBuffers(ctx context.Context, buf device.Buffer, op comm.Op) error {
+	if err := refuseBF16(comm.KindAllReduce, buf); err != nil {
+		return err
+	}
 	p, h, err := c.pointer(buf)
 	if err != nil {
 		return err
@@ -729,7 +802,7 @@ func (c *Communicator) AllGather(ctx context.Context, dst, src []float32) error 
 	if err := c.checkLen(comm.KindAllGather, len(dst), len(src), len(src)*c.size); err != nil {
 		return err
 	}
-	return c.hostCall([][]float32{src}, [][]float32{dst}, func(p []uintptr) error { return c.allGather(ctx, p[1], p[0], len(src)) })
+	return c.hostCall([][]float32{src}, [][]float32{dst}, func(p []uintptr) error { return c.allGather(ctx, p[1], p[0], len(src), ncclFloat32) })
 }
 
 // ReduceScatter implements comm.Communicator.

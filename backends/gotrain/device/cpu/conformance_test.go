@@ -34,3 +34,11 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceBF16 runs the bf16 suite on the cpu device in float32 against
+// the cpu device in float64, both storing bf16.
+func TestConformanceBF16(t *testing.T) {
+	devicetest.RunBF16(t, func(_ *testing.T, limit int64) device.Device {
+		return cpu.New(cpu.Options{LimitBytes: limit})
+	}, func() device.Device { return cpu.New(cpu.Options{Float64: true}) })
+}

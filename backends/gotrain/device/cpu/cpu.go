@@ -49,6 +49,7 @@ type dev[T float] struct {
 type allocation struct {
 	bytes int64
 	cat   device.Category
+	dt    device.DType
 	freed atomic.Bool
 }
 
@@ -80,14 +81,7 @@ func (b *buffer[T]) Host() []float32 {
 func (d *dev[T]) Name() string { return d.name }
 
 func (d *dev[T]) Alloc(n int, cat device.Category) (device.Buffer, error) {
-	if n < 0 {
-		return nil, fmt.Errorf("%s: allocate %d elements of %v: negative length", d.name, n, cat)
-	}
-	bytes := int64(n) * d.elemBytes
-	if err := d.tr.Reserve(bytes, cat); err != nil {
-		return nil, fmt.Errorf("%s: %w", d.name, err)
-	}
-	return &buffer[T]{d: d, data: make([]T, n), a: &allocation{bytes: bytes, cat: cat}}, nil
+	return d.AllocDType(n, device.F32, cat)
 }
 
 func (d *dev[T]) Free(b device.Buffer) {
@@ -133,6 +127,7 @@ func (d *dev[T]) CopyFromHost(dst device.Buffer, src []float32) {
 	for i, x := range src {
 		out[i] = T(x)
 	}
+	d.round(dst)
 }
 
 func (d *dev[T]) CopyToHost(dst []float32, src device.Buffer) {
@@ -144,6 +139,7 @@ func (d *dev[T]) CopyToHost(dst []float32, src device.Buffer) {
 
 func (d *dev[T]) Copy(dst, src device.Buffer) {
 	in := d.buf("Copy", src).data
+	d.dtypes("Copy", nil, dst, src)
 	copy(d.get("Copy", dst, len(in)), in)
 }
 
@@ -151,10 +147,17 @@ func (d *dev[T]) Zero(b device.Buffer) { clear(d.buf("Zero", b).data) }
 
 func (d *dev[T]) Add(dst, src device.Buffer, alpha float32) {
 	in := d.buf("Add", src).data
+	if device.DTypeOf(dst) != device.F32 { // an fp32 destination may add a bf16 source
+		d.dtypes("Add", nil, dst, src)
+	}
 	add(d.get("Add", dst, len(in)), in, T(alpha))
+	d.round(dst)
 }
 
-func (d *dev[T]) Scale(x device.Buffer, alpha float32) { scale(d.buf("Scale", x).data, T(alpha)) }
+func (d *dev[T]) Scale(x device.Buffer, alpha float32) {
+	scale(d.buf("Scale", x).data, T(alpha))
+	d.round(x)
+}
 
 func (d *dev[T]) Sum(x device.Buffer) float64 { return sum(d.buf("Sum", x).data) }
 
@@ -166,20 +169,29 @@ func (d *dev[T]) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int,
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("%s: MatMul: negative size m=%d n=%d k=%d", d.name, m, n, k))
 	}
+	d.dtypes("MatMul", nil, c, a, b)
 	matmul(d.get("MatMul C", c, m*n), d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n),
 		transA, transB, m, n, k, T(alpha), T(beta))
+	d.round(c)
 }
 
 func (d *dev[T]) EmbeddingForward(out, table device.Buffer, tokens []int32, dim int) {
 	tab := d.buf("EmbeddingForward table", table).data
 	d.checkTokens("EmbeddingForward", tokens, len(tab), dim)
+	d.dtypes("EmbeddingForward", nil, out, table)
 	embeddingForward(d.get("EmbeddingForward out", out, len(tokens)*dim), tab, tokens, dim)
+	d.round(out)
 }
 
 func (d *dev[T]) EmbeddingBackward(dtable, dout device.Buffer, tokens []int32, dim int) {
 	tab := d.buf("EmbeddingBackward dtable", dtable).data
 	d.checkTokens("EmbeddingBackward", tokens, len(tab), dim)
-	embeddingBackward(tab, d.get("EmbeddingBackward dout", dout, len(tokens)*dim), tokens, dim)
+	g := d.get("EmbeddingBackward dout", dout, len(tokens)*dim)
+	if d.dtypes("EmbeddingBackward", nil, dtable, dout) == device.BF16 {
+		embeddingBackwardBF16(tab, g, tokens, dim)
+		return
+	}
+	embeddingBackward(tab, g, tokens, dim)
 }
 
 // checkTokens panics unless every token indexes a row of a table of n elements.
@@ -197,12 +209,16 @@ func (d *dev[T]) checkTokens(op string, tokens []int32, n, dim int) {
 
 func (d *dev[T]) RMSNormForward(out, rstd, x, weight device.Buffer, rows, dim int, eps float32) {
 	n := rows * dim
+	d.dtypes("RMSNormForward", []device.Buffer{rstd}, out, x, weight)
+	defer d.round(out)
 	rmsnormForward(d.get("RMSNormForward out", out, n), d.get("RMSNormForward rstd", rstd, rows),
 		d.get("RMSNormForward x", x, n), d.get("RMSNormForward weight", weight, dim), rows, dim, T(eps))
 }
 
 func (d *dev[T]) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffer, rows, dim int) {
 	n := rows * dim
+	d.dtypes("RMSNormBackward", []device.Buffer{rstd}, dx, dweight, dout, x, weight)
+	defer d.round(dx, dweight)
 	rmsnormBackward(d.get("RMSNormBackward dx", dx, n), d.get("RMSNormBackward dweight", dweight, dim),
 		d.get("RMSNormBackward dout", dout, n), d.get("RMSNormBackward x", x, n),
 		d.get("RMSNormBackward weight", weight, dim), d.get("RMSNormBackward rstd", rstd, rows), rows, dim)
@@ -211,11 +227,13 @@ func (d *dev[T]) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffe
 func (d *dev[T]) RoPEForward(x device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEForward", s)
 	ropeForward(d.get("RoPEForward x", x, s.Len()), s)
+	d.round(x)
 }
 
 func (d *dev[T]) RoPEBackward(dx device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEBackward", s)
 	ropeBackward(d.get("RoPEBackward dx", dx, s.Len()), s)
+	d.round(dx)
 }
 
 func (d *dev[T]) checkRoPE(op string, s device.RoPEShape) {
@@ -226,6 +244,8 @@ func (d *dev[T]) checkRoPE(op string, s device.RoPEShape) {
 
 func (d *dev[T]) AttentionForward(out, lse, q, k, v device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionForward", s)
+	d.dtypes("AttentionForward", []device.Buffer{lse}, out, q, k, v)
+	defer d.round(out)
 	attentionForward(d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen()),
 		d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()),
 		d.get("AttentionForward v", v, s.KVLen()), s)
@@ -233,6 +253,8 @@ func (d *dev[T]) AttentionForward(out, lse, q, k, v device.Buffer, s device.Attn
 
 func (d *dev[T]) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionBackward", s)
+	d.dtypes("AttentionBackward", []device.Buffer{lse}, dq, dk, dv, dout, q, k, v, out)
+	defer d.round(dq, dk, dv)
 	attentionBackward(d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()),
 		d.get("AttentionBackward dv", dv, s.KVLen()), d.get("AttentionBackward dout", dout, s.QLen()),
 		d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()),
@@ -248,24 +270,31 @@ func (d *dev[T]) checkAttn(op string, s device.AttnShape) {
 
 func (d *dev[T]) SwiGLUForward(out, gate, up device.Buffer) {
 	g := d.buf("SwiGLUForward gate", gate).data
+	d.dtypes("SwiGLUForward", nil, out, gate, up)
 	swigluForward(d.get("SwiGLUForward out", out, len(g)), g, d.get("SwiGLUForward up", up, len(g)))
+	d.round(out)
 }
 
 func (d *dev[T]) SwiGLUBackward(dgate, dup, dout, gate, up device.Buffer) {
 	g := d.buf("SwiGLUBackward gate", gate).data
 	n := len(g)
+	d.dtypes("SwiGLUBackward", nil, dgate, dup, dout, gate, up)
+	defer d.round(dgate, dup)
 	swigluBackward(d.get("SwiGLUBackward dgate", dgate, n), d.get("SwiGLUBackward dup", dup, n),
 		d.get("SwiGLUBackward dout", dout, n), g, d.get("SwiGLUBackward up", up, n))
 }
 
 func (d *dev[T]) CrossEntropyForward(losses, logits device.Buffer, targets []int32, vocab int) {
 	d.checkTargets("CrossEntropyForward", targets, vocab)
+	d.dtypes("CrossEntropyForward", []device.Buffer{losses}, logits)
 	crossEntropyForward(d.get("CrossEntropyForward losses", losses, len(targets)),
 		d.get("CrossEntropyForward logits", logits, len(targets)*vocab), targets, vocab)
 }
 
 func (d *dev[T]) CrossEntropyBackward(dlogits, logits device.Buffer, targets []int32, vocab int, scale float32) {
 	d.checkTargets("CrossEntropyBackward", targets, vocab)
+	d.dtypes("CrossEntropyBackward", nil, dlogits, logits)
+	defer d.round(dlogits)
 	n := len(targets) * vocab
 	crossEntropyBackward(d.get("CrossEntropyBackward dlogits", dlogits, n),
 		d.get("CrossEntropyBackward logits", logits, n), targets, vocab, T(scale))
@@ -285,5 +314,6 @@ func (d *dev[T]) AdamW(params, grads, m, v device.Buffer, c device.AdamWConfig) 
 	}
 	p := d.buf("AdamW params", params).data
 	n := len(p)
+	d.dtypes("AdamW (fp32 master weights and state)", []device.Buffer{params, grads, m, v}, params)
 	adamw(p, d.get("AdamW grads", grads, n), d.get("AdamW m", m, n), d.get("AdamW v", v, n), c)
 }

@@ -44,3 +44,20 @@ func TestAccountingMatchesCPU(t *testing.T) {
 	devicetest.Accounting(t, newConformanceDevice(t, 0), cpu.New(cpu.Options{}))
 	devicetest.OutOfMemory(t, newConformanceDevice)
 }
+
+// TestConformanceBF16 runs the bf16 suite on the cuda device (bf16 storage, the
+// kernels' _bf16 twins, bf16 cublasGemmEx) against the cpu device in float64
+// storing bf16; over the fakes in both schedule orders.
+func TestConformanceBF16(t *testing.T) {
+	ref := func() device.Device { return cpu.New(cpu.Options{Float64: true}) }
+	if fakes.cuda == "" {
+		devicetest.RunBF16(t, newConformanceDevice, ref)
+		return
+	}
+	for _, order := range []string{"forward", "reverse"} {
+		t.Run(order, func(t *testing.T) {
+			t.Setenv("FAKECUDA_SCHEDULE", order)
+			devicetest.RunBF16(t, newConformanceDevice, ref)
+		})
+	}
+}

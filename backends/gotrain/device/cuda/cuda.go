@@ -10,8 +10,11 @@
 // asynchronously on the device's compute stream in call order; a failing driver
 // call is sticky (later ops are skipped) and reported by Sync. Memory comes from
 // one caching arena (arena.go); the tracker is charged exactly what the cpu
-// device charges, 4 bytes per element per category, and what the arena, cuBLAS
-// and the context hold beyond that is reported apart (Extras).
+// device charges, 4 bytes per fp32 element and 2 per bf16 element per category,
+// and what the arena, cuBLAS and the context hold beyond that is reported apart
+// (Extras). bf16 buffers (device.MixedPrecision) are stored as bf16; their ops
+// run the kernels' _bf16 twins (bf16 load and store, fp32 math) and their
+// GEMMs cublasGemmEx with bf16 A, B and C and fp32 compute (bf16.go).
 package cuda
 
 // #include "shim.h"
@@ -31,7 +34,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels"
 )
 
-// elemBytes is the size of a buffer element: buffers hold float32.
+// elemBytes is the size of a float32 element: scratch, staging and fp32 buffers.
 const elemBytes = 4
 
 // DefaultWorkspaceBytes is the cuBLAS workspace the device gives each handle:
@@ -313,10 +316,11 @@ type allocation struct {
 	ptr   uint64
 	bytes int64
 	cat   device.Category
+	dt    device.DType
 	freed atomic.Bool
 }
 
-// buffer is a cuda buffer or a view of one: n float32 at ptr.
+// buffer is a cuda buffer or a view of one: n elements of a.dt at ptr.
 type buffer struct {
 	d    *Device
 	ptr  uint64
@@ -334,7 +338,7 @@ func (b *buffer) Slice(off, n int) device.Buffer {
 	if off < 0 || n < 0 || off+n > b.n {
 		panic(fmt.Sprintf("cuda: Slice(%d, %d) of a buffer of %d elements", off, n, b.n))
 	}
-	return &buffer{d: b.d, ptr: b.ptr + uint64(off)*elemBytes, n: n, a: b.a, view: true}
+	return &buffer{d: b.d, ptr: b.ptr + uint64(off)*uint64(b.a.dt.Size()), n: n, a: b.a, view: true}
 }
 
 // DevicePointer is the device address of b's first element (NCCL's buffers).
@@ -352,21 +356,33 @@ func Pointer(b device.Buffer) uintptr {
 
 // Alloc returns a zeroed buffer of n float32, charging the tracker n·4 bytes of cat.
 func (d *Device) Alloc(n int, cat device.Category) (device.Buffer, error) {
+	return d.AllocDType(n, device.F32, cat)
+}
+
+// AllocDType returns a zeroed buffer of n elements of type t, charging the
+// tracker n·t.Size() bytes of cat.
+func (d *Device) AllocDType(n int, t device.DType, cat device.Category) (device.Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%s: allocate %d elements of %v: negative length", d.name, n, cat)
 	}
-	bytes := int64(n) * elemBytes
+	if t != device.F32 && t != device.BF16 {
+		return nil, fmt.Errorf("%s: allocate %d elements of %v: unknown dtype", d.name, n, t)
+	}
+	bytes := int64(n) * t.Size()
 	if err := d.tr.Reserve(bytes, cat); err != nil {
 		return nil, fmt.Errorf("%s: %w", d.name, err)
 	}
-	a := &allocation{bytes: bytes, cat: cat}
+	a := &allocation{bytes: bytes, cat: cat, dt: t}
 	if n > 0 {
 		d.mu.Lock()
 		ptr, err := d.arena.alloc(bytes)
 		if err == nil {
 			a.ptr = ptr
+			// The arena's blocks are 512-byte aligned and sized, so the words
+			// past an odd bf16 count belong to this block.
+			words := (bytes + 3) / 4
 			d.issue("Alloc", func() int {
-				return int(C.fsdp_memset32(d.ctx, C.CUdeviceptr(ptr), 0, C.size_t(n), d.compute))
+				return int(C.fsdp_memset32(d.ctx, C.CUdeviceptr(ptr), 0, C.size_t(words), d.compute))
 			})
 		}
 		d.mu.Unlock()
@@ -499,12 +515,17 @@ func (d *Device) CopyFromHost(dst device.Buffer, src []float32) {
 	if len(src) == 0 {
 		return
 	}
+	host, bytes := unsafe.Pointer(&src[0]), len(src)*elemBytes
+	if x.a.dt == device.BF16 {
+		enc := toBF16(src)
+		host, bytes = unsafe.Pointer(&enc[0]), 2*len(enc)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// From pageable memory the driver stages the source before it returns, so src
 	// may change afterwards while the copy stays ordered on the stream.
 	d.issue("CopyFromHost", func() int {
-		return int(C.fsdp_htod(d.ctx, C.CUdeviceptr(x.ptr), unsafe.Pointer(&src[0]), C.size_t(len(src)*elemBytes), d.compute))
+		return int(C.fsdp_htod(d.ctx, C.CUdeviceptr(x.ptr), host, C.size_t(bytes), d.compute))
 	})
 }
 
@@ -512,6 +533,18 @@ func (d *Device) CopyFromHost(dst device.Buffer, src []float32) {
 func (d *Device) CopyToHost(dst []float32, src device.Buffer) {
 	x := d.get("CopyToHost", src, len(dst))
 	if len(dst) == 0 {
+		return
+	}
+	if x.a.dt == device.BF16 {
+		enc := make([]uint16, len(dst))
+		d.mu.Lock()
+		d.issue("CopyToHost", func() int {
+			return int(C.fsdp_dtoh(d.ctx, unsafe.Pointer(&enc[0]), C.CUdeviceptr(x.ptr), C.size_t(2*len(enc)), d.compute))
+		})
+		d.mu.Unlock()
+		for i, b := range enc {
+			dst[i] = device.FromBF16Bits(b)
+		}
 		return
 	}
 	d.mu.Lock()
@@ -526,10 +559,11 @@ func (d *Device) CopyToHost(dst []float32, src device.Buffer) {
 func (d *Device) Copy(dst, src device.Buffer) {
 	s := d.buf("Copy", src)
 	t := d.get("Copy", dst, s.n)
+	device.CheckDTypes(d.name, "Copy", nil, dst, src)
 	if s.n == 0 || s.ptr == t.ptr {
 		return
 	}
-	bytes := uint64(s.n) * elemBytes
+	bytes := uint64(s.n) * uint64(s.a.dt.Size())
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	from := s.ptr
@@ -548,7 +582,7 @@ func (d *Device) Copy(dst, src device.Buffer) {
 	})
 }
 
-// Zero sets b to 0 with cuMemsetD32 on the compute stream.
+// Zero sets b to 0 with cuMemsetD32 on the compute stream (bf16: kernels.ZeroBF16).
 func (d *Device) Zero(b device.Buffer) {
 	x := d.buf("Zero", b)
 	if x.n == 0 {
@@ -556,6 +590,10 @@ func (d *Device) Zero(b device.Buffer) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if x.a.dt == device.BF16 {
+		d.launch(&kernels.ZeroBF16, grid{kernels.GridStride(int64(x.n)), 1, 1}, 0, ptrArg(x), i64Arg(x.n))
+		return
+	}
 	d.issue("Zero", func() int {
 		return int(C.fsdp_memset32(d.ctx, C.CUdeviceptr(x.ptr), 0, C.size_t(x.n), d.compute))
 	})

@@ -160,6 +160,44 @@ func TestMatMulBF16Mode(t *testing.T) {
 	assert.Equal(t, "75", calls[0]["compute"], "CUBLAS_COMPUTE_32F_FAST_16BF")
 }
 
+// TestMatMulOnBF16Buffers: a MatMul of bf16 buffers is one cublasGemmEx with
+// CUDA_R_16BF A, B and C and CUBLAS_COMPUTE_32F, operands swapped as for fp32, on
+// the compute stream; the product accumulates in fp32 and C is rounded once.
+func TestMatMulOnBF16Buffers(t *testing.T) {
+	requireFakes(t)
+	log := filepath.Join(t.TempDir(), "gemm.log")
+	t.Setenv("FSDPBENCH_FAKECUBLAS_LOG", log)
+	d := newTestDevice(t, Options{})
+	h := func(v []float32) device.Buffer {
+		b, err := d.AllocDType(len(v), device.BF16, device.Other)
+		require.NoError(t, err)
+		d.CopyFromHost(b, v)
+		return b
+	}
+	// Σ of 1 and eight times 2⁻⁹: each term alone rounds away in a bf16 sum
+	// (8 bits of mantissa), fp32 accumulation keeps them: 1 + 2⁻⁶ is a bf16 value.
+	k := 9
+	a, b := make([]float32, k), make([]float32, k)
+	for i := range k {
+		a[i], b[i] = 1, 1.0/512
+	}
+	b[0] = 1
+	ab, bb, cb := h(a), h(b), h([]float32{0})
+	d.MatMul(cb, ab, bb, false, false, 1, 1, k, 1, 0)
+	assert.Equal(t, []float32{1 + 1.0/64}, download(t, d, cb), "fp32 accumulation of bf16 operands")
+	calls := gemmLog(t, log)
+	require.Len(t, calls, 1)
+	g := calls[0]
+	assert.Equal(t, "cublasGemmEx", g["call"])
+	assert.Equal(t, "14", g["dtype"], "CUDA_R_16BF")
+	assert.Equal(t, "68", g["compute"], "CUBLAS_COMPUTE_32F")
+	assert.Equal(t, ptrText(Pointer(bb)), g["A"], "op(B) comes first")
+	assert.Equal(t, ptrText(Pointer(ab)), g["B"])
+	assert.Equal(t, ptrText(d.ComputeStream()), g["stream"])
+	assert.Panics(t, func() { d.MatMul(cb, ab, upload(t, d, b), false, false, 1, 1, k, 1, 0) }, "mixed dtypes")
+	require.NoError(t, d.Sync())
+}
+
 func TestMatMulEmptyShapes(t *testing.T) {
 	requireFakes(t)
 	log := filepath.Join(t.TempDir(), "gemm.log")

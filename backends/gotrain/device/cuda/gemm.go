@@ -39,7 +39,9 @@ func columnMajor(c, a, b uint64, transA, transB bool, m, n, k int) gemmCall {
 }
 
 // MatMul is one cuBLAS GEMM on the compute stream (columnMajor maps the operands):
-// cublasSgemm in GEMMFP32 mode, cublasGemmEx with bf16 tensor-core inputs in GEMMBF16.
+// on fp32 buffers cublasSgemm in GEMMFP32 mode, cublasGemmEx with bf16 tensor-core
+// inputs in GEMMBF16; on bf16 buffers (the bf16 policy) cublasGemmEx with bf16 A,
+// B and C and CUBLAS_COMPUTE_32F, whatever the mode.
 func (d *Device) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int, alpha, beta float32) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("%s: MatMul: negative size m=%d n=%d k=%d", d.name, m, n, k))
@@ -48,12 +50,16 @@ func (d *Device) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int,
 		panic(fmt.Sprintf("%s: MatMul: m=%d n=%d k=%d past cuBLAS's 32-bit sizes", d.name, m, n, k))
 	}
 	cb, ab, bb := d.get("MatMul C", c, m*n), d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n)
+	dt := device.CheckDTypes(d.name, "MatMul", nil, c, a, b)
 	if m == 0 || n == 0 {
 		return
 	}
 	g := columnMajor(cb.ptr, ab.ptr, bb.ptr, transA, transB, m, n, k)
 	mode := 0
-	if d.opts.GEMM == GEMMBF16 {
+	switch {
+	case dt == device.BF16:
+		mode = 2
+	case d.opts.GEMM == GEMMBF16:
 		mode = 1
 	}
 	d.mu.Lock()

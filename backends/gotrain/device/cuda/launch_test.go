@@ -15,8 +15,9 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels"
 )
 
-// launched runs every op once on d with a hook that records each launch, and
-// returns the argument kinds per kernel.
+// launched runs every op once on d with fp32 buffers and once with bf16 tensors
+// (fp32 statistics), plus the casts, a bf16 zero and the fp32 += bf16 add, with a
+// hook that records each launch, and returns the argument kinds per kernel.
 func launched(t *testing.T, d *Device) map[string][][]kernels.Kind {
 	t.Helper()
 	got := map[string][][]kernels.Kind{}
@@ -27,7 +28,25 @@ func launched(t *testing.T, d *Device) map[string][][]kernels.Kind {
 		}
 		got[k.Name] = append(got[k.Name], kinds)
 	}
-	b := func(n int) device.Buffer { return alloc(t, d, n) }
+	st := func(n int) device.Buffer { return alloc(t, d, n) } // statistics: fp32 always
+	h := func(n int) device.Buffer {
+		x, err := d.AllocDType(n, device.BF16, device.Other)
+		require.NoError(t, err)
+		return x
+	}
+	for _, b := range []func(int) device.Buffer{st, h} {
+		allOps(d, b, st)
+	}
+	d.Cast(h(4), st(4))
+	d.Cast(st(4), h(4))
+	d.Zero(h(3))
+	d.Add(st(4), h(4), 1)
+	d.AdamW(st(4), st(4), st(4), st(4), device.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1})
+	return got
+}
+
+// allOps runs every op but AdamW once, its tensors from b, its statistics from st.
+func allOps(d *Device, b, st func(int) device.Buffer) {
 	rs := device.RoPEShape{Batch: 1, Seq: 3, Heads: 2, HeadDim: 4, Theta: 10}
 	as := device.AttnShape{Batch: 1, Seq: 3, Heads: 2, KVHeads: 1, HeadDim: 4}
 	d.Add(b(4), b(4), 1)
@@ -36,19 +55,17 @@ func launched(t *testing.T, d *Device) map[string][][]kernels.Kind {
 	d.SumSquares(b(4))
 	d.EmbeddingForward(b(6), b(9), []int32{0, 2}, 3)
 	d.EmbeddingBackward(b(9), b(6), []int32{0, 2}, 3)
-	d.RMSNormForward(b(6), b(2), b(6), b(3), 2, 3, 1e-5)
-	d.RMSNormBackward(b(6), b(3), b(6), b(6), b(3), b(2), 2, 3)
+	d.RMSNormForward(b(6), st(2), b(6), b(3), 2, 3, 1e-5)
+	d.RMSNormBackward(b(6), b(3), b(6), b(6), b(3), st(2), 2, 3)
 	d.RoPEForward(b(rs.Len()), rs)
 	d.RoPEBackward(b(rs.Len()), rs)
-	d.AttentionForward(b(as.QLen()), b(as.LSELen()), b(as.QLen()), b(as.KVLen()), b(as.KVLen()), as)
+	d.AttentionForward(b(as.QLen()), st(as.LSELen()), b(as.QLen()), b(as.KVLen()), b(as.KVLen()), as)
 	d.AttentionBackward(b(as.QLen()), b(as.KVLen()), b(as.KVLen()), b(as.QLen()), b(as.QLen()), b(as.KVLen()),
-		b(as.KVLen()), b(as.QLen()), b(as.LSELen()), as)
+		b(as.KVLen()), b(as.QLen()), st(as.LSELen()), as)
 	d.SwiGLUForward(b(5), b(5), b(5))
 	d.SwiGLUBackward(b(5), b(5), b(5), b(5), b(5))
-	d.CrossEntropyForward(b(2), b(6), []int32{0, 2}, 3)
+	d.CrossEntropyForward(st(2), b(6), []int32{0, 2}, 3)
 	d.CrossEntropyBackward(b(6), b(6), []int32{0, 2}, 3, 0.5)
-	d.AdamW(b(4), b(4), b(4), b(4), device.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1})
-	return got
 }
 
 // ptxParams parses each .entry's parameter types from PTX text.
@@ -83,11 +100,10 @@ func TestLaunchWrappersMatchKernelsAndPTX(t *testing.T) {
 	for n := range got {
 		names = append(names, n)
 	}
-	cast := map[string]bool{kernels.CastF32ToBF16.Name: true, kernels.CastBF16ToF32.Name: true,
-		kernels.SumFinish.Name: true, kernels.Zero.Name: true, kernels.Copy.Name: true}
+	cast := map[string]bool{kernels.SumFinish.Name: true, kernels.Zero.Name: true, kernels.Copy.Name: true}
 	for _, k := range kernels.All {
 		if cast[k.Name] {
-			continue // no Device op uses them: casts wait for bf16 buffers, sums finish on the host, memset and memcpy serve Zero and Copy
+			continue // no Device op uses them: sums finish on the host, memset and memcpy serve fp32 Zero and Copy
 		}
 		assert.Contains(t, names, k.Name, "no op launches %s", k.Name)
 	}

@@ -21,23 +21,28 @@ var _ device.Device = (*Device)(nil)
 func (d *Device) Add(dst, src device.Buffer, alpha float32) {
 	s := d.buf("Add", src)
 	t := d.get("Add", dst, s.n)
+	k := &kernels.AddF32BF16 // an fp32 destination may add a bf16 source
+	if t.a.dt != device.F32 || s.a.dt != device.BF16 {
+		k = d.pick("Add", &kernels.Add, &kernels.AddBF16, nil, dst, src)
+	}
 	if s.n == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.launch(&kernels.Add, grid{kernels.GridStride(int64(s.n)), 1, 1}, 0, ptrArg(t), ptrArg(s), f32Arg(alpha), i64Arg(s.n))
+	d.launch(k, grid{kernels.GridStride(int64(s.n)), 1, 1}, 0, ptrArg(t), ptrArg(s), f32Arg(alpha), i64Arg(s.n))
 }
 
 // Scale runs kernels.Scale: x *= alpha.
 func (d *Device) Scale(x device.Buffer, alpha float32) {
 	b := d.buf("Scale", x)
+	k := d.pick("Scale", &kernels.Scale, &kernels.ScaleBF16, nil, x)
 	if b.n == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.launch(&kernels.Scale, grid{kernels.GridStride(int64(b.n)), 1, 1}, 0, ptrArg(b), f32Arg(alpha), i64Arg(b.n))
+	d.launch(k, grid{kernels.GridStride(int64(b.n)), 1, 1}, 0, ptrArg(b), f32Arg(alpha), i64Arg(b.n))
 }
 
 // Sum is Σ x, reduced by kernels.SumPartials and finished in float64 on the host.
@@ -51,6 +56,7 @@ func (d *Device) SumSquares(x device.Buffer) float64 { return d.sum("SumSquares"
 // device accumulates. It returns NaN when the device has failed (Sync says why).
 func (d *Device) sum(op string, x device.Buffer, squares int) float64 {
 	b := d.buf(op, x)
+	k := d.pick(op, &kernels.SumPartials, &kernels.SumPartialsBF16, nil, x)
 	if b.n == 0 {
 		return 0
 	}
@@ -61,7 +67,7 @@ func (d *Device) sum(op string, x device.Buffer, squares int) float64 {
 	if !ok {
 		return math.NaN()
 	}
-	d.launch(&kernels.SumPartials, grid{blocks, 1, 1}, 0, addrArg(partials), ptrArg(b), i64Arg(b.n), i32Arg(squares))
+	d.launch(k, grid{blocks, 1, 1}, 0, addrArg(partials), ptrArg(b), i64Arg(b.n), i32Arg(squares))
 	host := make([]float32, blocks)
 	d.issue(op, func() int {
 		return int(C.fsdp_dtoh(d.ctx, unsafe.Pointer(&host[0]), C.CUdeviceptr(partials), C.size_t(blocks*elemBytes), d.compute))
@@ -107,13 +113,14 @@ func (d *Device) EmbeddingForward(out, table device.Buffer, tokens []int32, dim 
 	tab := d.buf("EmbeddingForward table", table)
 	d.checkTokens("EmbeddingForward", tokens, tab.n, dim)
 	o := d.get("EmbeddingForward out", out, len(tokens)*dim)
+	k := d.pick("EmbeddingForward", &kernels.EmbeddingForward, &kernels.EmbeddingForwardBF16, nil, out, table)
 	if len(tokens) == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if tok, ok := d.uploadInt32("tokens", tokens); ok {
-		d.launch(&kernels.EmbeddingForward, grid{len(tokens), 1, 1}, 0, ptrArg(o), ptrArg(tab), addrArg(tok),
+		d.launch(k, grid{len(tokens), 1, 1}, 0, ptrArg(o), ptrArg(tab), addrArg(tok),
 			i32Arg(len(tokens)), i32Arg(dim))
 	}
 }
@@ -123,13 +130,14 @@ func (d *Device) EmbeddingBackward(dtable, dout device.Buffer, tokens []int32, d
 	tab := d.buf("EmbeddingBackward dtable", dtable)
 	d.checkTokens("EmbeddingBackward", tokens, tab.n, dim)
 	g := d.get("EmbeddingBackward dout", dout, len(tokens)*dim)
+	k := d.pick("EmbeddingBackward", &kernels.EmbeddingBackward, &kernels.EmbeddingBackwardBF16, nil, dtable, dout)
 	if len(tokens) == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if tok, ok := d.uploadInt32("tokens", tokens); ok {
-		d.launch(&kernels.EmbeddingBackward, grid{kernels.CeilDiv(dim, kernels.ElemBlock), 1, 1}, 0, ptrArg(tab), ptrArg(g),
+		d.launch(k, grid{kernels.CeilDiv(dim, kernels.ElemBlock), 1, 1}, 0, ptrArg(tab), ptrArg(g),
 			addrArg(tok), i32Arg(len(tokens)), i32Arg(dim))
 	}
 }
@@ -139,12 +147,13 @@ func (d *Device) RMSNormForward(out, rstd, x, weight device.Buffer, rows, dim in
 	n := rows * dim
 	o, r := d.get("RMSNormForward out", out, n), d.get("RMSNormForward rstd", rstd, rows)
 	xb, w := d.get("RMSNormForward x", x, n), d.get("RMSNormForward weight", weight, dim)
+	k := d.pick("RMSNormForward", &kernels.RMSNormForward, &kernels.RMSNormForwardBF16, []device.Buffer{rstd}, out, x, weight)
 	if rows == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.launch(&kernels.RMSNormForward, grid{rows, 1, 1}, 0, ptrArg(o), ptrArg(r), ptrArg(xb), ptrArg(w),
+	d.launch(k, grid{rows, 1, 1}, 0, ptrArg(o), ptrArg(r), ptrArg(xb), ptrArg(w),
 		i32Arg(rows), i32Arg(dim), f32Arg(eps))
 }
 
@@ -154,14 +163,18 @@ func (d *Device) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffe
 	gx, gw := d.get("RMSNormBackward dx", dx, n), d.get("RMSNormBackward dweight", dweight, dim)
 	gy, xb := d.get("RMSNormBackward dout", dout, n), d.get("RMSNormBackward x", x, n)
 	w, r := d.get("RMSNormBackward weight", weight, dim), d.get("RMSNormBackward rstd", rstd, rows)
+	kdx, kdw := &kernels.RMSNormBackwardDx, &kernels.RMSNormBackwardDw
+	if d.pick("RMSNormBackward", kdx, &kernels.RMSNormBackwardDxBF16, []device.Buffer{rstd}, dx, dweight, dout, x, weight) != kdx {
+		kdx, kdw = &kernels.RMSNormBackwardDxBF16, &kernels.RMSNormBackwardDwBF16
+	}
 	if rows == 0 || dim == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.launch(&kernels.RMSNormBackwardDx, grid{rows, 1, 1}, 0, ptrArg(gx), ptrArg(gy), ptrArg(xb), ptrArg(w), ptrArg(r),
+	d.launch(kdx, grid{rows, 1, 1}, 0, ptrArg(gx), ptrArg(gy), ptrArg(xb), ptrArg(w), ptrArg(r),
 		i32Arg(rows), i32Arg(dim))
-	d.launch(&kernels.RMSNormBackwardDw, grid{kernels.CeilDiv(dim, kernels.ElemBlock), 1, 1}, 0, ptrArg(gw), ptrArg(gy),
+	d.launch(kdw, grid{kernels.CeilDiv(dim, kernels.ElemBlock), 1, 1}, 0, ptrArg(gw), ptrArg(gy),
 		ptrArg(xb), ptrArg(r), i32Arg(rows), i32Arg(dim))
 }
 
@@ -186,6 +199,7 @@ func (d *Device) checkRoPE(op string, s device.RoPEShape) {
 // rotate runs the RoPE kernel with the cos/sin tables of s, uploaded to scratch
 // once per shape (every layer of a step shares them).
 func (d *Device) rotate(x *buffer, s device.RoPEShape, sign float32) {
+	k := d.pick("RoPE", &kernels.RoPE, &kernels.RoPEBF16, nil, x)
 	if s.Len() == 0 {
 		return
 	}
@@ -208,7 +222,7 @@ func (d *Device) rotate(x *buffer, s device.RoPEShape, sign float32) {
 		d.rope = key
 	}
 	rows := s.Batch * s.Seq
-	d.launch(&kernels.RoPE, grid{kernels.GridStride(int64(rows * s.Heads * half)), 1, 1}, 0, ptrArg(x), addrArg(tab),
+	d.launch(k, grid{kernels.GridStride(int64(rows * s.Heads * half)), 1, 1}, 0, ptrArg(x), addrArg(tab),
 		addrArg(tab+uint64(s.Seq*half)*elemBytes), i32Arg(rows), i32Arg(s.Seq), i32Arg(s.Heads), i32Arg(s.HeadDim), f32Arg(sign))
 }
 
@@ -249,14 +263,15 @@ func (d *Device) AttentionForward(out, lse, q, k, v device.Buffer, s device.Attn
 	d.checkAttn("AttentionForward", s)
 	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
 	qb, kb, vb := d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()), d.get("AttentionForward v", v, s.KVLen())
+	kf := d.pick("AttentionForward", &kernels.AttentionForward, &kernels.AttentionForwardBF16, []device.Buffer{lse}, out, q, k, v)
 	if s.QLen() == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	args := append([]arg{ptrArg(o), ptrArg(l), ptrArg(qb), ptrArg(kb), ptrArg(vb)}, attnArgs(s)...)
-	d.launch(&kernels.AttentionForward, grid{kernels.CeilDiv(s.Seq, kernels.AttnFwdTile), s.Heads, s.Batch},
-		kernels.AttentionForward.Shared(s.HeadDim), args...)
+	d.launch(kf, grid{kernels.CeilDiv(s.Seq, kernels.AttnFwdTile), s.Heads, s.Batch},
+		kf.Shared(s.HeadDim), args...)
 }
 
 // AttentionBackward runs kernels.AttentionBackwardDq and kernels.AttentionBackwardDkDv.
@@ -266,6 +281,10 @@ func (d *Device) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Bu
 	gout := d.get("AttentionBackward dout", dout, s.QLen())
 	qb, kb, vb := d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()), d.get("AttentionBackward v", v, s.KVLen())
 	o, l := d.get("AttentionBackward out", out, s.QLen()), d.get("AttentionBackward lse", lse, s.LSELen())
+	kdq, kdkdv := &kernels.AttentionBackwardDq, &kernels.AttentionBackwardDkDv
+	if d.pick("AttentionBackward", kdq, &kernels.AttentionBackwardDqBF16, []device.Buffer{lse}, dq, dk, dv, dout, q, k, v, out) != kdq {
+		kdq, kdkdv = &kernels.AttentionBackwardDqBF16, &kernels.AttentionBackwardDkDvBF16
+	}
 	if s.QLen() == 0 {
 		return
 	}
@@ -273,21 +292,22 @@ func (d *Device) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Bu
 	defer d.mu.Unlock()
 	tiles := kernels.CeilDiv(s.Seq, kernels.AttnBwdTile)
 	args := append([]arg{ptrArg(gq), ptrArg(gout), ptrArg(qb), ptrArg(kb), ptrArg(vb), ptrArg(o), ptrArg(l)}, attnArgs(s)...)
-	d.launch(&kernels.AttentionBackwardDq, grid{tiles, s.Heads, s.Batch}, kernels.AttentionBackwardDq.Shared(s.HeadDim), args...)
+	d.launch(kdq, grid{tiles, s.Heads, s.Batch}, kdq.Shared(s.HeadDim), args...)
 	args = append([]arg{ptrArg(gk), ptrArg(gv), ptrArg(gout), ptrArg(qb), ptrArg(kb), ptrArg(vb), ptrArg(o), ptrArg(l)}, attnArgs(s)...)
-	d.launch(&kernels.AttentionBackwardDkDv, grid{tiles, s.KVHeads, s.Batch}, kernels.AttentionBackwardDkDv.Shared(s.HeadDim), args...)
+	d.launch(kdkdv, grid{tiles, s.KVHeads, s.Batch}, kdkdv.Shared(s.HeadDim), args...)
 }
 
 // SwiGLUForward runs kernels.SwiGLUForward.
 func (d *Device) SwiGLUForward(out, gate, up device.Buffer) {
 	g := d.buf("SwiGLUForward gate", gate)
 	o, u := d.get("SwiGLUForward out", out, g.n), d.get("SwiGLUForward up", up, g.n)
+	k := d.pick("SwiGLUForward", &kernels.SwiGLUForward, &kernels.SwiGLUForwardBF16, nil, out, gate, up)
 	if g.n == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.launch(&kernels.SwiGLUForward, grid{kernels.GridStride(int64(g.n)), 1, 1}, 0, ptrArg(o), ptrArg(g), ptrArg(u), i64Arg(g.n))
+	d.launch(k, grid{kernels.GridStride(int64(g.n)), 1, 1}, 0, ptrArg(o), ptrArg(g), ptrArg(u), i64Arg(g.n))
 }
 
 // SwiGLUBackward runs kernels.SwiGLUBackward.
@@ -296,12 +316,13 @@ func (d *Device) SwiGLUBackward(dgate, dup, dout, gate, up device.Buffer) {
 	n := g.n
 	gg, gu := d.get("SwiGLUBackward dgate", dgate, n), d.get("SwiGLUBackward dup", dup, n)
 	gy, u := d.get("SwiGLUBackward dout", dout, n), d.get("SwiGLUBackward up", up, n)
+	k := d.pick("SwiGLUBackward", &kernels.SwiGLUBackward, &kernels.SwiGLUBackwardBF16, nil, dgate, dup, dout, gate, up)
 	if n == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.launch(&kernels.SwiGLUBackward, grid{kernels.GridStride(int64(n)), 1, 1}, 0, ptrArg(gg), ptrArg(gu), ptrArg(gy),
+	d.launch(k, grid{kernels.GridStride(int64(n)), 1, 1}, 0, ptrArg(gg), ptrArg(gu), ptrArg(gy),
 		ptrArg(g), ptrArg(u), i64Arg(n))
 }
 
@@ -318,13 +339,14 @@ func (d *Device) CrossEntropyForward(losses, logits device.Buffer, targets []int
 	d.checkTargets("CrossEntropyForward", targets, vocab)
 	l := d.get("CrossEntropyForward losses", losses, len(targets))
 	z := d.get("CrossEntropyForward logits", logits, len(targets)*vocab)
+	k := d.pick("CrossEntropyForward", &kernels.CrossEntropyForward, &kernels.CrossEntropyForwardBF16, []device.Buffer{losses}, logits)
 	if len(targets) == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if tg, ok := d.uploadInt32("targets", targets); ok {
-		d.launch(&kernels.CrossEntropyForward, grid{len(targets), 1, 1}, 0, ptrArg(l), ptrArg(z), addrArg(tg),
+		d.launch(k, grid{len(targets), 1, 1}, 0, ptrArg(l), ptrArg(z), addrArg(tg),
 			i32Arg(len(targets)), i32Arg(vocab))
 	}
 }
@@ -334,13 +356,14 @@ func (d *Device) CrossEntropyBackward(dlogits, logits device.Buffer, targets []i
 	d.checkTargets("CrossEntropyBackward", targets, vocab)
 	n := len(targets) * vocab
 	gz, z := d.get("CrossEntropyBackward dlogits", dlogits, n), d.get("CrossEntropyBackward logits", logits, n)
+	k := d.pick("CrossEntropyBackward", &kernels.CrossEntropyBackward, &kernels.CrossEntropyBackwardBF16, nil, dlogits, logits)
 	if len(targets) == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if tg, ok := d.uploadInt32("targets", targets); ok {
-		d.launch(&kernels.CrossEntropyBackward, grid{len(targets), 1, 1}, 0, ptrArg(gz), ptrArg(z), addrArg(tg),
+		d.launch(k, grid{len(targets), 1, 1}, 0, ptrArg(gz), ptrArg(z), addrArg(tg),
 			i32Arg(len(targets)), i32Arg(vocab), f32Arg(scale))
 	}
 }
@@ -354,6 +377,7 @@ func (d *Device) AdamW(params, grads, m, v device.Buffer, c device.AdamWConfig) 
 	p := d.buf("AdamW params", params)
 	n := p.n
 	g, mb, vb := d.get("AdamW grads", grads, n), d.get("AdamW m", m, n), d.get("AdamW v", v, n)
+	device.CheckDTypes(d.name, "AdamW (fp32 master weights and state)", []device.Buffer{params, grads, m, v}, params)
 	if n == 0 {
 		return
 	}

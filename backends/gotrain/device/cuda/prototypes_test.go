@@ -127,3 +127,33 @@ func TestErrorNamesMatchCudaH(t *testing.T) {
 		}
 	}
 }
+
+// TestShimEnumsMatchNVIDIAHeaders checks the cuBLAS enum values shim.c writes by
+// hand (transpose flags, math mode, data and compute types, the GEMM algorithm)
+// against NVIDIA's headers with C static assertions: a bf16 GEMM with a wrong
+// CUDA_R_16BF would hand cuBLAS the wrong storage type.
+func TestShimEnumsMatchNVIDIAHeaders(t *testing.T) {
+	inc := cudaInclude(t)
+	src, err := os.ReadFile("shim.c")
+	require.NoError(t, err)
+	block := regexp.MustCompile(`(?s)// cuBLAS enums[^\n]*\nenum \{(.*?)\};`).FindSubmatch(src)
+	require.NotNil(t, block, "shim.c's cuBLAS enum block")
+	nvidia := map[string]string{
+		"OP_N": "CUBLAS_OP_N", "OP_T": "CUBLAS_OP_T", "DEFAULT_MATH": "CUBLAS_DEFAULT_MATH",
+		"R_32F": "CUDA_R_32F", "R_16BF": "CUDA_R_16BF", "COMPUTE_32F": "CUBLAS_COMPUTE_32F",
+		"COMPUTE_32F_FAST_16BF": "CUBLAS_COMPUTE_32F_FAST_16BF", "GEMM_DEFAULT": "CUBLAS_GEMM_DEFAULT",
+	}
+	check := withRealHeaders
+	seen := 0
+	for _, m := range regexp.MustCompile(`(\w+) = (-?\d+)`).FindAllStringSubmatch(string(block[1]), -1) {
+		name, ok := nvidia[m[1]]
+		require.True(t, ok, "shim.c's enum %s has no NVIDIA name in this test: add it", m[1])
+		check += fmt.Sprintf("_Static_assert(%s == %s, \"shim.c: %s = %s, NVIDIA's %s differs\");\n", name, m[2], m[1], m[2], name)
+		seen++
+	}
+	assert.Equal(t, len(nvidia), seen, "every enum of shim.c is checked")
+	out, err := compileC(t, inc, check)
+	require.NoError(t, err, "shim.c's enums disagree with NVIDIA's headers:\n%s", out)
+	out, err = compileC(t, inc, withRealHeaders+"_Static_assert(CUDA_R_16BF == 2, \"planted\");\n")
+	require.Error(t, err, "a planted wrong value fails: %s", out)
+}

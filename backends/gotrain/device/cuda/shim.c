@@ -151,7 +151,7 @@ CUresult fsdp_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsi
 
 // cuBLAS enums, from cublas_api.h and library_types.h.
 enum {
-  OP_N = 0, OP_T = 1, DEFAULT_MATH = 0, R_32F = 0, COMPUTE_32F_FAST_16BF = 75, GEMM_DEFAULT = -1,
+  OP_N = 0, OP_T = 1, DEFAULT_MATH = 0, R_32F = 0, R_16BF = 14, COMPUTE_32F = 68, COMPUTE_32F_FAST_16BF = 75, GEMM_DEFAULT = -1,
 };
 
 cublasStatus_t fsdp_blas_create(CUcontext ctx, cublasHandle_t *h, CUstream s, CUdeviceptr ws, size_t wsBytes,
@@ -191,6 +191,9 @@ cublasStatus_t fsdp_sgemm(CUcontext ctx, cublasHandle_t h, int mode, int ta, int
   if (mode == 0)
     return p_cublasSgemm_v2(h, opA, opB, m, n, k, &alpha, (const float *)(size_t)A, lda, (const float *)(size_t)B,
                             ldb, &beta, (float *)(size_t)C, ldc);
+  if (mode == 2)  // bf16 buffers: bf16 A, B and C, fp32 accumulation and fp32 scalars
+    return p_cublasGemmEx(h, opA, opB, m, n, k, &alpha, (const void *)(size_t)A, R_16BF, lda, (const void *)(size_t)B,
+                          R_16BF, ldb, &beta, (void *)(size_t)C, R_16BF, ldc, COMPUTE_32F, GEMM_DEFAULT);
   return p_cublasGemmEx(h, opA, opB, m, n, k, &alpha, (const void *)(size_t)A, R_32F, lda, (const void *)(size_t)B,
                         R_32F, ldb, &beta, (void *)(size_t)C, R_32F, ldc, COMPUTE_32F_FAST_16BF, GEMM_DEFAULT);
 }

@@ -51,7 +51,9 @@ cublasStatus_t fsdp_blas_create(CUcontext ctx, cublasHandle_t *h, CUstream s, CU
 cublasStatus_t fsdp_blas_destroy(CUcontext ctx, cublasHandle_t h);
 // fsdp_sgemm is column-major cuBLAS; mode 0 runs cublasSgemm (fp32 parity), mode 1
 // cublasGemmEx with fp32 operands and CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded
-// to bf16 on the tensor cores, fp32 accumulation).
+// to bf16 on the tensor cores, fp32 accumulation), mode 2 cublasGemmEx on bf16
+// buffers: CUDA_R_16BF A, B and C with CUBLAS_COMPUTE_32F (fp32 accumulation, C
+// rounded to bf16 once).
 cublasStatus_t fsdp_sgemm(CUcontext ctx, cublasHandle_t h, int mode, int ta, int tb, int m, int n, int k,
                           float alpha, CUdeviceptr A, int lda, CUdeviceptr B, int ldb, float beta,
                           CUdeviceptr C, int ldc);

@@ -52,7 +52,7 @@ func OpCases() []OpCase {
 			Inputs: map[string][]float64{"x": Randoms(rng, rows*dim, 1), "w": Around(rng, dim, 1, 0.3)},
 			TolFwd: TolRow, TolBwd: TolRow,
 			Run: func(t *testing.T, d device.Device, in map[string]device.Buffer, dout []float64, passes int) (device.Buffer, map[string]device.Buffer) {
-				out, rstd := Alloc(t, d, rows*dim), Alloc(t, d, rows)
+				out, rstd := Alloc(t, d, rows*dim), AllocF32(t, d, rows)
 				d.RMSNormForward(out, rstd, in["x"], in["w"], rows, dim, 1e-5)
 				if dout == nil {
 					return out, nil
@@ -127,7 +127,7 @@ func OpCases() []OpCase {
 			},
 			TolFwd: TolAttention, TolBwd: TolAttention,
 			Run: func(t *testing.T, d device.Device, in map[string]device.Buffer, dout []float64, passes int) (device.Buffer, map[string]device.Buffer) {
-				out, lse := Alloc(t, d, s.QLen()), Alloc(t, d, s.LSELen())
+				out, lse := Alloc(t, d, s.QLen()), AllocF32(t, d, s.LSELen())
 				d.AttentionForward(out, lse, in["q"], in["k"], in["v"], s)
 				if dout == nil {
 					return out, nil
@@ -174,7 +174,7 @@ func OpCases() []OpCase {
 			TolFwd:     TolRow, TolBwd: TolRow,
 			Dout: func(n int) []float64 { return slices.Repeat([]float64{scale}, n) },
 			Run: func(t *testing.T, d device.Device, in map[string]device.Buffer, dout []float64, _ int) (device.Buffer, map[string]device.Buffer) {
-				losses := Alloc(t, d, len(targets))
+				losses := AllocF32(t, d, len(targets))
 				d.CrossEntropyForward(losses, in["logits"], targets, vocab)
 				if dout == nil {
 					return losses, nil

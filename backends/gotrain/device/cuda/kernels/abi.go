@@ -12,7 +12,10 @@
 //   - Parameters are pointers (device addresses, 8 bytes), int32, int64 or float32,
 //     nothing else: a Go int passed where the kernel reads .u32 works only by luck.
 //   - Buffers are float32 unless a parameter says otherwise (tokens and targets are
-//     int32, bf16 is uint16 bits).
+//     int32, bf16 is uint16 bits). Each op kernel has a bf16 twin (the name with
+//     "_bf16", BF16Of): the same parameters, every tensor bf16 and the row
+//     statistics (rstd, lse, losses) float32; it loads bf16, computes in float32
+//     and stores bf16 rounded to nearest even.
 //   - Every kernel is launched with exactly Block threads in x (y = z = 1); it is
 //     compiled with __launch_bounds__(Block), so a larger block fails to launch.
 //   - Element counts of flat buffers are int64; row counts and widths are int32
@@ -113,6 +116,13 @@ func SumGrid(n int64) int {
 // CeilDiv is ⌈a/b⌉ for grids over tiles.
 func CeilDiv(a, b int) int { return (a + b - 1) / b }
 
+// BF16Of is k's bf16 twin: named k.Name + "_bf16", the same parameters (its
+// tensor pointers point at bf16), block and shared memory.
+func BF16Of(k Kernel) Kernel {
+	k.Name += "_bf16"
+	return k
+}
+
 func p(name string) Param   { return Param{name, Ptr} }
 func i32(name string) Param { return Param{name, I32} }
 func i64(name string) Param { return Param{name, I64} }
@@ -134,6 +144,20 @@ var Add = Kernel{"fsdp_add", []Param{p("dst"), p("src"), f32("alpha"), i64("n")}
 // Scale computes x[i] *= alpha for i < n. Grid GridStride(n).
 var Scale = Kernel{"fsdp_scale", []Param{p("x"), f32("alpha"), i64("n")}, ElemBlock, nil}
 
+// ZeroBF16 sets a bf16 x[0:n] to 0 (views need not be 4-byte aligned, which
+// cuMemsetD32 wants). Grid GridStride(n).
+var ZeroBF16 = BF16Of(Zero)
+
+// AddBF16 is Add on bf16 dst and src, rounded once per element.
+var AddBF16 = BF16Of(Add)
+
+// AddF32BF16 computes an fp32 dst[i] += alpha·src[i] of a bf16 src: the fp32
+// accumulation of bf16 gradients. Grid GridStride(n).
+var AddF32BF16 = Kernel{"fsdp_add_f32_bf16", []Param{p("dst"), p("src"), f32("alpha"), i64("n")}, ElemBlock, nil}
+
+// ScaleBF16 is Scale on bf16.
+var ScaleBF16 = BF16Of(Scale)
+
 // CastF32ToBF16 writes dst[i] = bf16(src[i]) for i < n (round to nearest even; NaN
 // stays a quiet NaN), dst holding uint16 bits. Grid GridStride(n).
 var CastF32ToBF16 = Kernel{"fsdp_cast_f32_bf16", []Param{p("dst"), p("src"), i64("n")}, ElemBlock, nil}
@@ -150,6 +174,9 @@ var CastBF16ToF32 = Kernel{"fsdp_cast_bf16_f32", []Param{p("dst"), p("src"), i64
 // Grid SumGrid(n) (≤ SumMaxPartials); partials holds one float per block. The
 // device finishes on the host in float64 or with SumFinish.
 var SumPartials = Kernel{"fsdp_sum_partials", []Param{p("partials"), p("x"), i64("n"), i32("squares")}, ElemBlock, nil}
+
+// SumPartialsBF16 is SumPartials over bf16 x (partials float32).
+var SumPartialsBF16 = BF16Of(SumPartials)
 
 // SumFinish writes out[0] = Σ partials[0:count] in float32, count ≤
 // SumMaxPartials. Grid 1.
@@ -272,17 +299,36 @@ var AttentionBackwardDkDv = Kernel{"fsdp_attn_bwd_dkdv",
 	append([]Param{p("dk"), p("dv"), p("dout"), p("q"), p("k"), p("v"), p("out"), p("lse")}, attnShape...),
 	4 * AttnBwdTile, AttnBwdShared}
 
+// The bf16 twins of the op kernels (BF16Of).
+var (
+	EmbeddingForwardBF16      = BF16Of(EmbeddingForward)
+	EmbeddingBackwardBF16     = BF16Of(EmbeddingBackward)
+	RMSNormForwardBF16        = BF16Of(RMSNormForward)
+	RMSNormBackwardDxBF16     = BF16Of(RMSNormBackwardDx)
+	RMSNormBackwardDwBF16     = BF16Of(RMSNormBackwardDw)
+	RoPEBF16                  = BF16Of(RoPE)
+	SwiGLUForwardBF16         = BF16Of(SwiGLUForward)
+	SwiGLUBackwardBF16        = BF16Of(SwiGLUBackward)
+	CrossEntropyForwardBF16   = BF16Of(CrossEntropyForward)
+	CrossEntropyBackwardBF16  = BF16Of(CrossEntropyBackward)
+	AttentionForwardBF16      = BF16Of(AttentionForward)
+	AttentionBackwardDqBF16   = BF16Of(AttentionBackwardDq)
+	AttentionBackwardDkDvBF16 = BF16Of(AttentionBackwardDkDv)
+)
+
 // All is every kernel in the fatbin, in the order of the .cu files.
 var All = []*Kernel{
-	&Zero, &Copy, &Add, &Scale, &CastF32ToBF16, &CastBF16ToF32,
-	&SumPartials, &SumFinish,
-	&EmbeddingForward, &EmbeddingBackward,
-	&RMSNormForward, &RMSNormBackwardDx, &RMSNormBackwardDw,
-	&RoPE,
-	&SwiGLUForward, &SwiGLUBackward,
-	&CrossEntropyForward, &CrossEntropyBackward,
+	&Zero, &ZeroBF16, &Copy, &Add, &AddF32BF16, &AddBF16, &Scale, &ScaleBF16, &CastF32ToBF16, &CastBF16ToF32,
+	&SumPartials, &SumPartialsBF16, &SumFinish,
+	&EmbeddingForward, &EmbeddingForwardBF16, &EmbeddingBackward, &EmbeddingBackwardBF16,
+	&RMSNormForward, &RMSNormForwardBF16, &RMSNormBackwardDx, &RMSNormBackwardDxBF16,
+	&RMSNormBackwardDw, &RMSNormBackwardDwBF16,
+	&RoPE, &RoPEBF16,
+	&SwiGLUForward, &SwiGLUForwardBF16, &SwiGLUBackward, &SwiGLUBackwardBF16,
+	&CrossEntropyForward, &CrossEntropyForwardBF16, &CrossEntropyBackward, &CrossEntropyBackwardBF16,
 	&AdamW,
-	&AttentionForward, &AttentionBackwardDq, &AttentionBackwardDkDv,
+	&AttentionForward, &AttentionForwardBF16, &AttentionBackwardDq, &AttentionBackwardDqBF16,
+	&AttentionBackwardDkDv, &AttentionBackwardDkDvBF16,
 }
 
 // Lookup returns the kernel named name, or nil.

@@ -6,7 +6,8 @@
 // (xor 1, 2: lanes 4r..4r+3 of one warp). Tiles pad past seq with zeros and masks,
 // so seq need not be a multiple of the tile. Query head h reads kv head
 // h/(heads/kvHeads). q, out, dout, dq are [batch, seq, heads, headDim]; k, v, dk, dv
-// [batch, seq, kvHeads, headDim]; lse [batch, heads, seq].
+// [batch, seq, kvHeads, headDim]; lse [batch, heads, seq]. Tensors are float or
+// bf16 (T_, widened into the float tiles), lse float.
 #include "common.cuh"
 
 #define FWD_T 32    // kernels.AttnFwdTile
@@ -15,13 +16,14 @@
 #define NACC (MAX_D / 4)
 
 // load_tile copies rows [r0, r0 + T) of a strided [seq, d] head into dst [T][d+1],
-// zeros past seq.
-__device__ __forceinline__ void load_tile(float* dst, const float* src, long long stride, int r0, int seq, int d,
+// zeros past seq; a bf16 head widens to float in shared memory.
+template <typename S>
+__device__ __forceinline__ void load_tile(float* dst, const S* src, long long stride, int r0, int seq, int d,
                                           int T) {
-  int ld = d + 1;
+  int lds = d + 1;
   for (int e = threadIdx.x; e < T * d; e += blockDim.x) {
     int rr = e / d, c = e - rr * d, t = r0 + rr;
-    dst[rr * ld + c] = t < seq ? src[(long long)t * stride + c] : 0.0f;
+    dst[rr * lds + c] = t < seq ? ld(src + (long long)t * stride + c) : 0.0f;
   }
 }
 
@@ -35,22 +37,22 @@ __device__ __forceinline__ float quad_max(float v) {
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-extern "C" __global__ void __launch_bounds__(4 * FWD_T)
-    fsdp_attn_fwd(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ q,
-                  const float* __restrict__ k, const float* __restrict__ v, int batch, int seq, int heads,
-                  int kvHeads, int d, float scale) {
-  const int T = FWD_T, ld = d + 1;
+template <typename T_>
+__device__ __forceinline__ void attn_fwd(T_* __restrict__ out, float* __restrict__ lse, const T_* __restrict__ q,
+                                         const T_* __restrict__ k, const T_* __restrict__ v, int batch, int seq,
+                                         int heads, int kvHeads, int d, float scale) {
+  const int T = FWD_T, lds = d + 1;
   FSDP_DYNAMIC_SHARED(float, sm);
-  float* Qs = sm;             // [T][ld]
-  float* KVs = Qs + T * ld;   // [T][ld]: keys, then values
-  float* P = KVs + T * ld;    // [T][T+1]
+  float* Qs = sm;             // [T][lds]
+  float* KVs = Qs + T * lds;   // [T][lds]: keys, then values
+  float* P = KVs + T * lds;    // [T][T+1]
   int tid = threadIdx.x, r = tid >> 2, q4 = tid & 3;
   int i0 = blockIdx.x * T, h = blockIdx.y, b = blockIdx.z, g = h / (heads / kvHeads);
   if (b >= batch) return;  // uniform: the whole block leaves
   long long qs = (long long)heads * d, ks = (long long)kvHeads * d;
-  const float* qh = q + ((long long)b * seq * heads + h) * d;
-  const float* kh = k + ((long long)b * seq * kvHeads + g) * d;
-  const float* vh = v + ((long long)b * seq * kvHeads + g) * d;
+  const T_* qh = q + ((long long)b * seq * heads + h) * d;
+  const T_* kh = k + ((long long)b * seq * kvHeads + g) * d;
+  const T_* vh = v + ((long long)b * seq * kvHeads + g) * d;
   load_tile(Qs, qh, qs, i0, seq, d, T);
 
   float acc[NACC];
@@ -67,9 +69,9 @@ extern "C" __global__ void __launch_bounds__(4 * FWD_T)
     for (int mm = 0; mm < T / 4; mm++) s[mm] = 0.0f;
 #pragma unroll 2
     for (int c = 0; c < d; c++) {
-      float qv = Qs[r * ld + c];
+      float qv = Qs[r * lds + c];
 #pragma unroll
-      for (int mm = 0; mm < T / 4; mm++) s[mm] += qv * KVs[(q4 + 4 * mm) * ld + c];
+      for (int mm = 0; mm < T / 4; mm++) s[mm] += qv * KVs[(q4 + 4 * mm) * lds + c];
     }
     float tmax = -INFINITY;
 #pragma unroll
@@ -100,44 +102,62 @@ extern "C" __global__ void __launch_bounds__(4 * FWD_T)
 #pragma unroll
       for (int m = 0; m < NACC; m++) {
         int c = q4 + 4 * m;
-        if (c < d) acc[m] += p * KVs[j * ld + c];
+        if (c < d) acc[m] += p * KVs[j * lds + c];
       }
     }
   }
   if (i < seq) {
-    float* o = out + ((long long)(b * seq + i) * heads + h) * d;
+    T_* o = out + ((long long)(b * seq + i) * heads + h) * d;
     float inv = 1.0f / lrow;
 #pragma unroll
     for (int m = 0; m < NACC; m++) {
       int c = q4 + 4 * m;
-      if (c < d) o[c] = acc[m] * inv;
+      if (c < d) st(o + c, acc[m] * inv);
     }
     if (q4 == 0) lse[((long long)b * heads + h) * seq + i] = mrow + logf(lrow);
   }
 }
+
+extern "C" __global__ void __launch_bounds__(4 * FWD_T)
+    fsdp_attn_fwd(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ q,
+                  const float* __restrict__ k, const float* __restrict__ v, int batch, int seq, int heads,
+                  int kvHeads, int d, float scale) {
+  attn_fwd(out, lse, q, k, v, batch, seq, heads, kvHeads, d, scale);
+}
 FSDP_REGISTER(fsdp_attn_fwd, 4 * FWD_T)
+
+extern "C" __global__ void __launch_bounds__(4 * FWD_T)
+    fsdp_attn_fwd_bf16(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
+                       const bf16* __restrict__ k, const bf16* __restrict__ v, int batch, int seq, int heads,
+                       int kvHeads, int d, float scale) {
+  attn_fwd(out, lse, q, k, v, batch, seq, heads, kvHeads, d, scale);
+}
+FSDP_REGISTER(fsdp_attn_fwd_bf16, 4 * FWD_T)
 
 // row_delta returns D = dout_t·out_t of query row t (0 past seq) to the four lanes
 // of the row.
-__device__ __forceinline__ float row_delta(const float* dout, const float* out, long long rowOff, bool valid, int q4,
+template <typename T_>
+__device__ __forceinline__ float row_delta(const T_* dout, const T_* out, long long rowOff, bool valid, int q4,
                                            int d) {
   float s = 0.0f;
   if (valid)
-    for (int c = q4; c < d; c += 4) s += dout[rowOff + c] * out[rowOff + c];
+    for (int c = q4; c < d; c += 4) s += ld(dout + rowOff + c) * ld(out + rowOff + c);
   return quad_sum(s);
 }
 
-extern "C" __global__ void __launch_bounds__(4 * BWD_T)
-    fsdp_attn_bwd_dq(float* __restrict__ dq, const float* __restrict__ dout, const float* __restrict__ q,
-                     const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ out,
-                     const float* __restrict__ lse, int batch, int seq, int heads, int kvHeads, int d, float scale) {
-  const int T = BWD_T, ld = d + 1;
+template <typename T_>
+__device__ __forceinline__ void attn_bwd_dq(T_* __restrict__ dq, const T_* __restrict__ dout,
+                                            const T_* __restrict__ q, const T_* __restrict__ k,
+                                            const T_* __restrict__ v, const T_* __restrict__ out,
+                                            const float* __restrict__ lse, int batch, int seq, int heads,
+                                            int kvHeads, int d, float scale) {
+  const int T = BWD_T, lds = d + 1;
   FSDP_DYNAMIC_SHARED(float, sm);
   float* Qs = sm;
-  float* dOs = Qs + T * ld;
-  float* Ks = dOs + T * ld;
-  float* Vs = Ks + T * ld;
-  float* dS = Vs + T * ld;  // [T][T+1]
+  float* dOs = Qs + T * lds;
+  float* Ks = dOs + T * lds;
+  float* Vs = Ks + T * lds;
+  float* dS = Vs + T * lds;  // [T][T+1]
   int tid = threadIdx.x, r = tid >> 2, q4 = tid & 3;
   int i0 = blockIdx.x * T, h = blockIdx.y, b = blockIdx.z, g = h / (heads / kvHeads);
   if (b >= batch) return;
@@ -164,11 +184,11 @@ extern "C" __global__ void __launch_bounds__(4 * BWD_T)
     for (int mm = 0; mm < T / 4; mm++) s[mm] = dp[mm] = 0.0f;
 #pragma unroll 2
     for (int c = 0; c < d; c++) {
-      float qv = Qs[r * ld + c], dov = dOs[r * ld + c];
+      float qv = Qs[r * lds + c], dov = dOs[r * lds + c];
 #pragma unroll
       for (int mm = 0; mm < T / 4; mm++) {
-        s[mm] += qv * Ks[(q4 + 4 * mm) * ld + c];
-        dp[mm] += dov * Vs[(q4 + 4 * mm) * ld + c];
+        s[mm] += qv * Ks[(q4 + 4 * mm) * lds + c];
+        dp[mm] += dov * Vs[(q4 + 4 * mm) * lds + c];
       }
     }
 #pragma unroll
@@ -184,33 +204,50 @@ extern "C" __global__ void __launch_bounds__(4 * BWD_T)
 #pragma unroll
       for (int m = 0; m < NACC; m++) {
         int c = q4 + 4 * m;
-        if (c < d) acc[m] += ds * Ks[j * ld + c];
+        if (c < d) acc[m] += ds * Ks[j * lds + c];
       }
     }
   }
   if (rowValid) {
-    float* o = dq + qOff + (long long)i * qs;
+    T_* o = dq + qOff + (long long)i * qs;
 #pragma unroll
     for (int m = 0; m < NACC; m++) {
       int c = q4 + 4 * m;
-      if (c < d) o[c] += acc[m];
+      if (c < d) st(o + c, ld(o + c) + acc[m]);
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(4 * BWD_T)
+    fsdp_attn_bwd_dq(float* __restrict__ dq, const float* __restrict__ dout, const float* __restrict__ q,
+                     const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ out,
+                     const float* __restrict__ lse, int batch, int seq, int heads, int kvHeads, int d, float scale) {
+  attn_bwd_dq(dq, dout, q, k, v, out, lse, batch, seq, heads, kvHeads, d, scale);
 }
 FSDP_REGISTER(fsdp_attn_bwd_dq, 4 * BWD_T)
 
 extern "C" __global__ void __launch_bounds__(4 * BWD_T)
-    fsdp_attn_bwd_dkdv(float* __restrict__ dk, float* __restrict__ dv, const float* __restrict__ dout,
-                       const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                       const float* __restrict__ out, const float* __restrict__ lse, int batch, int seq, int heads,
-                       int kvHeads, int d, float scale) {
-  const int T = BWD_T, ld = d + 1;
+    fsdp_attn_bwd_dq_bf16(bf16* __restrict__ dq, const bf16* __restrict__ dout, const bf16* __restrict__ q,
+                          const bf16* __restrict__ k, const bf16* __restrict__ v, const bf16* __restrict__ out,
+                          const float* __restrict__ lse, int batch, int seq, int heads, int kvHeads, int d,
+                          float scale) {
+  attn_bwd_dq(dq, dout, q, k, v, out, lse, batch, seq, heads, kvHeads, d, scale);
+}
+FSDP_REGISTER(fsdp_attn_bwd_dq_bf16, 4 * BWD_T)
+
+template <typename T_>
+__device__ __forceinline__ void attn_bwd_dkdv(T_* __restrict__ dk, T_* __restrict__ dv, const T_* __restrict__ dout,
+                                              const T_* __restrict__ q, const T_* __restrict__ k,
+                                              const T_* __restrict__ v, const T_* __restrict__ out,
+                                              const float* __restrict__ lse, int batch, int seq, int heads,
+                                              int kvHeads, int d, float scale) {
+  const int T = BWD_T, lds = d + 1;
   FSDP_DYNAMIC_SHARED(float, sm);
   float* Qs = sm;
-  float* dOs = Qs + T * ld;
-  float* Ks = dOs + T * ld;
-  float* Vs = Ks + T * ld;
-  float* P = Vs + T * ld;      // [T][T+1], key-major
+  float* dOs = Qs + T * lds;
+  float* Ks = dOs + T * lds;
+  float* Vs = Ks + T * lds;
+  float* P = Vs + T * lds;      // [T][T+1], key-major
   float* dS = P + T * (T + 1);  // [T][T+1], key-major
   float* Dr = dS + T * (T + 1);  // [T]
   float* Lr = Dr + T;           // [T]
@@ -247,11 +284,11 @@ extern "C" __global__ void __launch_bounds__(4 * BWD_T)
       for (int mm = 0; mm < T / 4; mm++) s[mm] = dp[mm] = 0.0f;
   #pragma unroll 2
     for (int c = 0; c < d; c++) {
-        float kv = Ks[jr * ld + c], vv = Vs[jr * ld + c];
+        float kv = Ks[jr * lds + c], vv = Vs[jr * lds + c];
 #pragma unroll
         for (int mm = 0; mm < T / 4; mm++) {
-          s[mm] += kv * Qs[(q4 + 4 * mm) * ld + c];
-          dp[mm] += vv * dOs[(q4 + 4 * mm) * ld + c];
+          s[mm] += kv * Qs[(q4 + 4 * mm) * lds + c];
+          dp[mm] += vv * dOs[(q4 + 4 * mm) * lds + c];
         }
       }
 #pragma unroll
@@ -269,8 +306,8 @@ extern "C" __global__ void __launch_bounds__(4 * BWD_T)
         for (int m = 0; m < NACC; m++) {
           int c = q4 + 4 * m;
           if (c < d) {
-            accV[m] += p * dOs[ii * ld + c];
-            accK[m] += ds * Qs[ii * ld + c];
+            accV[m] += p * dOs[ii * lds + c];
+            accK[m] += ds * Qs[ii * lds + c];
           }
         }
       }
@@ -282,10 +319,27 @@ extern "C" __global__ void __launch_bounds__(4 * BWD_T)
     for (int m = 0; m < NACC; m++) {
       int c = q4 + 4 * m;
       if (c < d) {
-        dk[o + c] += accK[m];
-        dv[o + c] += accV[m];
+        st(dk + o + c, ld(dk + o + c) + accK[m]);
+        st(dv + o + c, ld(dv + o + c) + accV[m]);
       }
     }
   }
 }
+
+extern "C" __global__ void __launch_bounds__(4 * BWD_T)
+    fsdp_attn_bwd_dkdv(float* __restrict__ dk, float* __restrict__ dv, const float* __restrict__ dout,
+                       const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                       const float* __restrict__ out, const float* __restrict__ lse, int batch, int seq, int heads,
+                       int kvHeads, int d, float scale) {
+  attn_bwd_dkdv(dk, dv, dout, q, k, v, out, lse, batch, seq, heads, kvHeads, d, scale);
+}
 FSDP_REGISTER(fsdp_attn_bwd_dkdv, 4 * BWD_T)
+
+extern "C" __global__ void __launch_bounds__(4 * BWD_T)
+    fsdp_attn_bwd_dkdv_bf16(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
+                            const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                            const bf16* __restrict__ out, const float* __restrict__ lse, int batch, int seq,
+                            int heads, int kvHeads, int d, float scale) {
+  attn_bwd_dkdv(dk, dv, dout, q, k, v, out, lse, batch, seq, heads, kvHeads, d, scale);
+}
+FSDP_REGISTER(fsdp_attn_bwd_dkdv_bf16, 4 * BWD_T)

@@ -57,3 +57,24 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   v = lane < nwarps ? scratch[lane] : -INFINITY;
   return warp_max(v);
 }
+
+// ---- storage types ----
+// Buffers hold float or bf16 (bfloat16 as its 16 bits: the runner has no
+// cuda_bf16.h, and the bits are all a kernel needs). A kernel templated over the
+// storage type T loads through ld (bf16 widens exactly), computes in float, and
+// stores through st (bf16 rounds to nearest even): the bf16 policy's "bf16 in
+// memory, fp32 math". Row statistics (rstd, lse, losses) are float in both.
+typedef unsigned short bf16;
+
+// f32_to_bf16 rounds to nearest even; a NaN keeps its sign and becomes quiet.
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ float ld(const float* p) { return *p; }
+__device__ __forceinline__ float ld(const bf16* p) { return __uint_as_float((unsigned)*p << 16); }
+__device__ __forceinline__ void st(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st(bf16* p, float v) { *p = f32_to_bf16(v); }

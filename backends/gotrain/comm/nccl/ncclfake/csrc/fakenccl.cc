@@ -185,8 +185,10 @@ ncclResult_t begin(ncclComm* c, int kind, size_t count, int dt, bool& skip) {
   skip = false;
   if (!c || !c->sh) return ncclInvalidArgument;
   if (c->aborted.load()) return ncclInvalidUsage;
-  if (dt != ncclFloat32) {
-    snprintf(c->lastError, sizeof c->lastError, "fake nccl: only ncclFloat32 is implemented, got %d", dt);
+  // bf16 moves bits only, so the all-gather (kind 1) takes it; a bf16 reduction
+  // would need bf16 arithmetic, which the trainer never asks for (reduce_dtype fp32).
+  if (dt != ncclFloat32 && !(dt == ncclBfloat16 && kind == 1)) {
+    snprintf(c->lastError, sizeof c->lastError, "fake nccl: only ncclFloat32 (and ncclBfloat16 for all-gather) is implemented, got %d for op %d", dt, kind);
     return ncclInvalidArgument;
   }
   if (c->asyncErr.load() != ncclSuccess) return ncclInvalidUsage;
@@ -196,14 +198,14 @@ ncclResult_t begin(ncclComm* c, int kind, size_t count, int dt, bool& skip) {
   }
   c->seq++;
   int64_t* m = c->sh->meta[c->rank];
-  m[0] = kind;
+  m[0] = kind + 256 * dt;  // ranks must agree on the datatype too
   m[1] = int64_t(count);
   m[2] = int64_t(c->seq);
   ncclResult_t r = barrier(c);
   if (r != ncclSuccess) return r;
   for (int q = 0; q < c->nranks; q++) {
     int64_t* o = c->sh->meta[q];
-    if (o[0] != kind || o[1] != int64_t(count) || o[2] != int64_t(c->seq)) {
+    if (o[0] != kind + 256 * dt || o[1] != int64_t(count) || o[2] != int64_t(c->seq)) {
       snprintf(c->lastError, sizeof c->lastError, "fake nccl: rank %d issued op %lld count %lld #%lld, rank %d op %d count %zu #%llu",
                q, (long long)o[0], (long long)o[1], (long long)o[2], c->rank, kind, count, (unsigned long long)c->seq);
       return ncclInvalidUsage;
@@ -386,13 +388,17 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   bool skip;
   ncclResult_t r = begin(comm, 1, sendcount, dt, skip);
   if (r != ncclSuccess || skip) return r;
-  const float* src = static_cast<const float*>(sendbuff);
-  float* dst = static_cast<float*>(recvbuff);
-  for (size_t off = 0; off < sendcount; off += kSlotFloats) {
-    size_t n = std::min(kSlotFloats, sendcount - off);
-    memcpy(slot(comm, comm->rank), src + off, n * sizeof(float));
+  // Bytes, not floats: an element is 4 bytes (ncclFloat32) or 2 (ncclBfloat16).
+  // In place (sendbuff is this rank's part of recvbuff) works: the part goes
+  // through the shared slot and comes back unchanged.
+  const size_t es = dt == ncclBfloat16 ? 2 : 4, slotElems = kSlotFloats * sizeof(float) / es;
+  const char* src = static_cast<const char*>(sendbuff);
+  char* dst = static_cast<char*>(recvbuff);
+  for (size_t off = 0; off < sendcount; off += slotElems) {
+    size_t n = std::min(slotElems, sendcount - off);
+    memmove(slot(comm, comm->rank), src + off * es, n * es);
     if ((r = barrier(comm)) != ncclSuccess) return r;
-    for (int q = 0; q < comm->nranks; q++) memcpy(dst + size_t(q) * sendcount + off, slot(comm, q), n * sizeof(float));
+    for (int q = 0; q < comm->nranks; q++) memmove(dst + (size_t(q) * sendcount + off) * es, slot(comm, q), n * es);
     if ((r = barrier(comm)) != ncclSuccess) return r;
   }
   return ncclSuccess;

@@ -28,7 +28,7 @@ namespace {
 
 constexpr int kSuccess = 0, kNotInitialized = 1, kInvalidValue = 7, kExecutionFailed = 13;
 constexpr int kOpN = 0, kOpT = 1;
-constexpr int kR32F = 0, kCompute32F = 68, kCompute32FFast16BF = 75, kGemmDefault = -1;
+constexpr int kR32F = 0, kR16BF = 14, kCompute32F = 68, kCompute32FFast16BF = 75, kGemmDefault = -1;
 constexpr uint32_t kMagic = 0xb1a5f00d;
 
 struct Handle {
@@ -65,22 +65,47 @@ float bf16(float x) {
   return x;
 }
 
+// The storage of a GEMM's matrices: fp32, or bf16 encodings (CUDA_R_16BF), which
+// are widened exactly on load and rounded to nearest even on the store of C.
+float load(const void *p, size_t i, bool bf) {
+  if (!bf) return static_cast<const float *>(p)[i];
+  uint32_t u = uint32_t(static_cast<const uint16_t *>(p)[i]) << 16;
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+void store(void *p, size_t i, float x, bool bf) {
+  if (!bf) {
+    static_cast<float *>(p)[i] = x;
+    return;
+  }
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u = (u >> 16) | 0x40u;  // a NaN stays a quiet NaN
+  } else {
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  }
+  static_cast<uint16_t *>(p)[i] = uint16_t(u);
+}
+
 void logCall(const char *call, Handle *h, int ta, int tb, int m, int n, int k, float alpha, const void *A, int lda,
-             const void *B, int ldb, float beta, const void *C, int ldc, int compute) {
+             const void *B, int ldb, float beta, const void *C, int ldc, int compute, int dtype) {
   const char *path = getenv("FSDPBENCH_FAKECUBLAS_LOG");
   if (path == nullptr || *path == 0) return;
   FILE *f = fopen(path, "a");
   if (f == nullptr) return;
   fprintf(f,
           "call=%s transa=%c transb=%c m=%d n=%d k=%d alpha=%.9g A=%p lda=%d B=%p ldb=%d beta=%.9g C=%p ldc=%d "
-          "compute=%d stream=%p workspace=%zu\n",
+          "compute=%d dtype=%d stream=%p workspace=%zu\n",
           call, ta == kOpT ? 'T' : 'N', tb == kOpT ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
-          compute, (void *)h->stream, h->workspaceBytes);
+          compute, dtype, (void *)h->stream, h->workspaceBytes);
   fclose(f);
 }
 
-int gemm(const char *call, cublasHandle_t handle, int ta, int tb, int m, int n, int k, float alpha, const float *A,
-         int lda, const float *B, int ldb, float beta, float *C, int ldc, int compute) {
+int gemm(const char *call, cublasHandle_t handle, int ta, int tb, int m, int n, int k, float alpha, const void *A,
+         int lda, const void *B, int ldb, float beta, void *C, int ldc, int compute, int dtype = kR32F) {
   std::lock_guard<std::mutex> lock(mu);
   Handle *h = check(handle);
   if (h == nullptr) return kNotInitialized;
@@ -93,29 +118,30 @@ int gemm(const char *call, cublasHandle_t handle, int ta, int tb, int m, int n, 
   if (ldb < (rowsB > 1 ? rowsB : 1)) return reject(call, "ldb < max(1, rows of B as stored)");
   if (ldc < (m > 1 ? m : 1)) return reject(call, "ldc < max(1, m)");
   if (m > 0 && n > 0 && (C == nullptr || (k > 0 && (A == nullptr || B == nullptr)))) return reject(call, "null matrix");
-  logCall(call, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, compute);
+  logCall(call, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, compute, dtype);
   h->gemms++;
   const char *failAt = getenv("FSDPBENCH_FAKECUBLAS_FAIL_AT");
   if (failAt != nullptr && atol(failAt) == h->gemms) {
     fprintf(stderr, "fakecublas: %s: injected failure at GEMM %ld of its handle\n", call, h->gemms);
     return kExecutionFailed;
   }
-  bool round = compute == kCompute32FFast16BF;
+  bool round = compute == kCompute32FFast16BF, bf = dtype == kR16BF;
   auto a = [&](int i, int l) {  // op(A)[i,l], column-major
-    float x = ta == kOpN ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
+    float x = load(A, ta == kOpN ? i + (size_t)l * lda : l + (size_t)i * lda, bf);
     return round ? bf16(x) : x;
   };
   auto b = [&](int l, int j) {  // op(B)[l,j]
-    float x = tb == kOpN ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
+    float x = load(B, tb == kOpN ? l + (size_t)j * ldb : j + (size_t)l * ldb, bf);
     return round ? bf16(x) : x;
   };
   for (int j = 0; j < n; j++) {
     for (int i = 0; i < m; i++) {
       double s = 0;
       for (int l = 0; l < k; l++) s += (double)a(i, l) * (double)b(l, j);
-      float &c = C[i + (size_t)j * ldc];
+      size_t at = i + (size_t)j * ldc;
       // BLAS: beta = 0 ignores C (it may hold NaN).
-      c = (float)((double)alpha * s + (beta == 0 ? 0.0 : (double)beta * (double)c));
+      double c = beta == 0 ? 0.0 : (double)beta * (double)load(C, at, bf);
+      store(C, at, (float)((double)alpha * s + c), bf);
     }
   }
   return kSuccess;
@@ -181,13 +207,20 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-  if (Atype != kR32F || Btype != kR32F || Ctype != kR32F)
-    return reject("cublasGemmEx", "the device's buffers are fp32: A, B and C must be CUDA_R_32F");
-  if (computeType != kCompute32F && computeType != kCompute32FFast16BF)
+  // The device's two kinds of buffers: fp32 (A, B and C CUDA_R_32F, compute 32F
+  // or 32F_FAST_16BF) or bf16 (all three CUDA_R_16BF, compute 32F: fp32
+  // accumulation). Mixed types are a device bug.
+  bool f32 = Atype == kR32F && Btype == kR32F && Ctype == kR32F;
+  bool b16 = Atype == kR16BF && Btype == kR16BF && Ctype == kR16BF;
+  if (!f32 && !b16)
+    return reject("cublasGemmEx", "A, B and C must all be CUDA_R_32F or all CUDA_R_16BF (one buffer dtype per MatMul)");
+  if (f32 && computeType != kCompute32F && computeType != kCompute32FFast16BF)
     return reject("cublasGemmEx", "compute type must be CUBLAS_COMPUTE_32F or _32F_FAST_16BF with fp32 scalars");
+  if (b16 && computeType != kCompute32F)
+    return reject("cublasGemmEx", "bf16 matrices need CUBLAS_COMPUTE_32F (fp32 accumulation, fp32 scalars)");
   if (algo != kGemmDefault) return reject("cublasGemmEx", "algo must be CUBLAS_GEMM_DEFAULT");
-  return gemm("cublasGemmEx", handle, transa, transb, m, n, k, *(const float *)alpha, (const float *)A, lda,
-              (const float *)B, ldb, *(const float *)beta, (float *)C, ldc, computeType);
+  return gemm("cublasGemmEx", handle, transa, transb, m, n, k, *(const float *)alpha, A, lda, B, ldb,
+              *(const float *)beta, C, ldc, computeType, Atype);
 }
 
 }  // extern "C"
