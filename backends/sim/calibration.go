@@ -327,6 +327,30 @@ func (c *Calibration) lookup(hw, backend string) (string, Constants, bool) {
 	return only, c.Profiles[only], true
 }
 
+// calibratedLinks are p's busbw curves (fabric profiles, nccl-tests output)
+// scaled by the calibrated bandwidth factors, as the flat figures are.
+func (p *point) calibratedLinks() Links {
+	if p.cal == nil {
+		return p.links
+	}
+	scale := func(l Link, f float64) Link {
+		if f == 0 || len(l) == 0 {
+			return l
+		}
+		out := make(Link, len(l))
+		for coll, c := range l {
+			cc := make(Curve, len(c))
+			for i, pt := range c {
+				pt.BusBW *= f
+				cc[i] = pt
+			}
+			out[coll] = cc
+		}
+		return out
+	}
+	return Links{Intra: scale(p.links.Intra, p.cal.IntraNodeBWFactor), Inter: scale(p.links.Inter, p.cal.InterNodeBWFactor)}
+}
+
 // forwardOverlap is the share of forward all-gathers hidden without
 // forward_prefetch: the calibrated one, or def.
 func (p *point) forwardOverlap(def float64) float64 {

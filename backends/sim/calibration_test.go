@@ -115,6 +115,19 @@ func TestCalibratedPrediction(t *testing.T) {
 		assert.InEpsilon(t, base.StepTimeS+0.01+float64(calls)*1e-4, p.StepTimeS, 1e-9)
 		assert.InEpsilon(t, float64(p.TokensPerStep)/p.StepTimeS, p.TokensPerS, 1e-12)
 	})
+	t.Run("bandwidth factor scales fabric curves too", func(t *testing.T) {
+		two := rc
+		two.Nodes, two.WorldSize = 2, 16
+		two.BackendOptions = map[string]any{"inter_node_fabric": "tcp"}
+		cal := func(f float64) *Calibration {
+			return &Calibration{Profiles: map[string]Constants{"h100-sxm": {Efficiency: eff, InterNodeBWFactor: f}}}
+		}
+		slow, err := PredictCalibrated(two, nil, cal(0.5))
+		require.NoError(t, err)
+		fast, err := PredictCalibrated(two, nil, cal(1))
+		require.NoError(t, err)
+		assert.InEpsilon(t, 2*fast.CommS, slow.CommS, 1e-9, "half the busbw, twice the time")
+	})
 	t.Run("another profile's constants do not apply", func(t *testing.T) {
 		p, err := PredictCalibrated(rc, nil, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"a100-80g": {Efficiency: 0.1}}})
 		require.NoError(t, err)

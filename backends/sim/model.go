@@ -328,6 +328,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 		return Prediction{}, err
 	}
 	p.as, p.links = assumptionsFor(rc, opts), opts.Links
+	p.links = p.calibratedLinks()
 	r, s, hw := p.rc, p.shape, p.hw
 	wu, err := unitsFor(s, r.WrapPolicy)
 	if err != nil {
