@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -65,6 +66,9 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 				out = filepath.Join(resultsDir, sim.CalibrationFile)
 			}
 			if !dryRun {
+				if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+					return failure(fmt.Errorf("write calibration: %w", err))
+				}
 				if err := cal.Write(out); err != nil {
 					return failure(fmt.Errorf("write calibration: %w", err))
 				}

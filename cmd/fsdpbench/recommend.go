@@ -105,6 +105,8 @@ func runRecommend(cmd *cobra.Command, f *recommendFlags) error {
 		return usageError(fmt.Errorf("--measure %d: give 0 to %d runs", f.measure, maxMeasure))
 	case !(f.budgetGiB >= 0 && f.budgetGiB <= maxBudgetGiB):
 		return usageError(fmt.Errorf("--budget-gib %v: give 0 (the whole device) to %d", f.budgetGiB, maxBudgetGiB))
+	case !slices.Contains([]string{string(harness.ProgressBars), string(harness.ProgressPlain), string(harness.ProgressNone)}, f.progress):
+		return usageError(fmt.Errorf("--progress %q: use bars, plain or none", f.progress))
 	case !slices.Contains(sweeps.MixedPrecisionValues, f.precision):
 		return usageError(fmt.Errorf("--precision %q: use one of %s", f.precision, strings.Join(sweeps.MixedPrecisionValues, ", ")))
 	case f.steps < 1 || f.steps > sweeps.MaxSteps || f.warmup < 0 || f.warmup > sweeps.MaxSteps:
@@ -148,7 +150,10 @@ func runRecommend(cmd *cobra.Command, f *recommendFlags) error {
 		return usageError(err)
 	}
 	w := cmd.OutOrStdout()
-	top := printRecommendation(w, f, req, cands)
+	top, err := printRecommendation(w, f, req, cands)
+	if err != nil {
+		return failure(err)
+	}
 	if f.measure == 0 || len(top) == 0 {
 		return nil
 	}
@@ -218,7 +223,7 @@ func describe(rc sweeps.RunConfig) string {
 
 // printRecommendation prints the top candidates and why the others lost; it
 // returns the ranked candidates.
-func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands []sim.Candidate) []sim.Candidate {
+func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands []sim.Candidate) ([]sim.Candidate, error) {
 	var ranked []sim.Candidate
 	for _, c := range cands {
 		if c.Rank > 0 {
@@ -247,7 +252,9 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 				fmt.Sprintf("%.0f", p.TokensPerS), fmt.Sprintf("%.0f", p.TokensPerS/float64(ws)),
 				fmt.Sprintf("%.1f", 100*p.MFU), fmt.Sprintf("%.0f", 100*p.ExposedCommS/p.StepTimeS)})
 		}
-		_ = writeTable(w, []string{"#", "configuration", "peak GiB", "step s", "tokens/s", "tokens/s/GPU", "MFU %", "exposed comm %"}, rows)
+		if err := writeTable(w, []string{"#", "configuration", "peak GiB", "step s", "tokens/s", "tokens/s/GPU", "MFU %", "exposed comm %"}, rows); err != nil {
+			return nil, err
+		}
 	}
 	// Why the others lost: per reason, how many and the best of them.
 	type group struct {
@@ -280,7 +287,9 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 			}
 			rows = append(rows, []string{k, strconv.Itoa(g.n), describe(g.best.Config), mem, tps, clipText(g.best.Lost, 110)})
 		}
-		_ = writeTable(w, []string{"reason", "configurations", "best of them", "peak GiB", "tokens/s", "why"}, rows)
+		if err := writeTable(w, []string{"reason", "configurations", "best of them", "peak GiB", "tokens/s", "why"}, rows); err != nil {
+			return nil, err
+		}
 	}
 	if f.all {
 		fmt.Fprintln(w)
@@ -296,9 +305,11 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 			}
 			rows = append(rows, []string{rank, describe(c.Config), mem, tps, c.Lost})
 		}
-		_ = writeTable(w, []string{"#", "configuration", "peak GiB", "tokens/s", "lost"}, rows)
+		if err := writeTable(w, []string{"#", "configuration", "peak GiB", "tokens/s", "lost"}, rows); err != nil {
+			return nil, err
+		}
 	}
-	return ranked
+	return ranked, nil
 }
 
 // lostKind is the reason's class: its first words up to the colon, with the
