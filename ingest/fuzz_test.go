@@ -82,3 +82,45 @@ func TestIngestErrorsDoNotEchoInput(t *testing.T) {
 		t.Fatalf("a %d-byte error: %.400s", len(err.Error()), err)
 	}
 }
+
+// FuzzIngestConfigsAndTrainer writes a Trainer output_dir (trainer_state.json,
+// all_results.json) with a torchtitan TOML and an accelerate YAML beside it,
+// from the fuzzer's bytes, and ingests it: never a panic or a hang, and a
+// folder it accepts loads back as one run.
+func FuzzIngestConfigsAndTrainer(f *testing.F) {
+	f.Add([]byte("[training]\nlocal_batch_size = 2\nseq_len = 64\n[model]\nname = \"llama3\"\nflavor = \"8B\"\n"),
+		[]byte("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 1\n"),
+		[]byte(`{"train_batch_size": 2, "global_step": 10, "max_steps": 10, "log_history": [{"loss": 2.0, "step": 5}]}`),
+		[]byte(`{"train_runtime": 10.0, "train_samples_per_second": 2.0, "train_tokens_per_second": 128.0}`))
+	f.Add([]byte("a = [[[[1]]]]\n"), []byte("fsdp_config: {fsdp_backward_prefetch: BACKWARD_POST}\n"),
+		[]byte(`{"train_batch_size": 1e300, "max_steps": -1}`), []byte(`{"train_runtime": 1e-300, "train_samples_per_second": 1e300}`))
+	f.Add([]byte("x = \"\"\"[[[\"\"\"\n"), []byte("num_processes: 2\n"), []byte(`{"log_history": [null, 1, {"loss": "NaN"}]}`), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, toml, yaml, state, res []byte) {
+		root := t.TempDir()
+		dir := filepath.Join(root, "in", "run")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{"job.toml": toml, "accelerate.yaml": yaml, TrainerStateFile: state, TrainerAllResults: res} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := filepath.Join(root, "out")
+		reports, err := Ingest(context.Background(), []string{filepath.Join(root, "in")}, out, Options{Name: "fuzz", FSDPSharding: sweeps.FullShard,
+			Set: []string{"world_size=1"}, Now: func() time.Time { return time.Unix(0, 0) }})
+		if err != nil {
+			if len(err.Error()) > 4096 {
+				t.Fatalf("a %d-byte error message", len(err.Error()))
+			}
+			return
+		}
+		runs, err := results.Load(filepath.Join(out, "fuzz"))
+		if err != nil {
+			t.Fatalf("the ingested tree does not load: %v", err)
+		}
+		if len(runs) != 1 || runs[0].Config.ID != reports[0].ID {
+			t.Fatalf("loaded %d runs, want the one ingested", len(runs))
+		}
+	})
+}

@@ -24,7 +24,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -38,25 +37,6 @@ import (
 
 // RunArgsFile is the settings file of a past run's folder.
 const RunArgsFile = "run_args.json"
-
-// aliases maps the key names scripts use onto canonical axes and settings.
-var aliases = map[string]string{
-	"world_size": "world_size", "num_processes": "world_size", "num_gpus": "world_size", "n_gpus": "world_size",
-	"nodes": "nodes", "nnodes": "nodes", "num_nodes": "nodes", "num_machines": "nodes",
-	"gpus_per_node": "gpus_per_node", "nproc_per_node": "gpus_per_node",
-	"batch_per_device": "batch_per_device", "batch_size_per_device": "batch_per_device",
-	"per_device_train_batch_size": "batch_per_device", "micro_batch_size": "batch_per_device",
-	"grad_accum": "grad_accum", "gradient_accumulation_steps": "grad_accum", "grad_accum_steps": "grad_accum",
-	"seq_len": "seq_len", "seq_length": "seq_len", "max_seq_length": "seq_len", "max_seq_len": "seq_len",
-	"block_size": "seq_len", "sequence_length": "seq_len",
-	"model": "model", "model_name": "model", "model_name_or_path": "model",
-	"activation_checkpointing": "activation_checkpointing", "gradient_checkpointing": "activation_checkpointing",
-	"cpu_offload": "cpu_offload",
-	"sharding":    "sharding", "sharding_strategy": "sharding", "fsdp_sharding_strategy": "sharding",
-	"backward_prefetch": "backward_prefetch", "forward_prefetch": "forward_prefetch",
-	"mixed_precision": "mixed_precision", "compile": "compile", "torch_compile": "compile",
-	"seed": "seed", "steps": "steps", "max_steps": "steps", "max_iters": "steps",
-}
 
 // Options say how to read the folders.
 type Options struct {
@@ -89,8 +69,13 @@ type Report struct {
 	// ID is the run the folder became (folders with the same settings are repeats
 	// of one run).
 	ID string
+	// Files are the files of the folder that were read.
+	Files []string
 	// Mapped lists "key -> axis=value" for every key that was mapped.
 	Mapped []string
+	// Overridden lists the folder's values that an explicit --set replaced, as
+	// "key (file)=value -> --set axis=value".
+	Overridden []string
 	// Unmapped are the run_args.json keys that are no axis; they are kept in the
 	// metrics' extra.run_args.
 	Unmapped []string
@@ -101,8 +86,10 @@ type Report struct {
 	Warnings []string
 }
 
-// Find returns the run folders under dirs: every directory holding a metrics.json
-// (a dir may be one run's folder or hold many), sorted.
+// Find returns the run folders under dirs, sorted: every directory holding a
+// metrics.json, or a Hugging Face Trainer output_dir (all_results.json or
+// train_results.json; its checkpoint-N folders hold neither and are not runs).
+// A dir may be one run's folder or hold many.
 func Find(dirs []string) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
@@ -111,9 +98,15 @@ func Find(dirs []string) ([]string, error) {
 			if err != nil {
 				return err
 			}
-			if !e.IsDir() && e.Name() == torchrun.LegacyMetricsFile && !seen[filepath.Dir(path)] {
-				seen[filepath.Dir(path)] = true
-				out = append(out, filepath.Dir(path))
+			if e.IsDir() {
+				return nil
+			}
+			switch e.Name() {
+			case torchrun.LegacyMetricsFile, TrainerAllResults, TrainerTrainResult:
+				if dir := filepath.Dir(path); !seen[dir] {
+					seen[dir] = true
+					out = append(out, dir)
+				}
 			}
 			return nil
 		})
@@ -122,7 +115,8 @@ func Find(dirs []string) ([]string, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("ingest: no %s under %s", torchrun.LegacyMetricsFile, strings.Join(dirs, ", "))
+		return nil, fmt.Errorf("ingest: no %s (or a Trainer's %s / %s) under %s", torchrun.LegacyMetricsFile,
+			TrainerAllResults, TrainerTrainResult, strings.Join(dirs, ", "))
 	}
 	sort.Strings(out)
 	return out, nil
@@ -133,6 +127,10 @@ type run struct {
 	rc  sweeps.RunConfig
 	res results.Result
 	rep Report
+	// lossFirst and steps are a Trainer output_dir's first logged loss and
+	// global_step: its result has no per-step records for Normalize to read them from.
+	lossFirst *float64
+	steps     int
 }
 
 // Ingest reads every run folder under dirs and writes the results tree
@@ -227,6 +225,7 @@ func Ingest(ctx context.Context, dirs []string, out string, o Options) ([]Report
 			reps = append(reps, r.res)
 		}
 		m := results.Normalize(rc, reps)
+		trainerFigures(&m, group)
 		if m.Extra == nil {
 			m.Extra = map[string]any{}
 		}
@@ -261,6 +260,37 @@ func Ingest(ctx context.Context, dirs []string, out string, o Options) ([]Report
 		reports[i] = r.rep
 	}
 	return reports, nil
+}
+
+// trainerFigures sets the figures of Trainer output_dirs that Normalize reads
+// from per-step records, which a Trainer run has none of: the first logged loss
+// and the steps run (the medians over the repeats).
+func trainerFigures(m *results.Metrics, group []run) {
+	var losses, steps []float64
+	for _, r := range group {
+		if r.lossFirst != nil {
+			losses = append(losses, *r.lossFirst)
+		}
+		if r.steps > 0 {
+			steps = append(steps, float64(r.steps))
+		}
+	}
+	if len(losses) > 0 {
+		m.LossFirst = results.F64(median(losses))
+	}
+	if len(steps) > 0 && m.StepsMeasured == 0 {
+		m.StepsMeasured = int(median(steps))
+	}
+}
+
+// median of xs (not empty); xs is reordered.
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // sourceDirsKey is the metrics' extra key that lists the folders (absolute) a run
@@ -349,180 +379,6 @@ func leftover(runDir string) bool {
 		}
 	}
 	return true
-}
-
-// one maps a folder onto a run config and reads its metrics.
-func one(dir string, spec []byte, specName string, o Options) (run, *sweeps.Plan, error) {
-	r := run{rep: Report{Dir: dir}}
-	metricsPath := filepath.Join(dir, torchrun.LegacyMetricsFile)
-	metrics, err := readJSON(metricsPath)
-	if err != nil {
-		return r, nil, err
-	}
-	args := map[string]any{}
-	argsPath := filepath.Join(dir, RunArgsFile)
-	if _, err := os.Stat(argsPath); err == nil {
-		if args, err = readJSON(argsPath); err != nil {
-			return r, nil, err
-		}
-	}
-	// The metrics file's own settings (world_size, fsdp, bf16) count when
-	// run_args.json does not give them.
-	settings := map[string]any{}
-	for _, k := range []string{"world_size", "fsdp", "bf16"} {
-		if v, ok := metrics[k]; ok {
-			settings[k] = v
-		}
-	}
-	for k, v := range args {
-		settings[k] = v
-	}
-
-	sets, given, unmapped, err := mapSettings(settings, o)
-	if err != nil {
-		return r, nil, fmt.Errorf("ingest: %s: %w", dir, err)
-	}
-	r.rep.Unmapped = unmapped
-	for _, s := range sets {
-		r.rep.Mapped = append(r.rep.Mapped, s.from+" -> "+s.set)
-	}
-	all := make([]string, 0, len(sets)+len(o.Set))
-	for _, s := range sets {
-		all = append(all, s.set)
-	}
-	all = append(all, o.Set...)
-	for _, s := range o.Set {
-		k, _, _ := strings.Cut(s, "=")
-		given[strings.TrimSpace(k)] = true
-	}
-	plan, err := sweeps.Parse(spec, specName, sweeps.Options{Set: all})
-	if err != nil {
-		return r, nil, fmt.Errorf("ingest: %s: its settings %s do not make a run: %w", dir, strings.Join(all, " "), err)
-	}
-	if len(plan.Runs) != 1 {
-		return r, nil, fmt.Errorf("ingest: %s: the spec with the folder's settings gives %d runs, not one; give the axes it leaves open with --set", dir, len(plan.Runs))
-	}
-	r.rc = plan.Runs[0]
-	for _, a := range []string{"world_size", "nodes", "batch_per_device", "grad_accum", "seq_len", "model", "sharding",
-		"activation_checkpointing", "mixed_precision", "steps", "seed"} {
-		if !given[a] {
-			r.rep.Defaulted = append(r.rep.Defaulted, a)
-		}
-	}
-	r.rep.ID = r.rc.ID
-
-	res, err := torchrun.LegacyResult(r.rc, metricsPath, o.TrainsModelAxis, func(s string) { r.rep.Warnings = append(r.rep.Warnings, s) })
-	if err != nil {
-		return r, nil, fmt.Errorf("ingest: %w", err)
-	}
-	if len(unmapped) > 0 {
-		kept := map[string]any{}
-		for _, k := range unmapped {
-			kept[k] = args[k]
-		}
-		res.Extra["run_args"] = kept
-	}
-	if abs, err := filepath.Abs(dir); err == nil {
-		dir = abs // a later ingest from another directory must recognize the folder
-	}
-	// The harness reads this key too: a sweep never takes an ingested run for
-	// its own measurement.
-	res.Extra["source_dir"] = dir
-	if st, err := os.Stat(metricsPath); err == nil {
-		res.Finished = st.ModTime()
-	}
-	r.res = res
-	return r, plan, nil
-}
-
-// setting is one --set made from a folder key.
-type setting struct{ from, set string }
-
-// mapSettings turns a folder's settings into --set overrides; it returns them, the
-// axes they give, and the keys that are no axis.
-func mapSettings(s map[string]any, o Options) ([]setting, map[string]bool, []string, error) {
-	var out []setting
-	given := map[string]bool{}
-	var unmapped []string
-	add := func(from, axis, value string) {
-		out = append(out, setting{from, axis + "=" + value})
-		given[axis] = true
-	}
-	keys := make([]string, 0, len(s))
-	for k := range s {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := s[k]
-		axis, ok := o.Map[k]
-		if !ok {
-			axis, ok = aliases[k]
-		}
-		switch {
-		case ok:
-			val, err := scalar(v)
-			if err != nil {
-				return nil, nil, nil, fmt.Errorf("%s: %w", k, err)
-			}
-			if axis == "sharding" {
-				val = strings.ToLower(val)
-			}
-			add(k, axis, val)
-		case k == "fsdp":
-			b, isBool := v.(bool)
-			if !isBool {
-				return nil, nil, nil, fmt.Errorf("fsdp must be true or false, got %v", v)
-			}
-			if _, has := s["sharding"]; has {
-				continue
-			}
-			if !b {
-				add(k, "sharding", sweeps.DDP)
-			} else if o.FSDPSharding != "" {
-				add(k, "sharding", o.FSDPSharding)
-			} else {
-				return nil, nil, nil, errors.New("fsdp: true does not say which strategy; give it with --fsdp-sharding (full_shard, shard_grad_op, hybrid_shard, no_shard)")
-			}
-		case k == "bf16" || k == "fp16":
-			b, isBool := v.(bool)
-			if !isBool {
-				return nil, nil, nil, fmt.Errorf("%s must be true or false, got %v", k, v)
-			}
-			if _, has := s["mixed_precision"]; has {
-				continue
-			}
-			other := map[string]string{"bf16": "fp16", "fp16": "bf16"}[k]
-			ob, _ := s[other].(bool)
-			switch {
-			case b:
-				add(k, "mixed_precision", k)
-			case !ob && (k == "bf16" || s["bf16"] == nil):
-				// Neither low precision flag is set: the run was fp32.
-				add(k, "mixed_precision", sweeps.FP32)
-			}
-		default:
-			unmapped = append(unmapped, k)
-		}
-	}
-	return out, given, unmapped, nil
-}
-
-// scalar is v as a --set value.
-func scalar(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		if strings.ContainsAny(x, ",[]") {
-			return "", fmt.Errorf("value %s holds a comma or bracket, which --set reads as a list; map it with --set yourself", input.Quote(x, 64))
-		}
-		return x, nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64), nil
-	default:
-		return "", fmt.Errorf("value %s (%T) is not a number, string or boolean", input.Quote(fmt.Sprint(v), 64), v)
-	}
 }
 
 // readJSON reads a JSON object; syntax errors name file:line:column.

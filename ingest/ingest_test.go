@@ -117,7 +117,7 @@ func TestIngestErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "fsdp: true does not say which strategy; give it with --fsdp-sharding")
 
 	_, err = Ingest(context.Background(), []string{t.TempDir()}, t.TempDir(), Options{Name: "x"})
-	assert.ErrorContains(t, err, "no metrics.json under")
+	assert.ErrorContains(t, err, "no metrics.json (or a Trainer's all_results.json / train_results.json) under")
 
 	root = t.TempDir()
 	writeRun(t, root, "nothroughput", nil, map[string]any{"world_size": 1, "model": "x"})

@@ -232,6 +232,13 @@ var registry = []Column{
 		Doc: "reduce-scatter payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.ReduceScatter })},
 	{Name: "comm_bytes_per_step.all_reduce", Kind: KindMetric, Header: "all-reduce/step (MiB)", Unit: UnitBytesMiB,
 		Doc: "all-reduce payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.AllReduce })},
+	{Name: "comm_bytes_per_step.inter_node", Kind: KindMetric, Header: "inter-node/step (MiB)", Unit: UnitBytesMiB,
+		Doc: "payload per step the busiest rank sent to a rank on another node (all collectives)", get: func(r *Run) any {
+			if c := r.Metrics.CommBytesPerStep; c != nil && c.InterNode != nil {
+				return *c.InterNode
+			}
+			return nil
+		}},
 	textual(metric("env.gpu", "GPU", UnitNone, "device model", func(m *Metrics) any { return optS(m.Env.GPU) })),
 	textual(metric("started", "started", UnitNone, "start of the first repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Started) })),
 	textual(metric("finished", "finished", UnitNone, "end of the last repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Finished) })),

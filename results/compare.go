@@ -311,6 +311,19 @@ type Comparison struct {
 	// have one (with PredictedSide).
 	MeanAbsPredErr []*float64 `json:"mean_abs_pred_err,omitempty"`
 	cols           []Column
+	width          int // see Fit
+}
+
+// Fit makes the text tables fit width terminal columns (0: whole; MinWidth to
+// MaxWidth): where a table is wider, run IDs lose their hash when the readable
+// slugs alone tell the rows apart, then the run column and the side headings are
+// cut with "…" (fitRunTable). Markdown and JSON are never cut.
+func (c *Comparison) Fit(width int) error {
+	if err := checkWidth(width); err != nil {
+		return err
+	}
+	c.width = width
+	return nil
 }
 
 // ComparisonRow is one run (one Pair) of a Comparison.
@@ -320,6 +333,14 @@ type ComparisonRow struct {
 	BaselineStatus Status  `json:"baseline_status,omitempty"` // empty: not in the baseline
 	CurrentStatus  Status  `json:"current_status,omitempty"`  // empty: not in the current set
 	Deltas         []Delta `json:"deltas"`                    // one per metric, in Comparison.Metrics order
+	wholeRun
+}
+
+// wholeRun says which sides' throughput divides by a whole run's wall time
+// (Metrics.WholeRunWallTime): tables mark those figures † and add the footnote.
+type wholeRun struct {
+	BaselineWholeRun bool `json:"baseline_whole_run_wall_time,omitempty"`
+	CurrentWholeRun  bool `json:"current_whole_run_wall_time,omitempty"`
 }
 
 // Geomean is the geometric mean of one metric over the runs present and ok on both
@@ -369,9 +390,11 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 		row := ComparisonRow{Run: p.Key}
 		if p.Baseline != nil {
 			row.BaselineStatus, row.Sweep = p.Baseline.Metrics.Status, p.Baseline.Config.Sweep
+			row.BaselineWholeRun = p.Baseline.Metrics.WholeRunWallTime
 		}
 		if p.Current != nil {
 			row.CurrentStatus, row.Sweep = p.Current.Metrics.Status, p.Current.Config.Sweep
+			row.CurrentWholeRun = p.Current.Metrics.WholeRunWallTime
 		}
 		for j := range cols {
 			row.Deltas = append(row.Deltas, compareMetric(&cols[j], p.Baseline, p.Current, alpha))
@@ -484,7 +507,7 @@ const (
 func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	base, cur := sideLabel(c.Baseline, "baseline"), sideLabel(c.Current, "current")
 	var buf bytes.Buffer
-	usedNotBacked, usedNoChange := false, false
+	usedNotBacked, usedNoChange, hashless, usedWholeRun := false, false, false, false
 	for j := range c.cols {
 		col := &c.cols[j]
 		changeHeader := "vs base"
@@ -497,6 +520,13 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 			d := row.Deltas[j]
 			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus)},
 				{text: statText(col, d.Current, row.CurrentStatus)}}
+			for i, whole := range []bool{row.BaselineWholeRun && row.BaselineStatus == StatusOK && d.Baseline != nil,
+				row.CurrentWholeRun && row.CurrentStatus == StatusOK && d.Current != nil} {
+				if whole && wholeRunColumn(col) {
+					cells[1+i].text += wholeRunMark
+					usedWholeRun = true
+				}
+			}
 			change := changeText(d, row)
 			if d.PredErr != nil {
 				change = fmt.Sprintf("%+.2f%%", *d.PredErr*100)
@@ -530,6 +560,8 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		}
 		if markdown {
 			g.title = "#### " + g.title
+		} else if c.width > 0 && g.fitRunTable(c.width) {
+			hashless = true
 		}
 		if err := g.writeTable(&buf, markdown); err != nil {
 			return err
@@ -544,6 +576,19 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	}
 	if usedNotBacked {
 		notes = append(notes, notBackedNote)
+	}
+	if usedWholeRun {
+		notes = append(notes, wholeRunNote)
+	}
+	if hashless {
+		notes = append(notes, "run IDs without their hash (--wide shows them whole)")
+	}
+	if c.width > 0 && !markdown {
+		var wrapped []string
+		for _, n := range notes {
+			wrapped = append(wrapped, wrapText(n, c.width)...)
+		}
+		notes = wrapped
 	}
 	for _, n := range notes {
 		if markdown {

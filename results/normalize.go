@@ -124,6 +124,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 			m.Status, decider = s, i
 		}
 		m.Predicted = m.Predicted || r.Predicted
+		m.WholeRunWallTime = m.WholeRunWallTime || r.WholeRunWallTime
 		if m.ModelFlopsPerToken == nil && r.ModelFlopsPerToken > 0 {
 			m.ModelFlopsPerToken = F64(r.ModelFlopsPerToken)
 		}

@@ -51,6 +51,12 @@ type ReportOptions struct {
 	Metrics []string
 	// Format is one of Formats; empty = table.
 	Format string
+	// Width, when positive, fits the one-row-per-run table (no Rows or Cols,
+	// format table) to that many terminal columns: the columns that tell the runs
+	// apart and the key figures, cut in the order fit documents, never a row
+	// wrapped. 0 is the whole table; Markdown, CSV, JSON and pivots are never
+	// cut. MinWidth to MaxWidth.
+	Width int
 }
 
 // Report writes a comparison of runs. Statistics are computed before (Normalize,
@@ -67,10 +73,17 @@ func Report(w io.Writer, runs []Run, opt ReportOptions) error {
 	if !contains(Formats, format) {
 		return fmt.Errorf("unknown report format %q; valid formats: %s", opt.Format, strings.Join(Formats, ", "))
 	}
+	if err := checkWidth(opt.Width); err != nil {
+		return err
+	}
 	var g *grid
 	var err error
 	if len(opt.Rows) == 0 && len(opt.Cols) == 0 {
-		g, err = flatGrid(runs, opt.Metrics)
+		var set *axisSet
+		g, set, err = flatGrid(runs, opt.Metrics)
+		if err == nil && opt.Width > 0 && format == FormatTable {
+			g.fit(opt.Width, set, runs)
+		}
 	} else {
 		g, err = pivotGrid(runs, opt)
 	}
@@ -99,12 +112,14 @@ type gridCol struct {
 	key    string // machine name: CSV header, JSON key
 	header string // table heading
 	right  bool   // numbers align right
+	kind   ColumnKind
 }
 
 type gridCell struct {
 	raw       any    // plain value for CSV/JSON; nil = unknown
 	text      string // table text
 	predicted bool
+	wholeRun  bool // a throughput of a whole-run wall time (wholeRunMark)
 }
 
 func resolveMetrics(names []string, def []string) ([]Column, error) {
@@ -147,7 +162,46 @@ func metricCell(c *Column, r *Run) gridCell {
 		cell.text += "*"
 		cell.predicted = true
 	}
+	if wholeRunFigure(c, r) {
+		cell.text += wholeRunMark
+		cell.wholeRun = true
+	}
 	return cell
+}
+
+// wholeRunMark flags a throughput figure made of a whole run's wall time
+// (Metrics.WholeRunWallTime), which is no steady-state figure.
+const (
+	wholeRunMark = "†"
+	wholeRunNote = "† throughput over the whole run's wall time (start-up, warm-up, data loading included), not steady state: " +
+		"expect it below a measured or predicted steady-state figure; a gap is no regression"
+)
+
+// wholeRunFigure reports whether column c of run r divides by a whole-run wall time.
+func wholeRunFigure(c *Column, r *Run) bool {
+	return r.Metrics.WholeRunWallTime && wholeRunColumn(c)
+}
+
+// wholeRunColumn reports whether column c divides by the wall time.
+func wholeRunColumn(c *Column) bool {
+	switch strings.TrimPrefix(c.Name, "ci.") {
+	case "tokens_per_s", "tokens_per_s_per_rank", "tokens_per_s_per_rank.lo", "tokens_per_s_per_rank.hi",
+		"mfu", "tflops_per_rank", "scaling_efficiency":
+		return true
+	}
+	return false
+}
+
+// wholeRunNotes is the footnote of a grid holding a † cell.
+func wholeRunNotes(g *grid) []string {
+	for _, row := range g.rows {
+		for _, c := range row {
+			if c.wholeRun {
+				return []string{wholeRunNote}
+			}
+		}
+	}
+	return nil
 }
 
 // displayValue is the table text of a value in the column's display unit.
@@ -219,10 +273,10 @@ func plainValue(v any) string {
 	return fmt.Sprint(v)
 }
 
-func flatGrid(runs []Run, metricNames []string) (*grid, error) {
+func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 	metrics, err := resolveMetrics(metricNames, DefaultMetrics)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(metricNames) == 0 {
 		metrics = knownSomewhere(runs, metrics)
@@ -231,12 +285,12 @@ func flatGrid(runs []Run, metricNames []string) (*grid, error) {
 	axes := set.varying()
 	id, _ := LookupColumn("id")
 
-	g := &grid{cols: []gridCol{{key: id.Name, header: id.Header}}}
+	g := &grid{cols: []gridCol{{key: id.Name, header: id.Header, kind: KindID}}}
 	for _, a := range axes {
-		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric()})
+		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric(), kind: KindAxis})
 	}
 	for _, c := range metrics {
-		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !c.text})
+		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !c.text, kind: c.Kind})
 	}
 	g.rows = make([][]gridCell, 0, len(runs))
 	predicted := map[string]bool{}
@@ -258,8 +312,8 @@ func flatGrid(runs []Run, metricNames []string) (*grid, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = predictedNote(predicted)
-	return g, nil
+	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
+	return g, set, nil
 }
 
 // knownSomewhere drops the default metrics no run has a value for (status stays).
@@ -389,7 +443,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = predictedNote(predicted)
+	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
 	return g, nil
 }
 
@@ -626,4 +680,40 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// WriteTable draws rows of text under header with the renderer of every report
+// (no cell wrapped; numbers aligned right): the CLI's other tables (plan, the
+// dry run, backends) look like its run tables.
+func WriteTable(w io.Writer, header []string, rows [][]string) error {
+	g := &grid{cols: make([]gridCol, len(header))}
+	for j, h := range header {
+		g.cols[j] = gridCol{key: h, header: h, right: numericColumn(rows, j)}
+	}
+	for _, row := range rows {
+		if len(row) != len(header) {
+			return fmt.Errorf("render table: a row has %d cells for %d columns", len(row), len(header))
+		}
+		cells := make([]gridCell, len(row))
+		for j, s := range row {
+			cells[j] = gridCell{raw: s, text: s}
+		}
+		g.rows = append(g.rows, cells)
+	}
+	return g.writeTable(w, false)
+}
+
+// numericColumn says whether every known cell of column j is a number.
+func numericColumn(rows [][]string, j int) bool {
+	known := false
+	for _, row := range rows {
+		if j >= len(row) || row[j] == "" || row[j] == "-" {
+			continue
+		}
+		if _, err := strconv.ParseFloat(row[j], 64); err != nil {
+			return false
+		}
+		known = true
+	}
+	return known
 }

@@ -43,6 +43,10 @@ type CommBytes struct {
 	AllGather     int64 `json:"all_gather"`
 	ReduceScatter int64 `json:"reduce_scatter"`
 	AllReduce     int64 `json:"all_reduce"`
+	// InterNode is the part of the three that went to a rank on another node (the
+	// busiest rank's), so a multi-node run shows what crossed the slow link; absent
+	// where the backend cannot tell.
+	InterNode *int64 `json:"inter_node,omitempty"`
 }
 
 // Env describes where a run executed.
@@ -81,6 +85,10 @@ type Result struct {
 	Error  string `json:"error,omitempty"`
 	// Predicted marks figures that come from the analytic model, not a measurement.
 	Predicted bool `json:"predicted,omitempty"`
+	// WholeRunWallTime marks a MeasuredWallS that covers the whole run (start-up,
+	// warm-up, data loading) rather than the measured steps: the throughput made of
+	// it is below the steady state a sweep measures or the sim predicts.
+	WholeRunWallTime bool `json:"whole_run_wall_time,omitempty"`
 
 	WorldSize     int   `json:"world_size"`
 	Nodes         int   `json:"nodes,omitempty"`
@@ -141,6 +149,10 @@ type Metrics struct {
 	Error     string `json:"error,omitempty"`
 	Predicted bool   `json:"predicted,omitempty"`
 	Repeats   int    `json:"repeats"`
+
+	// WholeRunWallTime: the throughput figures (tokens/s, MFU, TFLOP/s) divide by
+	// the whole run's wall time, not the measured steps' (Result.WholeRunWallTime).
+	WholeRunWallTime bool `json:"whole_run_wall_time,omitempty"`
 
 	WorldSize     int   `json:"world_size"`
 	Nodes         int   `json:"nodes"`

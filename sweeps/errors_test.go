@@ -217,6 +217,11 @@ func TestSpecErrors(t *testing.T) {
 			line: 2, col: 11, want: `unknown launcher "slurn" (allowed: local, slurm; did you mean slurm?)`, exact: true,
 		},
 		{
+			name: "script launcher at the top level",
+			spec: "name: x\nlauncher: python\n",
+			line: 2, col: 11, want: `unknown launcher "python" (allowed: local, slurm); launcher says where runs go; how the torchrun backend starts a script is backend_options.launcher: python`, exact: true,
+		},
+		{
 			name: "bad wrap policy",
 			spec: "name: x\nbase: {wrap_policy: size:lots}\n",
 			line: 2, col: 21, want: `wrap_policy "size:lots": the size must be a number of parameters`,

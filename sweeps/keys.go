@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,6 +146,10 @@ const (
 
 // LauncherValues lists the allowed values of launcher.
 var LauncherValues = []string{LauncherLocal, LauncherSlurm}
+
+// scriptLaunchers are the torchrun backend's backend_options.launcher values,
+// which a spec may put at the top level by mistake.
+var scriptLaunchers = []string{"torchrun", "accelerate", "python", "command"}
 
 // Structural top-level keys (not settings).
 const (
@@ -351,7 +356,11 @@ func (p *parsing) readString(d *keyDef, s string) (canon string, i int64, err st
 				return s, 0, ""
 			}
 		}
-		return "", 0, fmt.Sprintf("unknown %s %s (allowed: %s%s)", d.name, q(s), strings.Join(d.values, ", "), didYouMean(s, d.values))
+		msg := fmt.Sprintf("unknown %s %s (allowed: %s%s)", d.name, q(s), strings.Join(d.values, ", "), didYouMean(s, d.values))
+		if d.name == "launcher" && slices.Contains(scriptLaunchers, s) {
+			msg += fmt.Sprintf("; launcher says where runs go; how the torchrun backend starts a script is backend_options.launcher: %s", s)
+		}
+		return "", 0, msg
 	case kindDuration:
 		dur, perr := time.ParseDuration(s)
 		if perr != nil || dur <= 0 || dur > MaxTimeout {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,6 +107,40 @@ func FuzzReadRanks(f *testing.F) {
 		}
 		if res.Status == results.StatusDiverged && !bytes.Contains(data, []byte("N")) && !bytes.Contains(data, []byte("I")) {
 			t.Fatalf("diverged without a non-finite loss: %s", res.Error)
+		}
+	})
+}
+
+// FuzzExpandLists: any template element (the argv of a launcher's command)
+// expands or fails naming the template, never panics, and never splits: the
+// output has at most one argument per element but for the list's own, which
+// arrive as they are.
+func FuzzExpandLists(f *testing.F) {
+	for _, s := range []string{"{python}", "{script_args}", "--x={run_dir}", "{activation_checkpointing?--ac}",
+		"{{literal}}", "{", "}", "{nope}", "{script_args}x", "{model?x}", "$(id); {output_dir} | cat"} {
+		f.Add(s, "a b;$(c)")
+	}
+	f.Fuzz(func(t *testing.T, el, value string) {
+		vars := map[string]string{"python": "/usr/bin/python3", "run_dir": value, "output_dir": value + " o",
+			"activation_checkpointing": "true", "model": value}
+		list := []string{"--a", value, "b c"}
+		tmpl := []string{"prog", el, el}
+		out, err := ExpandLists("where", tmpl, vars, map[string][]string{"script_args": list})
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "where[") {
+				t.Fatalf("error without the template's name: %v", err)
+			}
+			return
+		}
+		if el == "{script_args}" {
+			want := append(append([]string{"prog"}, list...), list...)
+			if !slices.Equal(out, want) {
+				t.Fatalf("the list was not spliced as it is: %q", out)
+			}
+			return
+		}
+		if len(out) > len(tmpl) || out[0] != "prog" {
+			t.Fatalf("template %q became %q: an element was split", tmpl, out)
 		}
 	})
 }

@@ -73,8 +73,23 @@ func Vars(rc sweeps.RunConfig, p Paths) map[string]string {
 // written "{activation_checkpointing?--gradient_checkpointing}". where names the
 // template in errors (e.g. "backend_options.args").
 func Expand(where string, tmpl []string, vars map[string]string) ([]string, error) {
+	return ExpandLists(where, tmpl, vars, nil)
+}
+
+// ExpandLists is Expand where an element that is exactly {name}, for a name of
+// lists, becomes that list's elements, each one argument as it is: a launcher's
+// command template takes the script's whole argument list as "{script_args}"
+// without any splitting at spaces or shell. A list's name is not a placeholder
+// anywhere else.
+func ExpandLists(where string, tmpl []string, vars map[string]string, lists map[string][]string) ([]string, error) {
 	out := make([]string, 0, len(tmpl))
 	for i, el := range tmpl {
+		if len(el) > 2 && el[0] == '{' && el[len(el)-1] == '}' {
+			if list, ok := lists[el[1:len(el)-1]]; ok {
+				out = append(out, list...)
+				continue
+			}
+		}
 		s, conditional, err := expandOne(el, vars)
 		if err != nil {
 			return nil, fmt.Errorf("%s[%d] %q: %w", where, i, el, err)

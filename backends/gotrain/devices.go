@@ -131,3 +131,11 @@ func nonZero(v int64) *int64 {
 	}
 	return results.I64(v)
 }
+
+// ptrOr is *p, or 0 when p is nil.
+func ptrOr(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

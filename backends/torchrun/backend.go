@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -131,7 +132,7 @@ func (b *Backend) torch(ctx context.Context, python string) (torchInfo, error) {
 func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	d := backends.Description{
 		Name:    Name,
-		Summary: "PyTorch under torchrun or accelerate launch: the project's reference trainer (DDP; FSDP on CUDA) or your own script",
+		Summary: "PyTorch under torchrun, accelerate launch, plain python or your own command: the project's reference trainer (DDP; FSDP on CUDA) or your own script",
 		Source:  "builtin",
 	}
 	info, err := b.torch(ctx, DefaultPython)
@@ -160,7 +161,12 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	if rc.WorldSize <= 0 || rc.Nodes <= 0 || rc.Nodes*rc.GPUsPerNode != rc.WorldSize {
 		return fmt.Errorf("torchrun: world_size %d must be nodes %d x gpus_per_node %d", rc.WorldSize, rc.Nodes, rc.GPUsPerNode)
 	}
-	if rc.Nodes > 1 && rc.Launcher != "slurm" {
+	if o.Launcher == LauncherPython && rc.WorldSize != 1 {
+		return backends.SpecErrorf("torchrun: backend_options.launcher python starts one process with no distributed environment, and world_size is %d; use world_size 1, or launcher torchrun (or command) for several ranks", rc.WorldSize)
+	}
+	// A command starts its ranks itself: srun inside an allocation spreads them
+	// over its nodes.
+	if rc.Nodes > 1 && rc.Launcher != "slurm" && o.Launcher != LauncherCommand {
 		return fmt.Errorf("torchrun: %d nodes: the local launcher starts one node; use launcher: slurm (torchrun on every node, c10d rendezvous on the first) or nodes: 1", rc.Nodes)
 	}
 	if rc.SeqLen <= 0 || rc.BatchPerDevice <= 0 || rc.Steps <= 0 || rc.WarmupSteps < 0 {
@@ -171,6 +177,11 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	vars := contract.Vars(rc, contract.Paths{RunDir: "run", MetricsDir: "ranks", OutputDir: "output", ModelJSON: "model.json"})
 	if o.Args != nil {
 		if _, err := contract.Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
+			return backends.SpecErr(err)
+		}
+	}
+	if o.Launcher == LauncherCommand {
+		if _, err := CommandArgv(o, vars, nil, "script.py", nil); err != nil {
 			return backends.SpecErr(err)
 		}
 	}
@@ -192,6 +203,9 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		}
 	}
 	info, err := b.torch(ctx, o.Python)
+	if err != nil && !o.UsesProjectScript() && o.Launcher == LauncherCommand {
+		return nil // the command brings its own interpreter; torch's version stays unknown
+	}
 	if err != nil {
 		if _, chosen := rc.BackendOptions["python"]; chosen && ctx.Err() == nil {
 			// The spec's interpreter, which every run would find wanting alike.
@@ -202,7 +216,7 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	if o.Launcher == LauncherAccelerate && !info.Accelerate {
 		return backends.SpecErrorf("torchrun: backend_options.launcher accelerate: %s has no accelerate package; install it there or use launcher: torchrun", o.Python)
 	}
-	if o.Script == "" {
+	if o.UsesProjectScript() {
 		return b.validateOwnScript(rc, o, info)
 	}
 	return nil
@@ -275,7 +289,10 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	if err != nil {
 		return res, err
 	}
-	argv := job.Argv(node)
+	argv, err := job.Argv(node)
+	if err != nil {
+		return res, err
+	}
 	if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
 		return res, err
 	}
@@ -290,7 +307,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 	defer os.RemoveAll(tmp)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = job.Paths.OutputDir
-	cmd.Env = append(os.Environ(), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
+	cmd.Env = append(job.baseEnviron(os.Environ()), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
 	rep := job.NewReport()
 	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
 		Stdout: func(line string) {
@@ -376,7 +393,7 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 		}
 	}
 	info, err := b.torch(ctx, o.Python)
-	if err != nil {
+	if err != nil && (o.UsesProjectScript() || o.Launcher != LauncherCommand) {
 		return nil, err
 	}
 	j.torch = info.Version
@@ -402,12 +419,40 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 }
 
 // Argv is the command line that starts the run's ranks on node (see
-// TorchrunArgv; nil is --standalone).
-func (j *Job) Argv(node *Node) []string {
-	if j.o.Launcher == LauncherAccelerate {
-		return AccelerateArgv(j.o, node, j.accelCfg, j.script, j.scriptArgs)
+// TorchrunArgv; nil is --standalone), or its one process (launcher python), or
+// the user's command (launcher command; the error is its template's).
+func (j *Job) Argv(node *Node) ([]string, error) {
+	switch j.o.Launcher {
+	case LauncherAccelerate:
+		return AccelerateArgv(j.o, node, j.accelCfg, j.script, j.scriptArgs), nil
+	case LauncherPython:
+		return PythonArgv(j.o, j.script, j.scriptArgs), nil
+	case LauncherCommand:
+		return CommandArgv(j.o, j.vars, node, j.script, j.scriptArgs)
 	}
-	return TorchrunArgv(j.rc, j.o, node, j.logDir(), j.script, j.scriptArgs)
+	return TorchrunArgv(j.rc, j.o, node, j.logDir(), j.script, j.scriptArgs), nil
+}
+
+// distEnv are the variables that make a script take its distributed path
+// (nanoGPT's train.py looks at RANK): a python launcher's one process must not
+// inherit them from an fsdpbench that itself runs under torchrun or Slurm.
+var distEnv = []string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+	"ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"}
+
+// baseEnviron is the environment the job's processes start from here: environ,
+// less the distributed variables under launcher python.
+func (j *Job) baseEnviron(environ []string) []string {
+	if j.o.Launcher != LauncherPython {
+		return environ
+	}
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(distEnv, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // logDir is where torchrun keeps its per-rank logs, in the run directory.
@@ -420,6 +465,11 @@ func (j *Job) Env(devices []int) []string {
 		contract.EnvOutputDir + "=" + j.Paths.OutputDir, contract.EnvRunID + "=" + j.rc.ID}
 	if j.rc.Hardware == "cpu" {
 		env = append(env, "FSDPBENCH_DEVICE=cpu")
+	}
+	if j.o.Launcher == LauncherPython || j.o.Launcher == LauncherCommand {
+		// Step lines arrive as they are printed, not when a pipe's buffer fills
+		// (torchrun and accelerate pass their children's lines on as they come).
+		env = append(env, "PYTHONUNBUFFERED=1")
 	}
 	if len(devices) > 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+contract.VisibleDevices(devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
@@ -447,7 +497,7 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 		res.Status, res.Error = results.StatusOOM, rep.oomLine
 	case exitErr != nil:
 		res.Status = results.StatusFailed
-		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)", filepath.Base(j.script), exitErr, rep.reason())
+		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)", j.program(), exitErr, rep.reason())
 	default:
 		if j.o.Logs != nil && rep.logs == nil {
 			res.Status, res.Error = results.StatusFailed, "torchrun: internal error: the job's output was not kept for backend_options.logs; feed it to Job.NewReport()"
@@ -623,4 +673,13 @@ func stripRankPrefix(t string) string {
 		t = strings.TrimSpace(t[i+2:])
 	}
 	return t
+}
+
+// program names what the job ran, for errors: the script, or the command's
+// program.
+func (j *Job) program() string {
+	if j.o.Launcher == LauncherCommand && len(j.o.Command) > 0 {
+		return filepath.Base(j.o.Command[0])
+	}
+	return filepath.Base(j.script)
 }

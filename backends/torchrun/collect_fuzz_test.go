@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -111,6 +112,9 @@ func FuzzParseOptions(f *testing.F) {
 	f.Add("lr", "+Inf")
 	f.Add("rdzv_port", "70000")
 	f.Add("launcher", "deepspeed")
+	f.Add("launcher", "python")
+	f.Add("launcher", "command")
+	f.Add("command", "deepspeed {script} {script_args}")
 	f.Fuzz(func(t *testing.T, key, value string) {
 		o, err := ParseOptions(map[string]any{key: value})
 		if err != nil {
@@ -121,7 +125,7 @@ func FuzzParseOptions(f *testing.F) {
 		}
 		if !(o.LR > 0 && o.LR <= maxLR) || !(o.WeightDecay >= 0 && o.WeightDecay <= maxWeightDecay) ||
 			o.RdzvPort < 1 || o.RdzvPort > 65535 || o.FSDPAPI < 0 || o.FSDPAPI > 2 ||
-			(o.Launcher != LauncherTorchrun && o.Launcher != LauncherAccelerate) {
+			!slices.Contains(launchers, o.Launcher) || (o.Launcher == LauncherCommand) != (o.Command != nil) {
 			t.Fatalf("accepted %q=%q as %+v", key, value, o)
 		}
 	})

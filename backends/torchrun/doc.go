@@ -8,4 +8,11 @@
 // (TestCrossEngineParity, TestRunMatchesGoTrainer). Under torchrun each rank writes
 // ranks/rank-<r>.json (tokens, measured wall time, per-step losses and times, peak
 // memory, torch version) and rank 0 prints "FSDPBENCH {json}" step lines.
+//
+// Beside torchrun and accelerate launch, backend_options.launcher python runs a
+// script as one plain process (a script's single-process mode, nanoGPT's
+// "python train.py --device=cpu"), and launcher command runs any argv template
+// that starts the ranks itself (deepspeed, composer, tune run, srun). All four
+// share the argument templates, the metrics contract, the log extractors and
+// the process hygiene (contract.RunGroup: a process group and a reaper per run).
 package torchrun

@@ -275,6 +275,11 @@ func extract(opts *LogOptions, l *logLines, seqLen int) (extracted, error) {
 			if err != nil {
 				return nil, fmt.Errorf("torchrun: backend_options.logs %s: group %q matched %q, which is not a number, in line %q", e.Metric, e.Group, s, line)
 			}
+			if e.Metric == LogMFU && opts.Builtin == BuiltinIter && v < 0 {
+				// nanoGPT prints "mfu -100.00%" (its running_mfu's "not yet") until
+				// it has timed a few iterations: unknown, not a figure.
+				continue
+			}
 			v *= unitFactor(e.Metric, e.Unit, seqLen)
 			if err := checkLogFigure(e.Metric, v); err != nil {
 				return nil, fmt.Errorf("torchrun: backend_options.logs %s: group %q matched %q in line %q: %w", e.Metric, e.Group, s, line, err)

@@ -259,3 +259,47 @@ func fsdpConfig(rc sweeps.RunConfig, o Options) (yaml.MapSlice, error) {
 		yaml.MapItem{Key: "fsdp_version", Value: 1})
 	return fc, nil
 }
+
+// PythonArgv is the command line of launcher: python, the script run as one
+// plain process, as a script's single-process mode expects (python train.py
+// --device=cpu ...).
+func PythonArgv(o Options, script string, scriptArgs []string) []string {
+	return append([]string{o.Python, script}, scriptArgs...)
+}
+
+// commandWhere names the command template in errors.
+const commandWhere = "torchrun: backend_options.command"
+
+// scriptArgsList is the element of a command template that becomes the
+// script's argument list.
+const scriptArgsList = "script_args"
+
+// CommandArgv is the command line of launcher: command: o.Command expanded with
+// the run's variables (vars, from contract.Vars), the launch's own ({python},
+// {script}, and where node's ranks meet: {master_addr}, {master_port},
+// {node_rank}, {rdzv_endpoint}), and "{script_args}" as the script's arguments.
+// Every element stays one argument whatever a value holds: nothing is split
+// after substitution and no shell reads it.
+func CommandArgv(o Options, vars map[string]string, node *Node, script string, scriptArgs []string) ([]string, error) {
+	return contract.ExpandLists(commandWhere, o.Command, commandVars(o, vars, node, script),
+		map[string][]string{scriptArgsList: scriptArgs})
+}
+
+// commandVars adds the launch's own variables to the run's.
+func commandVars(o Options, vars map[string]string, node *Node, script string) map[string]string {
+	out := make(map[string]string, len(vars)+6)
+	for k, v := range vars {
+		out[k] = v
+	}
+	if node == nil {
+		node = &Node{Nodes: 1, Rank: "0", Endpoint: "127.0.0.1:" + strconv.Itoa(o.RdzvPort)}
+	}
+	host, port, _ := strings.Cut(node.Endpoint, ":")
+	out["python"] = o.Python
+	out["script"] = script
+	out["master_addr"] = host
+	out["master_port"] = port
+	out["node_rank"] = node.Rank
+	out["rdzv_endpoint"] = node.Endpoint
+	return out
+}

@@ -1,6 +1,7 @@
 package torchrun
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,7 +13,16 @@ import (
 const (
 	LauncherTorchrun   = "torchrun"
 	LauncherAccelerate = "accelerate"
+	// LauncherPython runs the script as one plain process (python SCRIPT ARGS), with
+	// no distributed environment: a script's single-process mode, world size 1.
+	LauncherPython = "python"
+	// LauncherCommand runs backend_options.command, an argv template that starts
+	// the ranks itself (deepspeed, composer, tune run, srun inside an allocation).
+	LauncherCommand = "command"
 )
+
+// launchers lists the launcher values, for errors.
+var launchers = []string{LauncherTorchrun, LauncherAccelerate, LauncherPython, LauncherCommand}
 
 // Model implementations of the project's script.
 const (
@@ -25,9 +35,16 @@ const DefaultRdzvPort = 29500
 
 // Options are the torchrun backend_options.
 type Options struct {
-	// Launcher is "torchrun" (default) or "accelerate" (accelerate launch with a
-	// generated FSDP config file).
+	// Launcher is "torchrun" (default), "accelerate" (accelerate launch with a
+	// generated FSDP config file), "python" (one process, no distributed
+	// environment) or "command" (Command).
 	Launcher string
+	// Command is the argv template of launcher: command, in the language of Args
+	// (see contract.Expand), plus {python}, {script}, {master_addr},
+	// {master_port}, {node_rank}, {rdzv_endpoint}, and the element
+	// "{script_args}", which becomes the script's argument list. It is split into
+	// elements before any substitution and never given to a shell.
+	Command []string
 	// Python is the interpreter that has torch (default /usr/bin/python3).
 	Python string
 	// Script replaces the embedded fsdpbench_train.py (a path, relative to the
@@ -79,7 +96,8 @@ const (
 
 // knownOptions lists the backend_options keys, for errors.
 var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
-	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis", "logs"}
+	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis", "logs",
+	"command"}
 
 // ParseOptions reads backend_options. Unknown keys and ill-typed or out-of-bounds
 // values are *backends.SpecError values that name the key.
@@ -96,7 +114,34 @@ func ParseOptions(m map[string]any) (Options, error) {
 			return o, backends.SpecErrorf("torchrun: backend_options.%s: %w", k, err)
 		}
 	}
+	switch {
+	case o.Launcher == LauncherCommand && o.Command == nil:
+		return o, backends.SpecErrorf("torchrun: backend_options.launcher command needs backend_options.command, the argv template to run, e.g. [deepspeed, --num_gpus, \"{gpus_per_node}\", train.py, \"{script_args}\"]")
+	case o.Launcher != LauncherCommand && o.Command != nil:
+		return o, backends.SpecErrorf("torchrun: backend_options.command is the template of launcher: command, and the launcher is %s; set backend_options.launcher: command, or drop command", o.Launcher)
+	}
+	if _, explicit := m["trains_model_axis"]; !explicit && !o.UsesProjectScript() {
+		o.TrainsModelAxis = false // a command of the user's trains a model of its own
+	}
 	return o, nil
+}
+
+// UsesProjectScript says whether the run starts the project's embedded script:
+// no backend_options.script is set and, under launcher: command, the command
+// names {script}.
+func (o Options) UsesProjectScript() bool {
+	if o.Script != "" {
+		return false
+	}
+	if o.Launcher != LauncherCommand {
+		return true
+	}
+	for _, el := range o.Command {
+		if strings.Contains(el, "{script}") {
+			return true
+		}
+	}
+	return false
 }
 
 func (o *Options) set(k string, v any) error {
@@ -106,10 +151,19 @@ func (o *Options) set(k string, v any) error {
 		if err != nil {
 			return err
 		}
-		if s != LauncherTorchrun && s != LauncherAccelerate {
-			return fmt.Errorf("unknown launcher %q; use torchrun or accelerate", s)
+		if !slices.Contains(launchers, s) {
+			return fmt.Errorf("unknown launcher %q; use %s", s, strings.Join(launchers, ", "))
 		}
 		o.Launcher = s
+	case "command":
+		list, err := strs(v)
+		if err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			return errors.New("is empty; give the program and its arguments")
+		}
+		o.Command = list
 	case "python":
 		s, err := str(v)
 		o.Python = s

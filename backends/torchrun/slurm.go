@@ -41,7 +41,10 @@ func (b *Backend) PrepareJob(ctx context.Context, rc sweeps.RunConfig, env backe
 		node = &Node{Nodes: place.Nodes, Rank: place.NodeRank,
 			Endpoint: place.MasterAddr + ":" + strconv.Itoa(j.o.RdzvPort), ID: place.JobID}
 	}
-	argv := j.Argv(node)
+	argv, err := j.Argv(node)
+	if err != nil {
+		return nil, err
+	}
 	if !attach {
 		if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
 			return nil, err

@@ -72,3 +72,52 @@ func TestAttachKeepsTheRunningJobsFiles(t *testing.T) {
 	assert.Equal(t, results.StatusInfeasible, res.Status)
 	assert.Equal(t, "not on this machine", res.Error)
 }
+
+// TestPrepareJobOtherLaunchers: under Slurm, launcher python is the one
+// process of a one-rank job, and launcher command gets the job's node rank and
+// rendezvous in its placeholders; both get Python's output unbuffered.
+func TestPrepareJobOtherLaunchers(t *testing.T) {
+	needTorch(t)
+	b := New()
+	place := slurmPlace
+	place.Nodes = 2
+	tests := []struct {
+		name  string
+		nodes int
+		opts  map[string]any
+		argv  []string
+	}{
+		{"python", 1, map[string]any{"launcher": LauncherPython, "script": nanoGPTLike, "args": []any{"--device=cpu"}},
+			[]string{DefaultPython, mustAbs(t, nanoGPTLike), "--device=cpu"}},
+		{"command", 2, map[string]any{"launcher": LauncherCommand, "rdzv_port": 29601,
+			"command": []any{"torchrun", "--node_rank", "{node_rank}", "--rdzv_endpoint", "{rdzv_endpoint}", "{script}"}},
+			nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc := slurmRun(tt.nodes, "cpu")
+			if tt.name == "python" {
+				rc.GPUsPerNode, rc.WorldSize, rc.GlobalBatch = 1, 1, 1
+			}
+			rc.BackendOptions = tt.opts
+			require.NoError(t, b.Validate(context.Background(), rc))
+			runDir := t.TempDir()
+			job, err := b.PrepareJob(context.Background(), rc, backends.RunEnv{RunDir: runDir}, place, false)
+			require.NoError(t, err)
+			want := tt.argv
+			if want == nil {
+				want = []string{"torchrun", "--node_rank", "$SLURM_NODEID", "--rdzv_endpoint", "$MASTER_ADDR:29601",
+					filepath.Join(runDir, "fsdpbench_train.py")}
+			}
+			assert.Equal(t, want, job.Spec().Argv)
+			assert.Contains(t, job.Spec().Env, "PYTHONUNBUFFERED=1")
+		})
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	require.NoError(t, err)
+	return abs
+}

@@ -13,6 +13,7 @@ func newCompareCmd() *cobra.Command {
 		metrics []string
 		format  string
 		alpha   float64
+		table   tableFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "compare A B",
@@ -23,7 +24,11 @@ directories or files written by ` + "`fsdpbench export --format json`" + `.
 
 With at least 6 repeats per side a figure is the median ± its 95% CI, and the change
 carries the Mann-Whitney U p-value ("~" when not significant), as benchstat prints
-them; with fewer, the change is the headline figures' ratio, marked ¹.`,
+them; with fewer, the change is the headline figures' ratio, marked ¹.
+
+Tables fit the terminal as report's do (--width, $COLUMNS, --wide): run IDs lose
+their hash when the slugs alone tell the runs apart, then long headings and run
+names are cut with "…".`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !(alpha > 0 && alpha < 1) {
@@ -42,6 +47,13 @@ them; with fewer, the change is the headline figures' ratio, marked ¹.`,
 			if err != nil {
 				return usageError(err)
 			}
+			width, err := table.resolve(cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			if err := cmp.Fit(width); err != nil {
+				return usageError(err)
+			}
 			if err := cmp.Write(cmd.OutOrStdout(), format); err != nil {
 				return usageError(fmt.Errorf("--format: %w", err))
 			}
@@ -51,5 +63,6 @@ them; with fewer, the change is the headline figures' ratio, marked ¹.`,
 	cmd.Flags().StringSliceVar(&metrics, "metric", nil, "metrics to compare (default: throughput, step time, MFU, peak memory)")
 	cmd.Flags().StringVar(&format, "format", results.FormatTable, "table, markdown or json")
 	cmd.Flags().Float64Var(&alpha, "alpha", results.DefaultAlpha, "significance level")
+	table.add(cmd)
 	return cmd
 }

@@ -20,23 +20,41 @@ func newIngestCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "ingest DIR...",
-		Short: "Read folders of past runs (run_args.json + metrics.json) into a results tree",
-		Long: `ingest reads run folders as existing training scripts leave them
-(<run>/run_args.json and <run>/metrics.json with wall_time_s, approx_tokens_per_rank,
-approx_tokens_per_s_per_rank, world_size, gpu0, torch, model, dataset, fsdp, bf16) and
-writes <results>/<name>/, which report, export, compare and gate read like a sweep's.
+		Short: "Read folders of past runs (metrics.json + run_args.json, Trainer output_dirs) into a results tree",
+		Long: `ingest reads run folders as existing training scripts leave them and writes
+<results>/<name>/, which report, export, compare and gate read like a sweep's:
+  - <run>/metrics.json with the seeds' keys (wall_time_s, approx_tokens_per_rank,
+    approx_tokens_per_s_per_rank, world_size, gpu0, torch, model, dataset, fsdp, bf16),
+    beside an optional run_args.json;
+  - a Hugging Face Trainer output_dir as it is: trainer_state.json (log_history: loss,
+    learning_rate), all_results.json / train_results.json (train_runtime,
+    train_samples_per_second, train_tokens_per_second) and the model's config.json;
+    world_size x grad_accum comes from the Trainer's own figures;
+  - beside either: a torchtitan job TOML and an accelerate config YAML (fsdp_config).
 
-Settings are mapped onto the canonical axes (batch_size_per_device and
-per_device_train_batch_size -> batch_per_device, gradient_checkpointing ->
-activation_checkpointing, bf16: true -> mixed_precision=bf16, ...); fsdp: true needs
---fsdp-sharding. Axes a folder does not give come from --spec (use the spec of the
-sweep you will compare with, so the run IDs match), --set, or the defaults; each is
-listed. Keys that are no axis are listed and kept in the metrics' extra.run_args.
+Throughput from a whole run's wall time (wall_time_s, train_runtime: start-up and
+warm-up included) is stored as such (whole_run_wall_time) and marked † in report and
+compare: it is below a steady-state figure, and a gap is no regression.
+
+Settings map onto the canonical axes through the table below (--map key=axis adds
+yours). The Trainer's fsdp option string ("full_shard auto_wrap", "shard_grad_op
+offload") gives sharding, cpu_offload and wrap_policy; a bare fsdp: true needs
+--fsdp-sharding, while accelerate's distributed_type FSDP and Lightning's strategy
+fsdp without a sharding_strategy are those tools' default, full_shard. Hugging Face model ids become presets (listed below);
+other models are read from a config.json in the folder, in a checkout the value names,
+or in the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
+An explicit --set wins over a folder's value, and the output lists what it overrode.
+Axes a folder does not give come from --spec (use the spec of the sweep you will
+compare with, so the run IDs match), --set, or the defaults; each is listed. Keys that
+are no axis are listed and kept in the metrics' extra.run_args.
 
 Ingesting into an existing <results>/<name>/ rewrites it only when every run it
 holds came from a folder read again (the same ingest, repeated or given more
 folders); a sweep's tree or an ingest of other folders is refused (exit 2), as is
-a tree another process is writing (--wait waits for it).`,
+a tree another process is writing (--wait waits for it).
+
+Axis spellings read (key [scripts that use it]):
+` + ingest.AliasHelp(),
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Map = map[string]string{}
@@ -60,8 +78,14 @@ a tree another process is writing (--wait waits for it).`,
 			w := cmd.OutOrStdout()
 			for _, r := range reports {
 				fmt.Fprintf(w, "%s -> %s\n", r.Dir, r.ID)
+				if len(r.Files) > 0 {
+					fmt.Fprintf(w, "  read:      %s\n", strings.Join(r.Files, ", "))
+				}
 				if len(r.Mapped) > 0 {
 					fmt.Fprintf(w, "  mapped:    %s\n", strings.Join(r.Mapped, ", "))
+				}
+				if len(r.Overridden) > 0 {
+					fmt.Fprintf(w, "  overridden by --set: %s\n", strings.Join(r.Overridden, ", "))
 				}
 				if len(r.Defaulted) > 0 {
 					fmt.Fprintf(w, "  not given (spec, --set or default): %s\n", strings.Join(r.Defaulted, ", "))

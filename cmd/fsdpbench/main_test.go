@@ -73,7 +73,8 @@ func fsdpbench(t *testing.T, dir string, args ...string) result {
 func command(dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0 halt_on_error=1")
+	// Without COLUMNS, tables printed to a pipe are whole whatever the caller's shell exports.
+	cmd.Env = append(withoutVar(os.Environ(), "COLUMNS"), "GORACE=atexit_sleep_ms=0 halt_on_error=1")
 	return cmd
 }
 

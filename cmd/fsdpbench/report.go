@@ -11,15 +11,30 @@ import (
 )
 
 func newReportCmd() *cobra.Command {
-	var opt results.ReportOptions
+	var (
+		opt   results.ReportOptions
+		table tableFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "report DIR",
 		Short: "Print a comparison table of the runs stored in a results directory",
 		Long: `report reads every finished run under DIR (one sweep's directory, or a results
 directory holding several) and prints the chosen metrics with the chosen axes as rows
-and columns.`,
+and columns.
+
+The table of one row per run is fitted to the terminal (see --width): it shows the
+axes that tell the runs apart and the key figures, and when that is still too wide,
+abbreviates the headings, then drops figures (scaling eff., step time, memory
+saving, MFU, peak memory, in this order; tokens/s/rank stays), then cuts long text
+cells with "…"; a note names what is not shown. --wide, Markdown, CSV and JSON
+hold every column.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			width, err := table.resolve(cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			opt.Width = width
 			runs, err := results.Load(args[0])
 			if err != nil {
 				return usageError(err)
@@ -34,6 +49,7 @@ and columns.`,
 	cmd.Flags().StringSliceVar(&opt.Cols, "cols", nil, "axes that make the columns, e.g. sharding")
 	cmd.Flags().StringSliceVar(&opt.Metrics, "metric", nil, "metrics to show, e.g. tokens_per_s_per_rank,peak_mem_reserved_bytes")
 	cmd.Flags().StringVar(&opt.Format, "format", "table", "table, markdown, csv or json")
+	table.add(cmd)
 	return cmd
 }
 

@@ -21,6 +21,7 @@ func newSweepCmd() *cobra.Command {
 		dryRun    bool
 		progress  string
 		pv        predictFlags
+		table     tableFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep SPEC",
@@ -32,7 +33,9 @@ again after an interruption: finished runs (ok, oom, infeasible) are skipped.
 One process at a time writes a sweep's directory: a second sweep (or ingest) of
 the same name and --results exits 2 at once, naming the process that holds it
 (pid, host, start); --wait makes it wait instead. A killed sweep holds nothing:
-its lock dies with it, so the same command resumes at once.`,
+its lock dies with it, so the same command resumes at once.
+
+The results table is fitted to the terminal as report's is (--width, --wide).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Jobs < 1 || opts.Jobs > harness.MaxJobs {
@@ -47,6 +50,10 @@ its lock dies with it, so the same command resumes at once.`,
 				return err
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			width, err := table.resolve(stdout)
+			if err != nil {
+				return err
+			}
 			printWarnings(stderr, plan)
 			if dryRun {
 				if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
@@ -81,7 +88,7 @@ its lock dies with it, so the same command resumes at once.`,
 			case interrupted && sum.Dir == "":
 				return &exitError{code: ExitInterrupted, err: errors.New("interrupted before any run started")}
 			}
-			if err := printSweepResults(stdout, sum); err != nil {
+			if err := printSweepResults(stdout, sum, width); err != nil {
 				return failure(err)
 			}
 			if pv.predict && sum.Dir != "" {
@@ -110,6 +117,7 @@ its lock dies with it, so the same command resumes at once.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
 	pv.register(cmd)
+	table.add(cmd)
 	cmd.Flags().BoolVar(&opts.WaitLock, "wait", false, "when another process is writing this sweep's results directory, wait for it instead of exiting 2")
 	return cmd
 }
@@ -122,9 +130,9 @@ func printWarnings(w io.Writer, plan *sweeps.Plan) {
 	}
 }
 
-// printSweepResults prints the report of the runs this sweep holds, and what each
-// max_fit search found.
-func printSweepResults(w io.Writer, sum harness.Summary) error {
+// printSweepResults prints the report of the runs this sweep holds, fitted to
+// width (0: whole), and what each max_fit search found.
+func printSweepResults(w io.Writer, sum harness.Summary, width int) error {
 	if sum.Dir == "" {
 		return nil
 	}
@@ -144,7 +152,7 @@ func printSweepResults(w io.Writer, sum harness.Summary) error {
 		}
 	}
 	if len(runs) > 0 {
-		if err := results.Report(w, runs, results.ReportOptions{Format: "table"}); err != nil {
+		if err := results.Report(w, runs, results.ReportOptions{Format: "table", Width: width}); err != nil {
 			return err
 		}
 	}

@@ -1,25 +1,24 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
 
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/tw"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
-// writeTable draws header and rows as a text table.
+// writeTable draws header and rows as a text table, with the renderer of the
+// run tables (results.WriteTable).
 func writeTable(w io.Writer, header []string, rows [][]string) error {
-	// Headers are axis and metric names; auto-formatting would mangle "GiB" and "tokens/s".
-	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off))
-	t.Header(header)
-	if err := t.Bulk(rows); err != nil {
-		return err
-	}
-	return t.Render()
+	return results.WriteTable(w, header, rows)
 }
 
 // axisValues formats rc's value of each axis (canonical names, as plan.Axes lists
@@ -38,4 +37,48 @@ func axisValues(rc sweeps.RunConfig, axes []string) []string {
 		}
 	}
 	return out
+}
+
+// tableFlags are --wide and --width, shared by the commands that print the
+// one-row-per-run table (sweep, report), so that every such table is fitted alike.
+type tableFlags struct {
+	wide  bool
+	width int
+}
+
+func (f *tableFlags) add(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.wide, "wide", false, "print the whole table (run IDs, every varying axis, full headings) whatever the terminal's width")
+	cmd.Flags().IntVar(&f.width, "width", 0, fmt.Sprintf("fit the table to this many columns (%d to %d; default: $COLUMNS, else the terminal's width; piped output is the whole table)", results.MinWidth, results.MaxWidth))
+}
+
+// resolve is the width the run table is fitted to (results.ReportOptions.Width):
+// 0, the whole table, under --wide; else --width; else $COLUMNS; else the width
+// of the terminal out is, if it is one; else 0, so that a table piped to a file
+// or a program is whole. A terminal narrower than results.MinWidth gets a table
+// of MinWidth.
+func (f *tableFlags) resolve(out io.Writer) (int, error) {
+	switch {
+	case f.wide && f.width != 0:
+		return 0, usageError(errors.New("--wide and --width: give one (--wide prints the whole table, --width fits it)"))
+	case f.wide:
+		return 0, nil
+	case f.width != 0:
+		if f.width < results.MinWidth || f.width > results.MaxWidth {
+			return 0, usageError(fmt.Errorf("--width %d: give %d to %d columns, or --wide for the whole table", f.width, results.MinWidth, results.MaxWidth))
+		}
+		return f.width, nil
+	}
+	if s := os.Getenv("COLUMNS"); s != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return 0, usageError(fmt.Errorf("COLUMNS=%q is not a positive number of columns; unset it, or give --width or --wide", s))
+		}
+		return min(max(n, results.MinWidth), results.MaxWidth), nil
+	}
+	if file, ok := out.(*os.File); ok && term.IsTerminal(int(file.Fd())) {
+		if n, _, err := term.GetSize(int(file.Fd())); err == nil && n > 0 {
+			return min(max(n, results.MinWidth), results.MaxWidth), nil
+		}
+	}
+	return 0, nil
 }

@@ -1,0 +1,233 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
+)
+
+// entry is one setting of a folder: a key (nested keys joined by dots), its value
+// and the file it came from.
+type entry struct {
+	key  string
+	val  any
+	file string
+}
+
+// Limits of the config files read beside a run. A torchtitan job TOML or an
+// accelerate config is a few kilobytes; nesting past a few levels is no such file.
+var (
+	tomlLimits = input.Limits{What: "TOML config", MaxBytes: 1 << 20, MaxDepth: 16}
+	yamlLimits = input.Limits{What: "accelerate config", MaxBytes: 1 << 20, MaxDepth: 16, MaxValues: 20_000,
+		MaxAliases: 100, MaxKeys: 1000, MaxTokens: 50_000}
+)
+
+// maxFolderEntries bounds the directory entries looked at in one run folder (a
+// Trainer output_dir holds checkpoints and shards, tens of entries).
+const maxFolderEntries = 4096
+
+// maxConfigFiles bounds the TOML and YAML files read in one folder.
+const maxConfigFiles = 8
+
+// configFiles lists the TOML and YAML files of a folder, sorted.
+func configFiles(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(maxFolderEntries)
+	if err != nil && len(entries) == 0 && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".toml", ".yaml", ".yml":
+			if e.Type().IsRegular() {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	sort.Strings(out)
+	if len(out) > maxConfigFiles {
+		return nil, fmt.Errorf("%s holds %d TOML/YAML files, more than the %d a run folder's configs take; move the others out or ingest with --set",
+			dir, len(out), maxConfigFiles)
+	}
+	return out, nil
+}
+
+// readConfigs reads the torchtitan TOML and accelerate YAML configs of a folder.
+// A YAML file that is no accelerate config (no distributed_type or fsdp_config)
+// is skipped and named in skipped.
+func readConfigs(dir string) (entries []entry, read, skipped []string, err error) {
+	names, err := configFiles(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		var doc map[string]any
+		if strings.EqualFold(filepath.Ext(name), ".toml") {
+			data, err := input.ReadFile(path, tomlLimits)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if err := checkTOMLDepth(path, data, tomlLimits.MaxDepth); err != nil {
+				return nil, nil, nil, err
+			}
+			if err := toml.Unmarshal(data, &doc); err != nil {
+				var de *toml.DecodeError
+				if errors.As(err, &de) {
+					row, col := de.Position()
+					return nil, nil, nil, fmt.Errorf("%s:%d:%d: not valid TOML: %s", path, row, col, de.Error())
+				}
+				return nil, nil, nil, fmt.Errorf("%s: not valid TOML: %w", path, err)
+			}
+		} else {
+			data, err := input.ReadYAML(path, yamlLimits)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if err := yaml.Unmarshal(data, &doc); err != nil {
+				return nil, nil, nil, fmt.Errorf("%s: not valid YAML: %s", path, input.Clip(err.Error(), 300))
+			}
+			_, dt := doc["distributed_type"]
+			_, fc := doc["fsdp_config"]
+			if !dt && !fc {
+				skipped = append(skipped, name)
+				continue
+			}
+		}
+		read = append(read, name)
+		entries = append(entries, flatten("", doc, name)...)
+	}
+	return entries, read, skipped, nil
+}
+
+// flatten lists the keys of a nested object, joined by dots, with numbers as
+// float64 (as encoding/json gives them) whatever the format's decoder gave.
+func flatten(prefix string, m map[string]any, file string) []entry {
+	var out []entry
+	for _, k := range sortedKeys(m) {
+		key := k
+		if prefix != "" {
+			key = prefix + "." + k
+		}
+		switch v := m[k].(type) {
+		case map[string]any:
+			out = append(out, flatten(key, v, file)...)
+		default:
+			out = append(out, entry{key, plain(v), file})
+		}
+	}
+	return out
+}
+
+// plain turns the integer types of the TOML and YAML decoders into float64.
+func plain(v any) any {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case int:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = plain(x[i])
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = plain(e)
+		}
+		return out
+	}
+	return v
+}
+
+// checkTOMLDepth bounds the nesting of arrays and inline tables before the TOML
+// decoder, which recurses per level, sees the file (as input.CheckJSON does for
+// JSON). Brackets inside strings and comments do not count; a table header
+// [a.b] opens and closes on its line, so its depth is 1.
+func checkTOMLDepth(path string, data []byte, limit int) error {
+	depth, line, col := 0, 1, 0
+	var quote byte
+	triple, comment := false, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		col++
+		if c == '\n' {
+			line, col, comment = line+1, 0, false
+			if quote != 0 && !triple {
+				quote = 0 // an unterminated one-line string: the decoder reports it
+			}
+			continue
+		}
+		switch {
+		case comment:
+		case quote != 0:
+			if c == '\\' && quote == '"' {
+				i++
+				col++
+				continue
+			}
+			if c == quote {
+				if !triple {
+					quote = 0
+				} else if i+2 < len(data) && data[i+1] == quote && data[i+2] == quote {
+					quote, triple = 0, false
+					i += 2
+					col += 2
+				}
+			}
+		case c == '#':
+			comment = true
+		case c == '"' || c == '\'':
+			quote = c
+			if i+2 < len(data) && data[i+1] == c && data[i+2] == c {
+				triple = true
+				i += 2
+				col += 2
+			}
+		case c == '[' || c == '{':
+			depth++
+			if depth > limit {
+				return &input.Error{Path: path, Line: line, Column: col,
+					Msg: fmt.Sprintf("arrays and tables nest deeper than %d levels; is this a job config?", limit)}
+			}
+		case c == ']' || c == '}':
+			depth = max(depth-1, 0)
+		}
+	}
+	return nil
+}
+
+// number reads a JSON number a folder gives, finite and within [lo, hi].
+func number(m map[string]any, key string, lo, hi float64) (float64, bool, error) {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	x, isNum := v.(float64)
+	if !isNum || math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0, false, fmt.Errorf("%s must be a number, got %s", key, show(v))
+	}
+	if x < lo || x > hi {
+		return 0, false, fmt.Errorf("%s is %v, outside [%g, %g]", key, x, lo, hi)
+	}
+	return x, true, nil
+}

@@ -1,0 +1,245 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"strconv"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Files of a Hugging Face Trainer output_dir (Trainer.save_state and
+// Trainer.save_metrics): trainer_state.json holds TrainerState (train_batch_size,
+// global_step, max_steps, log_history...), train_results.json the train split's
+// metrics and all_results.json every split's, merged.
+const (
+	TrainerStateFile   = "trainer_state.json"
+	TrainerAllResults  = "all_results.json"
+	TrainerTrainResult = "train_results.json"
+	// ModelConfigFile is the model's config.json, which Trainer.save_model writes
+	// beside the weights; a run folder may hold one too.
+	ModelConfigFile = "config.json"
+)
+
+// trainerOutput is what a Trainer output_dir says about its run.
+type trainerOutput struct {
+	state   map[string]any // trainer_state.json
+	metrics map[string]any // train_results.json over all_results.json
+	files   []string       // the files read
+}
+
+// readTrainerOutput reads a Trainer output_dir's state and metrics.
+func readTrainerOutput(dir string) (*trainerOutput, error) {
+	t := &trainerOutput{metrics: map[string]any{}}
+	for _, f := range []string{TrainerAllResults, TrainerTrainResult} {
+		path := filepath.Join(dir, f)
+		m, err := readJSON(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		t.files = append(t.files, f)
+		for k, v := range m {
+			t.metrics[k] = v
+		}
+	}
+	path := filepath.Join(dir, TrainerStateFile)
+	st, err := readJSON(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		st = map[string]any{}
+	case err != nil:
+		return nil, err
+	default:
+		t.files = append(t.files, TrainerStateFile)
+	}
+	t.state = st
+	// The last log_history entry repeats the train metrics: take them from there
+	// when the results files lack them (a run killed after save_state).
+	if hist, ok := st["log_history"].([]any); ok && len(hist) > 0 {
+		if last, ok := hist[len(hist)-1].(map[string]any); ok {
+			for k, v := range last {
+				if _, has := t.metrics[k]; !has && (k == "train_runtime" || k == "train_samples_per_second" || k == "train_tokens_per_second" || k == "train_loss") {
+					t.metrics[k] = v
+				}
+			}
+		}
+	}
+	return t, nil
+}
+
+// settings are the axes a Trainer output_dir gives: the per-device batch and the
+// steps from trainer_state.json.
+func (t *trainerOutput) settings() []entry {
+	var out []entry
+	for _, k := range []string{"train_batch_size", "global_step"} {
+		if v, ok := t.state[k]; ok {
+			out = append(out, entry{k, v, TrainerStateFile})
+		}
+	}
+	return out
+}
+
+// replicas is world_size × grad_accum as the Trainer's own figures give it:
+// train_samples_per_second × train_runtime samples over max_steps steps of
+// train_batch_size per device. ok is false when the figures are missing or
+// give no whole number (an epoch-based run's last batch is short).
+func (t *trainerOutput) replicas() (n int, ok bool) {
+	runtime, has1, err1 := number(t.metrics, "train_runtime", 0, backends.MaxWallS)
+	sps, has2, err2 := number(t.metrics, "train_samples_per_second", 0, backends.MaxTokens)
+	bs, has3, err3 := number(t.state, "train_batch_size", 1, maxInt)
+	steps, has4, err4 := number(t.state, "max_steps", 1, maxInt)
+	if !has4 {
+		steps, has4, err4 = number(t.state, "global_step", 1, maxInt)
+	}
+	if err := errors.Join(err1, err2, err3, err4); err != nil || !(has1 && has2 && has3 && has4) {
+		return 0, false
+	}
+	x := sps * runtime / (steps * bs)
+	r := math.Round(x)
+	// The Trainer rounds samples/s to 3 decimals and the runtime to 4.
+	if r < 1 || math.Abs(x-r) > 0.02*r || r > maxInt {
+		return 0, false
+	}
+	return int(r), true
+}
+
+// tokensPerSample is the sequence length the Trainer's figures give when it
+// counted tokens too: train_tokens_per_second (per device) × world size over
+// train_samples_per_second (all devices). ok is false without both figures or
+// when samples differ in length (no whole number within 2%).
+func (t *trainerOutput) tokensPerSample(worldSize int) (int, bool) {
+	tps, has1, err1 := number(t.metrics, "train_tokens_per_second", 0, backends.MaxTokens)
+	sps, has2, err2 := number(t.metrics, "train_samples_per_second", 0, backends.MaxTokens)
+	if errors.Join(err1, err2) != nil || !has1 || !has2 || sps <= 0 || worldSize < 1 {
+		return 0, false
+	}
+	x := tps * float64(worldSize) / sps
+	r := math.Round(x)
+	if r < 1 || r > maxInt || math.Abs(x-r) > 0.02*r {
+		return 0, false
+	}
+	return int(r), true
+}
+
+// result makes the run's result: tokens over train_runtime, which spans the
+// whole training loop (data loading, the first slow steps, logging, saving), so
+// the result is marked WholeRunWallTime. Tokens per rank are
+// train_tokens_per_second × train_runtime when the Trainer counted them
+// (include_tokens_per_second; per device, as TrainingArguments documents), else
+// the samples times seq_len, which needs seq_len given (seqGiven).
+func (t *trainerOutput) result(rc sweeps.RunConfig, seqGiven bool) (results.Result, error) {
+	res := results.Result{Status: results.StatusOK, WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
+		TokensPerStep: rc.TokensPerStep(), WholeRunWallTime: true}
+	runtime, ok, err := number(t.metrics, "train_runtime", 0, backends.MaxWallS)
+	if err != nil {
+		return res, err
+	}
+	if !ok || runtime <= 0 {
+		return res, fmt.Errorf("no positive train_runtime in %s, %s or the last log_history entry: a throughput needs the run's wall time", TrainerAllResults, TrainerTrainResult)
+	}
+	tps, hasTPS, err := number(t.metrics, "train_tokens_per_second", 0, backends.MaxTokens)
+	if err != nil {
+		return res, err
+	}
+	sps, hasSPS, err := number(t.metrics, "train_samples_per_second", 0, backends.MaxTokens)
+	if err != nil {
+		return res, err
+	}
+	var tokensPerRank float64
+	switch {
+	case hasTPS && tps > 0:
+		tokensPerRank = tps * runtime
+	case hasSPS && sps > 0 && seqGiven:
+		tokensPerRank = sps * runtime * float64(rc.SeqLen) / float64(rc.WorldSize)
+	case hasSPS:
+		return res, fmt.Errorf("train_tokens_per_second is absent (the run did not set include_tokens_per_second) and train_samples_per_second needs the tokens per sample: give --set seq_len=N")
+	default:
+		return res, fmt.Errorf("neither train_tokens_per_second nor train_samples_per_second is in %s or %s", TrainerAllResults, TrainerTrainResult)
+	}
+	if tokensPerRank > backends.MaxTokens || tokensPerRank < 1 {
+		return res, fmt.Errorf("the figures give %g tokens per rank, outside [1, %g]", tokensPerRank, float64(backends.MaxTokens))
+	}
+	res.MeasuredWallS = runtime
+	tokens := int64(math.Round(tokensPerRank))
+	for r := range rc.WorldSize {
+		res.PerRank = append(res.PerRank, results.RankResult{Rank: r, MeasuredWallS: runtime, Tokens: tokens})
+	}
+	first, last, lrFirst, lrLast, n := t.losses()
+	if last != nil && len(res.PerRank) > 0 {
+		res.PerRank[0].LossLast = last
+	}
+	extra := map[string]any{}
+	for _, k := range sortedKeys(t.metrics) {
+		extra[k] = t.metrics[k]
+	}
+	for _, k := range []string{"global_step", "max_steps", "num_train_epochs", "logging_steps", "total_flos", "num_input_tokens_seen"} {
+		if v, ok := t.state[k]; ok {
+			extra["state."+k] = v
+		}
+	}
+	extra["log_history_losses"] = n
+	if first != nil {
+		extra["loss_first"] = *first
+	}
+	if lrFirst != nil {
+		extra["learning_rate_first"], extra["learning_rate_last"] = *lrFirst, *lrLast
+	}
+	res.Extra = map[string]any{"trainer": extra, "trainer_files": t.files}
+	return res, nil
+}
+
+// losses reads the log_history's loss and learning_rate entries (one per
+// logging step): the first and last loss and learning rate, and how many losses.
+func (t *trainerOutput) losses() (first, last, lrFirst, lrLast *float64, n int) {
+	hist, _ := t.state["log_history"].([]any)
+	for _, h := range hist {
+		e, ok := h.(map[string]any)
+		if !ok {
+			continue
+		}
+		if l, ok := e["loss"].(float64); ok && !math.IsNaN(l) && !math.IsInf(l, 0) {
+			if first == nil {
+				first = results.F64(l)
+			}
+			last = results.F64(l)
+			n++
+		}
+		if lr, ok := e["learning_rate"].(float64); ok {
+			if lrFirst == nil {
+				lrFirst = results.F64(lr)
+			}
+			lrLast = results.F64(lr)
+		}
+	}
+	return first, last, lrFirst, lrLast, n
+}
+
+// flops sets the model FLOPs per token from the model axis's shape (when it is
+// the model the run trained) and the peak of the hardware profile, for MFU.
+func flops(res *results.Result, rc sweeps.RunConfig) {
+	shape, err := shapes.Lookup(rc.Model)
+	if err != nil {
+		return
+	}
+	res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)
+	res.Env.ModelParams = shape.Params()
+	if p, err := hardware.Lookup(rc.Hardware); err == nil && rc.Hardware != hardware.Auto {
+		if peak, err := p.Peak(rc.MixedPrecision); err == nil {
+			res.PeakFlopsPerS = peak
+			res.Env.Hardware = p.Name
+		}
+	}
+}
+
+// itoa is strconv.Itoa, for the settings derived here.
+func itoa(n int) string { return strconv.Itoa(n) }
