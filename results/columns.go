@@ -299,8 +299,11 @@ func ColumnsOf(kind ColumnKind) []Column {
 // LookupColumn finds a column by name; the error lists the valid names of the kinds
 // asked for (all kinds when none is given).
 func LookupColumn(name string, kinds ...ColumnKind) (Column, error) {
-	if i, ok := registryIndex[name]; ok {
-		c := registry[i]
+	if i, ok := registryIndex[name]; ok || predictedIndex[name] > 0 {
+		c := predictedColumn(name)
+		if ok {
+			c = registry[i]
+		}
 		if len(kinds) == 0 {
 			return c, nil
 		}
