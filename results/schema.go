@@ -43,6 +43,10 @@ type CommBytes struct {
 	AllGather     int64 `json:"all_gather"`
 	ReduceScatter int64 `json:"reduce_scatter"`
 	AllReduce     int64 `json:"all_reduce"`
+	// InterNode is the part of the three that went to a rank on another node (the
+	// busiest rank's), so a multi-node run shows what crossed the slow link; absent
+	// where the backend cannot tell.
+	InterNode *int64 `json:"inter_node,omitempty"`
 }
 
 // Env describes where a run executed.

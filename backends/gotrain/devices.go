@@ -185,12 +185,13 @@ const EnvThreads = "OMP_NUM_THREADS"
 const maxThreads = 1024
 
 // rankThreads is how many threads a rank computes with (OpenBLAS's, and the
-// goroutines of the cpu device's loops): OMP_NUM_THREADS when it is set, as torch reads it; else cpus, the
-// CPUs this process may run on (the worker passes Go's default GOMAXPROCS: the
-// affinity mask and the cgroup's CPU limit), divided among the node's ranks, at
-// least 1. torchrun sets OMP_NUM_THREADS=1 for every rank when it starts more
-// than one per node; dividing gives the same on this project's 2-core machines
-// at 2 or more ranks, and does not leave the cores of a bigger host idle.
+// goroutines of the cpu device's loops): OMP_NUM_THREADS when it is set, as
+// torch reads it; else cpus, the CPUs this process may run on (the worker passes
+// Go's default GOMAXPROCS: the affinity mask and the cgroup's CPU limit),
+// divided among the node's ranks, at least 1. torchrun sets OMP_NUM_THREADS=1
+// for every rank when it starts more than one per node; dividing gives the same
+// on this project's 2-core machines at 2 or more ranks, and does not leave the
+// cores of a bigger host idle.
 func rankThreads(getenv func(string) string, cpus, localWorldSize int) (int, error) {
 	if v := strings.TrimSpace(getenv(EnvThreads)); v != "" {
 		n, err := strconv.Atoi(v)
@@ -201,4 +202,12 @@ func rankThreads(getenv func(string) string, cpus, localWorldSize int) (int, err
 		return n, nil
 	}
 	return max(1, cpus/max(localWorldSize, 1)), nil
+}
+
+// ptrOr is *p, or 0 when p is nil.
+func ptrOr(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -187,7 +187,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
-	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption}
+	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption, Transport: opts.Transport}
 	if v := env.Getenv(EnvCollectiveTimeout); v != "" {
 		if copts.OpTimeout, err = time.ParseDuration(v); err != nil {
 			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)
@@ -295,6 +295,9 @@ func work(ctx context.Context, env WorkerEnv) error {
 			ReduceScatter: (d.ReduceScatter.BytesSent - before.ReduceScatter.BytesSent) / n,
 			AllReduce:     (d.AllReduce.BytesSent - before.AllReduce.BytesSent) / n,
 		}
+		inter := (d.AllGather.BytesSentInterNode + d.ReduceScatter.BytesSentInterNode + d.AllReduce.BytesSentInterNode -
+			before.AllGather.BytesSentInterNode - before.ReduceScatter.BytesSentInterNode - before.AllReduce.BytesSentInterNode) / n
+		out.CommBytesPerStep.InterNode = &inter
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
