@@ -57,17 +57,17 @@ type Env struct {
 	CUDA        string   `json:"cuda,omitempty"`
 	NCCL        string   `json:"nccl,omitempty"`
 	CUBLAS      string   `json:"cublas,omitempty"`
-	// BLAS is the CPU BLAS a run's GEMMs ran on, with its version and build
-	// ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64"), and
-	// BLASThreads the threads each rank gave it.
-	BLAS        string `json:"blas,omitempty"`
-	BLASThreads int    `json:"blas_threads,omitempty"`
 	Torch       string   `json:"torch,omitempty"`
 	Go          string   `json:"go,omitempty"`
 	Fsdpbench   string   `json:"fsdpbench,omitempty"`
 	Commit      string   `json:"commit,omitempty"`
 	Hardware    string   `json:"hardware,omitempty"` // the hardware profile the figures refer to
 	ModelParams int64    `json:"model_params,omitempty"`
+	// BLAS is the CPU BLAS a run's GEMMs ran on, with its version and build
+	// ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64"), and
+	// BLASThreads the threads each rank gave it.
+	BLAS        string `json:"blas,omitempty"`
+	BLASThreads int    `json:"blas_threads,omitempty"`
 }
 
 // RankResult is what one rank reported.
