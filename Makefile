@@ -21,7 +21,7 @@ lint:
 # runs for a bounded time (.ci/fuzz), and the CUDA kernels'
 # CPU-runner tests once more under AddressSanitizer.
 test: deps lint
-	./.ci/with-slurm $(GO) test -race -timeout 20m ./...
+	./.ci/with-slurm $(GO) test -race -timeout 30m ./...
 	GO=$(GO) ./.ci/fuzz
 	$(MAKE) kernels-asan
 	$(MAKE) cuda-asan
