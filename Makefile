@@ -3,7 +3,7 @@
 # localhost, and runs every test with -race.
 GO ?= go
 
-.PHONY: test deps build lint bench kernels-asan cuda-asan gpu-check
+.PHONY: test deps build lint bench bench-cpu-engines kernels-asan cuda-asan gpu-check
 
 build:
 	$(GO) build -o bin/fsdpbench ./cmd/fsdpbench
@@ -21,7 +21,7 @@ lint:
 # runs for a bounded time (.ci/fuzz), and the CUDA kernels'
 # CPU-runner tests once more under AddressSanitizer.
 test: deps lint
-	./.ci/with-slurm $(GO) test -race -timeout 20m ./...
+	./.ci/with-slurm $(GO) test -race -timeout 30m ./...
 	GO=$(GO) ./.ci/fuzz
 	$(MAKE) kernels-asan
 	$(MAKE) cuda-asan
@@ -33,13 +33,43 @@ kernels-asan:
 
 # The cuda device's tests over fakes built with AddressSanitizer: the test binary is
 # built first, so that only it, not the go tool, runs with the sanitizer preloaded.
+# A second pass runs the ops and the stream tests with every stream of the fake on a
+# thread of its own (FAKECUDA_STREAMS=async), the code that event lifetimes live in.
 cuda-asan:
 	$(GO) test -c -o bin/cuda-asan.test ./backends/gotrain/device/cuda
 	cd backends/gotrain/device/cuda && FSDPBENCH_FAKE_ASAN=1 ASAN_OPTIONS=detect_leaks=0 \
 		LD_PRELOAD="$$(g++ -print-file-name=libasan.so)" ../../../../bin/cuda-asan.test -test.count=1 -test.timeout 20m
+	cd backends/gotrain/device/cuda && FSDPBENCH_FAKE_ASAN=1 ASAN_OPTIONS=detect_leaks=0 FAKECUDA_STREAMS=async FAKECUDA_STREAM_DELAY_US=1:200 \
+		LD_PRELOAD="$$(g++ -print-file-name=libasan.so)" ../../../../bin/cuda-asan.test -test.count=1 -test.timeout 20m \
+		-test.run 'TestConformance/forward|TestFreeAfter|TestCollectiveStream|TestUseAfterClose|TestExtras'
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-cpu-engines trains the cpu-engines-* example specs on torchrun (Debian's torch)
+# and on gotrain, each run on one engine right after the other, and prints
+# gotrain's tokens/s/rank against torch's per run (`fsdpbench compare`: the
+# change column is the ratio − 1), after the GEMM GFLOP/s of both on this
+# machine. CPU_ENGINES=h256 runs only the small model.
+CPU_ENGINES ?= h256 h512
+CPU_ENGINES_RESULTS ?= fsdpbench-results/cpu-engines
+bench-cpu-engines: build
+	$(GO) test -run '^$$' -bench 'GEMM' ./backends/gotrain/device/cpu/
+	set -e; for s in $(CPU_ENGINES); do \
+		for ws in 1 2; do for e in torchrun gotrain; do \
+			bin/fsdpbench sweep sweeps/examples/cpu-engines-$$s.yaml --set backend=$$e --set world_size=$$ws \
+				--results $(CPU_ENGINES_RESULTS)/$$e --rerun >/dev/null; \
+		done; done; \
+		bin/fsdpbench compare $(CPU_ENGINES_RESULTS)/torchrun/cpu-engines-$$s $(CPU_ENGINES_RESULTS)/gotrain/cpu-engines-$$s \
+			--metric tokens_per_s_per_rank --metric step_time_s.median; \
+		for e in torchrun gotrain; do \
+			bin/fsdpbench export $(CPU_ENGINES_RESULTS)/$$e/cpu-engines-$$s --format csv -o $(CPU_ENGINES_RESULTS)/$$e-$$s.csv; \
+		done; \
+		awk -F, -v spec=$$s 'FNR == 1 { for (i = 1; i <= NF; i++) if ($$i == "tokens_per_s_per_rank") c = i; next } \
+			NR == FNR { t[$$1] = $$c; next } \
+			t[$$1] > 0 && $$c > 0 { printf "%s %s: gotrain/torch tokens/s/rank = %.2fx\n", spec, $$1, $$c / t[$$1] }' \
+			$(CPU_ENGINES_RESULTS)/torchrun-$$s.csv $(CPU_ENGINES_RESULTS)/gotrain-$$s.csv; \
+	done
 
 # gpu-check builds the cuda device's test binaries here and runs them on a GPU
 # (the op suite against the cpu device, compute-sanitizer, training runs against

@@ -92,6 +92,10 @@ type Options struct {
 	// WaitLock makes Run wait while another process holds the sweep's results
 	// directory (dirlock) instead of refusing at once with who holds it.
 	WaitLock bool
+	// Annotate, when not nil, may add to a finished run's metrics before they
+	// are written: `sweep --predict` stores the analytic model's prediction
+	// beside the measurement (in Extra).
+	Annotate func(rc sweeps.RunConfig, m *results.Metrics)
 }
 
 // RefusedError is an error that stopped a sweep before any run started: its

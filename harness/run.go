@@ -299,6 +299,9 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	m.RunID, m.Status, m.Error = rc.ID, status, msg
 	m = results.Checked(rc, m) // a figure no run can have fails the run, naming the field
 	status, msg = m.Status, m.Error
+	if s.opts.Annotate != nil {
+		s.opts.Annotate(rc, &m)
+	}
 	if err := s.dir.WriteMetrics(rc.ID, m); err != nil {
 		// Without metrics.json the run reads as unfinished and a resume redoes it.
 		status, msg = results.StatusFailed, fmt.Sprintf("write %s: %v", results.MetricsFile, err)

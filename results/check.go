@@ -218,7 +218,7 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 		for _, f := range []struct {
 			name string
 			v    int64
-		}{{"all_gather", c.AllGather}, {"reduce_scatter", c.ReduceScatter}, {"all_reduce", c.AllReduce}} {
+		}{{"all_gather", c.AllGather}, {"reduce_scatter", c.ReduceScatter}, {"all_reduce", c.AllReduce}, {"inter_node", ptrOr(c.InterNode, 0)}} {
 			if f.v < 0 || f.v > MaxMemBytes {
 				return bad("comm_bytes_per_step."+f.name, "%d is not between 0 and %d (1 PiB)", f.v, MaxMemBytes)
 			}
@@ -402,4 +402,12 @@ func checkDerived(d *Derived) (field, msg string) {
 		return "model_state_bytes", fmt.Sprintf("%d is not between 0 and %d", *d.ModelStateBytes, 3*MaxMemBytes)
 	}
 	return "", ""
+}
+
+// ptrOr is *p, or def when p is nil.
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }

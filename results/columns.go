@@ -236,6 +236,13 @@ var registry = []Column{
 		Doc: "reduce-scatter payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.ReduceScatter })},
 	{Name: "comm_bytes_per_step.all_reduce", Kind: KindMetric, Header: "all-reduce/step (MiB)", Unit: UnitBytesMiB,
 		Doc: "all-reduce payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.AllReduce })},
+	{Name: "comm_bytes_per_step.inter_node", Kind: KindMetric, Header: "inter-node/step (MiB)", Unit: UnitBytesMiB,
+		Doc: "payload per step the busiest rank sent to a rank on another node (all collectives)", get: func(r *Run) any {
+			if c := r.Metrics.CommBytesPerStep; c != nil && c.InterNode != nil {
+				return *c.InterNode
+			}
+			return nil
+		}},
 	textual(metric("env.gpu", "GPU", UnitNone, "device model", func(m *Metrics) any { return optS(m.Env.GPU) })),
 	textual(metric("started", "started", UnitNone, "start of the first repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Started) })),
 	textual(metric("finished", "finished", UnitNone, "end of the last repeat (UTC, RFC 3339)", func(m *Metrics) any { return optT(m.Finished) })),
@@ -282,8 +289,8 @@ var registryIndex = func() map[string]int {
 //	         peak_mem_allocated_bytes peak_mem_reserved_bytes peak_device_mem_bytes
 //	         peak_rss_bytes device_mem_bytes loss_first loss_last
 //	         comm_bytes_per_step.all_gather comm_bytes_per_step.reduce_scatter
-//	         comm_bytes_per_step.all_reduce env.gpu started finished
-//	         checkpoint_save_s checkpoint_load_s checkpoint_bytes
+//	         comm_bytes_per_step.all_reduce comm_bytes_per_step.inter_node env.gpu
+//	         started finished checkpoint_save_s checkpoint_load_s checkpoint_bytes
 //	         checkpoint_bytes_per_rank resume_exact
 //	derived: scaling_efficiency memory_saving model_state_bytes
 //
@@ -304,8 +311,11 @@ func ColumnsOf(kind ColumnKind) []Column {
 // LookupColumn finds a column by name; the error lists the valid names of the kinds
 // asked for (all kinds when none is given).
 func LookupColumn(name string, kinds ...ColumnKind) (Column, error) {
-	if i, ok := registryIndex[name]; ok {
-		c := registry[i]
+	if i, ok := registryIndex[name]; ok || predictedIndex[name] > 0 {
+		c := predictedColumn(name)
+		if ok {
+			c = registry[i]
+		}
 		if len(kinds) == 0 {
 			return c, nil
 		}

@@ -25,7 +25,7 @@ func fullRun(t *testing.T) Run {
 		r := fixtureResult(rc)
 		r.MeasuredWallS *= 1 + 0.01*float64(i)
 		r.PeakDeviceMemBytes, r.PeakRSSBytes, r.DeviceMemBytes = I64(20<<30), I64(3<<30), I64(80<<30)
-		r.CommBytesPerStep = &CommBytes{AllGather: 1 << 20, ReduceScatter: 1 << 20, AllReduce: 0}
+		r.CommBytesPerStep = &CommBytes{AllGather: 1 << 20, ReduceScatter: 1 << 20, AllReduce: 0, InterNode: I64(1 << 19)}
 		r.MemBreakdownBytes = map[string]int64{"params": 1 << 28, "grads": 1 << 28, "optimizer": 3 << 28, "activations": 1 << 30}
 		r.Started = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Minute)
 		r.Finished = r.Started.Add(30 * time.Second)

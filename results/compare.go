@@ -253,6 +253,9 @@ type Delta struct {
 	Backed      bool     `json:"backed"`
 	P           *float64 `json:"p,omitempty"`
 	Significant bool     `json:"significant"`
+	// PredErr is predicted / measured − 1 when one side is the analytic model's
+	// prediction and the other a measurement (Comparison.PredictedSide).
+	PredErr *float64 `json:"pred_err,omitempty"`
 }
 
 // compareMetric computes the change of column c from run b to run cur.
@@ -299,8 +302,16 @@ type Comparison struct {
 	Rows     []ComparisonRow `json:"rows"`
 	// Geomeans holds, per metric, the geometric means over the runs ok on both sides.
 	Geomeans []Geomean `json:"geomeans"`
-	cols     []Column
-	width    int // see Fit
+	// PredictedSide is "baseline" or "current" when that side's runs are all the
+	// analytic model's predictions and the other side's all measurements: the
+	// comparison is then of predicted against measured, and each Delta carries
+	// PredErr.
+	PredictedSide string `json:"predicted_side,omitempty"`
+	// MeanAbsPredErr holds, per metric, the mean |PredErr| over the runs that
+	// have one (with PredictedSide).
+	MeanAbsPredErr []*float64 `json:"mean_abs_pred_err,omitempty"`
+	cols           []Column
+	width          int // see Fit
 }
 
 // Fit makes the text tables fit width terminal columns (0: whole; MinWidth to
@@ -411,7 +422,63 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 		}
 		cmp.Geomeans = append(cmp.Geomeans, g)
 	}
+	cmp.PredictedSide = predictedSide(pairs)
+	if cmp.PredictedSide != "" {
+		for j := range cols {
+			var sum float64
+			n := 0
+			for i := range cmp.Rows {
+				d := &cmp.Rows[i].Deltas[j]
+				if d.Change == nil {
+					continue
+				}
+				e := *d.Change
+				if cmp.PredictedSide == "baseline" {
+					e = 1/(1+e) - 1 // baseline / current − 1
+				}
+				if math.IsInf(e, 0) || math.IsNaN(e) {
+					continue
+				}
+				d.PredErr = F64(e)
+				sum += math.Abs(e)
+				n++
+			}
+			var mean *float64
+			if n > 0 {
+				mean = F64(sum / float64(n))
+			}
+			cmp.MeanAbsPredErr = append(cmp.MeanAbsPredErr, mean)
+		}
+	}
 	return cmp, nil
+}
+
+// predictedSide says which side of the pairs holds only predictions while the
+// other holds only measurements ("" when neither, or when a side has no ok run).
+func predictedSide(pairs []Pair) string {
+	var base, cur [2]int // [predicted, measured] ok runs
+	for _, p := range pairs {
+		for _, side := range []struct {
+			r *Run
+			n *[2]int
+		}{{p.Baseline, &base}, {p.Current, &cur}} {
+			if side.r == nil || side.r.Metrics.Status != StatusOK {
+				continue
+			}
+			if side.r.Metrics.Predicted {
+				side.n[0]++
+			} else {
+				side.n[1]++
+			}
+		}
+	}
+	switch {
+	case base[0] > 0 && base[1] == 0 && cur[1] > 0 && cur[0] == 0:
+		return "baseline"
+	case cur[0] > 0 && cur[1] == 0 && base[1] > 0 && base[0] == 0:
+		return "current"
+	}
+	return ""
 }
 
 // Write renders the comparison: table and markdown print one table per metric
@@ -443,8 +510,12 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	usedNotBacked, usedNoChange, hashless, usedWholeRun := false, false, false, false
 	for j := range c.cols {
 		col := &c.cols[j]
+		changeHeader := "vs base"
+		if c.PredictedSide != "" {
+			changeHeader = "pred err"
+		}
 		g := &grid{title: col.Header, cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
-			{key: "current", header: cur, right: true}, {key: "change", header: "vs base", right: true}}}
+			{key: "current", header: cur, right: true}, {key: "change", header: changeHeader, right: true}}}
 		for _, row := range c.Rows {
 			d := row.Deltas[j]
 			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus)},
@@ -457,6 +528,9 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 				}
 			}
 			change := changeText(d, row)
+			if d.PredErr != nil {
+				change = fmt.Sprintf("%+.2f%%", *d.PredErr*100)
+			}
 			usedNotBacked = usedNotBacked || strings.HasSuffix(change, notBackedMark)
 			usedNoChange = usedNoChange || strings.HasPrefix(change, noChangeMark)
 			cells = append(cells, gridCell{text: change})
@@ -467,9 +541,20 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		if gm.Runs > 0 {
 			gcells[1].text = displayValue(col, *gm.Baseline)
 			gcells[2].text = displayValue(col, *gm.Current)
-			gcells[3].text = fmt.Sprintf("%+.2f%%", *gm.Change*100)
+			ch := *gm.Change
+			if c.PredictedSide == "baseline" {
+				ch = 1/(1+ch) - 1
+			}
+			gcells[3].text = fmt.Sprintf("%+.2f%%", ch*100)
 		}
 		g.rows = append(g.rows, gcells)
+		if c.PredictedSide != "" {
+			mean := "-"
+			if m := c.MeanAbsPredErr[j]; m != nil {
+				mean = fmt.Sprintf("%.2f%%", *m*100)
+			}
+			g.rows = append(g.rows, []gridCell{{text: "mean |pred err|"}, {text: "-"}, {text: "-"}, {text: mean}})
+		}
 		if j > 0 {
 			buf.WriteByte('\n')
 		}
@@ -483,6 +568,9 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		}
 	}
 	var notes []string
+	if c.PredictedSide != "" {
+		notes = append(notes, fmt.Sprintf("pred err = predicted / measured - 1; the %s side is the analytic model's prediction", c.PredictedSide))
+	}
 	if usedNoChange {
 		notes = append(notes, fmt.Sprintf(noChangeNote, c.Alpha))
 	}

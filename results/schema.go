@@ -43,6 +43,10 @@ type CommBytes struct {
 	AllGather     int64 `json:"all_gather"`
 	ReduceScatter int64 `json:"reduce_scatter"`
 	AllReduce     int64 `json:"all_reduce"`
+	// InterNode is the part of the three that went to a rank on another node (the
+	// busiest rank's), so a multi-node run shows what crossed the slow link; absent
+	// where the backend cannot tell.
+	InterNode *int64 `json:"inter_node,omitempty"`
 }
 
 // Env describes where a run executed.
@@ -59,6 +63,11 @@ type Env struct {
 	Commit      string   `json:"commit,omitempty"`
 	Hardware    string   `json:"hardware,omitempty"` // the hardware profile the figures refer to
 	ModelParams int64    `json:"model_params,omitempty"`
+	// BLAS is the CPU BLAS a run's GEMMs ran on, with its version and build
+	// ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64"), and
+	// BLASThreads the threads each rank gave it.
+	BLAS        string `json:"blas,omitempty"`
+	BLASThreads int    `json:"blas_threads,omitempty"`
 }
 
 // RankResult is what one rank reported.

@@ -24,7 +24,7 @@ func TestExamples(t *testing.T) {
 			assert.True(t, bytes.HasPrefix(data, []byte("# Question: ")), "begins with the question it answers")
 			assert.Contains(t, string(data), "# Run:    fsdpbench sweep sweeps/"+filepath.ToSlash(f), "says how to run it")
 			plan, err := Load(f, Options{
-				CheckModel:    knownOnly("tiny", "gpt2-124m", "llama-1b", "llama3-8b", "mistral-7b", "codellama-7b"),
+				CheckModel:    exampleModel(knownOnly("tiny", "gpt2-124m", "llama-1b", "llama3-8b", "mistral-7b", "codellama-7b")),
 				CheckHardware: knownOnly("h100-sxm", "h100-pcie", "h200", "a100-80g", "cpu"),
 				CheckBackend:  knownOnly("sim", "gotrain", "torchrun"),
 			})
@@ -39,6 +39,19 @@ func TestExamples(t *testing.T) {
 			assert.Empty(t, plan.Warnings)
 			assert.NotEmpty(t, plan.Runs)
 		})
+	}
+}
+
+// exampleModel accepts, besides what known accepts, a config.json under
+// examples/models/ that exists, named from the repository's root as the
+// examples' commands run there.
+func exampleModel(known func(string) error) func(string) error {
+	return func(m string) error {
+		if rest, ok := strings.CutPrefix(m, "sweeps/examples/models/"); ok && strings.HasSuffix(rest, "/config.json") {
+			_, err := os.Stat(filepath.Join("examples", "models", filepath.FromSlash(rest)))
+			return err
+		}
+		return known(m)
 	}
 }
 
@@ -81,6 +94,12 @@ func TestExampleContents(t *testing.T) {
 	p = load("gpt2-ddp-vs-fsdp-memory.yaml")
 	assert.Len(t, p.Runs, 4*4)
 	assert.Equal(t, []string{"world_size", "sharding", "gpus_per_node", "global_batch"}, p.Axes)
+
+	for _, name := range []string{"cpu-engines-h256.yaml", "cpu-engines-h512.yaml"} {
+		p = load(name)
+		assert.Equal(t, []string{"ws1-bs4-ddp-ac0-pre-fp32", "ws2-bs4-ddp-ac0-pre-fp32"}, summary(p), name)
+		assert.Equal(t, "cpu", p.Runs[0].Hardware, "%s: runs on both engines without a GPU", name)
+	}
 
 	p = load("quickstart.yaml")
 	assert.LessOrEqual(t, len(p.Runs), 12, "the first command stays small")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -134,6 +135,15 @@ func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error 
 		}
 	}
 	readCheckpoint(res, files)
+	if len(res.Env.Hosts) == 0 {
+		// The nodes the ranks ran on, as gotrain reports them (sorted, once each).
+		for _, f := range files {
+			if f.Host != "" && !slices.Contains(res.Env.Hosts, f.Host) {
+				res.Env.Hosts = append(res.Env.Hosts, f.Host)
+			}
+		}
+		slices.Sort(res.Env.Hosts)
+	}
 	f0 := files[0]
 	if div != nil {
 		res.Status, res.Error = results.StatusDiverged, div.String()

@@ -1,6 +1,7 @@
 // Package gotrain is the Go trainer as a backend: Run starts one worker process per
 // rank (this executable's `worker` subcommand, torchrun's environment), each
-// training the model with fsdp/ on the cpu device over comm/'s TCP ring, and turns
+// training the model with fsdp/ on the cpu device over comm/'s communicator (shared
+// memory within a node, the TCP ring between nodes), and turns
 // what the workers print and write into a results.Result. A rank that dies takes
 // the others down with it: every worker has its own process group, and the backend
 // kills every group (SIGTERM, then SIGKILL) on the first failure or cancellation.
@@ -76,7 +77,23 @@ type Options struct {
 	// minutes (torch's NCCL default), or half the run's timeout when that is
 	// shorter, so that a hung rank is named before the run times out.
 	CollectiveTimeout time.Duration
+	// BLAS is the cpu device's GEMM library: BLASAuto or empty (OpenBLAS when it
+	// loads, else gonum's pure Go), BLASOpenBLAS (fail when it does not load) or
+	// BLASGonum.
+	BLAS string
+	// Transport is how the tcp communicator's ranks on one node exchange data:
+	// comm.TransportAuto (empty too: shared memory within a node, TCP between
+	// nodes), comm.TransportShm (shared memory, one node only) or
+	// comm.TransportTCP (the TCP ring everywhere, to compare).
+	Transport string
 }
+
+// BLAS libraries for Options.BLAS.
+const (
+	BLASAuto     = "auto"
+	BLASOpenBLAS = "openblas"
+	BLASGonum    = "gonum"
+)
 
 // Communicators for Options.Comm.
 const (
@@ -85,7 +102,7 @@ const (
 )
 
 // optionNames are the backend_options gotrain knows, for errors.
-var optionNames = []string{"collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "weight_decay"}
+var optionNames = []string{"blas", "collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "transport", "weight_decay"}
 
 // Bounds of the options: anything past them is a typo, not an experiment.
 const (
@@ -106,9 +123,9 @@ const (
 const collectiveTimeoutOption = "backend_options.collective_timeout"
 
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
-// duration such as "200ms"), mem_limit_bytes, comm (tcp | nccl) and
-// collective_timeout (a duration, MinCollectiveTimeout to MaxCollectiveTimeout),
-// each bounded. Errors are
+// duration such as "200ms"), mem_limit_bytes, comm (tcp | nccl), transport (auto
+// | shm | tcp), collective_timeout (a duration, MinCollectiveTimeout to
+// MaxCollectiveTimeout) and blas (auto | openblas | gonum), each bounded. Errors are
 // *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
@@ -139,6 +156,17 @@ func ParseOptions(m map[string]any) (Options, error) {
 				err = fmt.Errorf("must be %q or %q, got %v", CommTCP, CommNCCL, v)
 			}
 			o.Comm = c
+		case "blas":
+			o.BLAS, _ = v.(string)
+			if o.BLAS != BLASAuto && o.BLAS != BLASOpenBLAS && o.BLAS != BLASGonum {
+				err = fmt.Errorf("must be %q, %q or %q, got %v", BLASAuto, BLASOpenBLAS, BLASGonum, v)
+			}
+		case "transport":
+			tr, _ := v.(string)
+			if !slices.Contains(comm.Transports, tr) {
+				err = fmt.Errorf("must be one of %v, got %v", comm.Transports, v)
+			}
+			o.Transport = tr
 		default:
 			return o, backends.UnknownOption("backend_options", "gotrain", k, optionNames)
 		}
@@ -228,6 +256,9 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	}
 	if rc.WorldSize <= 0 || rc.Nodes <= 0 || rc.GPUsPerNode <= 0 || rc.Nodes*rc.GPUsPerNode != rc.WorldSize {
 		return fmt.Errorf("world_size %d must be nodes %d × gpus_per_node %d (gotrain runs every rank on this host)", rc.WorldSize, rc.Nodes, rc.GPUsPerNode)
+	}
+	if opts.Transport == comm.TransportShm && rc.Nodes > 1 {
+		return fmt.Errorf("backend_options.transport shm: the world spans %d nodes, and shared memory joins the ranks of one (set transport: auto for shared memory within each node and TCP between)", rc.Nodes)
 	}
 	if rc.SeqLen <= 0 || rc.BatchPerDevice <= 0 || rc.Steps <= 0 || rc.WarmupSteps < 0 {
 		return fmt.Errorf("seq_len %d, batch_per_device %d and steps %d must be positive, warmup_steps %d not negative",
@@ -669,6 +700,7 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		return err
 	}
 	res.Env.Hardware, res.Env.GPU, res.Env.Driver, res.Env.CUDA, res.Env.CUBLAS = prof.Name, r0.Env.GPU, r0.Env.Driver, r0.Env.CUDA, r0.Env.CUBLAS
+	res.Env.BLAS, res.Env.BLASThreads = r0.Env.BLAS, r0.Env.BLASThreads
 	peak, err := prof.Peak(rc.MixedPrecision) // bf16 GEMMs run at the bf16 peak
 	if err != nil {
 		return err
@@ -703,6 +735,9 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		comm.AllGather = max(comm.AllGather, f.CommBytesPerStep.AllGather)
 		comm.ReduceScatter = max(comm.ReduceScatter, f.CommBytesPerStep.ReduceScatter)
 		comm.AllReduce = max(comm.AllReduce, f.CommBytesPerStep.AllReduce)
+		if v := f.CommBytesPerStep.InterNode; v != nil && (comm.InterNode == nil || *v > *comm.InterNode) {
+			comm.InterNode = results.I64(*v)
+		}
 		loss := f.Losses[len(f.Losses)-1]
 		// A rank file counts the global batch's tokens; results sums RankResult.Tokens
 		// over ranks, so each rank reports its own share (global_batch divides evenly).

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -80,9 +82,14 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// TestRunLossesAgreeAcrossWorldSizesAndStrategies runs every strategy through real
+// worker processes over both transports: the losses agree across world sizes and
+// strategies within 1e-5, and between the TCP ring and shared memory bitwise (the
+// same reductions in the same order).
 func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 	b := New()
 	var ref []float64
+	byTransport := map[string]map[string][]float64{} // case → transport → losses
 	for _, tc := range []struct {
 		ws, nodes int
 		sharding  string
@@ -91,79 +98,170 @@ func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 		{2, 1, sweeps.FullShard},
 		{2, 1, sweeps.DDP},
 		{2, 1, sweeps.ShardGradOp},
-		{4, 2, sweeps.HybridShard},
+		{2, 1, sweeps.NoShard},
+		{4, 1, sweeps.FullShard},
+		{4, 2, sweeps.HybridShard}, // shard groups on shared memory, replicate groups on TCP
 	} {
-		t.Run(fmt.Sprintf("ws%d-n%d-%s", tc.ws, tc.nodes, tc.sharding), func(t *testing.T) {
-			rc := tinyRun(tc.ws, tc.nodes, tc.sharding)
-			require.NoError(t, b.Validate(context.Background(), rc))
-			var mu sync.Mutex
-			var events []backends.Event
-			var stdout, stderr syncBuffer
-			res, err := b.Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir(), Stdout: &stdout, Stderr: &stderr},
-				func(e backends.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
-			require.NoError(t, err)
-			require.Equal(t, results.StatusOK, res.Status, "error: %s\nstderr:\n%s", res.Error, stderr.String())
+		for _, transport := range []string{comm.TransportTCP, comm.TransportAuto} {
+			if tc.ws == 1 && transport == comm.TransportTCP {
+				continue // a world of one has no transport
+			}
+			name := fmt.Sprintf("ws%d-n%d-%s", tc.ws, tc.nodes, tc.sharding)
+			t.Run(name+"/"+transport, func(t *testing.T) {
+				rc := tinyRun(tc.ws, tc.nodes, tc.sharding)
+				rc.BackendOptions = map[string]any{"transport": transport}
+				if tc.nodes == 1 && transport == comm.TransportAuto {
+					rc.BackendOptions["transport"] = comm.TransportShm // fails rather than fall back to TCP
+				}
+				rc.AssignID()
+				require.NoError(t, b.Validate(context.Background(), rc))
+				var mu sync.Mutex
+				var events []backends.Event
+				var stdout, stderr syncBuffer
+				res, err := b.Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir(), Stdout: &stdout, Stderr: &stderr},
+					func(e backends.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+				require.NoError(t, err)
+				require.Equal(t, results.StatusOK, res.Status, "error: %s\nstderr:\n%s", res.Error, stderr.String())
 
-			require.Len(t, res.Steps, rc.Steps)
-			var losses []float64
-			var stepEvents int
-			for _, e := range events {
-				if e.Kind == backends.EventStep {
-					stepEvents++
+				require.Len(t, res.Steps, rc.Steps)
+				var losses []float64
+				var stepEvents int
+				for _, e := range events {
+					if e.Kind == backends.EventStep {
+						stepEvents++
+					}
 				}
-			}
-			assert.Equal(t, rc.Steps, stepEvents, "one step event per measured step")
-			var wall float64
-			for i, s := range res.Steps {
-				require.NotNil(t, s.Loss)
-				assert.Equal(t, i+1, s.Step)
-				assert.Positive(t, s.StepTimeS)
-				assert.Equal(t, rc.TokensPerStep(), s.Tokens)
-				losses = append(losses, *s.Loss)
-				wall += s.StepTimeS
-			}
-			if ref == nil {
-				ref = losses
-			} else {
-				for i := range ref {
-					assert.InEpsilon(t, ref[i], losses[i], 1e-5, "step %d loss", i+1)
+				assert.Equal(t, rc.Steps, stepEvents, "one step event per measured step")
+				var wall float64
+				for i, s := range res.Steps {
+					require.NotNil(t, s.Loss)
+					assert.Equal(t, i+1, s.Step)
+					assert.Positive(t, s.StepTimeS)
+					assert.Equal(t, rc.TokensPerStep(), s.Tokens)
+					losses = append(losses, *s.Loss)
+					wall += s.StepTimeS
 				}
+				if ref == nil {
+					ref = losses
+				} else {
+					for i := range ref {
+						assert.InEpsilon(t, ref[i], losses[i], 1e-5, "step %d loss", i+1)
+					}
+				}
+				if byTransport[name] == nil {
+					byTransport[name] = map[string][]float64{}
+				}
+				byTransport[name][transport] = losses
+				if tcp, ok := byTransport[name][comm.TransportTCP]; ok && transport != comm.TransportTCP {
+					assert.Equal(t, tcp, losses, "shared memory gives the TCP ring's losses bitwise")
+				}
+				shape, err := shapes.Lookup("tiny")
+				require.NoError(t, err)
+				assert.Equal(t, shape.FlopsPerToken(rc.SeqLen), res.ModelFlopsPerToken)
+				assert.Positive(t, res.PeakFlopsPerS)
+				assert.InDelta(t, wall, res.MeasuredWallS, wall, "slowest rank's wall is about the steps' sum")
+				require.NotNil(t, res.PeakMemAllocatedBytes)
+				require.NotNil(t, res.PeakRSSBytes)
+				assert.Positive(t, *res.PeakMemAllocatedBytes)
+				assert.Greater(t, *res.PeakRSSBytes, *res.PeakMemAllocatedBytes, "the process holds more than its tensors")
+				for _, cat := range []string{"params", "grads", "optimizer", "activations"} {
+					assert.Positive(t, res.MemBreakdownBytes[cat], cat)
+				}
+				// The normalized throughput counts each global batch once, however many
+				// ranks shared it (ranks report their own share of the tokens).
+				var rankTokens int64
+				for _, pr := range res.PerRank {
+					rankTokens += pr.Tokens
+				}
+				assert.Equal(t, rc.TokensPerStep()*int64(rc.Steps), rankTokens, "tokens of all ranks over the measured steps")
+				m := results.Normalize(rc, []results.Result{res})
+				require.NotNil(t, m.TokensPerS)
+				assert.InEpsilon(t, float64(rc.TokensPerStep()*int64(rc.Steps))/res.MeasuredWallS, *m.TokensPerS, 1e-9)
+				require.Len(t, res.PerRank, tc.ws)
+				require.NotNil(t, res.CommBytesPerStep)
+				if tc.ws > 1 {
+					switch tc.sharding {
+					case sweeps.DDP, sweeps.NoShard:
+						assert.Positive(t, res.CommBytesPerStep.AllReduce)
+						assert.Zero(t, res.CommBytesPerStep.AllGather)
+					default:
+						assert.Positive(t, res.CommBytesPerStep.AllGather)
+						assert.Positive(t, res.CommBytesPerStep.ReduceScatter)
+					}
+				}
+				assert.Contains(t, stdout.String(), "[rank 0] "+EventPrefix)
+				// metrics.json says which BLAS ran and on how many threads: the
+				// host's CPUs divided among the node's ranks unless OMP_NUM_THREADS says.
+				assert.Regexp(t, `^OpenBLAS \d`, res.Env.BLAS)
+				if os.Getenv(EnvThreads) == "" {
+					assert.Equal(t, max(1, runtime.GOMAXPROCS(0)/(tc.ws/tc.nodes)), res.Env.BLASThreads)
+				}
+			})
+		}
+	}
+}
+
+// TestLossDoesNotDependOnBLAS trains the same run on OpenBLAS and on gonum: the
+// losses agree as they do across world sizes.
+func TestLossDoesNotDependOnBLAS(t *testing.T) {
+	var losses [2][]float64
+	for i, blas := range []string{BLASOpenBLAS, BLASGonum} {
+		rc := tinyRun(2, 1, sweeps.DDP)
+		rc.BackendOptions = map[string]any{"blas": blas}
+		rc.AssignID()
+		var stderr syncBuffer
+		res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir(), Stderr: &stderr}, nil)
+		require.NoError(t, err)
+		require.Equal(t, results.StatusOK, res.Status, "%s: %s\nstderr:\n%s", blas, res.Error, stderr.String())
+		for _, s := range res.Steps {
+			losses[i] = append(losses[i], *s.Loss)
+		}
+		if blas == BLASGonum {
+			assert.Regexp(t, `^gonum`, res.Env.BLAS)
+			assert.Equal(t, runtime.GOMAXPROCS(0), res.Env.BLASThreads, "gonum splits a GEMM over GOMAXPROCS goroutines")
+		} else {
+			assert.Regexp(t, `^OpenBLAS \d`, res.Env.BLAS)
+		}
+	}
+	require.Len(t, losses[1], len(losses[0]))
+	for i := range losses[0] {
+		assert.InEpsilon(t, losses[0][i], losses[1][i], 1e-5, "step %d", i+1)
+	}
+}
+
+func TestRankThreads(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		omp             string
+		cpus, localRank int
+		want            int
+		err             string
+	}{
+		{"one rank takes the host", "", 2, 1, 2, ""},
+		{"two ranks share it", "", 2, 2, 1, ""},
+		{"more ranks than CPUs", "", 2, 4, 1, ""},
+		{"a bigger host", "", 16, 4, 4, ""},
+		{"uneven", "", 6, 4, 1, ""},
+		{"OMP_NUM_THREADS wins", "3", 2, 2, 3, ""},
+		{"OMP_NUM_THREADS with spaces", " 2 ", 16, 1, 2, ""},
+		{"zero", "0", 2, 1, 0, `OMP_NUM_THREADS="0": give a whole number of threads from 1 to 1024`},
+		{"huge", "100000", 2, 1, 0, "from 1 to 1024"},
+		{"text", "all", 2, 2, 0, "or unset it to divide this host's 2 CPUs among its 2 ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string {
+				if k == EnvThreads {
+					return tc.omp
+				}
+				return ""
 			}
-			shape, err := shapes.Lookup("tiny")
+			got, err := rankThreads(getenv, tc.cpus, tc.localRank)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
 			require.NoError(t, err)
-			assert.Equal(t, shape.FlopsPerToken(rc.SeqLen), res.ModelFlopsPerToken)
-			assert.Positive(t, res.PeakFlopsPerS)
-			assert.InDelta(t, wall, res.MeasuredWallS, wall, "slowest rank's wall is about the steps' sum")
-			require.NotNil(t, res.PeakMemAllocatedBytes)
-			require.NotNil(t, res.PeakRSSBytes)
-			assert.Positive(t, *res.PeakMemAllocatedBytes)
-			assert.Greater(t, *res.PeakRSSBytes, *res.PeakMemAllocatedBytes, "the process holds more than its tensors")
-			for _, cat := range []string{"params", "grads", "optimizer", "activations"} {
-				assert.Positive(t, res.MemBreakdownBytes[cat], cat)
-			}
-			// The normalized throughput counts each global batch once, however many
-			// ranks shared it (ranks report their own share of the tokens).
-			var rankTokens int64
-			for _, pr := range res.PerRank {
-				rankTokens += pr.Tokens
-			}
-			assert.Equal(t, rc.TokensPerStep()*int64(rc.Steps), rankTokens, "tokens of all ranks over the measured steps")
-			m := results.Normalize(rc, []results.Result{res})
-			require.NotNil(t, m.TokensPerS)
-			assert.InEpsilon(t, float64(rc.TokensPerStep()*int64(rc.Steps))/res.MeasuredWallS, *m.TokensPerS, 1e-9)
-			require.Len(t, res.PerRank, tc.ws)
-			require.NotNil(t, res.CommBytesPerStep)
-			if tc.ws > 1 {
-				switch tc.sharding {
-				case sweeps.DDP:
-					assert.Positive(t, res.CommBytesPerStep.AllReduce)
-					assert.Zero(t, res.CommBytesPerStep.AllGather)
-				default:
-					assert.Positive(t, res.CommBytesPerStep.AllGather)
-					assert.Positive(t, res.CommBytesPerStep.ReduceScatter)
-				}
-			}
-			assert.Contains(t, stdout.String(), "[rank 0] "+EventPrefix)
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }
@@ -179,6 +277,9 @@ func TestValidate(t *testing.T) {
 		{"compile", func(rc *sweeps.RunConfig) { rc.Compile = true }, "compile"},
 		{"gpt2", func(rc *sweeps.RunConfig) { rc.Model = "gpt2-124m" }, "gpt2"},
 		{"world", func(rc *sweeps.RunConfig) { rc.WorldSize = 3 }, "nodes 1 × gpus_per_node 2"},
+		{"shm across nodes", func(rc *sweeps.RunConfig) {
+			rc.Nodes, rc.GPUsPerNode, rc.BackendOptions = 2, 1, map[string]any{"transport": "shm"}
+		}, "backend_options.transport shm: the world spans 2 nodes"},
 		{"gpu hardware without a GPU", func(rc *sweeps.RunConfig) { rc.Hardware = "h100-sxm" },
 			"hardware h100-sxm needs gotrain's cuda device, and this machine has none: no CUDA device: "},
 	} {
@@ -370,10 +471,10 @@ func TestRunOOM(t *testing.T) {
 }
 
 func TestParseOptions(t *testing.T) {
-	o, err := ParseOptions(map[string]any{"lr": 0.01, "step_delay": "5ms", "mem_limit_bytes": 1024, "grad_clip": 1, "collective_timeout": "90s"})
+	o, err := ParseOptions(map[string]any{"lr": 0.01, "step_delay": "5ms", "mem_limit_bytes": 1024, "grad_clip": 1, "collective_timeout": "90s", "transport": "shm"})
 	require.NoError(t, err)
 	assert.Equal(t, Options{LR: 0.01, WeightDecay: 0.01, GradClip: 1, StepDelay: 5 * time.Millisecond, MemLimitBytes: 1024,
-		CollectiveTimeout: 90 * time.Second}, o)
+		CollectiveTimeout: 90 * time.Second, Transport: "shm"}, o)
 	o, err = ParseOptions(map[string]any{"lr": "0.5", "weight_decay": uint64(0)}) // --set passes strings
 	require.NoError(t, err)
 	assert.Equal(t, Options{LR: 0.5}, o)
@@ -388,7 +489,8 @@ func TestOptionErrors(t *testing.T) {
 		want string
 	}{
 		{"misspelt", map[string]any{"lrr": 1.0}, `backend_options.lrr: gotrain has no such option (did you mean "lr"?)`},
-		{"unknown", map[string]any{"x": 1}, "known: collective_timeout, comm, grad_clip, lr, mem_limit_bytes, step_delay, weight_decay"},
+		{"unknown", map[string]any{"x": 1}, "known: blas, collective_timeout, comm, grad_clip, lr, mem_limit_bytes, step_delay, transport, weight_decay"},
+		{"unknown transport", map[string]any{"transport": "rdma"}, "backend_options.transport: must be one of [auto shm tcp], got rdma"},
 		{"negative lr", map[string]any{"lr": -1.0}, "backend_options.lr: must be in (0, 10], got -1"},
 		{"zero lr", map[string]any{"lr": 0}, "backend_options.lr: must be in (0, 10], got 0"},
 		{"nan lr", map[string]any{"lr": math.NaN()}, "backend_options.lr: must be a finite number"},
@@ -405,6 +507,8 @@ func TestOptionErrors(t *testing.T) {
 		{"collective timeout zero", map[string]any{"collective_timeout": "0s"}, "backend_options.collective_timeout: must be between 1s and 24h0m0s"},
 		{"collective timeout a month", map[string]any{"collective_timeout": "720h"}, "must be between 1s and 24h0m0s, got \"720h\""},
 		{"collective timeout text", map[string]any{"collective_timeout": "x"}, `backend_options.collective_timeout: must be a duration`},
+		{"blas unknown", map[string]any{"blas": "mkl"}, `backend_options.blas: must be "auto", "openblas" or "gonum", got mkl`},
+		{"blas number", map[string]any{"blas": 1}, `backend_options.blas: must be "auto", "openblas" or "gonum", got 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tinyRun(2, 1, sweeps.FullShard)

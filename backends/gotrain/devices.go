@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/results"
@@ -66,18 +68,26 @@ type deviceEnv struct {
 	Driver string `json:"driver,omitempty"`
 	CUDA   string `json:"cuda,omitempty"`
 	CUBLAS string `json:"cublas,omitempty"`
+	// BLAS and BLASThreads say what the cpu device's GEMMs ran on (results.Env).
+	BLAS        string `json:"blas,omitempty"`
+	BLASThreads int    `json:"blas_threads,omitempty"`
 }
 
 // openDevice opens the device of a run for the rank with this local rank (its GPU
-// ordinal), and returns how to close it.
-func openDevice(hw string, limit int64, localRank int) (device.Device, deviceEnv, func() error, error) {
+// ordinal), and returns how to close it. The cpu device's GEMMs run on the BLAS
+// that blas names (Options.BLAS) with threads threads (rankThreads).
+func openDevice(hw string, limit int64, localRank int, blas string, threads int) (device.Device, deviceEnv, func() error, error) {
 	gpu, err := useCUDA(hw)
 	if err != nil {
 		return nil, deviceEnv{}, nil, err
 	}
 	if !gpu {
-		d := cpu.New(cpu.Options{LimitBytes: limit})
-		return d, deviceEnv{Device: d.Name()}, func() error { return nil }, nil
+		d, err := openCPU(limit, blas, threads)
+		if err != nil {
+			return nil, deviceEnv{}, nil, err
+		}
+		info := d.(cpu.BLASReporter).BLAS()
+		return d, deviceEnv{Device: d.Name(), BLAS: blasName(info), BLASThreads: info.Threads}, func() error { return nil }, nil
 	}
 	ord := localRank
 	if n, err := cuda.DeviceCount(); err == nil && ord >= n && os.Getenv(EnvShareGPUs) == "1" {
@@ -130,4 +140,74 @@ func nonZero(v int64) *int64 {
 		return nil
 	}
 	return results.I64(v)
+}
+
+// openCPU opens the cpu device on the BLAS blas names, with threads for its GEMMs
+// and its ops' loops: OpenBLAS's thread count is set through
+// openblas_set_num_threads, which wins over OPENBLAS_NUM_THREADS and
+// OMP_NUM_THREADS, so a rank uses what it was given whatever its environment
+// says; the loops through cpu.SetWorkers (GOMAXPROCS stays Go's default: with
+// one processor, a collective's goroutines waited for a GEMM in C to give it
+// back, and a 2-rank run on 2 cores took 1.3-1.6x as long).
+func openCPU(limit int64, blas string, threads int) (device.Device, error) {
+	o := cpu.Options{LimitBytes: limit}
+	cpu.SetWorkers(threads)
+	switch blas {
+	case BLASGonum:
+		o.BLAS = cpu.BLASGonum
+	case BLASOpenBLAS, BLASAuto, "":
+		lib, err := openblas.Load()
+		if err != nil && blas == BLASOpenBLAS {
+			return nil, fmt.Errorf("backend_options.blas is openblas and it does not load: %w (install libopenblas0-pthread, or set blas: auto to fall back to gonum)", err)
+		}
+		if err == nil {
+			if err := lib.SetThreads(min(threads, openblas.MaxThreads)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return cpu.New(o), nil
+}
+
+// blasName is what results.Env.BLAS says: OpenBLAS's own configuration line,
+// which starts with its name and version, or gonum and its version.
+func blasName(b cpu.BLASInfo) string {
+	if b.Config != "" {
+		return b.Config
+	}
+	return strings.TrimSpace(b.Name + " " + b.Version)
+}
+
+// EnvThreads is the variable that sets a rank's threads, as it does torch's.
+const EnvThreads = "OMP_NUM_THREADS"
+
+// maxThreads bounds OMP_NUM_THREADS: past any host this trainer runs on.
+const maxThreads = 1024
+
+// rankThreads is how many threads a rank computes with (OpenBLAS's, and the
+// goroutines of the cpu device's loops): OMP_NUM_THREADS when it is set, as
+// torch reads it; else cpus, the CPUs this process may run on (the worker passes
+// Go's default GOMAXPROCS: the affinity mask and the cgroup's CPU limit),
+// divided among the node's ranks, at least 1. torchrun sets OMP_NUM_THREADS=1
+// for every rank when it starts more than one per node; dividing gives the same
+// on this project's 2-core machines at 2 or more ranks, and does not leave the
+// cores of a bigger host idle.
+func rankThreads(getenv func(string) string, cpus, localWorldSize int) (int, error) {
+	if v := strings.TrimSpace(getenv(EnvThreads)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxThreads {
+			return 0, fmt.Errorf("%s=%q: give a whole number of threads from 1 to %d, or unset it to divide this host's %d CPUs among its %d ranks",
+				EnvThreads, v, maxThreads, cpus, localWorldSize)
+		}
+		return n, nil
+	}
+	return max(1, cpus/max(localWorldSize, 1)), nil
+}
+
+// ptrOr is *p, or 0 when p is nil.
+func ptrOr(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

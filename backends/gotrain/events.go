@@ -93,7 +93,8 @@ func readRankFile(path string, r int, rc sweeps.RunConfig) (RankFile, error) {
 		{"peak_rss_bytes", float64(f.PeakRSSBytes), backends.MaxBytes},
 		{"comm_bytes_per_step.all_gather", float64(f.CommBytesPerStep.AllGather), backends.MaxBytes},
 		{"comm_bytes_per_step.reduce_scatter", float64(f.CommBytesPerStep.ReduceScatter), backends.MaxBytes},
-		{"comm_bytes_per_step.all_reduce", float64(f.CommBytesPerStep.AllReduce), backends.MaxBytes}} {
+		{"comm_bytes_per_step.all_reduce", float64(f.CommBytesPerStep.AllReduce), backends.MaxBytes},
+		{"comm_bytes_per_step.inter_node", float64(ptrOr(f.CommBytesPerStep.InterNode)), backends.MaxBytes}} {
 		if err := check(c.field, c.v, c.hi, false); err != nil {
 			return f, bad(err)
 		}

@@ -27,9 +27,9 @@ const EnvRequireGPU = "FSDPBENCH_REQUIRE_GPU"
 const envQuick = "FSDPBENCH_CUDA_TRACK_QUICK"
 
 // TestCUDAOverFakesTracksCPU runs TestCUDATracksCPU, shortened, in a process
-// bound to the fake libcuda (which runs the kernels on the CPU), the fake cuBLAS
-// and the fake NCCL: the whole cuda code path of a training run, workers and all,
-// on a machine without a GPU.
+// bound to the fake libcuda (which runs the kernels on the CPU, each stream on a
+// thread of its own), the fake cuBLAS and the fake NCCL: the whole cuda code path
+// of a training run, workers and all, on a machine without a GPU.
 func TestCUDAOverFakesTracksCPU(t *testing.T) {
 	dir := t.TempDir()
 	f, err := cudatest.Build(dir)
@@ -38,7 +38,7 @@ func TestCUDAOverFakesTracksCPU(t *testing.T) {
 	require.NoError(t, err)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDATracksCPU$", "-test.v")
 	cmd.Env = append(append(os.Environ(), f.Env()...), "FSDPBENCH_LIBNCCL="+lib, EnvRequireGPU+"=1", envQuick+"=1",
-		EnvShareGPUs+"=1")
+		EnvShareGPUs+"=1", "FAKECUDA_STREAMS=async")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "--- PASS: TestCUDATracksCPU")

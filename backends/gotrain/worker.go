@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -188,13 +189,19 @@ func work(ctx context.Context, env WorkerEnv) error {
 	if err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
-	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption}
+	copts := comm.Options{OpTimeout: opts.CollectiveTimeout, TimeoutName: collectiveTimeoutOption, Transport: opts.Transport}
 	if v := env.Getenv(EnvCollectiveTimeout); v != "" {
 		if copts.OpTimeout, err = time.ParseDuration(v); err != nil {
 			return fmt.Errorf("gotrain worker: %s: %w", EnvCollectiveTimeout, err)
 		}
 	}
-	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank)
+	// GOMAXPROCS: the CPUs Go found this process may use (its affinity mask and,
+	// since Go 1.25, its cgroup's CPU limit).
+	threads, err := rankThreads(env.Getenv, runtime.GOMAXPROCS(0), info.LocalWorldSize)
+	if err != nil {
+		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
+	}
+	dev, denv, closeDev, err := openDevice(rc.Hardware, opts.MemLimitBytes, info.LocalRank, opts.BLAS, threads)
 	if err != nil {
 		return fmt.Errorf("gotrain worker: rank %d: %w", info.Rank, err)
 	}
@@ -300,6 +307,9 @@ func work(ctx context.Context, env WorkerEnv) error {
 			ReduceScatter: (d.ReduceScatter.BytesSent - before.ReduceScatter.BytesSent) / n,
 			AllReduce:     (d.AllReduce.BytesSent - before.AllReduce.BytesSent) / n,
 		}
+		inter := (d.AllGather.BytesSentInterNode + d.ReduceScatter.BytesSentInterNode + d.AllReduce.BytesSentInterNode -
+			before.AllGather.BytesSentInterNode - before.ReduceScatter.BytesSentInterNode - before.AllReduce.BytesSentInterNode) / n
+		out.CommBytesPerStep.InterNode = &inter
 	}
 	if ckpt != nil {
 		// The resume check trains a fresh trainer: free the first one's memory.

@@ -82,6 +82,8 @@ type Prediction struct {
 	// Notes are the assumptions the prediction rests on (flash attention, hardware
 	// detection, ...).
 	Notes []string `json:"notes,omitempty"`
+	// Calibration names the calibration the prediction used; nil: uncalibrated.
+	Calibration *CalibrationUse `json:"calibration,omitempty"`
 	// Assumptions are the memory assumptions the prediction was made under.
 	Assumptions Assumptions `json:"assumptions"`
 }
@@ -154,8 +156,12 @@ type point struct {
 	shape shapes.Shape
 	hw    hardware.Profile
 	notes []string
-	as    Assumptions
-	links Links
+	// cal holds the calibrated constants for hw (nil: the model's own); calUse
+	// says where they came from.
+	cal    *Constants
+	calUse *CalibrationUse
+	as     Assumptions
+	links  Links
 }
 
 // Predict forecasts one run's memory and step time. The sim's backend_options apply
@@ -170,6 +176,11 @@ func Predict(rc sweeps.RunConfig) (Prediction, error) {
 // run, whose options are not the sim's but whose links and assumptions these
 // describe.
 func PredictWith(rc sweeps.RunConfig, simOptions map[string]any) (Prediction, error) {
+	return PredictCalibrated(rc, simOptions, nil)
+}
+
+// predictOptions parses the sim options PredictWith applies to rc.
+func predictOptions(rc sweeps.RunConfig, simOptions map[string]any) (Options, error) {
 	m := simOptions
 	if rc.Backend == "" || rc.Backend == Name {
 		m = maps.Clone(rc.BackendOptions)
@@ -178,11 +189,7 @@ func PredictWith(rc sweeps.RunConfig, simOptions map[string]any) (Prediction, er
 		}
 		maps.Copy(m, simOptions)
 	}
-	opts, err := ParseOptions(m)
-	if err != nil {
-		return Prediction{}, err
-	}
-	return predict(rc, opts)
+	return ParseOptions(m)
 }
 
 // resolve fills defaults as PyTorch has them (full_shard, backward_pre, transformer
@@ -300,6 +307,7 @@ func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
 	if opts.Efficiency > 0 {
 		p.hw.Efficiency = opts.Efficiency
 	}
+	calibrate(&p, opts)
 	return p, nil
 }
 
@@ -320,12 +328,13 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 		return Prediction{}, err
 	}
 	p.as, p.links = assumptionsFor(rc, opts), opts.Links
+	p.links = p.calibratedLinks()
 	r, s, hw := p.rc, p.shape, p.hw
 	wu, err := unitsFor(s, r.WrapPolicy)
 	if err != nil {
 		return Prediction{}, err
 	}
-	pred := Prediction{Shape: s, Hardware: hw, Notes: p.notes, Strategy: r.Sharding}
+	pred := Prediction{Shape: s, Hardware: hw, Notes: p.notes, Strategy: r.Sharding, Calibration: p.calUse}
 
 	strategy := r.Sharding
 	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) {
@@ -339,6 +348,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	pred.Notes = append(pred.Notes, p.as.notes(p, strategy)...)
 
 	mem := memoryModel(p, strategy, wu, &pred)
+	calReserved := p.calibrateMemory(mem)
 	var allocated int64
 	for k, v := range mem {
 		if k != MemOverhead {
@@ -351,6 +361,9 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	if hw.IsGPU {
 		factor = p.as.ReservedFactor
 	}
+	if calReserved > 0 {
+		factor = calReserved
+	}
 	pred.PeakMemReservedBytes = ceilBytes(float64(pred.PeakMemAllocatedBytes) * factor)
 	pred.PeakDeviceMemBytes = pred.PeakMemReservedBytes + mem[MemOverhead]
 	pred.DeviceMemBytes = hw.MemBytes
@@ -358,6 +371,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	if err := timeModel(p, strategy, wu, &pred); err != nil {
 		return Prediction{}, err
 	}
+	p.calibrateTime(strategy, wu, &pred)
 	pred.Feasible, pred.Reason = feasible(p, pred)
 	return pred, nil
 }
@@ -687,7 +701,7 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	// Forward all-gathers: FSDP issues them on their own stream and the CPU runs
 	// ahead of the GPU, so about half hides behind compute without forward_prefetch
 	// (an assumption until calibrated); forward_prefetch issues the next one early.
-	fwdOverlap := 0.5
+	fwdOverlap := p.forwardOverlap(0.5)
 	if r.ForwardPrefetch {
 		fwdOverlap = 1
 	}

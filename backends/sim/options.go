@@ -27,6 +27,9 @@ type Options struct {
 	// GradientAsBucketView is DDP's gradient_as_bucket_view: gradients live in the
 	// all-reduce buckets instead of beside them (saves one gradient copy).
 	GradientAsBucketView bool
+	// Calibration holds constants fitted to measured runs (`fsdpbench
+	// calibrate`), applied per hardware profile; nil: the model's own.
+	Calibration *Calibration
 	// GradSync, Loss, Attention, Checkpointing, FSDPVersion and ReservedFactor
 	// override DefaultAssumptions' fields of the same names; empty (zero) keeps the
 	// default.
@@ -142,6 +145,16 @@ var optionTable = map[string]option{
 		func(o *Options, v any) error {
 			d, err := backends.DurationIn(v, 0, maxSleepPerStep)
 			o.SleepPerStep = d
+			return err
+		}},
+	"calibration": {"path of a calibration file written by `fsdpbench calibrate` (its constants for the run's hardware apply)",
+		func(o *Options, v any) error {
+			path, ok := v.(string)
+			if !ok || path == "" {
+				return fmt.Errorf("%v is not a file path", v)
+			}
+			c, err := LoadCalibration(path)
+			o.Calibration = c
 			return err
 		}},
 	"grad_sync": {"gradient sync under grad_accum: every_micro_step (FSDP2's default: reduce after every backward, gradients stay sharded) or no_sync (full unsharded fp32 gradients kept until the last micro-step)",

@@ -166,6 +166,9 @@ func fillResult(res *results.Result, pred Prediction) {
 	if len(pred.Notes) > 0 {
 		res.Extra["notes"] = pred.Notes
 	}
+	if pred.Calibration != nil {
+		res.Extra["calibration"] = pred.Calibration
+	}
 }
 
 // summary is the prediction in one log line.

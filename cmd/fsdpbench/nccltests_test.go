@@ -24,7 +24,7 @@ grid:
 `)
 	fixture, err := filepath.Abs("../../backends/sim/testdata/nccl-tests/all_reduce_perf_2nodes.txt")
 	require.NoError(t, err)
-	stepTime := regexp.MustCompile(`│ 79\.6\s+│ ([0-9.]+)\s+│`)
+	stepTime := regexp.MustCompile(`│\s*79\.6\s*│\s*([0-9.]+)\s*│`)
 
 	flat := fsdpbench(t, dir, "plan", spec)
 	require.Equal(t, 0, flat.code, flat.stderr)

@@ -18,6 +18,7 @@ const gib = 1 << 30
 
 func newPlanCmd() *cobra.Command {
 	var sets, ncclTests []string
+	var calibration string
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
 		Short: "Expand and validate a spec and predict every run's memory and step time; run nothing",
@@ -48,15 +49,20 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 				return specFailure(err)
 			}
 			printWarnings(cmd.ErrOrStderr(), plan)
-			return printPlan(cmd, plan, be, extra)
+			cal, err := loadCalibration(calibration)
+			if err != nil {
+				return usageError(err)
+			}
+			return printPlan(cmd, plan, be, extra, cal)
 		},
 	}
 	setFlag(cmd, &sets)
 	ncclTestsFlag(cmd, &ncclTests)
+	cmd.Flags().StringVar(&calibration, "calibration", "", "calibration file (from `fsdpbench calibrate`) the predictions use")
 	return cmd
 }
 
-func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any) error {
+func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration) error {
 	w := cmd.OutOrStdout()
 	axes := plan.Axes
 	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
@@ -68,7 +74,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	feasible := 0
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
-		pred, perr := sim.PredictWith(rc, extra)
+		pred, perr := sim.PredictCalibrated(rc, extra, cal)
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {
@@ -112,17 +118,21 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	for _, a := range assumed {
 		fmt.Fprintln(w, "predicted assuming: "+a)
 	}
-	if err := printSearchPrediction(w, plan, extra); err != nil {
+	if err := printSearchPrediction(w, plan, extra, cal); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time predicted by sim); nothing was run\n",
-		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend)
+	how := "predicted by sim"
+	if cal != nil {
+		how += ", calibrated by " + cal.Path()
+	}
+	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time %s); nothing was run\n",
+		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how)
 	return nil
 }
 
 // printSearchPrediction walks each max_fit search as the harness would, with the
 // analytic model standing in for the runs, and prints where it predicts the wall.
-func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any) error {
+func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any, cal *sim.Calibration) error {
 	var rows [][]string
 	for _, rc := range plan.Runs {
 		if rc.Search == "" {
@@ -130,7 +140,7 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any)
 		}
 		fit, lastFit := "none fits", ""
 		for range 30 {
-			pred, err := sim.PredictWith(rc, extra)
+			pred, err := sim.PredictCalibrated(rc, extra, cal)
 			if err != nil || !pred.Feasible {
 				break
 			}

@@ -95,7 +95,8 @@ results directory, or it cannot be written); 130 interrupted.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd(), newIngestCmd())
+	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd(), newIngestCmd(),
+		newCalibrateCmd(), newRecommendCmd())
 	return root
 }
 

@@ -20,6 +20,7 @@ func newSweepCmd() *cobra.Command {
 		opts      harness.Options
 		dryRun    bool
 		progress  string
+		pv        predictFlags
 		table     tableFlags
 	)
 	cmd := &cobra.Command{
@@ -60,6 +61,9 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 				}
 				return printDryRun(stdout, plan, harness.Preview(plan, opts), opts.ResultsDir)
 			}
+			if opts.Annotate, err = pv.annotator(); err != nil {
+				return usageError(err)
+			}
 			opts.Registry = reg
 			opts.Out = stderr // progress is not a result: stdout stays a clean table
 			opts.Env = results.Env{Fsdpbench: version(), Commit: commit()}
@@ -87,6 +91,11 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 			if err := printSweepResults(stdout, sum, width); err != nil {
 				return failure(err)
 			}
+			if pv.predict && sum.Dir != "" {
+				if err := printPredictedVsMeasured(stdout, sum); err != nil {
+					return failure(err)
+				}
+			}
 			fmt.Fprintln(stderr, summaryLine(sum))
 			if sum.Dir != "" {
 				fmt.Fprintf(stderr, "results: %s\nCSV:     fsdpbench export %s --format csv -o %s.csv\n", sum.Dir, sum.Dir, plan.Name)
@@ -107,6 +116,7 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
+	pv.register(cmd)
 	table.add(cmd)
 	cmd.Flags().BoolVar(&opts.WaitLock, "wait", false, "when another process is writing this sweep's results directory, wait for it instead of exiting 2")
 	return cmd

@@ -370,8 +370,9 @@ func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backend
 		res.Status = results.StatusCanceled
 		res.Error = fmt.Sprintf("Slurm job %s was cancelled outside fsdpbench (scancel, or an administrator); running the sweep again reruns it", id)
 	case "NODE_FAIL", "BOOT_FAIL":
-		res.Status = results.StatusFailed
-		res.Error = fmt.Sprintf("Slurm job %s ended %s: a node of %s failed; running the sweep again reruns it", id, info.State, info.NodeList)
+		// The ranks that outlived the node say which rank they lost and where; the
+		// run's output comes first, Slurm's view of the node after it.
+		return job.Finish(fmt.Errorf("Slurm job %s ended %s: %s; running the sweep again reruns it", id, info.State, failedNodes(info.NodeList)), warn)
 	case "PREEMPTED":
 		res.Status = results.StatusFailed
 		res.Error = fmt.Sprintf("Slurm job %s was preempted by a job of higher priority; running the sweep again reruns it", id)
@@ -573,4 +574,25 @@ func (t *tail) line(line string, f func(string, int, string)) {
 		line = line[m[1]:]
 	}
 	f(t.stream, task, line)
+}
+
+// failedNodes names the nodes of list that Slurm marks down or failed, with its
+// reason ("node fsdp-node2 is down (Not responding)"), or the whole allocation when
+// it cannot tell.
+func failedNodes(list string) string {
+	out, err := slurmCmd("sinfo", "-h", "-N", "-n", list, "-t", "down,drain,fail,no_respond", "-o", "%N|%T|%E")
+	var named []string
+	seen := map[string]bool{} // a node in two partitions is listed twice
+	if err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.SplitN(line, "|", 3); len(f) == 3 && !seen[f[0]] {
+				seen[f[0]] = true
+				named = append(named, fmt.Sprintf("node %s is %s (%s)", f[0], f[1], f[2]))
+			}
+		}
+	}
+	if len(named) == 0 {
+		return "a node of " + list + " failed"
+	}
+	return strings.Join(named, "; ")
 }

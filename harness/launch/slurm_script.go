@@ -222,6 +222,11 @@ func (o SlurmOptions) Script(rc sweeps.RunConfig, backend string, spec backends.
 	p("#SBATCH --chdir=%s", runDir)
 	p("#SBATCH --output=%s/slurm-%%j.out", runDir)
 	p("#SBATCH --error=%s/slurm-%%j.err", runDir)
+	// A run requeued after a node failure would start again from step 0 under the same
+	// job, its first attempt's output mixed into the second's, and wait in the queue
+	// until the node is back: a benchmark reports the failure instead (naming the
+	// node), and running the sweep again reruns it.
+	p("#SBATCH --no-requeue")
 	for _, l := range o.SBatch {
 		p("#SBATCH %s", l)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 )
 
 // benchBytes is the buffer of one collective in the benchmarks: the all-gather's
@@ -21,52 +22,151 @@ func reportBusBW(b *testing.B, iters int, factor float64) {
 	b.ReportMetric(algbw*factor, "busbw-GB/s")
 }
 
-// BenchmarkAllGatherRing gathers 64 MiB (64/size MiB per rank) around an in-process
-// ring on loopback; busbw = algbw × (n−1)/n.
-func BenchmarkAllGatherRing(b *testing.B) {
+// BenchmarkAllGather gathers 64 MiB (64/size MiB per rank) among in-process ranks,
+// over the TCP ring on loopback and over shared memory; busbw = algbw × (n−1)/n.
+func BenchmarkAllGather(b *testing.B) {
+	for _, tr := range transports {
+		for _, size := range []int{2, 4} {
+			b.Run(fmt.Sprintf("%s/ws=%d", tr, size), func(b *testing.B) {
+				comms := newGroup(b, size, Options{Transport: tr})
+				n := benchBytes / 4 / size
+				src, dst := make([][]float32, size), make([][]float32, size)
+				for r := range size {
+					src[r], dst[r] = rankData(r, n), make([]float32, n*size)
+				}
+				b.SetBytes(benchBytes)
+				iters := 0
+				for b.Loop() {
+					run(b, comms, func(r int, c Communicator) error { return c.AllGather(context.Background(), dst[r], src[r]) })
+					iters++
+				}
+				reportBusBW(b, iters, float64(size-1)/float64(size))
+			})
+		}
+	}
+}
+
+// BenchmarkReduceScatter reduce-scatters 64 MiB (64/size MiB per rank out), as
+// FSDP reduces gradients; busbw = algbw × (n−1)/n.
+func BenchmarkReduceScatter(b *testing.B) {
+	for _, tr := range transports {
+		for _, size := range []int{2, 4} {
+			b.Run(fmt.Sprintf("%s/ws=%d", tr, size), func(b *testing.B) {
+				comms := newGroup(b, size, Options{Transport: tr})
+				n := benchBytes / 4 / size
+				src, dst := make([][]float32, size), make([][]float32, size)
+				for r := range size {
+					src[r], dst[r] = rankData(r, n*size), make([]float32, n)
+				}
+				b.SetBytes(benchBytes)
+				iters := 0
+				for b.Loop() {
+					run(b, comms, func(r int, c Communicator) error {
+						return c.ReduceScatter(context.Background(), dst[r], src[r], Average)
+					})
+					iters++
+				}
+				reportBusBW(b, iters, float64(size-1)/float64(size))
+			})
+		}
+	}
+}
+
+// BenchmarkAllReduce all-reduces a 64 MiB buffer; busbw = algbw × 2(n−1)/n.
+func BenchmarkAllReduce(b *testing.B) {
+	for _, tr := range transports {
+		for _, size := range []int{2, 4} {
+			b.Run(fmt.Sprintf("%s/ws=%d", tr, size), func(b *testing.B) {
+				comms := newGroup(b, size, Options{Transport: tr})
+				bufs := make([][]float32, size)
+				for r := range size {
+					bufs[r] = rankData(r, benchBytes/4)
+				}
+				b.SetBytes(benchBytes)
+				iters := 0
+				for b.Loop() {
+					run(b, comms, func(r int, c Communicator) error { return c.AllReduce(context.Background(), bufs[r], Average) })
+					iters++
+				}
+				reportBusBW(b, iters, 2*float64(size-1)/float64(size))
+			})
+		}
+	}
+}
+
+// BenchmarkLoopbackTCPCopy is the yardstick for both transports: io.Copy of the
+// same 64 MiB over one loopback TCP connection into a receiving buffer, on the
+// same machine in the same run. Its GB/s compares with the collectives' busbw.
+func BenchmarkLoopbackTCPCopy(b *testing.B) {
+	cp := newLoopbackCopy(b)
+	b.SetBytes(benchBytes)
+	iters := 0
+	for b.Loop() {
+		cp.run(b)
+		iters++
+	}
+	b.ReportMetric(float64(benchBytes)*float64(iters)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// BenchmarkAllGatherVsTCPCopy measures, interleaved in every iteration so that a
+// machine's changing load weighs on all alike, the loopback TCP copy of 64 MiB, a
+// plain in-process copy of 64 MiB (memcpy, the bound of any shared-memory path),
+// and the all-gather of 64 MiB on the TCP ring and on shared memory; it reports each one's GB/s (busbw for
+// the all-gathers) and the ratios of the all-gathers' busbw to the TCP copy's GB/s.
+//
+// Run it with
+//
+//	go test ./backends/gotrain/comm -run '^$' -bench AllGatherVsTCPCopy -benchtime 20x
+func BenchmarkAllGatherVsTCPCopy(b *testing.B) {
 	for _, size := range []int{2, 4} {
 		b.Run(fmt.Sprintf("ws=%d", size), func(b *testing.B) {
-			comms := newGroup(b, size, Options{})
+			cp := newLoopbackCopy(b)
+			groups := map[string][]Communicator{}
+			for _, tr := range transports {
+				groups[tr] = newGroup(b, size, Options{Transport: tr})
+			}
 			n := benchBytes / 4 / size
 			src, dst := make([][]float32, size), make([][]float32, size)
 			for r := range size {
 				src[r], dst[r] = rankData(r, n), make([]float32, n*size)
 			}
-			b.SetBytes(benchBytes)
+			var copyTime, memcpyTime time.Duration
+			gatherTime := map[string]time.Duration{}
 			iters := 0
 			for b.Loop() {
-				run(b, comms, func(r int, c Communicator) error { return c.AllGather(context.Background(), dst[r], src[r]) })
+				start := time.Now()
+				cp.run(b)
+				copyTime += time.Since(start)
+				start = time.Now()
+				copy(cp.dst, cp.src)
+				memcpyTime += time.Since(start)
+				for _, tr := range transports {
+					start := time.Now()
+					run(b, groups[tr], func(r int, c Communicator) error { return c.AllGather(context.Background(), dst[r], src[r]) })
+					gatherTime[tr] += time.Since(start)
+				}
 				iters++
 			}
-			reportBusBW(b, iters, float64(size-1)/float64(size))
+			gbs := func(d time.Duration) float64 { return float64(benchBytes) * float64(iters) / d.Seconds() / 1e9 }
+			copyGBs := gbs(copyTime)
+			b.ReportMetric(copyGBs, "tcp-copy-GB/s")
+			b.ReportMetric(gbs(memcpyTime), "memcpy-GB/s")
+			for _, tr := range transports {
+				busbw := gbs(gatherTime[tr]) * float64(size-1) / float64(size)
+				b.ReportMetric(busbw, tr+"-busbw-GB/s")
+				b.ReportMetric(busbw/copyGBs, tr+"/copy")
+			}
 		})
 	}
 }
 
-// BenchmarkAllReduceRing all-reduces a 64 MiB buffer; busbw = algbw × 2(n−1)/n.
-func BenchmarkAllReduceRing(b *testing.B) {
-	for _, size := range []int{2, 4} {
-		b.Run(fmt.Sprintf("ws=%d", size), func(b *testing.B) {
-			comms := newGroup(b, size, Options{})
-			bufs := make([][]float32, size)
-			for r := range size {
-				bufs[r] = rankData(r, benchBytes/4)
-			}
-			b.SetBytes(benchBytes)
-			iters := 0
-			for b.Loop() {
-				run(b, comms, func(r int, c Communicator) error { return c.AllReduce(context.Background(), bufs[r], Average) })
-				iters++
-			}
-			reportBusBW(b, iters, 2*float64(size-1)/float64(size))
-		})
-	}
+// loopbackCopy is one loopback TCP connection and the 64 MiB it carries.
+type loopbackCopy struct {
+	out, in  net.Conn
+	src, dst []byte
 }
 
-// BenchmarkLoopbackTCPCopy is the yardstick for the ring: io.Copy of the same 64 MiB
-// over one loopback TCP connection into a receiving buffer, on the same machine in
-// the same run. Its GB/s compares with the ring's busbw.
-func BenchmarkLoopbackTCPCopy(b *testing.B) {
+func newLoopbackCopy(b *testing.B) *loopbackCopy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -81,35 +181,30 @@ func BenchmarkLoopbackTCPCopy(b *testing.B) {
 		conn, err := ln.Accept()
 		accepted <- result{conn, err}
 	}()
-	out, err := net.Dial("tcp", "127.0.0.1:"+fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	out, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer out.Close()
+	b.Cleanup(func() { out.Close() })
 	a := <-accepted
 	if a.err != nil {
 		b.Fatal(a.err)
 	}
-	in := a.conn
-	defer in.Close()
+	b.Cleanup(func() { a.conn.Close() })
+	return &loopbackCopy{out: out, in: a.conn, src: floatBytes(rankData(0, benchBytes/4)), dst: make([]byte, benchBytes)}
+}
 
-	src := floatBytes(rankData(0, benchBytes/4))
-	dst := make([]byte, benchBytes)
-	b.SetBytes(benchBytes)
-	iters := 0
-	for b.Loop() {
-		read := make(chan error, 1)
-		go func() {
-			_, err := io.ReadFull(in, dst)
-			read <- err
-		}()
-		if _, err := io.Copy(out, bytes.NewReader(src)); err != nil {
-			b.Fatal(err)
-		}
-		if err := <-read; err != nil {
-			b.Fatal(err)
-		}
-		iters++
+// run copies src to dst over the connection once.
+func (cp *loopbackCopy) run(b *testing.B) {
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(cp.in, cp.dst)
+		read <- err
+	}()
+	if _, err := io.Copy(cp.out, bytes.NewReader(cp.src)); err != nil {
+		b.Fatal(err)
 	}
-	b.ReportMetric(float64(benchBytes)*float64(iters)/b.Elapsed().Seconds()/1e9, "GB/s")
+	if err := <-read; err != nil {
+		b.Fatal(err)
+	}
 }

@@ -23,15 +23,18 @@ type groupCase struct {
 
 func groupCases() []groupCase {
 	var cases []groupCase
-	for size := 1; size <= 4; size++ {
-		cases = append(cases,
-			groupCase{name: fmt.Sprintf("ws%d", size), size: size, lengths: []int{0, 1, 7, 1<<20 + 3}},
-			// Tiny frames: many frames per segment exercise pipelining and the
-			// dependencies between steps, including segments of unequal length.
-			groupCase{name: fmt.Sprintf("ws%d-chunk12B", size), size: size, opts: Options{ChunkBytes: 12}, lengths: []int{0, 1, 5, 13, 37}},
-		)
+	for _, tr := range []string{TransportTCP, TransportShm} {
+		for size := 1; size <= 4; size++ {
+			cases = append(cases,
+				groupCase{name: fmt.Sprintf("%s/ws%d", tr, size), size: size, opts: Options{Transport: tr}, lengths: []int{0, 1, 7, 1<<20 + 3}},
+				// Tiny frames (rounds, on shm): many per segment exercise pipelining
+				// and the dependencies between steps, including segments of unequal
+				// length.
+				groupCase{name: fmt.Sprintf("%s/ws%d-chunk12B", tr, size), size: size, opts: Options{Transport: tr, ChunkBytes: 12}, lengths: []int{0, 1, 5, 13, 37, 100}},
+			)
+		}
 	}
-	cases = append(cases, groupCase{name: "ws3-portable-encoding", size: 3, opts: Options{ChunkBytes: 40, portable: true}, lengths: []int{0, 1, 29, 1000}})
+	cases = append(cases, groupCase{name: "tcp/ws3-portable-encoding", size: 3, opts: Options{Transport: TransportTCP, ChunkBytes: 40, portable: true}, lengths: []int{0, 1, 29, 1000}})
 	return cases
 }
 
@@ -165,7 +168,13 @@ func checkBroadcast(t *testing.T, comms []Communicator, n int) {
 }
 
 func TestAllReduceIsDeterministic(t *testing.T) {
-	comms := newGroup(t, 3, Options{ChunkBytes: 4096})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testAllReduceIsDeterministic(t, tr) })
+	}
+}
+
+func testAllReduceIsDeterministic(t *testing.T, tr string) {
+	comms := newGroup(t, 3, Options{ChunkBytes: 4096, Transport: tr})
 	const n = 100_003
 	var first [][]float32
 	for range 3 {
@@ -182,28 +191,52 @@ func TestAllReduceIsDeterministic(t *testing.T) {
 }
 
 func TestBarrier(t *testing.T) {
-	for size := 1; size <= 4; size++ {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			comms := newGroup(t, size, Options{})
-			var entered atomic.Int32
-			run(t, comms, func(r int, c Communicator) error {
-				time.Sleep(time.Duration(r) * 20 * time.Millisecond) // arrive one after another
-				entered.Add(1)
-				if err := c.Barrier(context.Background()); err != nil {
-					return err
-				}
-				if got := entered.Load(); got != int32(size) {
-					return fmt.Errorf("rank %d left the barrier when %d of %d had entered", r, got, size)
-				}
-				return nil
-			})
+	for _, tr := range transports {
+		for size := 1; size <= 4; size++ {
+			t.Run(fmt.Sprintf("%s/%d", tr, size), func(t *testing.T) { testBarrier(t, tr, size) })
+		}
+	}
+}
+
+func testBarrier(t *testing.T, tr string, size int) {
+	comms := newGroup(t, size, Options{Transport: tr})
+	var entered atomic.Int32
+	run(t, comms, func(r int, c Communicator) error {
+		time.Sleep(time.Duration(r) * 20 * time.Millisecond) // arrive one after another
+		entered.Add(1)
+		if err := c.Barrier(context.Background()); err != nil {
+			return err
+		}
+		if got := entered.Load(); got != int32(size) {
+			return fmt.Errorf("rank %d left the barrier when %d of %d had entered", r, got, size)
+		}
+		return nil
+	})
+}
+
+func TestSplitHybridGroups(t *testing.T) {
+	for _, tt := range []struct {
+		name            string
+		transport       string
+		nodes           int
+		shard, replicas any // the communicator types the groups get
+	}{
+		{"tcp", TransportTCP, 1, &ring{}, &ring{}},
+		{"shm-one-node", TransportShm, 1, &shm{}, &shm{}},
+		// The layout hybrid_shard runs on: shared memory inside each node, TCP
+		// between the nodes.
+		{"auto-two-nodes", TransportAuto, 2, &shm{}, &ring{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const size, perNode = 4, 2
+			comms := newGroupOnNodes(t, size, size/tt.nodes, Options{ChunkBytes: 64, Transport: tt.transport})
+			testSplitHybridGroups(t, comms, tt.shard, tt.replicas)
 		})
 	}
 }
 
-func TestSplitHybridGroups(t *testing.T) {
+func testSplitHybridGroups(t *testing.T, comms []Communicator, shardType, replType any) {
 	const size, perNode = 4, 2
-	comms := newGroup(t, size, Options{ChunkBytes: 64})
 	shard := make([]Communicator, size)
 	repl := make([]Communicator, size)
 	run(t, comms, func(r int, c Communicator) error {
@@ -223,6 +256,8 @@ func TestSplitHybridGroups(t *testing.T) {
 		}
 	})
 	for r := range size {
+		require.IsType(t, shardType, shard[r])
+		require.IsType(t, replType, repl[r])
 		require.Equal(t, perNode, shard[r].Size())
 		require.Equal(t, r%perNode, shard[r].Rank())
 		require.Equal(t, size/perNode, repl[r].Size())
@@ -270,7 +305,13 @@ func cmpErr(errs ...error) error {
 }
 
 func TestSplitKeyOrderAndNoColor(t *testing.T) {
-	comms := newGroup(t, 3, Options{})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testSplitKeyOrderAndNoColor(t, tr) })
+	}
+}
+
+func testSplitKeyOrderAndNoColor(t *testing.T, tr string) {
+	comms := newGroup(t, 3, Options{Transport: tr})
 	subs := make([]Communicator, 3)
 	run(t, comms, func(r int, c Communicator) error {
 		color := 0
@@ -312,8 +353,16 @@ func TestSplitKeyOrderAndNoColor(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testStats(t, tr) })
+	}
+}
+
+// testStats checks the byte counts, which are the ring's schedule on either
+// transport (shared memory counts the bytes the ring would move).
+func testStats(t *testing.T, tr string) {
 	const size, n = 3, 1000
-	comms := newGroup(t, size, Options{})
+	comms := newGroup(t, size, Options{Transport: tr})
 	run(t, comms, func(r int, c Communicator) error {
 		dst := make([]float32, n*size)
 		if err := c.AllGather(context.Background(), dst, make([]float32, n)); err != nil {
@@ -341,7 +390,13 @@ func TestStats(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
-	comms := newGroup(t, 2, Options{})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testInvalidArguments(t, tr) })
+	}
+}
+
+func testInvalidArguments(t *testing.T, tr string) {
+	comms := newGroup(t, 2, Options{Transport: tr})
 	c := comms[0]
 	ctx := context.Background()
 	for _, tt := range []struct {
@@ -362,7 +417,13 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 func TestClosedCommunicator(t *testing.T) {
-	comms := newGroup(t, 2, Options{})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testClosedCommunicator(t, tr) })
+	}
+}
+
+func testClosedCommunicator(t *testing.T, tr string) {
+	comms := newGroup(t, 2, Options{Transport: tr})
 	for _, c := range comms {
 		require.NoError(t, c.Close())
 		require.NoError(t, c.Close(), "Close is idempotent")

@@ -3,6 +3,15 @@
 // implementation between processes (the CPU path; a cuda/NCCL communicator will
 // implement the same operations on device buffers).
 //
+// # Transports
+//
+// A group whose ranks all share a node (Options.Node, from the rendezvous) runs on
+// shared memory instead of TCP (shm.go): a segment every rank maps, through
+// which rounds of every collective pass. A group spanning nodes is a plain TCP ring, and its Split gives
+// shared-memory groups to the ranks of one node (hybrid_shard's shard groups).
+// Options.Transport forces TCP to compare. Numerics, ordering and failure
+// reporting below hold for both.
+//
 // # Ordering
 //
 // As with NCCL and MPI, every rank of a communicator must issue the same collectives
@@ -11,7 +20,10 @@
 // while compute runs on another) and calls are serialised, but when two goroutines
 // issue collectives on one communicator, their order can differ between ranks; a
 // second stream of collectives needs a second communicator (Split with the same
-// color on every rank duplicates one). A rank that issues a different collective, or
+// color on every rank duplicates one). Communicators that enqueue on a device
+// stream (StreamCollectives) are instead started from one goroutine in program
+// order, since communicators sharing a stream must be enqueued in the same order
+// on every rank. A rank that issues a different collective, or
 // a different size, is detected from the frame header (kind, sequence number,
 // length) and every rank gets an error saying so, never garbage.
 //
@@ -150,6 +162,9 @@ type OpStats struct {
 	// all-gather of n float32 per rank that is 4n(Size-1) each way.
 	BytesSent     int64 `json:"bytes_sent"`
 	BytesReceived int64 `json:"bytes_received"`
+	// BytesSentInterNode is the part of BytesSent that went to a neighbour on another
+	// host (Peer.Host differs): what crossed the link between nodes.
+	BytesSentInterNode int64 `json:"bytes_sent_inter_node"`
 	// Time is the wall time spent inside the calls, waiting for peers included.
 	Time time.Duration `json:"time_ns"`
 }
@@ -157,7 +172,8 @@ type OpStats struct {
 // Add returns the field-wise sum.
 func (s OpStats) Add(o OpStats) OpStats {
 	return OpStats{Calls: s.Calls + o.Calls, BytesSent: s.BytesSent + o.BytesSent,
-		BytesReceived: s.BytesReceived + o.BytesReceived, Time: s.Time + o.Time}
+		BytesReceived: s.BytesReceived + o.BytesReceived, BytesSentInterNode: s.BytesSentInterNode + o.BytesSentInterNode,
+		Time: s.Time + o.Time}
 }
 
 // Stats is what a communicator has moved, per kind of collective.
@@ -278,6 +294,17 @@ type Options struct {
 	SocketBufferBytes int
 	// Host names this rank in peers' error messages; empty means os.Hostname.
 	Host string
+	// Transport is TransportAuto (or empty), TransportShm or TransportTCP: whether
+	// ranks on one node exchange data through shared memory or the TCP ring.
+	Transport string
+	// Node names this rank's node: ranks with equal Node share memory. Empty
+	// means the host name and the kernel's boot id, and for Dial the launcher's
+	// node rank too (so that a launch that says "two nodes" gets two, even on one
+	// machine).
+	Node string
+	// ShmDir is where shared-memory segments are made (each exists under its name
+	// only while its group sets up); empty means DefaultShmDir.
+	ShmDir string
 
 	// portable forces the byte-by-byte wire encoding that big-endian machines use,
 	// so that tests cover it on little-endian ones.

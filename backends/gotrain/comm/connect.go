@@ -27,6 +27,12 @@ const bufioBytes = 64 << 10
 // rank+1 and accepts rank-1. A world of one needs no network at all.
 func Dial(ctx context.Context, info rendezvous.Info, opts Options) (Communicator, error) {
 	opts = opts.withDefaults()
+	if err := checkTransport(opts.Transport); err != nil {
+		return nil, err
+	}
+	if opts.Node == "" {
+		opts.Node = fmt.Sprintf("%s/node%d", nodeID(hostName(opts)), info.NodeRank)
+	}
 	if info.WorldSize == 1 {
 		return newRing(ctx, 0, []rendezvous.Peer{{Rank: 0, Host: hostName(opts)}}, "", nil, "", opts)
 	}
@@ -61,6 +67,12 @@ func Join(ctx context.Context, storeAddr string, rank, size int, opts Options) (
 	if rank < 0 || rank >= size {
 		return nil, fmt.Errorf("comm: rank %d is outside a world of %d", rank, size)
 	}
+	if err := checkTransport(opts.Transport); err != nil {
+		return nil, err
+	}
+	if opts.Node == "" {
+		opts.Node = nodeID(hostName(opts))
+	}
 	cl, err := rendezvous.Connect(ctx, storeAddr, opts.ConnectTimeout)
 	if err != nil {
 		return nil, err
@@ -76,10 +88,26 @@ func Join(ctx context.Context, storeAddr string, rank, size int, opts Options) (
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d cannot listen on %s for its ring peer: %w", rank, ip, err)
 	}
-	table, err := cl.Exchange(ctx, rendezvous.Peer{Rank: rank, Host: hostName(opts), Addr: ln.Addr().String()}, size)
+	table, err := cl.Exchange(ctx, rendezvous.Peer{Rank: rank, Host: hostName(opts), Addr: ln.Addr().String(), Node: opts.Node}, size)
 	if err != nil {
 		ln.Close()
 		return nil, err
+	}
+	if shmGroup(opts, table.Peers) {
+		ln.Close()
+		return newShm(ctx, rank, table.Peers, table.ID, opts, nil)
+	}
+	if opts.Transport == TransportShm && !oneNode(table.Peers) {
+		ln.Close()
+		first, other := table.Peers[0], table.Peers[0]
+		for _, p := range table.Peers {
+			if p.Node != first.Node {
+				other = p
+				break
+			}
+		}
+		return nil, fmt.Errorf("comm: transport shm needs every rank on one node, but %v is on node %q and %v on %q (use transport auto: shared memory within each node, TCP between)",
+			first, first.Node, other, other.Node)
 	}
 	return newRing(ctx, rank, table.Peers, table.ID, ln, ip, opts)
 }
@@ -303,10 +331,18 @@ func (c *ring) Split(ctx context.Context, color, key int) (Communicator, error) 
 	newRank := 0
 	for i, m := range group {
 		parent := c.peers[m.parent]
-		peers[i] = rendezvous.Peer{Rank: parent.Rank, Host: parent.Host, Addr: m.addr}
+		peers[i] = rendezvous.Peer{Rank: parent.Rank, Host: parent.Host, Addr: m.addr, Node: parent.Node}
 		if m.parent == c.rank {
 			newRank = i
 		}
+	}
+	if shmGroup(c.opts, peers) { // a group inside one node of a world that spans nodes
+		closeLn()
+		sub, err := newShm(ctx, newRank, peers, fmt.Sprintf("%s/%d/%d", c.id, seq, color), c.opts, nil)
+		if err != nil {
+			return nil, fmt.Errorf("comm: split #%d (color %d): %w", seq, color, err)
+		}
+		return sub, nil
 	}
 	sub, err := newRing(ctx, newRank, peers, fmt.Sprintf("%s/%d/%d", c.id, seq, color), ln, c.listenIP, c.opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -19,8 +20,15 @@ import (
 // stalling the package.
 const testTimeout = 20 * time.Second
 
-// newGroup opens a world of size ranks in this process, over loopback.
+// newGroup opens a world of size ranks in this process, on one node: over
+// loopback or shared memory, as opts.Transport says.
 func newGroup(t testing.TB, size int, opts Options) []Communicator {
+	t.Helper()
+	return newGroupOnNodes(t, size, size, opts)
+}
+
+// newGroupOnNodes is newGroup with perNode consecutive ranks on each (pretend) node.
+func newGroupOnNodes(t testing.TB, size, perNode int, opts Options) []Communicator {
 	t.Helper()
 	if opts.OpTimeout == 0 {
 		opts.OpTimeout = testTimeout
@@ -40,6 +48,7 @@ func newGroup(t testing.TB, size int, opts Options) []Communicator {
 		var err error
 		o := opts
 		o.Host = "testhost"
+		o.Node = fmt.Sprintf("testnode%d", r/perNode)
 		comms[r], err = Join(context.Background(), ln.Addr().String(), r, size, o)
 		return err
 	})
@@ -52,6 +61,14 @@ func newGroup(t testing.TB, size int, opts Options) []Communicator {
 			c.Close()
 		}
 	})
+	if size > 1 {
+		switch {
+		case opts.Transport == TransportTCP || perNode < size:
+			require.IsType(t, &ring{}, comms[0])
+		default:
+			require.IsType(t, &shm{}, comms[0])
+		}
+	}
 	return comms
 }
 

@@ -23,8 +23,12 @@ import (
 )
 
 // workerEnv selects the worker mode when the test binary runs as one rank of a
-// multi-process test.
-const workerEnv = "GOTRAIN_COMM_TEST_WORKER"
+// multi-process test; transportEnv and shmDirEnv set its Options.
+const (
+	workerEnv    = "GOTRAIN_COMM_TEST_WORKER"
+	transportEnv = "GOTRAIN_COMM_TEST_TRANSPORT"
+	shmDirEnv    = "GOTRAIN_COMM_TEST_SHMDIR"
+)
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(workerEnv); mode != "" {
@@ -48,7 +52,8 @@ func worker(mode string) int {
 		return workerFailed
 	}
 	ctx := context.Background()
-	c, err := Dial(ctx, info, Options{OpTimeout: 20 * time.Second, ConnectTimeout: 20 * time.Second})
+	c, err := Dial(ctx, info, Options{OpTimeout: 20 * time.Second, ConnectTimeout: 20 * time.Second,
+		Transport: os.Getenv(transportEnv), ShmDir: os.Getenv(shmDirEnv)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return workerFailed
@@ -56,11 +61,12 @@ func worker(mode string) int {
 	defer c.Close()
 	switch mode {
 	case "check":
-		if err := workerCheck(ctx, info, c); err != nil {
+		groups, err := workerCheck(ctx, info, c)
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "rank %d: %v\n", info.Rank, err)
 			return workerFailed
 		}
-		_ = json.NewEncoder(os.Stdout).Encode(c.Stats())
+		_ = json.NewEncoder(os.Stdout).Encode(workerReport{Stats: c.Stats(), Type: fmt.Sprintf("%T", c), Groups: groups})
 		return workerOK
 	case "loop":
 		buf := rankData(info.Rank, 1<<18)
@@ -83,9 +89,18 @@ func worker(mode string) int {
 	return workerFailed
 }
 
+// workerReport is what a check worker prints.
+type workerReport struct {
+	Stats Stats
+	// Type is the world communicator's Go type, and Groups the shard and
+	// replicate groups': which transport ran.
+	Type   string
+	Groups [2]string
+}
+
 // workerCheck runs each collective once and checks the result against what every
 // rank's deterministic input must give.
-func workerCheck(ctx context.Context, info rendezvous.Info, c Communicator) error {
+func workerCheck(ctx context.Context, info rendezvous.Info, c Communicator) (groups [2]string, err error) {
 	size, rank := info.WorldSize, info.Rank
 	const n = 1001
 	in := make([][]float32, size)
@@ -95,51 +110,52 @@ func workerCheck(ctx context.Context, info rendezvous.Info, c Communicator) erro
 
 	buf := slices.Clone(in[rank])
 	if err := c.AllReduce(ctx, buf, Sum); err != nil {
-		return err
+		return groups, err
 	}
 	for j := range size {
 		lo, hi := segBounds(n, size, j)
 		for i := lo; i < hi; i++ {
 			if want := ringSum(in, j, i); buf[i] != want {
-				return fmt.Errorf("all_reduce element %d: got %v, want %v", i, buf[i], want)
+				return groups, fmt.Errorf("all_reduce element %d: got %v, want %v", i, buf[i], want)
 			}
 		}
 	}
 
 	all := make([]float32, n*size)
 	if err := c.AllGather(ctx, all, in[rank]); err != nil {
-		return err
+		return groups, err
 	}
 	if !slices.Equal(all, slices.Concat(in...)) {
-		return errors.New("all_gather result differs")
+		return groups, errors.New("all_gather result differs")
 	}
 
 	// Hybrid groups from the launcher's node layout.
 	shard, err := c.Split(ctx, info.NodeRank, info.LocalRank)
 	if err != nil {
-		return err
+		return groups, err
 	}
 	defer shard.Close()
 	repl, err := c.Split(ctx, info.LocalRank, info.NodeRank)
 	if err != nil {
-		return err
+		return groups, err
 	}
 	defer repl.Close()
 	if shard.Size() != info.LocalWorldSize || shard.Rank() != info.LocalRank || repl.Rank() != info.NodeRank {
-		return fmt.Errorf("split: shard %d/%d, replicate rank %d", shard.Rank(), shard.Size(), repl.Rank())
+		return groups, fmt.Errorf("split: shard %d/%d, replicate rank %d", shard.Rank(), shard.Size(), repl.Rank())
 	}
 	one := []float32{float32(rank)}
 	if err := repl.AllReduce(ctx, one, Sum); err != nil {
-		return err
+		return groups, err
 	}
 	var want float32
 	for r := info.LocalRank; r < size; r += info.LocalWorldSize {
 		want += float32(r)
 	}
 	if one[0] != want {
-		return fmt.Errorf("replicate all_reduce: got %v, want %v", one[0], want)
+		return groups, fmt.Errorf("replicate all_reduce: got %v, want %v", one[0], want)
 	}
-	return c.Barrier(ctx)
+	groups = [2]string{fmt.Sprintf("%T", shard), fmt.Sprintf("%T", repl)}
+	return groups, c.Barrier(ctx)
 }
 
 // freePort finds a port for MASTER_PORT.
@@ -160,8 +176,8 @@ type workerProc struct {
 }
 
 // startWorkers starts size ranks of the test binary with torchrun's environment
-// (localSize ranks per "node").
-func startWorkers(t *testing.T, mode string, size, localSize int) []*workerProc {
+// (localSize ranks per "node"); extra is added to their environment.
+func startWorkers(t *testing.T, mode string, size, localSize int, extra ...string) []*workerProc {
 	t.Helper()
 	port := freePort(t)
 	procs := make([]*workerProc, size)
@@ -174,6 +190,7 @@ func startWorkers(t *testing.T, mode string, size, localSize int) []*workerProc 
 			"LOCAL_RANK="+strconv.Itoa(r%localSize), "LOCAL_WORLD_SIZE="+strconv.Itoa(localSize),
 			"GROUP_RANK="+strconv.Itoa(r/localSize),
 		)
+		cmd.Env = append(cmd.Env, extra...)
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		p := &workerProc{cmd: cmd, lines: make(chan string, 16), stderr: &strings.Builder{}, done: make(chan error, 1)}
@@ -223,23 +240,49 @@ func (p *workerProc) collect(t *testing.T, limit time.Duration) ([]string, int) 
 }
 
 func TestMultiProcess(t *testing.T) {
-	const size, perNode = 4, 2
-	procs := startWorkers(t, "check", size, perNode)
-	for r, p := range procs {
-		out, code := p.collect(t, time.Minute)
-		require.Equal(t, workerOK, code, "rank %d: stderr: %s", r, p.stderr)
-		require.Len(t, out, 1)
-		var s Stats
-		require.NoError(t, json.Unmarshal([]byte(out[0]), &s))
-		assert.Equal(t, int64(1), s.AllReduce.Calls)
-		assert.Equal(t, int64(2), s.Split.Calls)
-		assert.Positive(t, s.AllGather.BytesSent)
+	const size = 4
+	for _, tt := range []struct {
+		name, transport string
+		perNode         int
+		world           string
+		groups          [2]string // shard, replicate
+	}{
+		{"tcp", TransportTCP, 2, "*comm.ring", [2]string{"*comm.ring", "*comm.ring"}},
+		// hybrid_shard's layout: shared memory inside each node, TCP across.
+		{"auto-two-nodes", TransportAuto, 2, "*comm.ring", [2]string{"*comm.shm", "*comm.ring"}},
+		{"shm-one-node", TransportShm, 4, "*comm.shm", [2]string{"*comm.shm", "*comm.ring"}}, // the replicate groups are of one rank
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := shmTestDir(t)
+			procs := startWorkers(t, "check", size, tt.perNode, transportEnv+"="+tt.transport, shmDirEnv+"="+dir)
+			for r, p := range procs {
+				out, code := p.collect(t, time.Minute)
+				require.Equal(t, workerOK, code, "rank %d: stderr: %s", r, p.stderr)
+				require.Len(t, out, 1)
+				var rep workerReport
+				require.NoError(t, json.Unmarshal([]byte(out[0]), &rep))
+				s := rep.Stats
+				assert.Equal(t, int64(1), s.AllReduce.Calls)
+				assert.Equal(t, int64(2), s.Split.Calls)
+				assert.Positive(t, s.AllGather.BytesSent)
+				assert.Equal(t, tt.world, rep.Type, "rank %d's world", r)
+				assert.Equal(t, tt.groups, rep.Groups, "rank %d's groups", r)
+			}
+			requireNoSegments(t, dir)
+		})
 	}
 }
 
 func TestMultiProcessPeerKilled(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testMultiProcessPeerKilled(t, tr) })
+	}
+}
+
+func testMultiProcessPeerKilled(t *testing.T, tr string) {
 	const size, victim = 4, 2
-	procs := startWorkers(t, "loop", size, size)
+	dir := shmTestDir(t)
+	procs := startWorkers(t, "loop", size, size, transportEnv+"="+tr, shmDirEnv+"="+dir)
 	for r, p := range procs {
 		select {
 		case line := <-p.lines:
@@ -265,6 +308,7 @@ func TestMultiProcessPeerKilled(t *testing.T) {
 		assert.Less(t, elapsed, 5*time.Second, "rank %d noticed within seconds (op timeout is 20s)", r)
 		t.Logf("rank %d after %v: %s", r, elapsed.Round(time.Millisecond), last)
 	}
+	requireNoSegments(t, dir) // a rank killed with SIGKILL leaves no shared memory behind
 }
 
 func TestDialRendezvousTimeout(t *testing.T) {

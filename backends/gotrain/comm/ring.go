@@ -321,8 +321,13 @@ func (c *ring) collective(ctx context.Context, kind Kind, total uint64, aux uint
 	s.Calls++
 	s.Time += time.Since(start)
 	if err == nil {
+		var sent int64
 		for _, it := range c.sends {
-			s.BytesSent += 4 * int64(len(it.data))
+			sent += 4 * int64(len(it.data))
+		}
+		s.BytesSent += sent
+		if c.size > 1 && c.peers[(c.rank+1)%c.size].Host != c.peers[c.rank].Host {
+			s.BytesSentInterNode += sent // every send goes to the next rank
 		}
 		for _, it := range c.recvs {
 			s.BytesReceived += 4 * int64(len(it.dst))

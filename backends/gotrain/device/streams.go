@@ -22,7 +22,8 @@ type Event interface{}
 // through events. A buffer written on one stream and read on the other needs
 // Wait on the reader's stream for an event recorded after the write; a buffer
 // freed after use on the comm stream needs the compute stream to have waited
-// for that use first (the allocator reuses memory in compute-stream order).
+// for that use first (the allocator reuses memory in compute-stream order), or
+// FreeAfter with an event recorded after that use.
 type Streams interface {
 	// Record returns an event that completes when the work issued on s so far has.
 	Record(s Stream) Event
@@ -32,6 +33,15 @@ type Streams interface {
 	WaitHost(e Event) error
 	// Release returns e to the device; e must not be used afterwards.
 	Release(e Event)
+	// FreeAfter is Free for a buffer whose last use was on another stream than
+	// the compute stream (the input of a reduce-scatter on the comm stream): the
+	// accounting is released now, as Free does (so the tracker's figures are the
+	// cpu device's at the same point of the program), and the memory goes back
+	// to the allocator only once e, recorded after that last use, has completed,
+	// so the compute stream cannot reuse it while the other stream still reads
+	// it, and does not have to wait for that stream either. FreeAfter takes e
+	// over: the caller must not use or Release it afterwards.
+	FreeAfter(b Buffer, e Event)
 }
 
 // ExtraMemory is implemented by devices that hold memory beyond the tracked

@@ -85,6 +85,10 @@ var (
 	CUDA = Spec{Name: "CUDA driver", EnvVar: "FSDPBENCH_LIBCUDA", Sonames: []string{"libcuda.so.1"}}
 	// CUBLAS is cuBLAS; 13 and 12 come from pip (nvidia-cublas), 11 from Debian's toolkit.
 	CUBLAS = Spec{Name: "cuBLAS", EnvVar: "FSDPBENCH_LIBCUBLAS", Sonames: []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"}, PyPackages: []string{"cublas", "cu13", "cu12"}}
+	// OpenBLAS is the cpu device's GEMM: Debian's libopenblas0-pthread (the BLAS its
+	// python3-torch runs on) registers libopenblas.so.0 as an alternative; the
+	// pthread variant's own directory is tried when the alternative points elsewhere.
+	OpenBLAS = Spec{Name: "OpenBLAS", EnvVar: "FSDPBENCH_LIBOPENBLAS", Sonames: []string{"libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"}}
 )
 
 // Attempt is one place the search looked, and why it did not load.
@@ -137,6 +141,9 @@ func Candidates(s Spec) []string {
 	if override(s) != "" {
 		return []string{override(s)}
 	}
+	if len(s.PyPackages) == 0 {
+		return candidates(s, nil)
+	}
 	return candidates(s, SitePackages())
 }
 
@@ -175,7 +182,10 @@ func Open(s Spec) (*Library, error) {
 	if o := override(s); o != "" {
 		return open(s, []string{o}, nil)
 	}
-	sps := SitePackages()
+	var sps []string
+	if len(s.PyPackages) > 0 { // finding them runs python3: not for a library pip does not ship
+		sps = SitePackages()
+	}
 	return open(s, candidates(s, sps), sps)
 }
 

@@ -19,7 +19,10 @@
 // Prefetch is real overlap: the next unit's all-gather runs on its own goroutine,
 // on a second communicator (a Split of the shard group with one color), while this
 // goroutine computes; gradient reduction stays on the first communicator, so the
-// two streams of collectives are each in the same order on every rank.
+// two streams of collectives are each in the same order on every rank. On a
+// device with a communication stream (cuda with NCCL) the collectives are instead
+// enqueued on that stream from this goroutine and ordered against compute by
+// events (streams.go).
 //
 // Gradient accumulation follows PyTorch's no_sync: micro-steps before the last add
 // into full (unsharded) unit gradients kept across micro-steps, with no
@@ -183,9 +186,11 @@ type Trainer struct {
 	replicated bool // no_shard, ddp
 	// param is the dtype of the gathered parameters, activations and unsharded
 	// gradients: F32, or BF16 under mixed precision.
-	param  device.DType
-	step   int
-	broken error
+	param device.DType
+	// streams is the stream schedule (streams.go); nil: gathers on goroutines.
+	streams *streamSchedule
+	step    int
+	broken  error
 }
 
 // New builds rank world.Rank()'s trainer: it splits the communicators the strategy
@@ -218,6 +223,10 @@ func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Co
 		return nil, err
 	}
 	if err := t.allocate(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	if t.streams, err = newStreamSchedule(t); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -412,6 +421,11 @@ func (t *Trainer) runStep(ctx context.Context) (StepReport, error) {
 		}
 		loss += p.Loss()
 	}
+	if t.streams != nil {
+		if err := t.streams.finish(); err != nil {
+			return StepReport{}, err
+		}
+	}
 	norm, err := t.clip(ctx)
 	if err != nil {
 		return StepReport{}, err
@@ -539,6 +553,12 @@ func (t *Trainer) startGather(ctx context.Context, i int) error {
 			return nil
 		}
 	}
+	if t.streams != nil {
+		if err := t.streams.startGather(ctx, i, full, shard); err != nil {
+			return fmt.Errorf("all-gather unit %s: %w", t.model.Units[i].Name, err)
+		}
+		return nil
+	}
 	done := make(chan error, 1)
 	u.pending = done
 	g := comm.OnBuffers(t.gather)
@@ -581,6 +601,9 @@ func (t *Trainer) gathered(ctx context.Context, i int) error {
 		return err
 	}
 	u := t.units[i]
+	if t.streams != nil {
+		t.streams.use(i)
+	}
 	if u.pending == nil {
 		return nil
 	}
@@ -603,6 +626,9 @@ func (t *Trainer) reshard(i int) {
 
 // reduce averages unit i's gradient over every rank into its gradient shard.
 func (t *Trainer) reduce(ctx context.Context, i int) error {
+	if t.streams != nil {
+		return t.streams.reduce(ctx, t, i)
+	}
 	u, name := t.units[i], t.model.Units[i].Name
 	if u.accum != nil {
 		if t.shard != nil {
@@ -655,6 +681,9 @@ func (t *Trainer) clip(ctx context.Context) (float64, error) {
 // release waits for gathers in flight and frees every transient buffer, so a
 // failed step leaves only the shards allocated.
 func (t *Trainer) release() {
+	if t.streams != nil {
+		_ = t.streams.finish() // the step's error is reported already
+	}
 	for i, u := range t.units {
 		if u.pending != nil {
 			<-u.pending

@@ -26,6 +26,9 @@ type Peer struct {
 	Host string `json:"host"`
 	// Addr is the rank's listener, "ip:port".
 	Addr string `json:"addr"`
+	// Node identifies the rank's node: ranks with equal Node can share memory.
+	// Empty means unknown (no sharing).
+	Node string `json:"node,omitempty"`
 }
 
 // String names the peer for error messages: "rank 2 (node03, 10.0.0.3:41234)".

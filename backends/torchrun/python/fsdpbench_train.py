@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import socket
 import struct
 import sys
 import time
@@ -888,7 +889,9 @@ def run_distributed(a, s):
     wall = time.perf_counter() - measured_start
     out = {"rank": rank, "world_size": ws, "sharding": a.sharding, "device": device.type,
            "tokens": bpd * accum * a.seq_len * a.steps, "measured_wall_s": wall,
-           "steps": steps, "torch": torch.__version__}
+           "steps": steps, "torch": torch.__version__,
+           # which node the rank ran on: multi-node runs show their placement
+           "host": socket.gethostname()}
     if use_cuda:
         out["gpu"] = torch.cuda.get_device_name(device)
         out["cuda"] = torch.version.cuda

@@ -178,6 +178,10 @@ type Communicator struct {
 
 	statsMu sync.Mutex
 	stats   comm.Stats
+
+	// started is the collective a Start* call left for its Pending's Wait (it
+	// holds mu until then); nil when none.
+	started atomic.Pointer[pending]
 }
 
 var (
@@ -372,39 +376,80 @@ const (
 // run issues one collective under the watchdog: call enqueues it (and, with
 // a host-memory library, runs it); then the stream is waited for.
 func (c *Communicator) run(ctx context.Context, kind comm.Kind, bytes int, call func(h unsafe.Pointer, stream uintptr) C.fbResult) error {
+	w, err := c.begin(ctx, kind, bytes, false, call)
+	if err != nil {
+		return err
+	}
+	return w.finish()
+}
+
+// work is a collective issued under the watchdog whose end was not seen yet;
+// it holds c.mu from begin to finish, so a communicator has one at a time.
+type work struct {
+	c     *Communicator
+	ctx   context.Context
+	kind  comm.Kind
+	bytes int // what count takes
+	seq   uint64
+	start time.Time
+	rc    C.fbResult
+	keep  []any // host memory the collective reads, alive until finish
+}
+
+// begin takes c.mu and issues the collective on the stream: with ordered, on
+// the stream as the caller ordered it (Start*), else after Stream.Handle's wait
+// for the compute stream.
+func (c *Communicator) begin(ctx context.Context, kind comm.Kind, bytes int, ordered bool, call func(h unsafe.Pointer, stream uintptr) C.fbResult) (*work, error) {
+	if p := c.started.Load(); p != nil {
+		// mu is held until that collective's Wait: taking it here would hang
+		// a caller that issues both from one goroutine.
+		return nil, fmt.Errorf("nccl: %s while %s #%d was started and not waited for: Wait its Pending first", kind, p.w.kind, p.w.seq)
+	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.broken != nil {
-		return fmt.Errorf("nccl: communicator unusable after an earlier error: %w", c.broken)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("nccl: communicator unusable after an earlier error: %w", c.broken)
 	}
 	if !c.usable {
-		return comm.ErrClosed
+		c.mu.Unlock()
+		return nil, comm.ErrClosed
 	}
-	start := time.Now()
+	w := &work{c: c, ctx: ctx, kind: kind, bytes: bytes, start: time.Now()}
 	c.seq++
-	seq := c.seq
-	deadline := start.Add(c.opts.Timeout)
+	w.seq = c.seq
+	deadline := w.start.Add(c.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	c.flight.Store(&flight{kind: kind, seq: seq, limit: deadline.Sub(start), deadline: deadline, done: ctx.Done()})
+	c.flight.Store(&flight{kind: kind, seq: w.seq, limit: deadline.Sub(w.start), deadline: deadline, done: ctx.Done()})
 	var stream uintptr
-	if c.opts.Stream != nil {
+	switch {
+	case ordered:
+		stream = c.opts.Stream.(orderedStream).Ordered()
+	case c.opts.Stream != nil:
 		stream = c.opts.Stream.Handle()
 	}
-	var rc C.fbResult
 	if ctx.Err() != nil {
 		// Cancelled before it began: never issue it, and tell the peers
 		// through the status exchange, as a cancel in flight does.
 		c.abort("cancelled", statusCancelled)
 	} else {
-		rc = call(c.h, stream)
+		w.rc = call(c.h, stream)
 	}
+	return w, nil
+}
+
+// finish waits for the collective under the watchdog, counts it, diagnoses a
+// failure and releases c.mu.
+func (w *work) finish() error {
+	c := w.c
+	defer c.mu.Unlock()
+	defer runtime.KeepAlive(w.keep)
 	var local string
 	switch {
 	case c.aborted.Load() != nil:
-	case rc != ncclSuccess:
-		local = fmt.Sprintf("%s failed: %s", kind, c.lib.errorString(rc, c.h))
+	case w.rc != ncclSuccess:
+		local = fmt.Sprintf("%s failed: %s", w.kind, c.lib.errorString(w.rc, c.h))
 	case c.opts.Stream != nil:
 		local = c.waitStream()
 	default:
@@ -415,8 +460,8 @@ func (c *Communicator) run(ctx context.Context, kind comm.Kind, bytes int, call 
 		}
 	}
 	c.flight.Store(nil)
-	if kind != comm.KindSplit {
-		c.count(kind, bytes, time.Since(start))
+	if w.kind != comm.KindSplit {
+		c.count(w.kind, w.bytes, time.Since(w.start))
 	}
 	if local != "" {
 		c.abort(local, statusLocal)
@@ -426,7 +471,7 @@ func (c *Communicator) run(ctx context.Context, kind comm.Kind, bytes int, call 
 		return nil
 	}
 	c.usable = false
-	e := c.diagnose(ctx, kind, seq, why.status, why.reason)
+	e := c.diagnose(w.ctx, w.kind, w.seq, why.status, why.reason)
 	c.fam.record(e)
 	c.broken = e
 	return e
@@ -947,6 +992,9 @@ func (c *Communicator) Stats() comm.Stats {
 // Close destroys the NCCL communicator (unless the watchdog aborted it) and
 // closes the control ring.
 func (c *Communicator) Close() error {
+	if p := c.started.Load(); p != nil {
+		_ = p.Wait() // it holds mu; its error was the caller's to see
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {

@@ -36,7 +36,7 @@ func (d *dev[T]) AllocDType(n int, t device.DType, cat device.Category) (device.
 	if err := d.tr.Reserve(bytes, cat); err != nil {
 		return nil, fmt.Errorf("%s: %w", d.name, err)
 	}
-	return &buffer[T]{d: d, data: make([]T, n), a: &allocation{bytes: bytes, cat: cat, dt: t}}, nil
+	return &buffer[T]{d: d, data: d.pool.take(n, d.elemBytes), a: &allocation{bytes: bytes, cat: cat, dt: t}}, nil
 }
 
 // Cast writes src into dst, rounding to bf16 when dst is bf16.

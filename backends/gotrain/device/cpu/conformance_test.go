@@ -9,8 +9,9 @@ import (
 )
 
 // TestConformance runs the device conformance suite on the cpu device, in float32
-// (the device the trainer uses) and in float64 (the reference itself, which must
-// pass its own suite), against the float64 device.
+// (the device the trainer uses: on OpenBLAS where it loads, and on gonum) and in
+// float64 (the reference itself, which must pass its own suite), against the
+// float64 device.
 func TestConformance(t *testing.T) {
 	ref := func() device.Device { return cpu.New(cpu.Options{Float64: true}) }
 	for _, tc := range []struct {
@@ -19,6 +20,7 @@ func TestConformance(t *testing.T) {
 		memRef func() device.Device
 	}{
 		{"float32", cpu.Options{}, func() device.Device { return cpu.New(cpu.Options{}) }},
+		{"float32-gonum", cpu.Options{BLAS: cpu.BLASGonum}, func() device.Device { return cpu.New(cpu.Options{}) }},
 		{"float64", cpu.Options{Float64: true}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

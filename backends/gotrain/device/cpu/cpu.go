@@ -1,8 +1,11 @@
 // Package cpu is the reference Device: host memory, every op written by hand in Go
-// (ops.go, forward next to backward), matrix products through gonum's pure-Go BLAS.
+// (ops.go, forward next to backward), float32 matrix products through OpenBLAS
+// loaded at run time (package openblas; gonum's pure-Go BLAS where it is absent),
+// float64 ones through gonum.
 // Ops run synchronously on the calling goroutine and split their heavy loops over
 // GOMAXPROCS goroutines, only ever over independent outputs, so results do not
-// depend on the number of threads.
+// depend on the number of threads; nor do OpenBLAS's products, which it splits by
+// rows and columns, never over the sum.
 //
 // The same code runs in float64 (Options.Float64): that device is the reference the
 // gradient checks use, where finite differences are exact to ~1e-8 instead of the
@@ -14,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
 )
 
 // Options configure a cpu device; the zero value is a float32 device without limit.
@@ -25,14 +29,21 @@ type Options struct {
 	// and device.HostBuffer.Host returns nil. CopyFromHost and CopyToHost still
 	// take float32.
 	Float64 bool
+	// BLAS picks the float32 GEMM: BLASAuto (OpenBLAS when it loads, else
+	// gonum) or BLASGonum. The float64 device always runs gonum.
+	BLAS string
 }
 
 // New returns a cpu device.
 func New(o Options) device.Device {
 	if o.Float64 {
-		return &dev[float64]{name: "cpu-float64", tr: device.NewTracker(o.LimitBytes), elemBytes: 8}
+		d := &dev[float64]{name: "cpu-float64", tr: device.NewTracker(o.LimitBytes), elemBytes: 8}
+		d.gemm, d.lib = pickGEMM[float64](o)
+		return d
 	}
-	return &dev[float32]{name: "cpu", tr: device.NewTracker(o.LimitBytes), elemBytes: 4}
+	d := &dev[float32]{name: "cpu", tr: device.NewTracker(o.LimitBytes), elemBytes: 4}
+	d.gemm, d.lib = pickGEMM[float32](o)
+	return d
 }
 
 // float is the element type of a device.
@@ -43,6 +54,11 @@ type dev[T float] struct {
 	name      string
 	tr        *device.Tracker
 	elemBytes int64
+	gemm      gemmFunc[T]
+	lib       *openblas.Library // nil on gonum
+	pool      pool[T]           // memory of freed buffers, for the next Alloc
+	rope      ropeTables[T]     // RoPE's cos and sin by geometry
+	scratch   scratch[T]        // ops' work space
 }
 
 // allocation is what Alloc handed out; its views share it.
@@ -93,6 +109,7 @@ func (d *dev[T]) Free(b device.Buffer) {
 		panic(fmt.Sprintf("%s: Free of a buffer freed already", d.name))
 	}
 	d.tr.Release(x.a.bytes, x.a.cat)
+	d.pool.give(x.data, d.elemBytes, d.tr.Stats().PeakTotal)
 }
 
 func (d *dev[T]) Memory() device.Stats { return d.tr.Stats() }
@@ -170,7 +187,7 @@ func (d *dev[T]) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int,
 		panic(fmt.Sprintf("%s: MatMul: negative size m=%d n=%d k=%d", d.name, m, n, k))
 	}
 	d.dtypes("MatMul", nil, c, a, b)
-	matmul(d.get("MatMul C", c, m*n), d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n),
+	matmul(d.gemm, d.get("MatMul C", c, m*n), d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n),
 		transA, transB, m, n, k, T(alpha), T(beta))
 	d.round(c)
 }
@@ -226,13 +243,15 @@ func (d *dev[T]) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffe
 
 func (d *dev[T]) RoPEForward(x device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEForward", s)
-	ropeForward(d.get("RoPEForward x", x, s.Len()), s)
+	cos, sin := d.rope.get(s)
+	ropeForward(d.get("RoPEForward x", x, s.Len()), s, cos, sin)
 	d.round(x)
 }
 
 func (d *dev[T]) RoPEBackward(dx device.Buffer, s device.RoPEShape) {
 	d.checkRoPE("RoPEBackward", s)
-	ropeBackward(d.get("RoPEBackward dx", dx, s.Len()), s)
+	cos, sin := d.rope.get(s)
+	ropeBackward(d.get("RoPEBackward dx", dx, s.Len()), s, cos, sin)
 	d.round(dx)
 }
 
@@ -246,20 +265,19 @@ func (d *dev[T]) AttentionForward(out, lse, q, k, v device.Buffer, s device.Attn
 	d.checkAttn("AttentionForward", s)
 	d.dtypes("AttentionForward", []device.Buffer{lse}, out, q, k, v)
 	defer d.round(out)
-	attentionForward(d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen()),
-		d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()),
-		d.get("AttentionForward v", v, s.KVLen()), s)
+	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
+	qq, kk, vv := d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()), d.get("AttentionForward v", v, s.KVLen())
+	d.serialBLAS(func() { attentionForward(d.gemm, &d.scratch, o, l, qq, kk, vv, s) })
 }
 
 func (d *dev[T]) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionBackward", s)
 	d.dtypes("AttentionBackward", []device.Buffer{lse}, dq, dk, dv, dout, q, k, v, out)
 	defer d.round(dq, dk, dv)
-	attentionBackward(d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()),
-		d.get("AttentionBackward dv", dv, s.KVLen()), d.get("AttentionBackward dout", dout, s.QLen()),
-		d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()),
-		d.get("AttentionBackward v", v, s.KVLen()), d.get("AttentionBackward out", out, s.QLen()),
-		d.get("AttentionBackward lse", lse, s.LSELen()), s)
+	gq, gk, gv := d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()), d.get("AttentionBackward dv", dv, s.KVLen())
+	do, o, l := d.get("AttentionBackward dout", dout, s.QLen()), d.get("AttentionBackward out", out, s.QLen()), d.get("AttentionBackward lse", lse, s.LSELen())
+	qq, kk, vv := d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()), d.get("AttentionBackward v", v, s.KVLen())
+	d.serialBLAS(func() { attentionBackward(d.gemm, &d.scratch, gq, gk, gv, do, qq, kk, vv, o, l, s) })
 }
 
 func (d *dev[T]) checkAttn(op string, s device.AttnShape) {

@@ -2,10 +2,7 @@ package cpu
 
 import (
 	"math"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
-	"gonum.org/v1/gonum/blas/blas64"
+	"sync"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 )
@@ -13,7 +10,8 @@ import (
 // The kernels: each op's forward next to its backward, over plain slices. Lengths
 // were checked by the device methods. Row reductions (norms, softmax sums) are
 // accumulated in float64 whatever T is; the float32 device then loses nothing there
-// to the float64 reference but the final rounding.
+// to the float64 reference but the final rounding. Its exponentials are float32
+// (expf, exp.go), within 2 ulp of the exact value.
 
 // ---- element-wise and reductions ----
 
@@ -28,6 +26,9 @@ func scale[T float](x []T, alpha T) {
 		x[i] *= alpha
 	}
 }
+
+// mulScalar is scale under a name that does not collide with a parameter called scale.
+func mulScalar[T float](x []T, alpha T) { scale(x, alpha) }
 
 func sum[T float](x []T) float64 {
 	s := 0.0
@@ -48,7 +49,7 @@ func sumSquares[T float](x []T) float64 {
 // ---- matrix product ----
 
 // matmul is C = alpha·op(A)·op(B) + beta·C on contiguous row-major matrices.
-func matmul[T float](c, a, b []T, transA, transB bool, m, n, k int, alpha, beta T) {
+func matmul[T float](gemm gemmFunc[T], c, a, b []T, transA, transB bool, m, n, k int, alpha, beta T) {
 	lda, ldb := k, n
 	if transA {
 		lda = m
@@ -57,35 +58,6 @@ func matmul[T float](c, a, b []T, transA, transB bool, m, n, k int, alpha, beta 
 		ldb = k
 	}
 	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, n)
-}
-
-// gemm is BLAS's row-major GEMM through gonum, with leading dimensions, so that
-// attention can multiply one head's rows out of [seq, heads, headDim] in place.
-func gemm[T float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 { // BLAS wants leading dimensions ≥ 1; the product is empty.
-		for i := range m {
-			scale(c[i*ldc:i*ldc+n], beta)
-		}
-		return
-	}
-	tA, tB := blas.NoTrans, blas.NoTrans
-	if transA {
-		tA = blas.Trans
-	}
-	if transB {
-		tB = blas.Trans
-	}
-	switch cc := any(c).(type) {
-	case []float32:
-		blas32.Implementation().Sgemm(tA, tB, m, n, k, float32(alpha), any(a).([]float32), lda,
-			any(b).([]float32), ldb, float32(beta), cc, ldc)
-	case []float64:
-		blas64.Implementation().Dgemm(tA, tB, m, n, k, float64(alpha), any(a).([]float64), lda,
-			any(b).([]float64), ldb, float64(beta), cc, ldc)
-	}
 }
 
 // ---- token embedding ----
@@ -172,16 +144,44 @@ func ropeTable[T float](s device.RoPEShape) (cos, sin []T) {
 
 // ropeForward rotates each pair (x_i, x_{i+half}) of every head by the angle of
 // its position: (x1·cos − x2·sin, x2·cos + x1·sin), i.e. x·cos + rotate_half(x)·sin.
-func ropeForward[T float](x []T, s device.RoPEShape) {
-	cos, sin := ropeTable[T](s)
+// cos and sin are ropeTable's.
+func ropeForward[T float](x []T, s device.RoPEShape, cos, sin []T) {
 	rope(x, s, cos, sin, 1)
 }
 
 // ropeBackward: the rotation is orthogonal, so its adjoint is the rotation by the
 // opposite angle: (dy1·cos + dy2·sin, dy2·cos − dy1·sin).
-func ropeBackward[T float](dx []T, s device.RoPEShape) {
-	cos, sin := ropeTable[T](s)
+func ropeBackward[T float](dx []T, s device.RoPEShape, cos, sin []T) {
 	rope(dx, s, cos, sin, -1)
+}
+
+// ropeKey is what a RoPE table depends on.
+type ropeKey struct {
+	seq, headDim int
+	theta        float64
+}
+
+// ropeTables keeps each table a device computed: every layer's q and k, forward
+// and backward, of every step rotates by the same one.
+type ropeTables[T float] struct {
+	mu sync.Mutex
+	m  map[ropeKey][2][]T
+}
+
+// get returns ropeTable(s), computed once per geometry.
+func (r *ropeTables[T]) get(s device.RoPEShape) (cos, sin []T) {
+	k := ropeKey{s.Seq, s.HeadDim, s.Theta}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.m[k]; ok {
+		return t[0], t[1]
+	}
+	if r.m == nil {
+		r.m = map[ropeKey][2][]T{}
+	}
+	cos, sin = ropeTable[T](s)
+	r.m[k] = [2][]T{cos, sin}
+	return cos, sin
 }
 
 // rope rotates in place by sign·angle.
@@ -224,11 +224,13 @@ func attnView(b, h, heads int, s device.AttnShape) (off, stride int) {
 // For a block of query rows [i0, i1) it computes S = Q·Kᵀ for keys [0, i1) with
 // one GEMM, the masked softmax row by row (max subtracted before exp), and O = P·V
 // with another.
-func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
+func attentionForward[T float](gemm gemmFunc[T], work *scratch[T], out, lse, q, k, v []T, s device.AttnShape) {
 	H, n := s.Heads, s.Seq
 	rep, sc := H/s.KVHeads, T(1/math.Sqrt(float64(s.HeadDim)))
 	parallelFor(s.Batch*H, 2*n*n*s.HeadDim, func(lo, hi int) {
-		scores := make([]T, min(attnBlock, n)*n)
+		buf := work.get(min(attnBlock, n) * n)
+		defer work.put(buf)
+		scores := *buf
 		for item := lo; item < hi; item++ {
 			b, h := item/H, item%H
 			qOff, qStride := attnView(b, h, H, s)
@@ -240,16 +242,8 @@ func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
 				gemm(false, true, rows, cols, s.HeadDim, sc, q[qOff+i0*qStride:], qStride, k[kOff:], kStride, 0, S, cols)
 				for r := range rows {
 					i, row := i0+r, S[r*cols:(r+1)*cols]
-					mx := T(math.Inf(-1))
-					for _, x := range row[:i+1] {
-						mx = max(mx, x)
-					}
-					z := 0.0
-					for j, x := range row[:i+1] {
-						e := math.Exp(float64(x - mx))
-						row[j] = T(e)
-						z += e
-					}
+					mx := maxOf(row[:i+1])
+					z := expShiftSum(row[:i+1], row[:i+1], mx)
 					scale(row[:i+1], T(1/z))
 					clear(row[i+1:])
 					lse[(b*H+h)*n+i] = mx + T(math.Log(z))
@@ -269,12 +263,15 @@ func attentionForward[T float](out, lse, q, k, v []T, s device.AttnShape) {
 // by query blocks as the forward, each product a GEMM. Work is split by (sample,
 // kv head), so the query heads that share a kv head add into dk and dv from one
 // goroutine, in a fixed order.
-func attentionBackward[T float](dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
+func attentionBackward[T float](gemm gemmFunc[T], work *scratch[T], dq, dk, dv, dout, q, k, v, out, lse []T, s device.AttnShape) {
 	H, KV, d, n := s.Heads, s.KVHeads, s.HeadDim, s.Seq
 	rep, sc := H/KV, T(1/math.Sqrt(float64(d)))
 	parallelFor(s.Batch*KV, 4*rep*n*n*d, func(lo, hi int) {
 		blk := min(attnBlock, n)
-		P, dP := make([]T, blk*n), make([]T, blk*n)
+		bp, bdp := work.get(blk*n), work.get(blk*n)
+		defer work.put(bp)
+		defer work.put(bdp)
+		P, dP := *bp, *bdp
 		for item := lo; item < hi; item++ {
 			b, g := item/KV, item%KV
 			kOff, kStride := attnView(b, g, KV, s)
@@ -290,11 +287,9 @@ func attentionBackward[T float](dq, dk, dv, dout, q, k, v, out, lse []T, s devic
 					for r := range rows {
 						i := i0 + r
 						prow, dprow := p[r*cols:(r+1)*cols], dp[r*cols:(r+1)*cols]
-						l := float64(lse[(b*H+h)*n+i])
 						di := dot(dout[ob+r*qStride:][:d], out[ob+r*qStride:][:d])
-						for j, x := range prow[:i+1] {
-							pj := T(math.Exp(float64(x) - l))
-							prow[j] = pj
+						expShiftSum(prow[:i+1], prow[:i+1], lse[(b*H+h)*n+i])
+						for j, pj := range prow[:i+1] {
 							dprow[j] = pj * (dprow[j] - di) * sc // dS/sqrt(d), ready for dq and dk
 						}
 						clear(prow[i+1:])
@@ -322,6 +317,13 @@ func dot[T float](a, b []T) T {
 // swigluForward: y = silu(g)·u with silu(g) = g·σ(g), σ(g) = 1/(1+e^−g).
 func swigluForward[T float](out, gate, up []T) {
 	parallelFor(len(out), 20, func(lo, hi int) {
+		if o32, ok := any(out[lo:hi]).([]float32); ok {
+			g32, u32 := any(gate[lo:hi]).([]float32), any(up[lo:hi]).([]float32)
+			for i, g := range g32 {
+				o32[i] = g / (1 + expf(-g)) * u32[i]
+			}
+			return
+		}
 		for i := lo; i < hi; i++ {
 			g := float64(gate[i])
 			out[i] = T(g/(1+math.Exp(-g))) * up[i]
@@ -332,6 +334,16 @@ func swigluForward[T float](out, gate, up []T) {
 // swigluBackward: ∂y/∂u = silu(g), ∂y/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
 func swigluBackward[T float](dgate, dup, dout, gate, up []T) {
 	parallelFor(len(dout), 25, func(lo, hi int) {
+		if dg32, ok := any(dgate[lo:hi]).([]float32); ok {
+			du32, do32 := any(dup[lo:hi]).([]float32), any(dout[lo:hi]).([]float32)
+			g32, u32 := any(gate[lo:hi]).([]float32), any(up[lo:hi]).([]float32)
+			for i, g := range g32 {
+				sg := 1 / (1 + expf(-g))
+				dg32[i] += do32[i] * u32[i] * (sg * (1 + g*(1-sg)))
+				du32[i] += do32[i] * (g * sg)
+			}
+			return
+		}
 		for i := lo; i < hi; i++ {
 			g := float64(gate[i])
 			sg := 1 / (1 + math.Exp(-g))
@@ -343,39 +355,27 @@ func swigluBackward[T float](dgate, dup, dout, gate, up []T) {
 
 // ---- cross-entropy over the vocabulary, fused with softmax ----
 
-// logSumExp returns log Σ_j exp(z_j), with the max subtracted first.
-func logSumExp[T float](z []T) float64 {
-	mx := math.Inf(-1)
-	for _, v := range z {
-		mx = max(mx, float64(v))
-	}
-	s := 0.0
-	for _, v := range z {
-		s += math.Exp(float64(v) - mx)
-	}
-	return mx + math.Log(s)
-}
-
-// crossEntropyForward: loss_i = −log softmax(z_i)[t_i] = logsumexp(z_i) − z_i[t_i].
+// crossEntropyForward: loss_i = −log softmax(z_i)[t_i] = logsumexp(z_i) − z_i[t_i],
+// with the row's max subtracted before exp.
 func crossEntropyForward[T float](losses, logits []T, targets []int32, vocab int) {
 	parallelFor(len(targets), 25*vocab, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			z := logits[i*vocab : (i+1)*vocab]
-			losses[i] = T(logSumExp(z) - float64(z[targets[i]]))
+			mx := maxOf(z)
+			losses[i] = T(float64(mx) + math.Log(sumExpShift(z, mx)) - float64(z[targets[i]]))
 		}
 	})
 }
 
-// crossEntropyBackward: ∂loss_i/∂z_ij = softmax(z_i)_j − [j = t_i], times scale.
-// Each element is read before it is written, so dlogits may alias logits.
+// crossEntropyBackward: ∂loss_i/∂z_ij = softmax(z_i)_j − [j = t_i], times scale:
+// one exp per element, written into dz and then scaled by scale/Σ. Each element
+// is read before it is written, so dlogits may alias logits.
 func crossEntropyBackward[T float](dlogits, logits []T, targets []int32, vocab int, scale T) {
 	parallelFor(len(targets), 25*vocab, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			z, dz := logits[i*vocab:(i+1)*vocab], dlogits[i*vocab:(i+1)*vocab]
-			l := logSumExp(z)
-			for j, v := range z {
-				dz[j] = scale * T(math.Exp(float64(v)-l))
-			}
+			s := expShiftSum(dz, z, maxOf(z))
+			mulScalar(dz, T(float64(scale)/s))
 			dz[targets[i]] -= scale
 		}
 	})

@@ -34,6 +34,12 @@ func (s *CollectiveStream) Handle() uintptr {
 	return uintptr(unsafePointer(d.comm))
 }
 
+// Ordered returns the comm stream's CUstream as it is, without Handle's wait
+// for the compute stream: for a caller that orders the comm stream itself with
+// device.Streams events (fsdp's prefetch), so that a collective waits only for
+// the work it reads and overlaps the compute issued since.
+func (s *CollectiveStream) Ordered() uintptr { return uintptr(unsafePointer(s.d.comm)) }
+
 // Done reports whether the work issued on the comm stream has finished
 // (cuStreamQuery), or the device's failure.
 func (s *CollectiveStream) Done() (bool, error) {

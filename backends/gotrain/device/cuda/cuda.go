@@ -141,6 +141,8 @@ type Device struct {
 	peakUsed int64
 	// rope caches the cos/sin tables in scratch for the last RoPE shape.
 	rope device.RoPEShape
+	// deferred are blocks freed by FreeAfter whose event has not completed yet.
+	deferred []deferredFree
 
 	// launchHook, when set (tests), sees every launch before it is issued.
 	launchHook func(k *kernels.Kernel, args []arg)
@@ -261,6 +263,7 @@ func (d *Device) release() {
 		C.fsdp_blas_destroy(d.ctx, d.blas)
 		d.blas = nil
 	}
+	d.dropDeferred()
 	for _, s := range []*C.CUstream{&d.compute, &d.comm} {
 		if *s != nil {
 			C.fsdp_stream_destroy(d.ctx, *s)
@@ -375,7 +378,7 @@ func (d *Device) AllocDType(n int, t device.DType, cat device.Category) (device.
 	a := &allocation{bytes: bytes, cat: cat, dt: t}
 	if n > 0 {
 		d.mu.Lock()
-		ptr, err := d.arena.alloc(bytes)
+		ptr, err := d.allocLocked(bytes)
 		if err == nil {
 			a.ptr = ptr
 			// The arena's blocks are 512-byte aligned and sized, so the words
@@ -400,7 +403,7 @@ func (d *Device) AllocDType(n int, t device.DType, cat device.Category) (device.
 // Free returns a buffer's memory to the arena. Work already issued on the compute
 // stream that uses it still runs before any later use of the memory (one stream);
 // a buffer used on the comm stream is freed only after the compute stream waited
-// for it (Streams).
+// for it, or with FreeAfter (Streams).
 func (d *Device) Free(b device.Buffer) {
 	x := d.buf("Free", b)
 	if x.view {

@@ -69,6 +69,7 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuEventSynchronize(CUevent hEvent);
+CUresult cuEventQuery(CUevent hEvent);
 CUresult cuEventDestroy_v2(CUevent hEvent);
 
 // ---- libcublas.so.{13,12,11} ----
@@ -96,7 +97,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   X(cuMemcpyDtoDAsync_v2) X(cuMemsetD32Async) X(cuModuleLoadData) X(cuModuleUnload) \
   X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2) \
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventRecord) \
-  X(cuEventSynchronize) X(cuEventDestroy_v2)
+  X(cuEventSynchronize) X(cuEventQuery) X(cuEventDestroy_v2)
 
 #define FSDP_CUBLAS_SYMBOLS(X) \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasGetVersion_v2) X(cublasSetStream_v2) \

@@ -131,6 +131,7 @@ CUresult fsdp_event_create(CUcontext ctx, CUevent *e) { WITH(ctx, p_cuEventCreat
 CUresult fsdp_event_destroy(CUcontext ctx, CUevent e) { WITH(ctx, p_cuEventDestroy_v2(e)); }
 CUresult fsdp_event_record(CUcontext ctx, CUevent e, CUstream s) { WITH(ctx, p_cuEventRecord(e, s)); }
 CUresult fsdp_event_sync(CUcontext ctx, CUevent e) { WITH(ctx, p_cuEventSynchronize(e)); }
+CUresult fsdp_event_query(CUcontext ctx, CUevent e) { WITH(ctx, p_cuEventQuery(e)); }
 CUresult fsdp_stream_wait(CUcontext ctx, CUstream s, CUevent e) { WITH(ctx, p_cuStreamWaitEvent(s, e, 0)); }
 
 CUresult fsdp_module_load(CUcontext ctx, CUmodule *m, const void *image) { WITH(ctx, p_cuModuleLoadData(m, image)); }

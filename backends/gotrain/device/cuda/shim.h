@@ -37,6 +37,8 @@ CUresult fsdp_event_create(CUcontext ctx, CUevent *e);
 CUresult fsdp_event_destroy(CUcontext ctx, CUevent e);
 CUresult fsdp_event_record(CUcontext ctx, CUevent e, CUstream s);
 CUresult fsdp_event_sync(CUcontext ctx, CUevent e);
+// fsdp_event_query is cuEventQuery: 0 done, CUDA_ERROR_NOT_READY (600) pending.
+CUresult fsdp_event_query(CUcontext ctx, CUevent e);
 CUresult fsdp_stream_wait(CUcontext ctx, CUstream s, CUevent e);
 CUresult fsdp_module_load(CUcontext ctx, CUmodule *m, const void *image);
 CUresult fsdp_module_unload(CUcontext ctx, CUmodule m);

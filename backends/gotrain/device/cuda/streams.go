@@ -105,3 +105,102 @@ func (d *Device) ExtraMemory() map[string]int64 {
 }
 
 func unsafePointer(s C.CUstream) unsafe.Pointer { return unsafe.Pointer(s) }
+
+// deferredFree is a block whose release waits for an event (FreeAfter).
+type deferredFree struct {
+	ptr uint64
+	e   C.CUevent
+}
+
+// FreeAfter implements device.Streams: the tracker is released at once, the
+// block joins d.deferred and returns to the arena when e has completed. This is
+// PyTorch's record_stream made explicit: the free is recorded on the stream
+// that used the block last, so the arena, which hands memory out in
+// compute-stream order, never gives it to a compute op while that stream still
+// reads it.
+func (d *Device) FreeAfter(b device.Buffer, e device.Event) {
+	x, ev := d.buf("FreeAfter", b), d.event(e)
+	if x.view {
+		panic(fmt.Sprintf("%s: FreeAfter of a view (Slice): free the buffer it was cut from", d.name))
+	}
+	if !x.a.freed.CompareAndSwap(false, true) {
+		panic(fmt.Sprintf("%s: FreeAfter of a buffer freed already", d.name))
+	}
+	d.mu.Lock()
+	switch {
+	case x.a.ptr == 0 || d.closed:
+		if ev.e != nil && d.ctx != nil {
+			C.fsdp_event_destroy(d.ctx, ev.e)
+		}
+	case ev.e == nil: // recorded after a device failure: nothing runs any more
+		if err := d.arena.free(x.a.ptr); err != nil {
+			d.mu.Unlock()
+			panic(fmt.Sprintf("%s: FreeAfter: %v", d.name, err))
+		}
+	default:
+		d.deferred = append(d.deferred, deferredFree{ptr: x.a.ptr, e: ev.e})
+	}
+	ev.e = nil
+	d.mu.Unlock()
+	d.tr.Release(x.a.bytes, x.a.cat)
+}
+
+// reclaimLocked returns the deferred blocks whose event has completed to the
+// arena; with wait, it first makes the compute stream wait for every pending
+// one (the arena's next user runs there), so all of them can go back. d.mu is
+// held.
+func (d *Device) reclaimLocked(wait bool) {
+	kept := d.deferred[:0]
+	for _, f := range d.deferred {
+		done := wait
+		if wait {
+			d.issue("cuStreamWaitEvent", func() int { return int(C.fsdp_stream_wait(d.ctx, d.compute, f.e)) })
+		} else {
+			switch r := int(C.fsdp_event_query(d.ctx, f.e)); r {
+			case 0:
+				done = true
+			case cudaErrorNotReady:
+			default:
+				if d.err == nil {
+					d.err = fmt.Errorf("deferred free: %w", cuErr("cuEventQuery", r))
+				}
+				done = true // the device failed: nothing will touch the block again
+			}
+		}
+		if !done {
+			kept = append(kept, f)
+			continue
+		}
+		C.fsdp_event_destroy(d.ctx, f.e)
+		_ = d.arena.free(f.ptr)
+	}
+	clear(d.deferred[len(kept):])
+	d.deferred = kept
+}
+
+// allocLocked is arena.alloc after reclaiming completed deferred frees; when
+// the arena cannot grow, the still pending ones are reclaimed through a
+// compute-stream wait and the allocation retried, rather than failing with
+// memory that only waits for the comm stream. d.mu is held.
+func (d *Device) allocLocked(bytes int64) (uint64, error) {
+	if len(d.deferred) > 0 {
+		d.reclaimLocked(false)
+	}
+	ptr, err := d.arena.alloc(bytes)
+	if err != nil && len(d.deferred) > 0 {
+		d.reclaimLocked(true)
+		ptr, err = d.arena.alloc(bytes)
+	}
+	return ptr, err
+}
+
+// dropDeferred destroys the deferred frees' events at Close (the arena gives
+// every segment back anyway). d.mu is held or the device is being torn down.
+func (d *Device) dropDeferred() {
+	for _, f := range d.deferred {
+		if d.ctx != nil {
+			C.fsdp_event_destroy(d.ctx, f.e)
+		}
+	}
+	d.deferred = nil
+}

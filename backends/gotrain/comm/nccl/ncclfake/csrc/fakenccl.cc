@@ -3,6 +3,12 @@
 // Go code runs against it with the cpu device's buffers as "device pointers".
 // Never linked into the product; the tests build it with g++.
 //
+// A collective given a stream runs in that stream's order when the fake libcuda
+// is loaded in the process (through its cuLaunchHostFunc, on the stream's thread
+// under FAKECUDA_STREAMS=async), as NCCL's kernels run on the stream; its
+// failures then become the communicator's asynchronous error. Without a stream,
+// or without the fake libcuda, it runs when it is called.
+//
 // Every collective moves data in chunks through one shared slot per rank:
 // each rank writes its part, a barrier, each rank reads what it needs, a
 // barrier. Reductions follow the TCP ring's documented order (segment j of
@@ -20,6 +26,8 @@
 //                                ncclInvalidUsage, as NCCL before 2.30 does for two
 //                                ranks on one GPU.
 #include <atomic>
+#include <dlfcn.h>
+#include <functional>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -178,6 +186,47 @@ struct Guard {
   explicit Guard(ncclComm* c) : c(c) { c->inflight.fetch_add(1); }
   ~Guard() { c->inflight.fetch_sub(1); }
 };
+
+// onStream runs body in the order of stream (see the top of the file) and
+// returns at once, or runs it now without a stream or a fake libcuda. The
+// communicator counts it in flight until it ran, so an abort waits for it.
+ncclResult_t onStream(ncclComm* c, void* stream, std::function<ncclResult_t()> body) {
+  typedef int (*launchFn)(void*, void (*)(void*), void*);
+  launchFn launch = nullptr;
+  if (stream) {
+    const char* path = getenv("FSDPBENCH_LIBCUDA");
+    void* lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (lib) {
+      launch = reinterpret_cast<launchFn>(dlsym(lib, "cuLaunchHostFunc"));
+      dlclose(lib);
+    }
+  }
+  if (!launch) {
+    Guard g(c);
+    return body();
+  }
+  struct Job {
+    ncclComm* c;
+    std::function<ncclResult_t()> body;
+  };
+  c->inflight.fetch_add(1);
+  Job* j = new Job{c, std::move(body)};
+  auto run = [](void* p) {
+    Job* j = static_cast<Job*>(p);
+    ncclResult_t r = j->body();
+    int none = ncclSuccess;
+    if (r != ncclSuccess) j->c->asyncErr.compare_exchange_strong(none, r);
+    j->c->inflight.fetch_sub(1);
+    delete j;
+  };
+  if (launch(stream, run, j) != 0) {
+    c->inflight.fetch_sub(1);
+    delete j;
+    snprintf(c->lastError, sizeof c->lastError, "fake nccl: cuLaunchHostFunc refused the stream");
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
 
 // begin validates a collective, applies faults and checks that every rank is
 // in the same one; skip is set when a fault swallowed it.
@@ -382,87 +431,87 @@ ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t dt, ncclComm_t comm, void* stream) {
-  (void)stream;
   if (!comm) return ncclInvalidArgument;
-  Guard g(comm);
-  bool skip;
-  ncclResult_t r = begin(comm, 1, sendcount, dt, skip);
-  if (r != ncclSuccess || skip) return r;
-  // Bytes, not floats: an element is 4 bytes (ncclFloat32) or 2 (ncclBfloat16).
-  // In place (sendbuff is this rank's part of recvbuff) works: the part goes
-  // through the shared slot and comes back unchanged.
-  const size_t es = dt == ncclBfloat16 ? 2 : 4, slotElems = kSlotFloats * sizeof(float) / es;
-  const char* src = static_cast<const char*>(sendbuff);
-  char* dst = static_cast<char*>(recvbuff);
-  for (size_t off = 0; off < sendcount; off += slotElems) {
-    size_t n = std::min(slotElems, sendcount - off);
-    memmove(slot(comm, comm->rank), src + off * es, n * es);
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-    for (int q = 0; q < comm->nranks; q++) memmove(dst + (size_t(q) * sendcount + off) * es, slot(comm, q), n * es);
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-  }
-  return ncclSuccess;
+  return onStream(comm, stream, [=]() -> ncclResult_t {
+    bool skip;
+    ncclResult_t r = begin(comm, 1, sendcount, dt, skip);
+    if (r != ncclSuccess || skip) return r;
+    // Bytes, not floats: an element is 4 bytes (ncclFloat32) or 2 (ncclBfloat16).
+    // In place (sendbuff is this rank's part of recvbuff) works: the part goes
+    // through the shared slot and comes back unchanged.
+    const size_t es = dt == ncclBfloat16 ? 2 : 4, slotElems = kSlotFloats * sizeof(float) / es;
+    const char* src = static_cast<const char*>(sendbuff);
+    char* dst = static_cast<char*>(recvbuff);
+    for (size_t off = 0; off < sendcount; off += slotElems) {
+      size_t n = std::min(slotElems, sendcount - off);
+      memmove(slot(comm, comm->rank), src + off * es, n * es);
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+      for (int q = 0; q < comm->nranks; q++) memmove(dst + (size_t(q) * sendcount + off) * es, slot(comm, q), n * es);
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+    }
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm, void* stream) {
-  (void)stream;
   if (!comm) return ncclInvalidArgument;
-  Guard g(comm);
-  if (ncclResult_t r = checkOp(comm, op); r != ncclSuccess) return r;
-  bool skip;
-  ncclResult_t r = begin(comm, 2, recvcount, dt, skip);
-  if (r != ncclSuccess || skip) return r;
-  const float* src = static_cast<const float*>(sendbuff);
-  float* dst = static_cast<float*>(recvbuff);
-  size_t chunk = kSlotFloats / size_t(comm->nranks);
-  for (size_t off = 0; off < recvcount; off += chunk) {
-    size_t n = std::min(chunk, recvcount - off);
-    for (int q = 0; q < comm->nranks; q++) memcpy(slot(comm, comm->rank) + size_t(q) * chunk, src + size_t(q) * recvcount + off, n * sizeof(float));
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-    for (size_t i = 0; i < n; i++) dst[off + i] = ringReduce(comm, size_t(comm->rank) * chunk + i, comm->rank, op);
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-  }
-  return ncclSuccess;
+  return onStream(comm, stream, [=]() -> ncclResult_t {
+    if (ncclResult_t r = checkOp(comm, op); r != ncclSuccess) return r;
+    bool skip;
+    ncclResult_t r = begin(comm, 2, recvcount, dt, skip);
+    if (r != ncclSuccess || skip) return r;
+    const float* src = static_cast<const float*>(sendbuff);
+    float* dst = static_cast<float*>(recvbuff);
+    size_t chunk = kSlotFloats / size_t(comm->nranks);
+    for (size_t off = 0; off < recvcount; off += chunk) {
+      size_t n = std::min(chunk, recvcount - off);
+      for (int q = 0; q < comm->nranks; q++) memcpy(slot(comm, comm->rank) + size_t(q) * chunk, src + size_t(q) * recvcount + off, n * sizeof(float));
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+      for (size_t i = 0; i < n; i++) dst[off + i] = ringReduce(comm, size_t(comm->rank) * chunk + i, comm->rank, op);
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+    }
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm, void* stream) {
-  (void)stream;
   if (!comm) return ncclInvalidArgument;
-  Guard g(comm);
-  if (ncclResult_t r = checkOp(comm, op); r != ncclSuccess) return r;
-  bool skip;
-  ncclResult_t r = begin(comm, 3, count, dt, skip);
-  if (r != ncclSuccess || skip) return r;
-  const float* src = static_cast<const float*>(sendbuff);
-  float* dst = static_cast<float*>(recvbuff);
-  for (size_t off = 0; off < count; off += kSlotFloats) {
-    size_t n = std::min(kSlotFloats, count - off);
-    memcpy(slot(comm, comm->rank), src + off, n * sizeof(float));
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-    for (size_t i = 0; i < n; i++) dst[off + i] = ringReduce(comm, i, segOwner(off + i, count, comm->nranks), op);
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-  }
-  return ncclSuccess;
+  return onStream(comm, stream, [=]() -> ncclResult_t {
+    if (ncclResult_t r = checkOp(comm, op); r != ncclSuccess) return r;
+    bool skip;
+    ncclResult_t r = begin(comm, 3, count, dt, skip);
+    if (r != ncclSuccess || skip) return r;
+    const float* src = static_cast<const float*>(sendbuff);
+    float* dst = static_cast<float*>(recvbuff);
+    for (size_t off = 0; off < count; off += kSlotFloats) {
+      size_t n = std::min(kSlotFloats, count - off);
+      memcpy(slot(comm, comm->rank), src + off, n * sizeof(float));
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+      for (size_t i = 0; i < n; i++) dst[off + i] = ringReduce(comm, i, segOwner(off + i, count, comm->nranks), op);
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+    }
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t dt, int root, ncclComm_t comm, void* stream) {
-  (void)stream;
   if (!comm) return ncclInvalidArgument;
-  Guard g(comm);
-  if (root < 0 || root >= comm->nranks) return ncclInvalidArgument;
-  bool skip;
-  ncclResult_t r = begin(comm, 4 + 16 * root, count, dt, skip);
-  if (r != ncclSuccess || skip) return r;
-  const float* src = static_cast<const float*>(sendbuff);
-  float* dst = static_cast<float*>(recvbuff);
-  for (size_t off = 0; off < count; off += kSlotFloats) {
-    size_t n = std::min(kSlotFloats, count - off);
-    if (comm->rank == root) memcpy(slot(comm, root), src + off, n * sizeof(float));
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-    if (comm->rank != root || dst != src) memcpy(dst + off, slot(comm, root), n * sizeof(float));
-    if ((r = barrier(comm)) != ncclSuccess) return r;
-  }
-  return ncclSuccess;
+  return onStream(comm, stream, [=]() -> ncclResult_t {
+    if (root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+    bool skip;
+    ncclResult_t r = begin(comm, 4 + 16 * root, count, dt, skip);
+    if (r != ncclSuccess || skip) return r;
+    const float* src = static_cast<const float*>(sendbuff);
+    float* dst = static_cast<float*>(recvbuff);
+    for (size_t off = 0; off < count; off += kSlotFloats) {
+      size_t n = std::min(kSlotFloats, count - off);
+      if (comm->rank == root) memcpy(slot(comm, root), src + off, n * sizeof(float));
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+      if (comm->rank != root || dst != src) memcpy(dst + off, slot(comm, root), n * sizeof(float));
+      if ((r = barrier(comm)) != ncclSuccess) return r;
+    }
+    return ncclSuccess;
+  });
 }
 
 }  // extern "C"

@@ -1,8 +1,9 @@
 // fakecublas.cc: a libcublas for tests, built by the cuda package's tests with g++
 // and never linked into the product. It implements the entry points the cuda
 // device calls (cudaapi.h) on the host: device pointers are host pointers, as in
-// the fake libcuda the tests pair it with, and each GEMM runs when it is called
-// (the fake libcuda runs a stream's work in issue order on the calling thread).
+// the fake libcuda the tests pair it with, and each GEMM runs in the order of the
+// handle's stream: enqueued through the fake libcuda's cuLaunchHostFunc when that
+// library is loaded (its streams may run on threads of their own), else at once.
 //
 // Every GEMM is checked as cuBLAS would check it and more strictly: column-major
 // leading dimensions (lda ≥ max(1, rows of A as stored), ...), the handle, the
@@ -17,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -47,6 +50,32 @@ Handle *check(cublasHandle_t h) {
   auto *x = reinterpret_cast<Handle *>(h);
   if (x == nullptr || x->magic != kMagic) return nullptr;
   return x;
+}
+
+// onStream runs f in the order of stream s: through cuLaunchHostFunc of the
+// libcuda loaded in this process (FSDPBENCH_LIBCUDA, else libcuda.so.1), or at
+// once when there is none. It returns false when the driver refused.
+bool onStream(cudaStream_t s, std::function<void()> f) {
+  typedef CUresult (*launchFn)(CUstream, void (*)(void *), void *);
+  const char *path = getenv("FSDPBENCH_LIBCUDA");
+  void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  launchFn launch = lib ? reinterpret_cast<launchFn>(dlsym(lib, "cuLaunchHostFunc")) : nullptr;
+  if (lib) dlclose(lib);  // drops the reference RTLD_NOLOAD took; the library stays loaded
+  if (launch == nullptr || s == nullptr) {
+    f();
+    return true;
+  }
+  auto *job = new std::function<void()>(std::move(f));
+  auto run = [](void *p) {
+    auto *j = static_cast<std::function<void()> *>(p);
+    (*j)();
+    delete j;
+  };
+  if (launch(reinterpret_cast<CUstream>(s), run, job) != 0) {
+    delete job;
+    return false;
+  }
+  return true;
 }
 
 int reject(const char *call, const char *why) {
@@ -126,24 +155,28 @@ int gemm(const char *call, cublasHandle_t handle, int ta, int tb, int m, int n, 
     return kExecutionFailed;
   }
   bool round = compute == kCompute32FFast16BF, bf = dtype == kR16BF;
-  auto a = [&](int i, int l) {  // op(A)[i,l], column-major
-    float x = load(A, ta == kOpN ? i + (size_t)l * lda : l + (size_t)i * lda, bf);
-    return round ? bf16(x) : x;
-  };
-  auto b = [&](int l, int j) {  // op(B)[l,j]
-    float x = load(B, tb == kOpN ? l + (size_t)j * ldb : j + (size_t)l * ldb, bf);
-    return round ? bf16(x) : x;
-  };
-  for (int j = 0; j < n; j++) {
-    for (int i = 0; i < m; i++) {
-      double s = 0;
-      for (int l = 0; l < k; l++) s += (double)a(i, l) * (double)b(l, j);
-      size_t at = i + (size_t)j * ldc;
-      // BLAS: beta = 0 ignores C (it may hold NaN).
-      double c = beta == 0 ? 0.0 : (double)beta * (double)load(C, at, bf);
-      store(C, at, (float)((double)alpha * s + c), bf);
+  // alpha and beta are read now (host pointer mode), the matrices when the GEMM runs.
+  auto run = [=]() {
+    auto a = [&](int i, int l) {  // op(A)[i,l], column-major
+      float x = load(A, ta == kOpN ? i + (size_t)l * lda : l + (size_t)i * lda, bf);
+      return round ? bf16(x) : x;
+    };
+    auto b = [&](int l, int j) {  // op(B)[l,j]
+      float x = load(B, tb == kOpN ? l + (size_t)j * ldb : j + (size_t)l * ldb, bf);
+      return round ? bf16(x) : x;
+    };
+    for (int j = 0; j < n; j++) {
+      for (int i = 0; i < m; i++) {
+        double s = 0;
+        for (int l = 0; l < k; l++) s += (double)a(i, l) * (double)b(l, j);
+        size_t at = i + (size_t)j * ldc;
+        // BLAS: beta = 0 ignores C (it may hold NaN).
+        double c = beta == 0 ? 0.0 : (double)beta * (double)load(C, at, bf);
+        store(C, at, (float)((double)alpha * s + c), bf);
+      }
     }
-  }
+  };
+  if (!onStream(h->stream, run)) return reject(call, "cuLaunchHostFunc refused the handle's stream");
   return kSuccess;
 }
 

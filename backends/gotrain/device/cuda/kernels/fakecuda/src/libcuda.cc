@@ -3,20 +3,32 @@
 // includes the toolkit's cuda.h, whose macros give the _v2 symbol names, so a wrong
 // prototype fails to compile). Device memory is host memory; cuModuleLoadData
 // accepts a fatbin and cuModuleGetFunction finds kernels in the CPU runner's
-// registry, compiled from the same .cu sources; cuLaunchKernel runs the grid
-// synchronously on the runner, so every stream is trivially in issue order.
+// registry, compiled from the same .cu sources. By default every stream's work
+// runs when it is issued, on the calling thread, so every stream is trivially in
+// issue order; with FAKECUDA_STREAMS=async each stream runs its work on a thread
+// of its own, in its order, concurrently with the other streams and the host, and
+// only events order two streams, as on a GPU (FAKECUDA_STREAM_DELAY_US makes one
+// stream late, so that a missing event wait shows as wrong data).
 // Faults are injected through environment variables (README.md). Never part of
 // the product.
 #include <cuda.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
 
 #include "runner.h"
 
@@ -41,12 +53,41 @@ struct Function {
   int maxDynamicShared = 48 * 1024;
 };
 std::map<std::pair<Module*, std::string>, Function*> functions;
-std::set<CUstream> streams;
+// Stream is a stream's queue. Synchronous streams run work at issue; an
+// asynchronous one runs it on its worker thread, which never takes mu (so the
+// driver's calls may wait for a stream while holding it).
+struct Stream {
+  int index = 0;   // creation order in the context: the device's compute stream is 0, comm 1
+  long delayUs = 0;
+  bool async = false;
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::pair<char, std::function<void()>>> q;
+  bool busy = false, stop = false;
+  std::thread worker;
+  // spans is the stream's timeline under FAKECUDA_TIMELINE: each operation's
+  // kind (k kernel, h host function, c copy or memset, w event wait, r event
+  // record) and its start and end in ms, the injected delay excluded.
+  struct Span {
+    char kind;
+    double start, end;
+  };
+  std::vector<Span> spans;
+  bool timeline = false;
+};
+std::map<CUstream, Stream*> streams;
+int streamsCreated = 0;
+// Event completion: a record bumps issued; its completion, run in its stream's
+// order, raises done to that count. A wait captures issued when it is issued, as
+// cuStreamWaitEvent waits for the most recent record.
 struct Event {
   bool recorded = false;
   double ms = 0;
+  uint64_t issued = 0, done = 0;
 };
-std::set<Event*> events;
+std::map<Event*, std::shared_ptr<Event>> events;  // work in flight keeps its event alive
+std::mutex evMu;
+std::condition_variable evCv;
 std::map<std::string, int> launches;  // per kernel, for FAKECUDA_FAIL_LAUNCH
 int ctxToken;                          // the one context is this address
 
@@ -68,6 +109,118 @@ bool in_alloc(uintptr_t p, size_t n) {
   if (it == allocs.begin()) return false;
   --it;
   return p >= it->first && p + n <= it->first + it->second.bytes;
+}
+
+void stream_loop(Stream* s) {
+  std::unique_lock<std::mutex> l(s->m);
+  for (;;) {
+    s->cv.wait(l, [&] { return s->stop || !s->q.empty(); });
+    if (s->q.empty()) return;
+    char kind = s->q.front().first;
+    std::function<void()> f = std::move(s->q.front().second);
+    s->q.pop_front();
+    s->busy = true;
+    l.unlock();
+    if (s->delayUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(s->delayUs));
+    double t0 = now_ms();
+    f();
+    double t1 = now_ms();
+    l.lock();
+    if (s->timeline) s->spans.push_back({kind, t0, t1});
+    s->busy = false;
+    s->cv.notify_all();
+  }
+}
+
+// enqueue runs f in s's order: now on a synchronous stream (or stream 0), else
+// on s's worker.
+void enqueue(Stream* s, char kind, std::function<void()> f) {
+  if (!s || !s->async) {
+    f();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(s->m);
+    s->q.emplace_back(kind, std::move(f));
+  }
+  s->cv.notify_all();
+}
+
+void drain(Stream* s) {
+  if (!s || !s->async) return;
+  std::unique_lock<std::mutex> l(s->m);
+  s->cv.wait(l, [&] { return s->q.empty() && !s->busy; });
+}
+
+bool idle(Stream* s) {
+  if (!s || !s->async) return true;
+  std::lock_guard<std::mutex> l(s->m);
+  return s->q.empty() && !s->busy;
+}
+
+// write_timeline writes s's spans to FAKECUDA_TIMELINE.<pid>.<stream>, one line
+// each: "pid stream kind start_ms end_ms" (a file per stream: processes and
+// streams never interleave).
+void write_timeline(Stream* s) {
+  const char* path = std::getenv("FAKECUDA_TIMELINE");
+  if (!path || !*path || s->spans.empty()) return;
+  std::string out;
+  char line[128];
+  for (const auto& sp : s->spans) {
+    std::snprintf(line, sizeof line, "%d %d %c %.3f %.3f\n", int(getpid()), s->index, sp.kind, sp.start, sp.end);
+    out += line;
+  }
+  std::string name = std::string(path) + "." + std::to_string(getpid()) + "." + std::to_string(s->index);
+  if (FILE* f = std::fopen(name.c_str(), "w")) {
+    std::fwrite(out.data(), 1, out.size(), f);
+    std::fclose(f);
+  }
+}
+
+// stop_stream drains s, ends its worker and writes its timeline.
+void stop_stream(Stream* s) {
+  drain(s);
+  if (s->worker.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(s->m);
+      s->stop = true;
+    }
+    s->cv.notify_all();
+    s->worker.join();
+  }
+  write_timeline(s);
+  delete s;
+}
+
+// all_streams lists the streams (under mu) for drain_all, which must not hold it.
+std::vector<Stream*> all_streams() {
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<Stream*> out;
+  for (auto& kv : streams) out.push_back(kv.second);
+  return out;
+}
+
+// drain_all waits for every stream, as the synchronous calls of the driver
+// (cuCtxSynchronize, cuMemFree) do.
+void drain_all() {
+  for (Stream* s : all_streams()) drain(s);
+}
+
+// stream_delay_us parses FAKECUDA_STREAM_DELAY_US ("INDEX:US[,INDEX:US]").
+long stream_delay_us(int index) {
+  const char* e = std::getenv("FAKECUDA_STREAM_DELAY_US");
+  if (!e) return 0;
+  std::string spec(e);
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(pos, end - pos);
+    size_t colon = item.find(':');
+    if (colon != std::string::npos && std::atoi(item.c_str()) == index) return std::atol(item.c_str() + colon + 1);
+    pos = end + 1;
+  }
+  return 0;
 }
 
 #define GUARD()                          \
@@ -246,9 +399,9 @@ void reset_context() {
   functions.clear();
   for (Module* m : modules) delete m;
   modules.clear();
-  for (CUstream x : streams) delete reinterpret_cast<char*>(x);
+  for (auto& kv : streams) stop_stream(kv.second);
   streams.clear();
-  for (Event* e : events) delete e;
+  streamsCreated = 0;
   events.clear();
   for (auto& kv : allocs) std::free(reinterpret_cast<void*>(kv.first));
   allocs.clear();
@@ -312,6 +465,7 @@ CUresult cuCtxGetDevice(CUdevice* d) {
 }
 
 CUresult cuCtxSynchronize() {
+  drain_all();
   GUARD();
   return CUDA_SUCCESS;
 }
@@ -336,6 +490,7 @@ CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytes) {
 }
 
 CUresult cuMemFree(CUdeviceptr dptr) {
+  drain_all();  // cuMemFree synchronizes the device
   GUARD();
   auto it = allocs.find(uintptr_t(dptr));
   if (it == allocs.end()) return CUDA_ERROR_INVALID_VALUE;
@@ -353,6 +508,7 @@ CUresult cuMemGetInfo(size_t* free, size_t* total) {
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
+  drain_all();
   GUARD();
   if (n == 0) return CUDA_SUCCESS;
   if (!in_alloc(uintptr_t(dst), n)) return CUDA_ERROR_INVALID_VALUE;
@@ -361,6 +517,7 @@ CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
 }
 
 CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
+  drain_all();
   GUARD();
   if (n == 0) return CUDA_SUCCESS;
   if (!in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
@@ -369,6 +526,7 @@ CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
 }
 
 CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  drain_all();
   GUARD();
   if (n == 0) return CUDA_SUCCESS;
   if (!in_alloc(uintptr_t(dst), n) || !in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
@@ -376,11 +534,50 @@ CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream) { return cuMemcpyHtoD(dst, src, n); }
-CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream) { return cuMemcpyDtoH(dst, src, n); }
-CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream) { return cuMemcpyDtoD(dst, src, n); }
+// stream_of returns s's queue (null for stream 0) or false for an unknown handle. mu is held.
+static bool stream_of(CUstream s, Stream** out) {
+  *out = nullptr;
+  if (!s) return true;
+  auto it = streams.find(s);
+  if (it == streams.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
+  GUARD();
+  Stream* s;
+  if (!stream_of(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (n == 0) return CUDA_SUCCESS;
+  if (!in_alloc(uintptr_t(dst), n)) return CUDA_ERROR_INVALID_VALUE;
+  // From pageable memory the driver stages the source before returning.
+  auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
+  enqueue(s, 'c', [dst, staged] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size()); });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream) {
+  GUARD();
+  Stream* s;
+  if (!stream_of(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (n == 0) return CUDA_SUCCESS;
+  if (!in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
+  enqueue(s, 'c', [dst, src, n] { std::memcpy(dst, reinterpret_cast<void*>(src), n); });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream) {
+  GUARD();
+  Stream* s;
+  if (!stream_of(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (n == 0) return CUDA_SUCCESS;
+  if (!in_alloc(uintptr_t(dst), n) || !in_alloc(uintptr_t(src), n)) return CUDA_ERROR_INVALID_VALUE;
+  enqueue(s, 'c', [dst, src, n] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n); });
+  return CUDA_SUCCESS;
+}
 
 CUresult cuMemsetD32(CUdeviceptr dst, unsigned int v, size_t n) {
+  drain_all();
   GUARD();
   if (n == 0) return CUDA_SUCCESS;
   if (dst % 4 != 0 || !in_alloc(uintptr_t(dst), n * 4)) return CUDA_ERROR_INVALID_VALUE;
@@ -389,9 +586,21 @@ CUresult cuMemsetD32(CUdeviceptr dst, unsigned int v, size_t n) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream) { return cuMemsetD32(dst, v, n); }
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream stream) {
+  GUARD();
+  Stream* s;
+  if (!stream_of(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (n == 0) return CUDA_SUCCESS;
+  if (dst % 4 != 0 || !in_alloc(uintptr_t(dst), n * 4)) return CUDA_ERROR_INVALID_VALUE;
+  enqueue(s, 'c', [dst, v, n] {
+    unsigned* p = reinterpret_cast<unsigned*>(dst);
+    for (size_t i = 0; i < n; i++) p[i] = v;
+  });
+  return CUDA_SUCCESS;
+}
 
 CUresult cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
+  drain_all();
   GUARD();
   if (n == 0) return CUDA_SUCCESS;
   if (!in_alloc(uintptr_t(dst), n)) return CUDA_ERROR_INVALID_VALUE;
@@ -479,13 +688,14 @@ CUresult cuLaunchKernel(CUfunction hfunc, unsigned int gx, unsigned int gy, unsi
                         void** extra) {
   const fsdp_cpu::KernelEntry* k;
   bool reverse;
+  Stream* st;
   {
     GUARD();
     Function* f = reinterpret_cast<Function*>(hfunc);
     bool found = false;
     for (auto& kv : functions) found = found || kv.second == f;
     if (!found) return CUDA_ERROR_INVALID_HANDLE;
-    if (stream && !streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!stream_of(stream, &st)) return CUDA_ERROR_INVALID_HANDLE;
     k = f->k;
     // extra is not used by the device: parameters go through kernelParams.
     if (extra != nullptr || (params == nullptr && !k->sig.empty())) return CUDA_ERROR_INVALID_VALUE;
@@ -535,79 +745,178 @@ CUresult cuLaunchKernel(CUfunction hfunc, unsigned int gx, unsigned int gy, unsi
   }
   // Run outside the lock: kernels do not call the driver, and a long kernel must
   // not block another thread's memcpy (which the real driver would not either).
-  fsdp_cpu::run(k, dim3{gx, gy, gz}, dim3{bx, by, bz}, shared, params, reverse);
+  // The parameters are copied now, as cuLaunchKernel does: params points into
+  // the caller's frame.
+  struct Args {
+    std::vector<unsigned long long> vals;
+    std::vector<void*> ptrs;
+  };
+  auto a = std::make_shared<Args>();
+  a->vals.resize(k->sig.size());
+  a->ptrs.resize(k->sig.size());
+  for (size_t i = 0; i < k->sig.size(); i++) {
+    std::memcpy(&a->vals[i], params[i], k->sig[i] == 'i' || k->sig[i] == 'f' ? 4 : 8);
+    a->ptrs[i] = &a->vals[i];
+  }
+  dim3 grid{gx, gy, gz}, block{bx, by, bz};
+  enqueue(st, 'k', [k, grid, block, shared, a, reverse] {
+    fsdp_cpu::run(k, grid, block, shared, a->ptrs.empty() ? nullptr : a->ptrs.data(), reverse);
+  });
   return CUDA_SUCCESS;
 }
 
-// ---- streams and events: work runs at issue, so waiting is checking ----
+// ---- streams and events ----
 
-CUresult cuStreamCreate(CUstream* s, unsigned int) {
+CUresult cuStreamCreate(CUstream* ps, unsigned int) {
   GUARD();
-  CUstream x = reinterpret_cast<CUstream>(new char);
-  streams.insert(x);
-  *s = x;
+  Stream* x = new Stream;
+  x->index = streamsCreated++;
+  const char* mode = std::getenv("FAKECUDA_STREAMS");
+  x->async = mode && std::strcmp(mode, "async") == 0;
+  x->delayUs = x->async ? stream_delay_us(x->index) : 0;
+  x->timeline = x->async && std::getenv("FAKECUDA_TIMELINE") && *std::getenv("FAKECUDA_TIMELINE");
+  if (x->async) x->worker = std::thread(stream_loop, x);
+  CUstream h = reinterpret_cast<CUstream>(x);
+  streams[h] = x;
+  *ps = h;
   return CUDA_SUCCESS;
 }
 
-CUresult cuStreamDestroy(CUstream s) {
-  GUARD();
-  if (!streams.erase(s)) return CUDA_ERROR_INVALID_HANDLE;
-  delete reinterpret_cast<char*>(s);
+CUresult cuStreamDestroy(CUstream h) {
+  Stream* x;
+  {
+    GUARD();
+    auto it = streams.find(h);
+    if (it == streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+    x = it->second;
+    streams.erase(it);
+  }
+  stop_stream(x);
   return CUDA_SUCCESS;
 }
 
-CUresult cuStreamSynchronize(CUstream s) {
+CUresult cuStreamSynchronize(CUstream h) {
+  Stream* x;
+  {
+    GUARD();
+    if (!stream_of(h, &x)) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (h == nullptr) {
+    drain_all();
+  } else {
+    drain(x);
+  }
   GUARD();
-  return s == nullptr || streams.count(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
 }
 
-CUresult cuStreamQuery(CUstream s) { return cuStreamSynchronize(s); }
+CUresult cuStreamQuery(CUstream h) {
+  GUARD();
+  Stream* x;
+  if (!stream_of(h, &x)) return CUDA_ERROR_INVALID_HANDLE;
+  return idle(x) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+// cuLaunchHostFunc runs fn(userData) in the stream's order. The fake cuBLAS and
+// the fake NCCL enqueue their work through it, so that a GEMM or a collective
+// runs where the stream is, not where the host is.
+CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void* userData) {
+  Stream* x;
+  {
+    GUARD();
+    if (!stream_of(h, &x) || fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  // Outside the lock: a collective waits for other processes.
+  enqueue(x, 'h', [fn, userData] { fn(userData); });
+  return CUDA_SUCCESS;
+}
 
 CUresult cuEventCreate(CUevent* e, unsigned int) {
   GUARD();
-  Event* x = new Event;
-  events.insert(x);
-  *e = reinterpret_cast<CUevent>(x);
+  auto x = std::make_shared<Event>();
+  events[x.get()] = x;
+  *e = reinterpret_cast<CUevent>(x.get());
   return CUDA_SUCCESS;
 }
 
+// cuEventDestroy may be called while the event's record or a wait for it is
+// still queued; the queued work holds its own reference.
 CUresult cuEventDestroy(CUevent e) {
   GUARD();
-  Event* x = reinterpret_cast<Event*>(e);
-  if (!events.erase(x)) return CUDA_ERROR_INVALID_HANDLE;
-  delete x;
+  if (!events.erase(reinterpret_cast<Event*>(e))) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_SUCCESS;
 }
 
-CUresult cuEventRecord(CUevent e, CUstream s) {
+CUresult cuEventRecord(CUevent e, CUstream h) {
   GUARD();
-  Event* x = reinterpret_cast<Event*>(e);
-  if (!events.count(x) || (s && !streams.count(s))) return CUDA_ERROR_INVALID_HANDLE;
-  x->recorded = true;
-  x->ms = now_ms();
+  auto it = events.find(reinterpret_cast<Event*>(e));
+  Stream* x;
+  if (it == events.end() || !stream_of(h, &x)) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Event> ev = it->second;
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> l(evMu);
+    target = ++ev->issued;
+  }
+  enqueue(x, 'r', [ev, target] {
+    std::lock_guard<std::mutex> l(evMu);
+    if (ev->done < target) ev->done = target;
+    ev->recorded = true;
+    ev->ms = now_ms();
+    evCv.notify_all();
+  });
   return CUDA_SUCCESS;
 }
 
 CUresult cuEventSynchronize(CUevent e) {
-  GUARD();
-  return events.count(reinterpret_cast<Event*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
-
-CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
-  GUARD();
-  Event *a = reinterpret_cast<Event*>(start), *b = reinterpret_cast<Event*>(end);
-  if (!events.count(a) || !events.count(b)) return CUDA_ERROR_INVALID_HANDLE;
-  if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
-  *ms = float(b->ms - a->ms);
+  std::shared_ptr<Event> ev;
+  {
+    GUARD();
+    auto it = events.find(reinterpret_cast<Event*>(e));
+    if (it == events.end()) return CUDA_ERROR_INVALID_HANDLE;
+    ev = it->second;
+  }
+  std::unique_lock<std::mutex> l(evMu);
+  uint64_t target = ev->issued;
+  evCv.wait(l, [&] { return ev->done >= target; });
   return CUDA_SUCCESS;
 }
 
-CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+CUresult cuEventQuery(CUevent e) {
+  GUARD();
+  auto it = events.find(reinterpret_cast<Event*>(e));
+  if (it == events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> l(evMu);
+  return it->second->done >= it->second->issued ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  GUARD();
+  auto a = events.find(reinterpret_cast<Event*>(start)), b = events.find(reinterpret_cast<Event*>(end));
+  if (a == events.end() || b == events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> l(evMu);
+  if (!a->second->recorded || !b->second->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  *ms = float(b->second->ms - a->second->ms);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
   GUARD();
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if ((s && !streams.count(s)) || !events.count(reinterpret_cast<Event*>(e))) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = events.find(reinterpret_cast<Event*>(e));
+  Stream* x;
+  if (it == events.end() || !stream_of(h, &x)) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Event> ev = it->second;
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> l(evMu);
+    target = ev->issued;
+  }
+  if (target == 0) return CUDA_SUCCESS;  // never recorded: nothing to wait for
+  enqueue(x, 'w', [ev, target] {
+    std::unique_lock<std::mutex> l(evMu);
+    evCv.wait(l, [&] { return ev->done >= target; });
+  });
   return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,440 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
+)
+
+// CalibrationVersion is the version of the calibration file format this build
+// writes and reads. A file of another version is refused with what to do.
+const CalibrationVersion = 1
+
+// CalibrationFile is the name `fsdpbench calibrate` gives its output inside a
+// results directory, where `recommend` looks for it by default.
+const CalibrationFile = "calibration.json"
+
+// calibrationLimits bounds a calibration file: a handful of profiles with a
+// leave-one-out row per fitted run (a few hundred bytes each).
+var calibrationLimits = input.Limits{What: "calibration file", MaxBytes: 8 << 20, MaxDepth: 16}
+
+// Calibration holds the sim's free constants fitted to measured runs, per
+// hardware profile: what `fsdpbench calibrate` writes and the sim loads (the
+// backend option calibration, or --calibration).
+type Calibration struct {
+	Version int `json:"version"`
+	// Profiles maps a hardware profile name (h100-sxm, cpu, ...), or a profile
+	// and the backend that measured the runs ("cpu/gotrain"), to its constants.
+	// A run takes its hardware and backend's, else its hardware's, else the one
+	// entry of its hardware there is.
+	Profiles map[string]Constants `json:"profiles"`
+	// path is where the file was read from, for notes and errors.
+	path string
+}
+
+// Constants are the sim's free constants for one hardware profile. A zero (or
+// absent) figure keeps the model's own value.
+type Constants struct {
+	// Efficiency is the fraction of peak FLOP/s the step's compute reaches for a
+	// model of RefParams parameters; a model of P parameters reaches
+	// Efficiency × (P/RefParams)^EfficiencySizeExponent (bigger GEMMs run closer
+	// to peak), clamped to [0.001, 1].
+	Efficiency             float64 `json:"efficiency"`
+	EfficiencySizeExponent float64 `json:"efficiency_size_exponent"`
+	// IntraNodeBWFactor and InterNodeBWFactor scale the profile's bus bandwidths:
+	// the fraction of the nominal link the collectives reach.
+	IntraNodeBWFactor float64 `json:"intra_node_bw_factor,omitempty"`
+	InterNodeBWFactor float64 `json:"inter_node_bw_factor,omitempty"`
+	// ForwardOverlap is the share of forward all-gathers hidden behind compute
+	// without forward_prefetch (the model assumes 0.5).
+	ForwardOverlap *float64 `json:"forward_overlap,omitempty"`
+	// StepOverheadS is a fixed time per micro-step the model's FLOPs and bytes
+	// do not account for (kernel launches, the framework's Python, the Go
+	// scheduler), in seconds; CollectiveLatencyS is the fixed cost of one
+	// collective call (the α of the α-β model; bus bandwidth is the β), added
+	// where it is issued and never hidden.
+	StepOverheadS      float64 `json:"step_overhead_s,omitempty"`
+	CollectiveLatencyS float64 `json:"collective_latency_s,omitempty"`
+	// MemFactors scale the predicted memory categories (the Mem* breakdown keys
+	// but overhead): how far the backend's allocations differ from the model's
+	// accounting of each.
+	MemFactors map[string]float64 `json:"mem_factors,omitempty"`
+	// ReservedFactor is reserved / allocated of the caching allocator (GPU).
+	ReservedFactor float64 `json:"reserved_factor,omitempty"`
+	// OverheadBytes is memory outside the allocator: on a GPU the CUDA context
+	// and NCCL, on the cpu profile the runtime beside the training state (RSS −
+	// allocations).
+	OverheadBytes *int64 `json:"overhead_bytes,omitempty"`
+	// Fit says what the constants were fitted to and how well.
+	Fit FitReport `json:"fit"`
+}
+
+// RefParams is the model size at which Constants.Efficiency applies (1e9).
+const RefParams = 1e9
+
+// FitReport is what a calibration was fitted to and how well it predicts.
+type FitReport struct {
+	// Runs is how many measured runs the constants were fitted to; Backends
+	// names the backends that measured them.
+	Runs     int      `json:"runs"`
+	Backends []string `json:"backends,omitempty"`
+	// Fitted names the constants fitted; Kept names those the runs cannot tell
+	// (kept at the model's value), each with why.
+	Fitted []string `json:"fitted,omitempty"`
+	Kept   []string `json:"kept,omitempty"`
+	// LeaveOneOut has, per run, the error of its prediction by constants fitted
+	// to the other runs: the error to expect on a run the fit has not seen.
+	LeaveOneOut []LOORow `json:"leave_one_out,omitempty"`
+}
+
+// LOORow is one run's leave-one-out error: predicted / measured − 1.
+type LOORow struct {
+	Run     string   `json:"run"`
+	Backend string   `json:"backend,omitempty"`
+	MemErr  *float64 `json:"mem_err,omitempty"`
+	TputErr *float64 `json:"tput_err,omitempty"`
+}
+
+// Bounds of a calibration's constants: outside them a file is refused, since a
+// fit that lands there is wrong (or the file was edited by hand).
+const (
+	minBWFactor          = 0.01
+	maxBWFactor          = 10
+	maxSizeExponent      = 1
+	minMemFactor         = 0.05
+	maxMemFactor         = 20
+	maxCalReservedFactor = 4
+	maxOverheadBytes     = 64 * gib
+	maxLOORows           = 100_000
+	maxFitRuns           = 1 << 30
+	maxStepOverheadS     = 10
+	maxLatencyS          = 1
+)
+
+// memCategories are the breakdown categories calibration scales (overhead is
+// fitted as bytes, not scaled).
+var memCategories = []string{MemParams, MemGrads, MemOptimizer, MemActivations, MemLogits, MemBuffers}
+
+// calibrationCache keeps parsed files by path: backend options are parsed per
+// run, and a sweep has many runs.
+var calibrationCache sync.Map // path -> cachedCalibration
+
+type cachedCalibration struct {
+	size, mtime int64
+	cal         *Calibration
+}
+
+// LoadCalibration reads and checks a calibration file.
+func LoadCalibration(path string) (*Calibration, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("calibration %s: %w (write one with `fsdpbench calibrate DIR...`)", path, err)
+	}
+	if c, ok := calibrationCache.Load(path); ok {
+		cc := c.(cachedCalibration)
+		if cc.size == st.Size() && cc.mtime == st.ModTime().UnixNano() {
+			return cc.cal, nil
+		}
+	}
+	data, err := input.ReadJSON(path, calibrationLimits)
+	if err != nil {
+		return nil, fmt.Errorf("calibration: %w", err)
+	}
+	cal, err := ParseCalibration(data)
+	if err != nil {
+		return nil, fmt.Errorf("calibration %s: %w; write it again with `fsdpbench calibrate DIR...`", path, err)
+	}
+	cal.path = path
+	calibrationCache.Store(path, cachedCalibration{st.Size(), st.ModTime().UnixNano(), cal})
+	return cal, nil
+}
+
+// ParseCalibration decodes a calibration file's content and checks every figure
+// against its bounds. Unknown keys are errors (a misspelt constant would
+// otherwise be ignored silently).
+func ParseCalibration(data []byte) (*Calibration, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var c Calibration
+	if err := dec.Decode(&c); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("data after the calibration object")
+	}
+	if c.Version != CalibrationVersion {
+		return nil, fmt.Errorf("version %d, this fsdpbench reads version %d", c.Version, CalibrationVersion)
+	}
+	if len(c.Profiles) == 0 {
+		return nil, fmt.Errorf("no profiles")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Profiles)) {
+		hw, backend, two := strings.Cut(name, "/")
+		if hw == "" || (two && (backend == "" || strings.Contains(backend, "/"))) {
+			return nil, fmt.Errorf("profiles: key %s: give a hardware profile, or PROFILE/BACKEND", input.Quote(name, 64))
+		}
+		if err := c.Profiles[name].check(); err != nil {
+			return nil, fmt.Errorf("profiles.%s.%w", input.Clip(name, 64), err)
+		}
+	}
+	return &c, nil
+}
+
+// check bounds every constant; the error starts with the constant's key.
+func (k Constants) check() error {
+	in := func(name string, v, lo, hi float64, zeroOK bool) error {
+		if zeroOK && v == 0 {
+			return nil
+		}
+		if !(v >= lo && v <= hi) {
+			return fmt.Errorf("%s: %v is outside [%v, %v]", name, v, lo, hi)
+		}
+		return nil
+	}
+	errs := []error{
+		in("efficiency", k.Efficiency, minEfficiency, 1, false),
+		in("efficiency_size_exponent", k.EfficiencySizeExponent, -maxSizeExponent, maxSizeExponent, true),
+		in("intra_node_bw_factor", k.IntraNodeBWFactor, minBWFactor, maxBWFactor, true),
+		in("inter_node_bw_factor", k.InterNodeBWFactor, minBWFactor, maxBWFactor, true),
+		in("reserved_factor", k.ReservedFactor, 1, maxCalReservedFactor, true),
+		in("step_overhead_s", k.StepOverheadS, 0, maxStepOverheadS, true),
+		in("collective_latency_s", k.CollectiveLatencyS, 0, maxLatencyS, true),
+	}
+	if k.ForwardOverlap != nil {
+		errs = append(errs, in("forward_overlap", *k.ForwardOverlap, 0, 1, false))
+	}
+	if k.OverheadBytes != nil {
+		errs = append(errs, in("overhead_bytes", float64(*k.OverheadBytes), 0, maxOverheadBytes, false))
+	}
+	for _, cat := range slices.Sorted(maps.Keys(k.MemFactors)) {
+		if !slices.Contains(memCategories, cat) {
+			errs = append(errs, fmt.Errorf("mem_factors.%s: not a memory category (%s)", input.Clip(cat, 64), strings.Join(memCategories, ", ")))
+			continue
+		}
+		errs = append(errs, in("mem_factors."+cat, k.MemFactors[cat], minMemFactor, maxMemFactor, false))
+	}
+	if k.Fit.Runs < 0 || k.Fit.Runs > maxFitRuns {
+		errs = append(errs, fmt.Errorf("fit.runs: %d is outside [0, %d]", k.Fit.Runs, maxFitRuns))
+	}
+	if n := len(k.Fit.LeaveOneOut); n > maxLOORows {
+		errs = append(errs, fmt.Errorf("fit.leave_one_out: %d rows, at most %d", n, maxLOORows))
+	}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// Write stores the calibration at path (atomically, as every results file).
+func (c *Calibration) Write(path string) error {
+	c.Version = CalibrationVersion
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return results.WriteFileAtomic(path, append(b, '\n'))
+}
+
+// Path is the file the calibration was read from ("" when built in memory).
+func (c *Calibration) Path() string { return c.path }
+
+// efficiencyFor is the compute efficiency the constants give a model of params
+// parameters.
+func (k *Constants) efficiencyFor(params int64) float64 {
+	e := k.Efficiency
+	if k.EfficiencySizeExponent != 0 && params > 0 {
+		e *= math.Pow(float64(params)/RefParams, k.EfficiencySizeExponent)
+	}
+	return min(max(e, minEfficiency), 1)
+}
+
+// CalibrationUse is what a prediction says of the calibration it used (in
+// Prediction.Calibration and metrics.json's extra.calibration).
+type CalibrationUse struct {
+	File     string `json:"file,omitempty"`
+	Hardware string `json:"hardware"`
+	// Profile is the calibration's entry used: the hardware, or hardware/backend.
+	Profile string `json:"profile"`
+	Runs    int    `json:"runs"`
+}
+
+// calibrate applies opts.Calibration's constants for p's hardware to p: the
+// efficiency and bus bandwidths now (options given explicitly win), memory and
+// overlap through p.cal when the model computes them.
+func calibrate(p *point, opts Options) {
+	if opts.Calibration == nil {
+		return
+	}
+	key, k, ok := opts.Calibration.lookup(p.hw.Name, p.rc.Backend)
+	if !ok {
+		p.notes = append(p.notes, fmt.Sprintf("uncalibrated: the calibration %s has no constants for hardware %s (it has %s)",
+			opts.Calibration.path, p.hw.Name, strings.Join(slices.Sorted(maps.Keys(opts.Calibration.Profiles)), ", ")))
+		return
+	}
+	p.cal = &k
+	p.calUse = &CalibrationUse{File: opts.Calibration.path, Hardware: p.hw.Name, Profile: key, Runs: k.Fit.Runs}
+	if opts.Efficiency == 0 {
+		p.hw.Efficiency = k.efficiencyFor(p.shape.Params())
+	}
+	if opts.IntraNodeBusBW == 0 && k.IntraNodeBWFactor > 0 {
+		p.hw.IntraNodeBusBWBytesPerS *= k.IntraNodeBWFactor
+	}
+	if opts.InterNodeBusBW == 0 && k.InterNodeBWFactor > 0 {
+		p.hw.InterNodeBusBWBytesPerS *= k.InterNodeBWFactor
+	}
+	where := ""
+	if opts.Calibration.path != "" {
+		where = " from " + opts.Calibration.path
+	}
+	p.notes = append(p.notes, fmt.Sprintf("calibrated%s: constants for %s fitted to %d measured runs (efficiency %.3g)",
+		where, key, k.Fit.Runs, p.hw.Efficiency))
+}
+
+// lookup finds the constants for a run on hardware hw measured by backend:
+// hw/backend's, else hw's, else the only hw/* entry there is.
+func (c *Calibration) lookup(hw, backend string) (string, Constants, bool) {
+	if backend != "" {
+		if k, ok := c.Profiles[hw+"/"+backend]; ok {
+			return hw + "/" + backend, k, true
+		}
+	}
+	if k, ok := c.Profiles[hw]; ok {
+		return hw, k, true
+	}
+	var only string
+	for key := range c.Profiles {
+		if strings.HasPrefix(key, hw+"/") {
+			if only != "" {
+				return "", Constants{}, false // several backends' and none asked for
+			}
+			only = key
+		}
+	}
+	if only == "" {
+		return "", Constants{}, false
+	}
+	return only, c.Profiles[only], true
+}
+
+// calibratedLinks are p's busbw curves (fabric profiles, nccl-tests output)
+// scaled by the calibrated bandwidth factors, as the flat figures are.
+func (p *point) calibratedLinks() Links {
+	if p.cal == nil {
+		return p.links
+	}
+	scale := func(l Link, f float64) Link {
+		if f == 0 || len(l) == 0 {
+			return l
+		}
+		out := make(Link, len(l))
+		for coll, c := range l {
+			cc := make(Curve, len(c))
+			for i, pt := range c {
+				pt.BusBW *= f
+				cc[i] = pt
+			}
+			out[coll] = cc
+		}
+		return out
+	}
+	return Links{Intra: scale(p.links.Intra, p.cal.IntraNodeBWFactor), Inter: scale(p.links.Inter, p.cal.InterNodeBWFactor)}
+}
+
+// forwardOverlap is the share of forward all-gathers hidden without
+// forward_prefetch: the calibrated one, or def.
+func (p *point) forwardOverlap(def float64) float64 {
+	if p.cal != nil && p.cal.ForwardOverlap != nil {
+		return *p.cal.ForwardOverlap
+	}
+	return def
+}
+
+// calibrateMemory scales mem's categories by the calibrated factors and puts
+// the calibrated overhead in; it returns the calibrated reserved/allocated
+// factor, 0 when there is none.
+func (p *point) calibrateMemory(mem map[string]int64) float64 {
+	if p.cal == nil {
+		return 0
+	}
+	for cat, f := range p.cal.MemFactors {
+		if v, ok := mem[cat]; ok {
+			mem[cat] = ceilBytes(float64(v) * f)
+		}
+	}
+	if p.cal.OverheadBytes != nil {
+		// On a GPU the CUDA context and NCCL; on the cpu profile the runtime
+		// (Python and torch, or Go) beside the training state.
+		mem[MemOverhead] = *p.cal.OverheadBytes
+	}
+	if !p.hw.IsGPU {
+		return 0 // host memory: no caching allocator
+	}
+	return p.cal.ReservedFactor
+}
+
+// PredictCalibrated is PredictWith with a calibration: cal's constants for the
+// run's hardware (and backend) apply; nil: none, or the calibration option's.
+func PredictCalibrated(rc sweeps.RunConfig, simOptions map[string]any, cal *Calibration) (Prediction, error) {
+	opts, err := predictOptions(rc, simOptions)
+	if err != nil {
+		return Prediction{}, err
+	}
+	if cal != nil {
+		opts.Calibration = cal
+	}
+	return predict(rc, opts)
+}
+
+// calibrateTime adds the calibrated fixed costs to the predicted step: the
+// per-micro-step overhead, and the latency of every collective call, and
+// derives throughput and MFU again.
+func (p *point) calibrateTime(strategy string, wu wrapUnits, pred *Prediction) {
+	if p.cal == nil || (p.cal.StepOverheadS == 0 && p.cal.CollectiveLatencyS == 0) {
+		return
+	}
+	ga := float64(p.rc.GradAccum)
+	lat := float64(collectiveCalls(p, strategy, wu)) * p.cal.CollectiveLatencyS
+	pred.ExposedCommS += lat
+	pred.CommS += lat
+	pred.StepTimeS += ga*p.cal.StepOverheadS + lat
+	pred.TokensPerS = float64(pred.TokensPerStep) / pred.StepTimeS
+	pred.MFU = pred.ModelFlopsPerToken * pred.TokensPerS / float64(p.rc.WorldSize) / pred.PeakFlopsPerS
+}
+
+// collectiveCalls is how many collectives one rank issues per optimizer step:
+// per micro-step an all-gather per unit in forward and again in backward
+// (full_shard; the root stays gathered) or once (shard_grad_op); on the last
+// micro-step a reduce-scatter per unit, or an all-reduce per unit (no_shard,
+// and hybrid_shard's replication) or per 25 MiB bucket (DDP).
+func collectiveCalls(p *point, strategy string, wu wrapUnits) int64 {
+	r := p.rc
+	if r.WorldSize <= 1 {
+		return 0
+	}
+	ga := int64(r.GradAccum)
+	units := int64(len(wu.Units)) + 1 // and the root
+	switch strategy {
+	case sweeps.FullShard:
+		return ga*(2*units-1) + units
+	case sweeps.HybridShard:
+		return ga*(2*units-1) + 2*units
+	case sweeps.ShardGradOp:
+		return ga*units + units
+	case sweeps.NoShard:
+		return units
+	case sweeps.DDP:
+		return (p.shape.Params()*4 + ddpBucketBytes - 1) / ddpBucketBytes
+	}
+	return 0
+}

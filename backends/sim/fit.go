@@ -1,0 +1,512 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+
+	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/optimize"
+
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// Measurement is one measured run as calibration reads it. A zero figure is
+// unknown: the run then says nothing about the constants that predict it.
+type Measurement struct {
+	// Run names the run in the fit's report (its ID); Backend is what measured it.
+	Run     string
+	Backend string
+	// Config is the run's configuration; its Hardware must name a profile.
+	Config sweeps.RunConfig
+	// TokensPerS is the measured throughput of all ranks.
+	TokensPerS float64
+	// AllocatedBytes, ReservedBytes and DeviceBytes are one rank's measured peaks
+	// (max_memory_allocated or the trainer's own accounting, max_memory_reserved,
+	// NVML); RSSBytes is a rank's peak resident host memory, which on the cpu
+	// profile is its whole memory (allocations and the runtime beside them).
+	AllocatedBytes, ReservedBytes, DeviceBytes, RSSBytes int64
+}
+
+// Names of the constants in FitReport.Fitted and Kept.
+const (
+	ConstEfficiency     = "efficiency"
+	ConstSizeExponent   = "efficiency_size_exponent"
+	ConstIntraBW        = "intra_node_bw_factor"
+	ConstInterBW        = "inter_node_bw_factor"
+	ConstForwardOverlap = "forward_overlap"
+	ConstReserved       = "reserved_factor"
+	ConstOverhead       = "overhead_bytes"
+	ConstStepOverhead   = "step_overhead_s"
+	ConstLatency        = "collective_latency_s"
+	constMemPrefix      = "mem_factors."
+)
+
+// ridge pulls each fitted constant (in its unbounded coordinate) towards the
+// model's own value, so that a constant the runs barely tell stays where the
+// model puts it instead of wandering along a flat valley; it is small enough not
+// to bias a constant the runs do tell (the synthetic-recovery test checks).
+const ridge = 1e-6
+
+// minMemBytes is the least measured memory that enters a fit: below it a
+// figure is the accounting's noise, not a peak.
+const minMemBytes = 1 << 10
+
+// Fit fits the sim's free constants, per hardware profile, to measured runs and
+// reports each run's leave-one-out error. The constants (see Constants) are
+// compute efficiency with its model-size exponent, the bus bandwidth factors,
+// the forward all-gather overlap, a factor per memory category, the reserved /
+// allocated factor and the device overhead; each is fitted only where the runs
+// tell it (a size exponent needs two model sizes, a reserved factor runs that
+// measure both figures) and kept at the model's value otherwise, with why.
+func Fit(ms []Measurement) (*Calibration, error) {
+	if len(ms) == 0 {
+		return nil, errors.New("no measured runs to fit")
+	}
+	groups := map[string][]sample{}
+	for i, m := range ms {
+		s, err := newSample(m)
+		if err != nil {
+			return nil, fmt.Errorf("run %s (%d of %d): %w", m.Run, i+1, len(ms), err)
+		}
+		// One set of constants per hardware and measuring backend: two trainers
+		// on one machine differ (the Go trainer's allocations against torch's
+		// RSS on the cpu profile, say).
+		key := s.hw
+		if m.Backend != "" {
+			key += "/" + m.Backend
+		}
+		groups[key] = append(groups[key], s)
+	}
+	cal := &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{}}
+	for _, key := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[key]
+		hw := g[0].hw
+		k, err := fitGroup(g, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		backs := map[string]bool{}
+		for _, s := range g {
+			backs[s.m.Backend] = true
+		}
+		k.Fit.Backends = slices.Sorted(maps.Keys(backs))
+		for i := range g {
+			row := LOORow{Run: g[i].m.Run, Backend: g[i].m.Backend}
+			if len(g) > 1 {
+				rest := append(append([]sample(nil), g[:i]...), g[i+1:]...)
+				if kl, err := fitGroup(rest, &k); err == nil {
+					row.MemErr, row.TputErr = g[i].errors(hw, &kl)
+				}
+			}
+			k.Fit.LeaveOneOut = append(k.Fit.LeaveOneOut, row)
+		}
+		cal.Profiles[key] = k
+	}
+	return cal, nil
+}
+
+// sample is a measurement with what the uncalibrated model says of it.
+type sample struct {
+	m   Measurement
+	hw  string
+	P   int64            // parameters
+	mem map[string]int64 // the uncalibrated breakdown
+	// comm flags: which links the run's collectives cross.
+	intra, inter, fwdGather bool
+	gpu                     bool
+	defEff                  float64
+	tokens                  float64 // per step
+}
+
+func newSample(m Measurement) (sample, error) {
+	// The backend stays: the model predicts a trainer's runs under what that
+	// trainer does. Its options are not the sim's and are never parsed here.
+	rc := m.Config
+	pred, err := predict(rc, Options{})
+	if err != nil {
+		return sample{}, fmt.Errorf("the sim cannot predict it: %w", err)
+	}
+	s := sample{m: m, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency,
+		gpu: pred.Hardware.IsGPU, tokens: float64(pred.TokensPerStep)}
+	p := pred.Strategy
+	ws, nodes := pred.CommBytesPerStep, max(rc.Nodes, 1)
+	moves := ws.AllGather+ws.ReduceScatter+ws.AllReduce > 0
+	s.inter = moves && nodes > 1
+	s.intra = moves && (nodes == 1 || p == sweeps.HybridShard)
+	s.fwdGather = ws.AllGather > 0 && !rc.ForwardPrefetch
+	return s, nil
+}
+
+// predictWith predicts the sample with constants k for its hardware.
+func (s *sample) predictWith(hw string, k *Constants) (Prediction, error) {
+	return predict(s.m.Config, Options{Calibration: &Calibration{Profiles: map[string]Constants{hw: *k}}})
+}
+
+// errors are the sample's prediction errors (predicted / measured − 1) under k.
+func (s *sample) errors(hw string, k *Constants) (mem, tput *float64) {
+	pred, err := s.predictWith(hw, k)
+	if err != nil {
+		return nil, nil
+	}
+	switch {
+	case s.m.AllocatedBytes >= minMemBytes:
+		e := float64(pred.PeakMemAllocatedBytes)/float64(s.m.AllocatedBytes) - 1
+		mem = &e
+	case s.rssOnly():
+		e := float64(pred.PeakDeviceMemBytes)/float64(s.m.RSSBytes) - 1
+		mem = &e
+	}
+	if s.m.TokensPerS > 0 {
+		e := pred.TokensPerS/s.m.TokensPerS - 1
+		tput = &e
+	}
+	return mem, tput
+}
+
+// rssOnly says the sample's only memory figure is the host RSS of a cpu run
+// (torch on CPU has no allocator statistics).
+func (s *sample) rssOnly() bool {
+	return s.m.AllocatedBytes < minMemBytes && s.m.RSSBytes >= minMemBytes && !s.gpu
+}
+
+// param is one fitted constant: its name, its unbounded coordinate's default,
+// and how to set it from that coordinate.
+type param struct {
+	name string
+	def  float64
+	set  func(k *Constants, x float64)
+	// get is set's inverse, for a fit that starts from earlier constants.
+	get func(k *Constants) float64
+}
+
+// fitGroup fits one hardware profile's constants to its samples, starting from
+// start's where given (a leave-one-out fit starts from the fit to all runs).
+func fitGroup(g []sample, start *Constants) (Constants, error) {
+	k := Constants{Fit: FitReport{Runs: len(g)}}
+	hw := g[0].hw
+	keep := func(name, why string) { k.Fit.Kept = append(k.Fit.Kept, name+": "+why) }
+
+	// Throughput: efficiency (and its size exponent), bandwidths, overlap.
+	var ts []sample
+	sizes := map[int64]bool{}
+	var intra, inter, fwd bool
+	for _, s := range g {
+		if s.m.TokensPerS > 0 {
+			ts = append(ts, s)
+			sizes[s.P] = true
+			intra, inter, fwd = intra || s.intra, inter || s.inter, fwd || s.fwdGather
+		}
+	}
+	k.Efficiency = g[0].defEff
+	if len(ts) == 0 {
+		keep(ConstEfficiency, "no run measured throughput")
+	} else {
+		ps := []param{{ConstEfficiency, math.Log(g[0].defEff), func(k *Constants, x float64) {
+			k.Efficiency = min(max(math.Exp(x), minEfficiency), 1)
+		}, func(k *Constants) float64 { return math.Log(k.Efficiency) }}}
+		if len(sizes) > 1 {
+			ps = append(ps, param{ConstSizeExponent, 0, func(k *Constants, x float64) { k.EfficiencySizeExponent = math.Tanh(x) },
+				func(k *Constants) float64 { return math.Atanh(k.EfficiencySizeExponent) }})
+		} else {
+			keep(ConstSizeExponent, "every run has the same model size")
+		}
+		bw := func(name string, dst func(k *Constants) *float64) param {
+			return param{name, 0, func(k *Constants, x float64) { *dst(k) = min(max(math.Exp(x), minBWFactor), maxBWFactor) },
+				func(k *Constants) float64 { return math.Log(*dst(k)) }}
+		}
+		if intra {
+			ps = append(ps, bw(ConstIntraBW, func(k *Constants) *float64 { return &k.IntraNodeBWFactor }))
+		} else {
+			keep(ConstIntraBW, "no run communicates inside a node")
+		}
+		if inter {
+			ps = append(ps, bw(ConstInterBW, func(k *Constants) *float64 { return &k.InterNodeBWFactor }))
+		} else {
+			keep(ConstInterBW, "no run spans nodes")
+		}
+		if fwd {
+			ps = append(ps, param{ConstForwardOverlap, 0, func(k *Constants, x float64) {
+				v := 1 / (1 + math.Exp(-x))
+				k.ForwardOverlap = &v
+			}, func(k *Constants) float64 {
+				if k.ForwardOverlap == nil {
+					return math.NaN()
+				}
+				return math.Log(*k.ForwardOverlap / (1 - *k.ForwardOverlap))
+			}})
+		} else {
+			keep(ConstForwardOverlap, "no run all-gathers in forward without forward_prefetch")
+		}
+		// The fixed costs start at a share of the runs' typical step, not near 0:
+		// in the log coordinate a negligible cost is a plateau the search cannot
+		// leave.
+		var steps []float64
+		for _, s := range ts {
+			steps = append(steps, s.tokens/s.m.TokensPerS)
+		}
+		step := median(steps)
+		ps = append(ps, param{ConstStepOverhead, math.Log(0.01 * step), func(k *Constants, x float64) {
+			k.StepOverheadS = min(math.Exp(x), maxStepOverheadS)
+		}, func(k *Constants) float64 { return math.Log(k.StepOverheadS) }})
+		if intra || inter {
+			ps = append(ps, param{ConstLatency, math.Log(1e-3 * step), func(k *Constants, x float64) {
+				k.CollectiveLatencyS = min(math.Exp(x), maxLatencyS)
+			}, func(k *Constants) float64 { return math.Log(k.CollectiveLatencyS) }})
+		} else {
+			keep(ConstLatency, "no run communicates")
+		}
+		loss := func(k *Constants) float64 {
+			var sum float64
+			for i := range ts {
+				pred, err := ts[i].predictWith(hw, k)
+				if err != nil || !(pred.TokensPerS > 0) {
+					return math.Inf(1)
+				}
+				r := math.Log(pred.TokensPerS / ts[i].m.TokensPerS)
+				sum += r * r
+			}
+			return sum / float64(len(ts))
+		}
+		if err := minimize(&k, ps, loss, start); err != nil {
+			return k, fmt.Errorf("throughput fit: %w", err)
+		}
+		for _, p := range ps {
+			k.Fit.Fitted = append(k.Fit.Fitted, p.name)
+		}
+	}
+
+	// Memory: a factor per category the runs' allocations hold; where a cpu
+	// run measures only its RSS, the runtime's own memory beside them too.
+	var msamp, rss []sample
+	for _, s := range g {
+		switch {
+		case s.m.AllocatedBytes >= minMemBytes:
+			msamp = append(msamp, s)
+		case s.rssOnly():
+			rss = append(rss, s)
+		}
+	}
+	switch {
+	case len(msamp) > 0:
+		if err := fitMemory(&k, msamp, false); err != nil {
+			return k, fmt.Errorf("memory fit: %w", err)
+		}
+	case len(rss) > 0:
+		if err := fitMemory(&k, rss, true); err != nil {
+			return k, fmt.Errorf("memory fit: %w", err)
+		}
+	default:
+		keep("mem_factors", "no run measured allocated memory (or, on cpu, its RSS)")
+	}
+
+	// Reserved / allocated, and what the device holds beyond reserved: read
+	// off the runs that measure both figures (GPU runs).
+	var ratios, over []float64
+	for _, s := range g {
+		if s.m.ReservedBytes >= minMemBytes && s.m.AllocatedBytes >= minMemBytes {
+			ratios = append(ratios, math.Log(float64(s.m.ReservedBytes)/float64(s.m.AllocatedBytes)))
+		}
+		// The memory outside the allocator: device beside reserved on a GPU, the
+		// process's RSS beside its allocations on the cpu profile.
+		switch {
+		case s.gpu && s.m.DeviceBytes > 0 && s.m.ReservedBytes > 0 && s.m.DeviceBytes >= s.m.ReservedBytes:
+			over = append(over, float64(s.m.DeviceBytes-s.m.ReservedBytes))
+		case !s.gpu && s.m.RSSBytes > 0 && s.m.AllocatedBytes > 0 && s.m.RSSBytes >= s.m.AllocatedBytes:
+			over = append(over, float64(s.m.RSSBytes-s.m.AllocatedBytes))
+		}
+	}
+	if len(ratios) > 0 {
+		k.ReservedFactor = min(max(math.Exp(median(ratios)), 1), maxCalReservedFactor)
+		k.Fit.Fitted = append(k.Fit.Fitted, ConstReserved)
+	} else {
+		keep(ConstReserved, "no run measured both allocated and reserved memory")
+	}
+	switch {
+	case k.OverheadBytes != nil: // fitted with the factors, from RSS
+	case len(over) > 0:
+		v := int64(min(median(over), maxOverheadBytes))
+		k.OverheadBytes = &v
+		k.Fit.Fitted = append(k.Fit.Fitted, ConstOverhead)
+	default:
+		keep(ConstOverhead, "no run measured device memory (NVML) beside reserved, or RSS beside allocations")
+	}
+	return k, nil
+}
+
+// minimize fits ps to minimise loss (plus the ridge) with Nelder-Mead, and
+// leaves the best constants in k.
+func minimize(k *Constants, ps []param, loss func(*Constants) float64, start *Constants) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	apply := func(x []float64) *Constants {
+		c := *k
+		if k.MemFactors != nil {
+			c.MemFactors = maps.Clone(k.MemFactors)
+		}
+		for i, p := range ps {
+			p.set(&c, x[i])
+		}
+		return &c
+	}
+	f := func(x []float64) float64 {
+		v := loss(apply(x))
+		for i, p := range ps {
+			d := x[i] - p.def
+			v += ridge * d * d
+		}
+		return v
+	}
+	x := make([]float64, len(ps))
+	for i, p := range ps {
+		x[i] = p.def
+		if start != nil {
+			if v := p.get(start); !math.IsNaN(v) && !math.IsInf(v, 0) {
+				x[i] = v
+			}
+		}
+	}
+	// Nelder-Mead needs no gradient (the model has min/max kinks); a restart
+	// from its answer rebuilds the simplex, which gets it out of a collapsed one.
+	best := math.Inf(1)
+	for range 3 {
+		res, err := optimize.Minimize(optimize.Problem{Func: f}, x, &optimize.Settings{
+			FuncEvaluations: 20000,
+			Converger:       &optimize.FunctionConverge{Absolute: 1e-15, Relative: 1e-13, Iterations: 200},
+		}, &optimize.NelderMead{SimplexSize: 1})
+		if err != nil && res == nil {
+			return err
+		}
+		if math.IsInf(res.F, 0) || math.IsNaN(res.F) {
+			return errors.New("no constants predict every run")
+		}
+		copy(x, res.X)
+		if res.F >= best*(1-1e-9) {
+			break // the restart found nothing better
+		}
+		best = res.F
+	}
+	*k = *apply(x)
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// fitMemory fits a factor per memory category: the allocated peak is linear in
+// them (Σ factor × category bytes), so weighted linear least squares (gonum's QR
+// solve) finds them exactly, minimising the squared relative error, with the
+// ridge's rows pulling each towards 1. With rss the target is the run's RSS and
+// a constant (the runtime's own memory, overhead_bytes) is fitted beside them.
+// Factors are then bounded.
+func fitMemory(k *Constants, ms []sample, rss bool) error {
+	var cats []string
+	for _, cat := range memCategories {
+		for _, s := range ms {
+			if s.mem[cat] > 0 {
+				cats = append(cats, cat)
+				break
+			}
+		}
+	}
+	if len(cats) == 0 {
+		return errors.New("the model predicts no memory for these runs")
+	}
+	n, kc := len(ms), len(cats)
+	cols := kc
+	if rss {
+		cols++
+	}
+	a := mat.NewDense(n+kc, cols, nil)
+	y := mat.NewVecDense(n+kc, nil)
+	for i, s := range ms {
+		target := float64(s.m.AllocatedBytes)
+		if rss {
+			target = float64(s.m.RSSBytes)
+			a.Set(i, kc, 1/target)
+		}
+		for j, cat := range cats {
+			a.Set(i, j, float64(s.mem[cat])/target)
+		}
+		y.SetVec(i, 1)
+	}
+	r := math.Sqrt(ridge)
+	for j := range cats {
+		a.Set(n+j, j, r)
+		y.SetVec(n+j, r)
+	}
+	var f mat.VecDense
+	if err := f.SolveVec(a, y); err != nil {
+		return err
+	}
+	k.MemFactors = map[string]float64{}
+	for j, cat := range cats {
+		k.MemFactors[cat] = min(max(f.AtVec(j), minMemFactor), maxMemFactor)
+		k.Fit.Fitted = append(k.Fit.Fitted, constMemPrefix+cat)
+	}
+	if rss {
+		v := int64(min(max(f.AtVec(kc), 0), maxOverheadBytes))
+		k.OverheadBytes = &v
+		k.Fit.Fitted = append(k.Fit.Fitted, ConstOverhead)
+	}
+	return nil
+}
+
+// Measurements picks the runs calibration can use: measured (not predicted),
+// ok, with a throughput or a memory figure, on a known hardware profile (a run
+// configured as auto names the profile it ran on in env.hardware). skipped says
+// why each other run was left out.
+func Measurements(runs []results.Run) (ms []Measurement, skipped []string) {
+	for i := range runs {
+		r := &runs[i]
+		m := &r.Metrics
+		id := r.Config.ID
+		switch {
+		case m.Predicted:
+			skipped = append(skipped, id+": predicted, not measured")
+			continue
+		case m.Status != results.StatusOK:
+			skipped = append(skipped, id+": status "+string(m.Status))
+			continue
+		}
+		rc := r.Config
+		if rc.Hardware == "" || rc.Hardware == hardware.Auto {
+			rc.Hardware = m.Env.Hardware
+		}
+		if _, err := hardware.Lookup(rc.Hardware); err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: hardware %q is not a profile (set hardware in the spec or ingest options)", id, rc.Hardware))
+			continue
+		}
+		meas := Measurement{Run: id, Backend: rc.Backend, Config: rc}
+		if m.TokensPerS != nil && *m.TokensPerS > 0 {
+			meas.TokensPerS = *m.TokensPerS
+		}
+		get := func(p *int64) int64 {
+			if p == nil || *p < 0 {
+				return 0
+			}
+			return *p
+		}
+		meas.AllocatedBytes, meas.ReservedBytes, meas.DeviceBytes = get(m.PeakMemAllocatedBytes), get(m.PeakMemReservedBytes), get(m.PeakDeviceMemBytes)
+		meas.RSSBytes = get(m.PeakRSSBytes)
+		if meas.TokensPerS == 0 && meas.AllocatedBytes == 0 && meas.RSSBytes == 0 {
+			skipped = append(skipped, id+": measures neither tokens/s nor memory")
+			continue
+		}
+		ms = append(ms, meas)
+	}
+	return ms, skipped
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fsdpbench/fsdpbench/backends/sim"
+	"github.com/fsdpbench/fsdpbench/harness"
+	"github.com/fsdpbench/fsdpbench/results"
+)
+
+func newCalibrateCmd() *cobra.Command {
+	var (
+		out, resultsDir, format string
+		dryRun                  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "calibrate DIR...",
+		Short: "Fit the analytic model's free constants to measured runs; report leave-one-out errors",
+		Long: `calibrate reads measured runs (results directories or ` + "`fsdpbench export --format json`" + ` files,
+ingested runs included; the sim's own predictions are left out) and fits the sim's
+free constants per hardware profile: compute efficiency and how it grows with model
+size, the fraction of the profile's intra- and inter-node bus bandwidth reached, the
+share of forward all-gathers hidden without forward_prefetch, a factor per memory
+category (params, grads, optimizer, activations, logits, buffers), PyTorch's reserved
+/ allocated factor and the device memory outside the allocator (CUDA context, NCCL).
+A constant the runs cannot tell is kept at the model's value and listed with why.
+
+It writes a calibration file (JSON, versioned; default <results>/calibration.json)
+and prints, per run, the leave-one-out error: the run's prediction by constants
+fitted to the other runs, against its measurement. Use the file with
+` + "`plan --calibration FILE`, `recommend --calibration FILE`" + ` or the sim's backend option
+calibration; a calibrated prediction says so in its notes and in metrics.json.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var runs []results.Run
+			for _, dir := range args {
+				rs, err := results.LoadPath(dir)
+				if err != nil {
+					return usageError(err)
+				}
+				runs = append(runs, rs...)
+			}
+			ms, skipped := sim.Measurements(runs)
+			for _, s := range skipped {
+				fmt.Fprintln(cmd.ErrOrStderr(), "calibrate: left out", s)
+			}
+			if len(ms) == 0 {
+				return usageError(fmt.Errorf("none of the %d runs in %s is a measured ok run with tokens/s or memory: give results of a real backend (gotrain, torchrun, a plugin, ingested runs)",
+					len(runs), strings.Join(args, ", ")))
+			}
+			cal, err := sim.Fit(ms)
+			if err != nil {
+				return failure(fmt.Errorf("calibrate: %w", err))
+			}
+			if out == "" {
+				out = filepath.Join(resultsDir, sim.CalibrationFile)
+			}
+			if !dryRun {
+				if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+					return failure(fmt.Errorf("write calibration: %w", err))
+				}
+				if err := cal.Write(out); err != nil {
+					return failure(fmt.Errorf("write calibration: %w", err))
+				}
+			}
+			w := cmd.OutOrStdout()
+			switch format {
+			case results.FormatJSON:
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(cal); err != nil {
+					return failure(err)
+				}
+			case results.FormatTable, "":
+				if err := printCalibration(w, cal); err != nil {
+					return failure(err)
+				}
+			default:
+				return usageError(fmt.Errorf("--format %q: use table or json", format))
+			}
+			if !dryRun {
+				fmt.Fprintf(cmd.ErrOrStderr(), "calibration: %s\nuse it:      fsdpbench plan SPEC --calibration %s   (or backend_options: {calibration: %s})\n", out, out, out)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "out", "o", "", "calibration file to write (default <results>/"+sim.CalibrationFile+")")
+	cmd.Flags().StringVar(&resultsDir, "results", harness.DefaultResultsDir, "results directory the default --out lies in")
+	cmd.Flags().StringVar(&format, "format", results.FormatTable, "table or json")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "fit and report, write nothing")
+	return cmd
+}
+
+// printCalibration prints each profile's constants and its runs' leave-one-out
+// errors, with their mean and largest magnitude.
+func printCalibration(w io.Writer, cal *sim.Calibration) error {
+	for _, hw := range slices.Sorted(maps.Keys(cal.Profiles)) {
+		k := cal.Profiles[hw]
+		fmt.Fprintf(w, "%s: fitted to %d runs of %s\n", hw, k.Fit.Runs, strings.Join(k.Fit.Backends, ", "))
+		rows := [][]string{{sim.ConstEfficiency, fmt.Sprintf("%.4g at %.0e params", k.Efficiency, sim.RefParams)}}
+		if k.EfficiencySizeExponent != 0 {
+			rows = append(rows, []string{sim.ConstSizeExponent, fmt.Sprintf("%.4g", k.EfficiencySizeExponent)})
+		}
+		if k.IntraNodeBWFactor != 0 {
+			rows = append(rows, []string{sim.ConstIntraBW, fmt.Sprintf("%.4g", k.IntraNodeBWFactor)})
+		}
+		if k.InterNodeBWFactor != 0 {
+			rows = append(rows, []string{sim.ConstInterBW, fmt.Sprintf("%.4g", k.InterNodeBWFactor)})
+		}
+		if k.StepOverheadS != 0 {
+			rows = append(rows, []string{sim.ConstStepOverhead, fmt.Sprintf("%.3g s", k.StepOverheadS)})
+		}
+		if k.CollectiveLatencyS != 0 {
+			rows = append(rows, []string{sim.ConstLatency, fmt.Sprintf("%.3g s", k.CollectiveLatencyS)})
+		}
+		if k.ForwardOverlap != nil {
+			rows = append(rows, []string{sim.ConstForwardOverlap, fmt.Sprintf("%.4g", *k.ForwardOverlap)})
+		}
+		for _, cat := range slices.Sorted(maps.Keys(k.MemFactors)) {
+			rows = append(rows, []string{"mem_factors." + cat, fmt.Sprintf("%.4g", k.MemFactors[cat])})
+		}
+		if k.ReservedFactor != 0 {
+			rows = append(rows, []string{sim.ConstReserved, fmt.Sprintf("%.4g", k.ReservedFactor)})
+		}
+		if k.OverheadBytes != nil {
+			rows = append(rows, []string{sim.ConstOverhead, fmt.Sprintf("%.1f MiB", float64(*k.OverheadBytes)/(1<<20))})
+		}
+		if err := writeTable(w, []string{"constant", "value"}, rows); err != nil {
+			return err
+		}
+		for _, kept := range k.Fit.Kept {
+			fmt.Fprintln(w, "kept:", kept)
+		}
+		var loo [][]string
+		var memAbs, tputAbs []float64
+		for _, r := range k.Fit.LeaveOneOut {
+			loo = append(loo, []string{r.Run, r.Backend, pct(r.MemErr), pct(r.TputErr)})
+			if r.MemErr != nil {
+				memAbs = append(memAbs, math.Abs(*r.MemErr))
+			}
+			if r.TputErr != nil {
+				tputAbs = append(tputAbs, math.Abs(*r.TputErr))
+			}
+		}
+		loo = append(loo, []string{"mean |error|", "", meanPct(memAbs), meanPct(tputAbs)},
+			[]string{"max |error|", "", maxPct(memAbs), maxPct(tputAbs)})
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "leave-one-out: each run predicted by constants fitted to the others (predicted / measured - 1)")
+		if err := writeTable(w, []string{"run", "backend", "memory error", "tokens/s error"}, loo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pct(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", *p*100)
+}
+
+func meanPct(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return fmt.Sprintf("%.1f%%", s/float64(len(xs))*100)
+}
+
+func maxPct(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", slices.Max(xs)*100)
+}
