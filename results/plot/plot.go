@@ -435,7 +435,7 @@ func distinct(runs []results.Run, get func(*results.Run) int) []float64 {
 	return out
 }
 
-// All renders every figure that applies to runs: scaling, memory, batch.
+// All renders every figure that applies to runs: scaling, memory, batch, checkpoint.
 func All(runs []results.Run) ([]*Figure, error) {
 	for i := range runs {
 		// gonum refuses NaN and infinities without saying whose they are.
@@ -444,7 +444,7 @@ func All(runs []results.Run) ([]*Figure, error) {
 		}
 	}
 	var figs []*Figure
-	for _, make := range []func([]results.Run) (*Figure, error){Scaling, Memory, BatchSearch} {
+	for _, make := range []func([]results.Run) (*Figure, error){Scaling, Memory, BatchSearch, Checkpoint} {
 		f, err := make(runs)
 		if errors.Is(err, ErrNothingToPlot) {
 			continue

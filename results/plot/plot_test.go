@@ -222,3 +222,30 @@ func TestAllNamesTheBadRun(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "run "+runs[1].Config.ID+": invalid run: derived.scaling_efficiency NaN")
 }
+
+func TestCheckpoint(t *testing.T) {
+	var runs []results.Run
+	for _, ws := range []int{1, 2, 4} {
+		for _, kind := range []string{sweeps.CheckpointSharded, sweeps.CheckpointFull} {
+			r := run(ws, 2, sweeps.FullShard, false, 1)
+			r.Config.Checkpoint, r.Config.CheckpointEvery, r.Config.ResumeCheck = kind, 2, true
+			r.Config.AssignID()
+			r.Metrics.RunID = r.Config.ID
+			per := int64(12<<20) / int64(ws)
+			if kind == sweeps.CheckpointFull {
+				per = 12 << 20
+			}
+			r.Metrics.CheckpointSaveS, r.Metrics.CheckpointLoadS = results.F64(0.01*float64(ws)), results.F64(0.005*float64(ws))
+			r.Metrics.CheckpointBytes, r.Metrics.CheckpointBytesPerRank = results.I64(12<<20+int64(ws)), results.I64(per)
+			runs = append(runs, r)
+		}
+	}
+	results.Derive(runs)
+	f, err := Checkpoint(runs)
+	require.NoError(t, err)
+	checkFigure(t, f, []string{"checkpoint full", "checkpoint sharded"},
+		"world size (ranks)", "seconds per save (slowest rank)", "MiB written by the largest rank")
+
+	_, err = Checkpoint(scalingRuns())
+	assert.ErrorIs(t, err, ErrNothingToPlot)
+}
