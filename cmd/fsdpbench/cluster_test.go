@@ -92,6 +92,14 @@ func noProcessesLeft(t *testing.T) {
 	t.Errorf("still running on the nodes 30 s after the run ended: %v", left)
 }
 
+// fileText reads a file when asked (its String method), for messages.
+type fileText string
+
+func (f fileText) String() string {
+	b, _ := os.ReadFile(string(f))
+	return string(b)
+}
+
 type clusterRun struct {
 	Status  string `json:"status"`
 	Error   string `json:"error"`
@@ -277,8 +285,13 @@ backend_options: {step_delay: 100ms, collective_timeout: 5s}
 grid: {world_size: [4], nodes: [2]}
 `, 20+i)), 0o644))
 			cmd := command(dir, "sweep", spec, "--progress", "plain")
-			var out strings.Builder
-			cmd.Stdout, cmd.Stderr = &out, &out
+			// The sweep's output goes to a file: read while the sweep writes, a
+			// strings.Builder would be a data race.
+			outFile, err := os.Create(filepath.Join(dir, "sweep.out"))
+			require.NoError(t, err)
+			defer outFile.Close()
+			cmd.Stdout, cmd.Stderr = outFile, outFile
+			out := fileText(filepath.Join(dir, "sweep.out"))
 			require.NoError(t, cmd.Start())
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()

@@ -1,13 +1,17 @@
 package dynload
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 )
 
 // pythonTimeout bounds each interpreter probe: a broken shim or a slow
@@ -86,12 +90,22 @@ func sitePackages(pythons, globs []string) []string {
 		}
 		tried[py] = true
 		ctx, cancel := context.WithTimeout(context.Background(), pythonTimeout)
-		b, err := exec.CommandContext(ctx, py, "-c", pyScript).Output()
+		cmd := exec.CommandContext(ctx, py, "-c", pyScript)
+		var b bytes.Buffer
+		cmd.Stdout = &b
+		// The probe dies with the worker that asked: a killed worker (a chaos test's
+		// SIGKILL, a cancelled run) leaves no python behind.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		release, err := contract.Tie(cmd.Start)
+		if err == nil {
+			err = cmd.Wait()
+			release()
+		}
 		cancel()
 		if err != nil {
 			continue
 		}
-		for _, l := range strings.Split(string(b), "\n") {
+		for _, l := range strings.Split(b.String(), "\n") {
 			add(l)
 		}
 	}
