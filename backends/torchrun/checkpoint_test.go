@@ -32,14 +32,30 @@ func TestCheckpointUnderTorchrun(t *testing.T) {
 				rc := runConfig(ws, sweeps.DDP)
 				rc.Steps, rc.Checkpoint, rc.CheckpointEvery, rc.ResumeCheck = 4, kind, 2, true
 				rc.AssignID()
-				// Four ranks of torch on a shared 2-core machine take their time.
-				ctx, cancel := context.WithTimeout(context.Background(), 4*testTimeout)
-				defer cancel()
-				require.NoError(t, b.Validate(ctx, rc))
-				dir := t.TempDir()
-				var stderr strings.Builder
-				res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: dir, Stderr: &stderr}, nil)
-				require.NoError(t, err)
+				var (
+					res    results.Result
+					err    error
+					dir    string
+					stderr strings.Builder
+				)
+				// One retry of a run that timed out: on a loaded 2-core CI machine
+				// torchrun's start-up has hung once in CI (no rank printed anything;
+				// the same run takes 8 s alone). The checkpoint phase is what this
+				// test checks; a second hang fails it.
+				for attempt := 1; attempt <= 2; attempt++ {
+					// Four ranks of torch on a shared 2-core machine take their time.
+					ctx, cancel := context.WithTimeout(context.Background(), 4*testTimeout)
+					require.NoError(t, b.Validate(ctx, rc))
+					dir = t.TempDir()
+					stderr.Reset()
+					res, err = b.Run(ctx, rc, backends.RunEnv{RunDir: dir, Stderr: &stderr}, nil)
+					cancel()
+					require.NoError(t, err)
+					if res.Status != results.StatusTimeout {
+						break
+					}
+					t.Logf("attempt %d timed out (%s); stderr:\n%s", attempt, res.Error, stderr.String())
+				}
 				require.Equal(t, results.StatusOK, res.Status, "error %q; stderr:\n%s", res.Error, stderr.String())
 				require.NoError(t, backends.CheckResult(rc, res))
 				require.NotNil(t, res.ResumeExact, "stderr:\n%s", stderr.String())
