@@ -100,6 +100,21 @@ func (f fileText) String() string {
 	return string(b)
 }
 
+// runLogTails is the end of every run's stderr.log under a sweep directory, so a
+// failure in CI says why the runs failed and not only that they did.
+func runLogTails(sweepDir string) string {
+	logs, _ := filepath.Glob(filepath.Join(sweepDir, "runs", "*", "stderr.log"))
+	var b strings.Builder
+	for _, l := range logs {
+		text, _ := os.ReadFile(l)
+		if len(text) > 3000 {
+			text = text[len(text)-3000:]
+		}
+		fmt.Fprintf(&b, "--- %s (last 3000 bytes)\n%s\n", l, text)
+	}
+	return b.String()
+}
+
 type clusterRun struct {
 	Status  string `json:"status"`
 	Error   string `json:"error"`
@@ -187,7 +202,8 @@ grid:
 			spec := filepath.Join(dir, engine+".yaml")
 			require.NoError(t, os.WriteFile(spec, []byte(specs[engine]), 0o644))
 			res := fsdpbench(t, dir, "sweep", spec, "--progress", "plain")
-			require.Equal(t, 0, res.code, "%s\n%s", res.stdout, res.stderr)
+			require.Equal(t, 0, res.code, "%s\n%s\n%s", res.stdout, res.stderr,
+				runLogTails(filepath.Join(dir, "fsdpbench-results", "two-"+engine)))
 			runs := clusterRuns(t, filepath.Join(dir, "fsdpbench-results", "two-"+engine))
 			require.NotEmpty(t, runs)
 			var ref *clusterRun

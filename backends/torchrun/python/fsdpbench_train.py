@@ -25,6 +25,7 @@ import socket
 import struct
 import sys
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -919,7 +920,10 @@ def run_distributed(a, s):
             json.dump(out, f, indent=1)
         os.replace(path + ".tmp", path)
     if dist is not None:
-        dist.destroy_process_group()
+        # Every rank has written its report; the barrier keeps any rank from
+        # leaving while a peer still talks to it. The process group is left
+        # alive on purpose: main ends the process with os._exit (see there).
+        dist.barrier()
     return 0
 
 
@@ -981,20 +985,37 @@ def main(argv=None):
         elif a.resume_check:
             ap.error("--resume-check needs --checkpoint sharded or full")
         if a.gpus_per_node <= 0:
-            import os
             a.gpus_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
         if a.model_impl == "transformers" and not a.hf_config:
             ap.error("--model-impl transformers needs --hf-config")
         try:
-            return run_distributed(a, s)
+            code = run_distributed(a, s)
         except Infeasible as e:
             print(f"fsdpbench: infeasible: {e}", file=sys.stderr, flush=True)
-            return EXIT_INFEASIBLE
+            code = EXIT_INFEASIBLE
         except RuntimeError as e:
             if "out of memory" in str(e):  # torch.OutOfMemoryError is a RuntimeError
                 print(f"fsdpbench: out of memory: {e}", file=sys.stderr, flush=True)
-                return EXIT_OOM
-            raise
+                code = EXIT_OOM
+            else:
+                traceback.print_exc()
+                code = 1
+        except Exception:  # pylint: disable=broad-except
+            traceback.print_exc()
+            code = 1
+        # A distributed rank ends here at once, without destroy_process_group or
+        # Python's teardown. Under torch 1.13 with gloo, freeing DDP's Reducer
+        # after the process group's last other reference is gone runs
+        # ~ProcessGroupGloo on the main thread, which joins gloo's worker threads
+        # while holding the GIL, and a worker that is freeing a tensor with a
+        # Python object waits for the GIL: the rank hung at exit until the run's
+        # time limit (one run in three through Slurm under load; gdb showed
+        # ~ProcessGroupGloo in std::thread::join and the worker in
+        # TensorImpl::destroy_pyobj_if_needed). Reports are written and renamed
+        # into place before this; only the standard streams need flushing.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if a.batch is None or a.batch <= 0 or a.out is None:
         ap.error("single-process mode needs a positive --batch and --out (or give --sharding)")
     losses, times = train(s, a.seed & MASK64, a.seq_len, a.batch, a.steps, a.lr, a.weight_decay)
