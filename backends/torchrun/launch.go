@@ -2,7 +2,9 @@ package torchrun
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +17,8 @@ import (
 )
 
 // Node places one launcher invocation in a multi-node run: every node runs the same
-// command with its own Rank, and the ranks meet at Endpoint (c10d rendezvous).
+// command with its own Rank, and the ranks meet at Endpoint (c10d rendezvous; one
+// node: static, see TorchrunArgv).
 // Rank may be a shell variable ("$SLURM_NODEID") when a job script runs the command.
 type Node struct {
 	Nodes    int
@@ -81,23 +84,34 @@ func orDefault(s, d string) string {
 
 // TorchrunArgv is the command line that starts rc's ranks on one node under
 // torchrun (python -m torch.distributed.run, so the interpreter that has torch is
-// the one that runs it), meeting at node's c10d rendezvous endpoint. A nil node
-// is torchrun's --standalone. Flags are spelled with underscores, which torch 1.13
+// the one that runs it), meeting at node's rendezvous endpoint. A nil node is
+// torchrun's --standalone. Flags are spelled with underscores, which torch 1.13
 // needs and torch 2 still accepts.
 //
 // One-node runs get a node too (LocalNode): torch 1.x's --standalone always
 // listens on localhost:29400, so two runs on one host at the same time (parallel
 // sweeps, parallel test packages) would meet in one store and break each other.
+// They meet through the static rendezvous: its one store is the agent's, on the
+// endpoint's port, which the agent binds or fails on at once. With c10d the
+// agent falls back to being a client when the port is taken (and hangs, a store
+// client of whatever listens there: seen in CI, where parallel tests open
+// listeners all the time), and it picks the workers' MASTER_PORT by binding port
+// 0 and closing it, a second port another listener can take before rank 0 binds
+// it. Several nodes keep c10d, as hand-written multi-node scripts do.
 //
 // logDir, when set, is where torchrun keeps its per-rank logs and error files:
 // without --log_dir, --redirects and --tee make it create $TMPDIR/torchelastic_*
 // and leave it there after every run.
 func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, logDir, script string, scriptArgs []string) []string {
 	argv := []string{o.Python, "-m", "torch.distributed.run"}
-	if node == nil {
+	switch {
+	case node == nil:
 		argv = append(argv, "--standalone", "--nnodes", "1")
-	} else {
-		argv = append(argv, "--nnodes", strconv.Itoa(max(node.Nodes, 1)), "--node_rank", node.Rank,
+	case node.Nodes <= 1:
+		argv = append(argv, "--nnodes", "1", "--node_rank", "0",
+			"--rdzv_backend", "static", "--rdzv_endpoint", node.Endpoint, "--rdzv_id", node.ID)
+	default:
+		argv = append(argv, "--nnodes", strconv.Itoa(node.Nodes), "--node_rank", node.Rank,
 			"--rdzv_backend", "c10d", "--rdzv_endpoint", node.Endpoint, "--rdzv_id", node.ID)
 	}
 	argv = append(argv, "--nproc_per_node", strconv.Itoa(rc.GPUsPerNode),
@@ -111,17 +125,42 @@ func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, logDir, script str
 }
 
 // LocalNode is the one node of a run on this host, with a rendezvous on a free
-// local port of its own.
+// local port of its own. The port is drawn below the kernel's ephemeral range
+// (ip_local_port_range), from which every connection's source port and every
+// "port 0" listener is taken: between this check and torchrun binding it, only
+// another explicit chooser could take it, and then the static rendezvous fails
+// at once instead of hanging.
 func LocalNode(id string) (*Node, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("torchrun: finding a free port for the rendezvous: %w", err)
+	lo := ephemeralLow()
+	const span = 7000
+	first := max(lo-span, 10000)
+	var err error
+	for range 64 {
+		port := first + rand.IntN(lo-first)
+		var l net.Listener
+		if l, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err != nil {
+			continue
+		}
+		if err = l.Close(); err != nil {
+			return nil, err
+		}
+		return &Node{Nodes: 1, Rank: "0", Endpoint: "127.0.0.1:" + strconv.Itoa(port), ID: id}, nil
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return nil, err
+	return nil, fmt.Errorf("torchrun: no free port for the rendezvous in %d-%d: %w", first, lo-1, err)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when it
+// cannot be read or is implausible).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo >= 12000 && lo <= 65535 {
+				return lo
+			}
+		}
 	}
-	return &Node{Nodes: 1, Rank: "0", Endpoint: "127.0.0.1:" + strconv.Itoa(port), ID: id}, nil
+	return 32768
 }
 
 // AccelerateArgv is the command line of accelerate launch with the generated

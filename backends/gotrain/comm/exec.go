@@ -429,8 +429,17 @@ func (c *ring) fail(ctx context.Context, kind Kind, seq uint64, o outcome) error
 		err = c.peerError(kind, seq, prev, c.worldRank(), reason, o.recvErr)
 		forward = abortPayload(prev, c.worldRank(), reason+": "+o.recvErr.Error())
 	case o.real(o.sendErr):
-		err = c.peerError(kind, seq, next, c.worldRank(), c.writeReason(o.sendErr), o.sendErr)
 		nextBroken = true
+		// The send broke, but next may only have exited after failing itself: an
+		// abort frame from prev, if one comes, names the rank that really failed.
+		// The receive side must have stopped at a frame boundary to look for it.
+		if o.recvErr == nil || o.recvErr == errStopped {
+			if af := c.awaitAbort(); af != nil {
+				err = c.peerError(kind, seq, af.origin, af.reporter, af.reason, nil)
+				break
+			}
+		}
+		err = c.peerError(kind, seq, next, c.worldRank(), c.writeReason(o.sendErr), o.sendErr)
 	default:
 		err = fmt.Errorf("comm: %s #%d on rank %d stopped without a cause (recv: %v, send: %v); this is a bug", kind, seq, c.worldRank(), o.recvErr, o.sendErr)
 		forward = abortPayload(c.rank, c.worldRank(), err.Error())
@@ -446,6 +455,33 @@ func (c *ring) fail(ctx context.Context, kind Kind, seq uint64, o outcome) error
 	c.drainPrev()
 	c.broken = err
 	return err
+}
+
+// awaitAbort reads what prev still sends, for up to abortGrace, until an abort
+// frame comes (returned) or the stream ends, fails or runs dry (nil). Frames of the
+// collective are skipped. It needs the stream at a frame boundary. Without it a
+// rank whose next exited right after failing blamed next, while the abort frame
+// naming the dead rank was on its way from prev (seen in CI: 1 of 4 ranks).
+func (c *ring) awaitAbort() *abortFrame {
+	if c.prev.SetReadDeadline(time.Now().Add(abortGrace)) != nil {
+		return nil
+	}
+	for {
+		if _, err := io.ReadFull(c.r, c.hdrR[:]); err != nil {
+			return nil
+		}
+		h, err := c.parseFrameHeader()
+		var af *abortFrame
+		switch {
+		case errors.As(err, &af):
+			return af
+		case err != nil:
+			return nil
+		}
+		if _, err := io.CopyN(io.Discard, c.r, int64(h.payload)); err != nil {
+			return nil
+		}
+	}
 }
 
 // sendAbort writes an abort frame, giving up after abortGrace.
