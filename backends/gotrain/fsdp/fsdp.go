@@ -196,6 +196,9 @@ type Trainer struct {
 	// memory shared by the ranks of a node (see sharedGathered).
 	sharedGather comm.SharedGatherer
 	overMemory   allocatorOver
+	// sharedGathers counts the all-gathers into shared buffers, which tests
+	// check to know the shared path ran.
+	sharedGathers int
 	step         int
 	broken       error
 }
@@ -285,6 +288,7 @@ func (t *Trainer) startSharedGather(ctx context.Context, u *unit) error {
 		return err
 	}
 	dst, n, dt := u.shared, u.shardLen, t.param
+	t.sharedGathers++
 	done := make(chan error, 1)
 	u.pending = done
 	go func() {
