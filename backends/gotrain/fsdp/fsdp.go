@@ -199,8 +199,8 @@ type Trainer struct {
 	// sharedGathers counts the all-gathers into shared buffers, which tests
 	// check to know the shared path ran.
 	sharedGathers int
-	step         int
-	broken       error
+	step          int
+	broken        error
 }
 
 // New builds rank world.Rank()'s trainer: it splits the communicators the strategy
