@@ -68,6 +68,10 @@ func checkTransport(t string) error {
 // segment owned by rank j is summed as ((x[j+1] + x[j+2]) + ...) + x[j], divided
 // once by the size for Average, so results are bitwise the ring's.
 //
+// An all-gather into a buffer of the segment's shared arena (shmarena.go: FSDP's
+// gathered parameters, one physical buffer for the node) copies nothing through
+// the rounds: two rounds without data bracket each rank's write of its own piece.
+//
 // Failure is the ring's contract with shared memory instead of frames: a wait
 // notices within liveWait a peer whose liveness lock is gone (it died or closed
 // its communicator), gives up on a peer that has not moved for Options.OpTimeout,
