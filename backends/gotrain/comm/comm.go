@@ -305,6 +305,11 @@ type Options struct {
 	// ShmDir is where shared-memory segments are made (each exists under its name
 	// only while its group sets up); empty means DefaultShmDir.
 	ShmDir string
+	// ShmArenaBytes bounds the part of each shared-memory segment that holds
+	// buffers the ranks share (SharedGatherer): 0 means DefaultShmArenaBytes,
+	// negative none (every all-gather copies). Its pages are reserved only as
+	// buffers are handed out.
+	ShmArenaBytes int64
 
 	// portable forces the byte-by-byte wire encoding that big-endian machines use,
 	// so that tests cover it on little-endian ones.

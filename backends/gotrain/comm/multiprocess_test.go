@@ -68,10 +68,28 @@ func worker(mode string) int {
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(workerReport{Stats: c.Stats(), Type: fmt.Sprintf("%T", c), Groups: groups})
 		return workerOK
-	case "loop":
+	case "loop", "loop-shared":
+		// loop-shared: all-gathers into a shared buffer of the arena, allocated
+		// and freed each time, as the trainer's gathered parameters.
 		buf := rankData(info.Rank, 1<<18)
+		sg, _ := c.(SharedGatherer)
+		if mode == "loop-shared" && sg == nil {
+			fmt.Fprintf(os.Stderr, "%T shares no buffers\n", c)
+			return workerFailed
+		}
+		collective := func() error {
+			if mode == "loop" {
+				return c.AllReduce(ctx, buf, Average)
+			}
+			dst, ok := sg.AllocShared(len(buf) * info.WorldSize)
+			if !ok {
+				return errors.New("the arena has no room")
+			}
+			defer sg.FreeShared(dst)
+			return c.AllGather(ctx, dst, buf)
+		}
 		for i := 0; ; i++ {
-			if err := c.AllReduce(ctx, buf, Average); err != nil {
+			if err := collective(); err != nil {
 				var pe *PeerError
 				dead := -1
 				if errors.As(err, &pe) {
@@ -275,14 +293,16 @@ func TestMultiProcess(t *testing.T) {
 
 func TestMultiProcessPeerKilled(t *testing.T) {
 	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) { testMultiProcessPeerKilled(t, tr) })
+		t.Run(tr, func(t *testing.T) { testMultiProcessPeerKilled(t, tr, "loop") })
 	}
+	// Killed while its peers wait in all-gathers into a shared buffer.
+	t.Run("shm-shared", func(t *testing.T) { testMultiProcessPeerKilled(t, TransportShm, "loop-shared") })
 }
 
-func testMultiProcessPeerKilled(t *testing.T, tr string) {
+func testMultiProcessPeerKilled(t *testing.T, tr, mode string) {
 	const size, victim = 4, 2
 	dir := shmTestDir(t)
-	procs := startWorkers(t, "loop", size, size, transportEnv+"="+tr, shmDirEnv+"="+dir)
+	procs := startWorkers(t, mode, size, size, transportEnv+"="+tr, shmDirEnv+"="+dir)
 	for r, p := range procs {
 		select {
 		case line := <-p.lines:

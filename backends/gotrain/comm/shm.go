@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
 )
 
@@ -67,6 +68,10 @@ func checkTransport(t string) error {
 // segment owned by rank j is summed as ((x[j+1] + x[j+2]) + ...) + x[j], divided
 // once by the size for Average, so results are bitwise the ring's.
 //
+// An all-gather into a buffer of the segment's shared arena (shmarena.go: FSDP's
+// gathered parameters, one physical buffer for the node) copies nothing through
+// the rounds: two rounds without data bracket each rank's write of its own piece.
+//
 // Failure is the ring's contract with shared memory instead of frames: a wait
 // notices within liveWait a peer whose liveness lock is gone (it died or closed
 // its communicator), gives up on a peer that has not moved for Options.OpTimeout,
@@ -89,6 +94,11 @@ type shm struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	arenaMu sync.Mutex // guards arena (allocation runs beside a collective)
+	arena   *arena     // this rank's allocator over the segment's shared arena
+	// arenaMem is the segment's arena (set once: read without locks).
+	arenaMem []float32
 }
 
 // Timing of the waits.
@@ -130,15 +140,19 @@ func newShm(ctx context.Context, rank int, peers []rendezvous.Peer, id string, o
 	if dir == "" {
 		dir = DefaultShmDir
 	}
+	arenaBytes, err := arenaBytesFor(opts.ShmArenaBytes)
+	if err != nil {
+		return nil, err
+	}
 	seg, err := openSegment(ctx, setup{
-		dir: dir, id: id, rank: rank, size: size, slotBytes: slotBytesFor(opts.ChunkBytes, size),
+		dir: dir, id: id, rank: rank, size: size, slotBytes: slotBytesFor(opts.ChunkBytes, size), arenaBytes: arenaBytes,
 		timeout: opts.ConnectTimeout, peerAlive: peerAlive,
 		describe: func(r int) string { return peers[r].String() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("comm: rank %d: %w", peers[rank].Rank, err)
 	}
-	return &shm{rank: rank, size: size, peers: peers, id: id, opts: opts, seg: seg}, nil
+	return &shm{rank: rank, size: size, peers: peers, id: id, opts: opts, seg: seg, arena: newArena(len(seg.arena) * 4), arenaMem: seg.arena}, nil
 }
 
 // Rank implements Communicator.
@@ -159,7 +173,8 @@ func (c *shm) Stats() Stats {
 }
 
 // Close implements Communicator. A collective in flight on another goroutine ends
-// with ErrClosed, and the peers are told at once.
+// with ErrClosed, and the peers are told at once. Buffers of AllocShared are
+// unmapped with the segment: free and stop using them first.
 func (c *shm) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
@@ -169,6 +184,8 @@ func (c *shm) Close() error {
 		c.mu.Lock()
 	}
 	defer c.mu.Unlock()
+	c.arenaMu.Lock() // an AllocShared in flight reserves pages through the file
+	defer c.arenaMu.Unlock()
 	return c.seg.close()
 }
 
@@ -408,11 +425,22 @@ func eachRound(n, per int, f func(off, m int) error) error {
 
 func (c *shm) slotElems() int { return c.seg.slotBytes / 4 }
 
-// AllGather implements Communicator.
+// AllGather implements Communicator. Into a buffer of AllocShared it is
+// AllGatherShared (no copy but this rank's piece, none when src is that piece
+// already). Otherwise it copies through the rounds; src may then be dst's own
+// piece (in place), which saves copying that piece back.
 func (c *shm) AllGather(ctx context.Context, dst, src []float32) error {
 	n, size := len(src), c.size
 	if len(dst) != n*size {
 		return fmt.Errorf("comm: all_gather: dst has %d elements, want len(src)×size = %d×%d = %d", len(dst), n, size, n*size)
+	}
+	inPlace := n > 0 && &dst[c.rank*n] == &src[0]
+	if _, ok := c.arenaOffset(dst); ok {
+		return c.AllGatherShared(ctx, dst, n, device.F32, func(piece []float32) {
+			if !inPlace {
+				copy(piece, src)
+			}
+		})
 	}
 	bus := 4 * int64(n) * int64(size-1)
 	return c.collective(ctx, KindAllGather, uint64(len(dst)), 0, bus, bus, func(op *shmOp) error {
@@ -423,7 +451,9 @@ func (c *shm) AllGather(ctx context.Context, dst, src []float32) error {
 					// This rank's piece too comes from its slot, still in cache,
 					// rather than from src again.
 					for j := range size {
-						copy(dst[j*n+off:j*n+off+m], slot(j)[:m])
+						if j != c.rank || !inPlace {
+							copy(dst[j*n+off:j*n+off+m], slot(j)[:m])
+						}
 					}
 				})
 		})

@@ -28,6 +28,8 @@ import (
 //	       each)
 //	data   shmDepth buffers of slotBytes per rank, page aligned: a rank writes
 //	       only into its own buffers, and reads everyone's
+//	arena  arenaBytes, page aligned, for buffers the ranks share (shmarena.go);
+//	       its pages are reserved only when first handed out
 //
 // Liveness rides on open-file-description locks (F_OFD_SETLK): rank r holds a write
 // lock on byte lockBase+r of the file for as long as its communicator is open. The
@@ -36,7 +38,7 @@ import (
 // gone, across processes, threads and PID namespaces alike.
 const (
 	segMagic       = 0x314d_4853_5044_5346 // "FSDPSHM1"
-	segVersion     = 2
+	segVersion     = 3
 	segHeaderBytes = 4096
 	ctlBytes       = 512
 	// shmDepth is how many rounds a rank may run ahead of the slowest reader:
@@ -65,6 +67,7 @@ const (
 	hSize        = 12
 	hSlotBytes   = 16
 	hIDHash      = 24
+	hArenaBytes  = 32
 	hAbortState  = 64 // 0 none, 1 being written, 2 posted
 	hAbortOrigin = 68
 	hAbortReport = 72
@@ -98,11 +101,24 @@ type segment struct {
 	size      int
 	slotBytes int
 	dataOff   int
+	arenaOff  int
+	arena     []float32 // the shared arena, nil when there is none
 }
 
-func segLayout(size, slotBytes int) (dataOff, total int) {
+// segLayout places the parts of a segment: the rounds' buffers from dataOff, the
+// arena from arenaOff, total bytes in all.
+func segLayout(size, slotBytes, arenaBytes int) (dataOff, arenaOff, total int) {
 	dataOff = roundUp(segHeaderBytes+size*ctlBytes, 4096)
-	return dataOff, dataOff + size*shmDepth*slotBytes
+	arenaOff = roundUp(dataOff+size*shmDepth*slotBytes, 4096)
+	return dataOff, arenaOff, arenaOff + arenaBytes
+}
+
+// mapArena sets s.arena to the arena's part of the mapping.
+func (s *segment) mapArena(arenaBytes int) {
+	s.arena = nil
+	if arenaBytes > 0 {
+		s.arena = unsafe.Slice((*float32)(unsafe.Pointer(&s.mem[s.arenaOff])), arenaBytes/4)
+	}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
@@ -233,6 +249,7 @@ func (s *segment) close() error {
 		s.path = ""
 	}
 	if s.mem != nil {
+		s.arena = nil
 		errs = append(errs, unix.Munmap(s.mem))
 		s.mem = nil
 	}
@@ -268,7 +285,9 @@ type setup struct {
 	rank      int
 	size      int
 	slotBytes int
-	timeout   time.Duration
+	// arenaBytes is the size of the shared arena (a multiple of 4096; 0: none).
+	arenaBytes int
+	timeout    time.Duration
 	// peerAlive, when set, says whether group rank r is still alive while the
 	// segment is being set up (the parent communicator's view), so that a member
 	// that dies before it joins fails the setup at once, not at the timeout.
@@ -314,18 +333,23 @@ func openSegment(ctx context.Context, st setup) (*segment, error) {
 
 func createSegment(path string, st setup) (*segment, error) {
 	sweepStale(st.dir)
-	dataOff, total := segLayout(st.size, st.slotBytes)
+	dataOff, arenaOff, total := segLayout(st.size, st.slotBytes, st.arenaBytes)
 	// An unnamed file first: it gets its name only once it is initialized and
 	// locked, so no one ever sees a half-made segment or a named one without a lock.
 	fd, err := unix.Open(st.dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("comm: create a shared-memory segment in %s: %w (it must be a writable tmpfs such as /dev/shm; or set the transport to tcp)", st.dir, err)
 	}
-	s := &segment{fd: fd, size: st.size, slotBytes: st.slotBytes, dataOff: dataOff}
+	s := &segment{fd: fd, size: st.size, slotBytes: st.slotBytes, dataOff: dataOff, arenaOff: arenaOff}
 	fail := func(err error) (*segment, error) { s.close(); return nil, err }
-	// Reserve the pages now: a full tmpfs is an error here, not a SIGBUS mid-run.
-	if err := unix.Fallocate(fd, 0, 0, int64(total)); err != nil {
-		return fail(fmt.Errorf("comm: reserve %d bytes of shared memory in %s: %w (free space there, lower the chunk size, or set the transport to tcp)", total, st.dir, err))
+	// Reserve the pages of the rounds now: a full tmpfs is an error here, not a
+	// SIGBUS mid-run. The arena's are reserved as they are handed out
+	// (arena.alloc), so an arena sized for the largest model costs nothing until used.
+	if err := unix.Fallocate(fd, 0, 0, int64(arenaOff)); err != nil {
+		return fail(fmt.Errorf("comm: reserve %d bytes of shared memory in %s: %w (free space there, lower the chunk size, or set the transport to tcp)", arenaOff, st.dir, err))
+	}
+	if err := unix.Ftruncate(fd, int64(total)); err != nil {
+		return fail(fmt.Errorf("comm: size the shared-memory segment to %d bytes: %w", total, err))
 	}
 	if s.mem, err = unix.Mmap(fd, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		return fail(fmt.Errorf("comm: map the shared-memory segment: %w", err))
@@ -334,6 +358,8 @@ func createSegment(path string, st setup) (*segment, error) {
 	*s.u32(hSize) = uint32(st.size)
 	*(*uint64)(unsafe.Pointer(&s.mem[hSlotBytes])) = uint64(st.slotBytes)
 	*(*uint64)(unsafe.Pointer(&s.mem[hIDHash])) = idHash(st.id)
+	*(*uint64)(unsafe.Pointer(&s.mem[hArenaBytes])) = uint64(st.arenaBytes)
+	s.mapArena(st.arenaBytes)
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&s.mem[hMagic])), segMagic)
 	if _, err := lockByte(fd, unix.F_OFD_SETLK, 0, 1); err != nil {
 		return fail(fmt.Errorf("comm: lock the shared-memory segment: %w", err))
@@ -387,16 +413,18 @@ func attachSegment(ctx context.Context, path string, st setup) (*segment, error)
 	}
 	magic := atomic.LoadUint64((*uint64)(unsafe.Pointer(&s.mem[hMagic])))
 	s.slotBytes = int(*(*uint64)(unsafe.Pointer(&s.mem[hSlotBytes])))
-	s.dataOff, _ = segLayout(st.size, max(s.slotBytes, 0))
-	_, total := segLayout(st.size, s.slotBytes)
+	arenaBytes := int(min(*(*uint64)(unsafe.Pointer(&s.mem[hArenaBytes])), maxArenaBytes+1))
+	var total int
+	s.dataOff, s.arenaOff, total = segLayout(st.size, max(s.slotBytes, 0), arenaBytes)
 	switch {
 	case magic != segMagic || *s.u32(hVersion) != segVersion:
 		return fail(fmt.Errorf("comm: %s is not a segment of this fsdpbench version (mixed builds in one job?)", path))
 	case int(*s.u32(hSize)) != st.size || *(*uint64)(unsafe.Pointer(&s.mem[hIDHash])) != idHash(st.id):
 		return fail(fmt.Errorf("comm: segment %s is for another group (%d ranks), this rank expects %d", path, *s.u32(hSize), st.size))
-	case s.slotBytes <= 0 || s.slotBytes%64 != 0 || int64(total) != stat.Size:
-		return fail(fmt.Errorf("comm: segment %s has %d bytes for slots of %d, want %d", path, stat.Size, s.slotBytes, total))
+	case s.slotBytes <= 0 || s.slotBytes%64 != 0 || arenaBytes > maxArenaBytes || arenaBytes%4096 != 0 || int64(total) != stat.Size:
+		return fail(fmt.Errorf("comm: segment %s has %d bytes for slots of %d and an arena of %d, want %d", path, stat.Size, s.slotBytes, arenaBytes, total))
 	}
+	s.mapArena(arenaBytes)
 	s.path = path
 	return s, nil
 }

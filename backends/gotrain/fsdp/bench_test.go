@@ -2,11 +2,14 @@ package fsdp
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -50,6 +53,79 @@ func BenchmarkStep(b *testing.B) {
 				tokens += rep.Tokens
 			}
 			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkStepTransports times full_shard steps of issue 16's model
+// (llama-h256-l4, seq 128, batch 4 per rank, and batch 1, where the gathers weigh
+// more against the compute) at world size 2 and 4 in this process,
+// over shared memory (gathered parameters in one shared buffer per node), over
+// shared memory without the shared buffers (shm-copy: every all-gather copies
+// through the segment) and over the TCP ring, one step of each in turn so that
+// the machine's changing load weighs on all alike; it reports each one's step
+// time and tcp/shm and shm-copy/shm (>1: shared buffers are faster). OpenBLAS gets one thread a rank at most, as a node's workers
+// divide the cores.
+//
+//	go test ./backends/gotrain/fsdp -run '^$' -bench StepTransports -benchtime 10x
+func BenchmarkStepTransports(b *testing.B) {
+	h256, err := shapes.ReadConfig("../../../sweeps/examples/models/llama-h256-l4/config.json")
+	require.NoError(b, err)
+	for _, c := range []struct{ ws, batch int }{{2, 4}, {4, 4}, {2, 1}, {4, 1}} {
+		ws := c.ws
+		b.Run(fmt.Sprintf("ws=%d/batch=%d", ws, c.batch), func(b *testing.B) {
+			if lib, err := openblas.Load(); err == nil {
+				require.NoError(b, lib.SetThreads(max(1, runtime.GOMAXPROCS(0)/ws)))
+			}
+			cfg := Config{Shape: h256, Sharding: sweeps.FullShard, BatchPerDevice: c.batch, SeqLen: 128, Seed: 7, LR: 1e-3, WeightDecay: 0.01,
+				BackwardPrefetch: sweeps.BackwardPre}
+			const shmCopy = "shm-copy"
+			transports := []string{comm.TransportShm, shmCopy, comm.TransportTCP}
+			trainers := map[string][]*Trainer{}
+			for _, tr := range transports {
+				opts := comm.Options{Transport: tr}
+				if tr == shmCopy {
+					opts = comm.Options{Transport: comm.TransportShm, ShmArenaBytes: -1}
+				}
+				world := newWorldWith(b, ws, opts)
+				ts := make([]*Trainer, ws)
+				for r, err := range eachRank(ws, func(r int) error {
+					var err error
+					ts[r], err = New(context.Background(), cpu.New(cpu.Options{}), world[r], cfg)
+					return err
+				}) {
+					require.NoError(b, err, "rank %d", r)
+				}
+				b.Cleanup(func() {
+					for _, t := range ts {
+						t.Close()
+					}
+				})
+				trainers[tr] = ts
+			}
+			step := func(tr string) time.Duration {
+				start := time.Now()
+				for r, err := range eachRank(ws, func(r int) error { _, err := trainers[tr][r].Step(context.Background()); return err }) {
+					require.NoError(b, err, "%s rank %d", tr, r)
+				}
+				return time.Since(start)
+			}
+			for _, tr := range transports { // warm-up: pools, pages, sockets
+				step(tr)
+			}
+			took := map[string]time.Duration{}
+			iters := 0
+			for b.Loop() {
+				for _, tr := range transports {
+					took[tr] += step(tr)
+				}
+				iters++
+			}
+			for _, tr := range transports {
+				b.ReportMetric(took[tr].Seconds()/float64(iters), tr+"-s/step")
+			}
+			b.ReportMetric(took[comm.TransportTCP].Seconds()/took[comm.TransportShm].Seconds(), "tcp/shm")
+			b.ReportMetric(took[shmCopy].Seconds()/took[comm.TransportShm].Seconds(), "shm-copy/shm")
 		})
 	}
 }

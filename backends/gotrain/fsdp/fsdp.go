@@ -165,6 +165,9 @@ type unit struct {
 	// is shard itself (a shard group of one, or a replicated strategy).
 	full  device.Buffer
 	owned bool
+	// shared is full's memory when it lies in the gather communicator's shared
+	// arena (sharedGather), given back there when full is freed.
+	shared []float32
 	// pending delivers the result of an all-gather in flight into full.
 	pending chan error
 	// accum is the full gradient of a sharded strategy, from the unit's first
@@ -189,8 +192,15 @@ type Trainer struct {
 	param device.DType
 	// streams is the stream schedule (streams.go); nil: gathers on goroutines.
 	streams *streamSchedule
-	step    int
-	broken  error
+	// sharedGather and overMemory, when set, put the gathered parameters in
+	// memory shared by the ranks of a node (see sharedGathered).
+	sharedGather comm.SharedGatherer
+	overMemory   allocatorOver
+	// sharedGathers counts the all-gathers into shared buffers, which tests
+	// check to know the shared path ran.
+	sharedGathers int
+	step          int
+	broken        error
 }
 
 // New builds rank world.Rank()'s trainer: it splits the communicators the strategy
@@ -230,7 +240,69 @@ func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Co
 		t.Close()
 		return nil, err
 	}
+	if sg, ok := t.gather.(comm.SharedGatherer); ok && t.streams == nil {
+		if ao, ok := dev.(allocatorOver); ok {
+			t.sharedGather, t.overMemory = sg, ao
+		}
+	}
 	return t, nil
+}
+
+// allocatorOver is a device that allocates over memory it is given (the cpu
+// device's AllocDTypeOn), charging it as its own.
+type allocatorOver interface {
+	AllocDTypeOn(mem []float32, t device.DType, cat device.Category) (device.Buffer, error)
+}
+
+// sharedGathered allocates unit u's gathered parameters in the shared arena of
+// a shared-memory gather communicator, or returns nil when there is none or it is
+// full (every rank's arena agrees, so all fall back alike). The ranks of a node
+// then hold one physical gathered buffer, and the all-gather only writes each
+// rank's piece into it (comm.SharedGatherer): this is sound because a gathered
+// buffer is only read between its all-gather and its free, and every rank
+// allocates and frees gathered buffers in the same order. The device charges the
+// buffer to this rank as any other, so memory accounting does not change.
+func (t *Trainer) sharedGathered(u *unit) (device.Buffer, error) {
+	if t.sharedGather == nil {
+		return nil, nil
+	}
+	mem, ok := t.sharedGather.AllocShared(u.padded)
+	if !ok {
+		return nil, nil
+	}
+	full, err := t.overMemory.AllocDTypeOn(mem, t.param, device.Params)
+	if err != nil {
+		t.sharedGather.FreeShared(mem)
+		return nil, err
+	}
+	u.shared = mem
+	return full, nil
+}
+
+// startSharedGather issues unit i's all-gather into its shared gathered buffer:
+// the fp32 shard is copied (under bf16, cast) into this rank's piece inside the
+// collective, after every rank is done with what the memory held before.
+func (t *Trainer) startSharedGather(ctx context.Context, u *unit) error {
+	src, err := comm.HostView(u.shard)
+	if err != nil {
+		return err
+	}
+	dst, n, dt := u.shared, u.shardLen, t.param
+	t.sharedGathers++
+	done := make(chan error, 1)
+	u.pending = done
+	go func() {
+		done <- t.sharedGather.AllGatherShared(ctx, dst, n, dt, func(piece []float32) {
+			if dt == device.BF16 { // the cpu device's Cast, element by element
+				for k, v := range src {
+					piece[k] = device.RoundBF16(v)
+				}
+				return
+			}
+			copy(piece, src)
+		})
+	}()
+	return nil
 }
 
 // withDefaults validates c for a world of ws ranks and fills in defaults.
@@ -534,7 +606,14 @@ func (t *Trainer) startGather(ctx context.Context, i int) error {
 		return nil
 	}
 	// Allocation stays on this goroutine: the device's accounting is not shared.
-	full, err := device.AllocDType(t.dev, u.padded, t.param, device.Params)
+	full, err := t.sharedGathered(u)
+	if err == nil && full != nil {
+		u.full, u.owned = full, true
+		return t.startSharedGather(ctx, u)
+	}
+	if err == nil {
+		full, err = device.AllocDType(t.dev, u.padded, t.param, device.Params)
+	}
 	if err != nil {
 		return fmt.Errorf("allocate the gathered parameters of unit %s: %w", t.model.Units[i].Name, err)
 	}
@@ -621,6 +700,10 @@ func (t *Trainer) reshard(i int) {
 	if u.owned {
 		t.dev.Free(u.full)
 		u.full, u.owned = nil, false
+	}
+	if u.shared != nil {
+		t.sharedGather.FreeShared(u.shared)
+		u.shared = nil
 	}
 }
 

@@ -41,7 +41,13 @@ func baseConfig(t testing.TB) Config {
 // newWorld opens size ranks in this process over loopback.
 func newWorld(t testing.TB, size int) []comm.Communicator {
 	t.Helper()
-	opts := comm.Options{OpTimeout: testTimeout, ConnectTimeout: testTimeout, Host: "testhost"}
+	return newWorldWith(t, size, comm.Options{})
+}
+
+// newWorldWith is newWorld with opts (its timeouts and host are the tests').
+func newWorldWith(t testing.TB, size int, opts comm.Options) []comm.Communicator {
+	t.Helper()
+	opts.OpTimeout, opts.ConnectTimeout, opts.Host = testTimeout, testTimeout, "testhost"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)

@@ -39,6 +39,29 @@ func (d *dev[T]) AllocDType(n int, t device.DType, cat device.Category) (device.
 	return &buffer[T]{d: d, data: d.pool.take(n, d.elemBytes), a: &allocation{bytes: bytes, cat: cat, dt: t}}, nil
 }
 
+// AllocDTypeOn is AllocDType over memory the caller owns, len(mem) elements: fsdp
+// puts the gathered parameters of ranks on one node in one physical buffer of the
+// shared-memory communicator's arena (comm.SharedGatherer). The buffer is charged
+// exactly as AllocDType's, so the accounting is per rank and does not depend on
+// where the memory lives (the sharing is physical only); it is not zeroed (a peer
+// may read the memory until the caller's all-gather says otherwise), and Free does
+// not keep it: the caller gives it back to its owner after Free. Only a float32
+// device can, as the memory is float32.
+func (d *dev[T]) AllocDTypeOn(mem []float32, t device.DType, cat device.Category) (device.Buffer, error) {
+	data, ok := any(mem).([]T)
+	if !ok {
+		return nil, fmt.Errorf("%s: allocate over float32 memory: the device stores %T", d.name, *new(T))
+	}
+	if t != device.F32 && t != device.BF16 {
+		return nil, fmt.Errorf("%s: allocate %d elements of %v: unknown dtype", d.name, len(mem), t)
+	}
+	bytes := int64(len(mem)) * t.Size()
+	if err := d.tr.Reserve(bytes, cat); err != nil {
+		return nil, fmt.Errorf("%s: %w", d.name, err)
+	}
+	return &buffer[T]{d: d, data: data, a: &allocation{bytes: bytes, cat: cat, dt: t, external: true}}, nil
+}
+
 // Cast writes src into dst, rounding to bf16 when dst is bf16.
 func (d *dev[T]) Cast(dst, src device.Buffer) {
 	in := d.buf("Cast", src).data

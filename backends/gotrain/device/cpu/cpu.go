@@ -67,6 +67,8 @@ type allocation struct {
 	cat   device.Category
 	dt    device.DType
 	freed atomic.Bool
+	// external: the memory is the caller's (AllocDTypeOn), not the pool's.
+	external bool
 }
 
 // buffer is a cpu buffer or a view of one.
@@ -109,7 +111,9 @@ func (d *dev[T]) Free(b device.Buffer) {
 		panic(fmt.Sprintf("%s: Free of a buffer freed already", d.name))
 	}
 	d.tr.Release(x.a.bytes, x.a.cat)
-	d.pool.give(x.data, d.elemBytes, d.tr.Stats().PeakTotal)
+	if !x.a.external {
+		d.pool.give(x.data, d.elemBytes, d.tr.Stats().PeakTotal)
+	}
 }
 
 func (d *dev[T]) Memory() device.Stats { return d.tr.Stats() }
