@@ -565,6 +565,17 @@ func memoryModel(p point, strategy string, wu wrapUnits, pred *Prediction) map[s
 	}
 
 	act, logits := activationBytes(p)
+	out := map[string]int64{
+		MemParams:      params,
+		MemGrads:       grads,
+		MemOptimizer:   optim,
+		MemActivations: ceilBytes(act),
+		MemLogits:      ceilBytes(logits),
+		MemBuffers:     buffers,
+	}
+	if gotrainApplies(p) {
+		out = gotrainPeak(p)
+	}
 	var overhead int64
 	if p.hw.IsGPU {
 		overhead = cudaContextBytes
@@ -575,15 +586,11 @@ func memoryModel(p point, strategy string, wu wrapUnits, pred *Prediction) map[s
 			overhead += ncclNetBytes
 		}
 	}
-	return map[string]int64{
-		MemParams:      params,
-		MemGrads:       grads,
-		MemOptimizer:   optim,
-		MemActivations: ceilBytes(act),
-		MemLogits:      ceilBytes(logits),
-		MemBuffers:     buffers,
-		MemOverhead:    overhead,
+	for _, k := range []string{MemParams, MemGrads, MemOptimizer, MemActivations, MemLogits, MemBuffers} {
+		out[k] += 0 // every category present, also when nothing of it is live at the peak
 	}
+	out[MemOverhead] = overhead
+	return out
 }
 
 // fsdp2Staging is what FSDP2 holds beyond FSDP1 for one unit: fully_shard
