@@ -225,5 +225,8 @@ func (a Assumptions) notes(p point, strategy string) []string {
 	if p.hw.IsGPU {
 		out = append(out, fmt.Sprintf("reserved = %.2f × allocated", a.ReservedFactor))
 	}
+	if gotrainApplies(p) {
+		out = append(out, "trainer gotrain: peak memory replayed from the Go trainer's allocation schedule (exact on cpu)")
+	}
 	return out
 }
