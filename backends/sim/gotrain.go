@@ -142,8 +142,11 @@ func gotrainPeak(p point) map[string]int64 {
 		accum[i] = 0
 	}
 
-	for k := range r.GradAccum {
-		last := k == r.GradAccum-1
+	// Micro-steps after the second allocate exactly as the second does (the
+	// unsharded gradients are held from the first on), so three stand for any
+	// number: the first, one between, the last.
+	for k := range min(r.GradAccum, 3) {
+		last := k == min(r.GradAccum, 3)-1
 		ps := newGotrainPass(w, s, int64(r.BatchPerDevice)*int64(r.SeqLen))
 		for i := range n {
 			gather(i)

@@ -100,6 +100,8 @@ func TestGotrainPeakMemory(t *testing.T) {
 		run{ws: 4, gpn: 2, mb: 2, accum: 1, sharding: sweeps.HybridShard, mp: sweeps.FP32, prefetch: sweeps.BackwardPre},
 		run{ws: 4, gpn: 2, mb: 1, accum: 2, sharding: sweeps.HybridShard, mp: sweeps.BF16, ac: true, prefetch: sweeps.BackwardPre},
 		run{ws: 2, mb: 4, accum: 1, sharding: sweeps.FullShard, mp: sweeps.FP32, prefetch: sweeps.PrefetchNone},
+		run{ws: 2, mb: 1, accum: 4, sharding: sweeps.FullShard, mp: sweeps.BF16, prefetch: sweeps.BackwardPre},
+		run{ws: 2, mb: 2, accum: 3, sharding: sweeps.ShardGradOp, mp: sweeps.FP32, ac: true, prefetch: sweeps.BackwardPre},
 		run{ws: 4, mb: 2, accum: 2, sharding: sweeps.FullShard, mp: sweeps.BF16, ac: true, fwdPrefetch: true, prefetch: sweeps.BackwardPre},
 		run{ws: 2, mb: 16, accum: 1, sharding: sweeps.FullShard, mp: sweeps.FP32, ac: true, prefetch: sweeps.BackwardPost},
 	)
