@@ -143,6 +143,11 @@ func TestGotrainPeakMemory(t *testing.T) {
 			assert.InEpsilon(t, float64(peak.PeakTotal), float64(pred.PeakMemAllocatedBytes), 0.05)
 			assert.Equal(t, peak.PeakTotal, pred.PeakMemAllocatedBytes,
 				"the Go trainer's peak differs from the sim's replay of its schedule (backends/sim/gotrain.go)")
+			// And so does what was live at that moment, category by category (the
+			// trainer counts gathered parameters as params, the logits as activations).
+			b := pred.Breakdown
+			assert.Equal(t, map[string]int64{"params": b[sim.MemParams] + b[sim.MemBuffers], "grads": b[sim.MemGrads],
+				"optimizer": b[sim.MemOptimizer], "activations": b[sim.MemActivations] + b[sim.MemLogits], "comm": 0, "other": 0}, at)
 		})
 	}
 }
