@@ -337,7 +337,9 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	pred := Prediction{Shape: s, Hardware: hw, Notes: p.notes, Strategy: r.Sharding, Calibration: p.calUse}
 
 	strategy := r.Sharding
-	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) {
+	// The Go trainer does not switch: it shards over a group of one (and keeps a
+	// unit's unsharded gradient for the reduction), which its replay models.
+	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) && p.as.Trainer != TrainerGotrain {
 		// torch/distributed/fsdp/_init_utils.py warns "FSDP is switching to use
 		// NO_SHARD instead of ... since the world size is 1" and does so.
 		strategy = sweeps.NoShard
