@@ -102,6 +102,9 @@ type Assumptions struct {
 	// LlamaDecoderLayer, torchtitan's TransformerBlock), MPT's resid_pdrop is 0
 	// by default: off.
 	Dropout bool `json:"dropout"`
+	// Trainer is TrainerGotrain when the run is the Go trainer's, whose peak is
+	// replayed allocation by allocation (gotrainPeak); empty for the formulas.
+	Trainer string `json:"trainer,omitempty"`
 }
 
 // DefaultAssumptions are today's PyTorch FSDP2 defaults (see the constants).
@@ -140,6 +143,9 @@ func BackendAssumptions(backend string, rc sweeps.RunConfig) Assumptions {
 	case "gotrain":
 		a.GradSync, a.Loss, a.Attention = GradSyncNoSync, LossFused, AttentionFlash
 		a.Checkpointing, a.FSDPVersion = CheckpointFull, 1
+		// fsdp.Trainer reduces DDP's gradients in place (the unit is the bucket):
+		// no second copy, as gradient_as_bucket_view=True.
+		a.GradientAsBucketView, a.Trainer = true, TrainerGotrain
 	case "torchrun":
 		a.Checkpointing = CheckpointFull
 		a.Attention = AttentionSDPA
@@ -218,6 +224,9 @@ func (a Assumptions) notes(p point, strategy string) []string {
 	}
 	if p.hw.IsGPU {
 		out = append(out, fmt.Sprintf("reserved = %.2f × allocated", a.ReservedFactor))
+	}
+	if gotrainApplies(p) {
+		out = append(out, "trainer gotrain: peak memory replayed from the Go trainer's allocation schedule (exact on cpu)")
 	}
 	return out
 }

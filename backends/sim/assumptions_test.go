@@ -158,6 +158,13 @@ func TestBackendAssumptions(t *testing.T) {
 	assert.Contains(t, fmt.Sprint(g.Notes), "attention flash")
 	assert.Equal(t, g.Shape.Params()*4+ModelStates(g.Shape.Params(), Stage3, 2, StateBytes(sweeps.FP32)).Grads,
 		g.Breakdown[MemGrads], "no_sync's full fp32 gradients")
+	assert.Equal(t, TrainerGotrain, g.Assumptions.Trainer)
+	assert.True(t, g.Assumptions.GradientAsBucketView, "fsdp.Trainer reduces DDP's gradients in place")
+	assert.Contains(t, fmt.Sprint(g.Notes), "trainer gotrain")
+	// A shape the Go trainer cannot train (tied, GPT-2) is predicted by the formulas.
+	rc.Model = "gpt2-124m"
+	assert.NotContains(t, fmt.Sprint(mustPredict(t, rc).Notes), "trainer gotrain")
+	rc.Model = "tiny"
 
 	// torchrun's script: FSDP2 unless fsdp_api 1; no_sync under FSDP1 and DDP.
 	rc.Backend = "torchrun"

@@ -102,6 +102,10 @@ type LOORow struct {
 	Backend string   `json:"backend,omitempty"`
 	MemErr  *float64 `json:"mem_err,omitempty"`
 	TputErr *float64 `json:"tput_err,omitempty"`
+	// TputSpread is how far the run's own repeats disagree on tokens/s
+	// (max / min − 1; absent for a single repeat): the machine's noise, which
+	// bounds what TputErr can show about the model.
+	TputSpread *float64 `json:"tput_repeat_spread,omitempty"`
 }
 
 // Bounds of a calibration's constants: outside them a file is refused, since a
@@ -228,6 +232,7 @@ func (k Constants) check() error {
 	if n := len(k.Fit.LeaveOneOut); n > maxLOORows {
 		errs = append(errs, fmt.Errorf("fit.leave_one_out: %d rows, at most %d", n, maxLOORows))
 	}
+	errs = append(errs, looRowsErr(k.Fit.LeaveOneOut))
 	for _, e := range errs {
 		if e != nil {
 			return e
@@ -437,4 +442,21 @@ func collectiveCalls(p *point, strategy string, wu wrapUnits) int64 {
 		return (p.shape.Params()*4 + ddpBucketBytes - 1) / ddpBucketBytes
 	}
 	return 0
+}
+
+// looRowsErr checks a fit's leave-one-out rows: predicted / measured − 1 is at
+// least −1, a spread max / min − 1 at least 0 (JSON has no NaN or infinity).
+func looRowsErr(rows []LOORow) error {
+	for i, r := range rows {
+		for _, v := range []struct {
+			name string
+			p    *float64
+			min  float64
+		}{{"mem_err", r.MemErr, -1}, {"tput_err", r.TputErr, -1}, {"tput_repeat_spread", r.TputSpread, 0}} {
+			if v.p != nil && !(*v.p >= v.min) {
+				return fmt.Errorf("fit.leave_one_out[%d].%s: %g is below %g", i, v.name, *v.p, v.min)
+			}
+		}
+	}
+	return nil
 }

@@ -35,6 +35,9 @@ func TestParseCalibrationBounds(t *testing.T) {
 		{"backend key", `{"version":1,"profiles":{"cpu/gotrain":{"efficiency":0.1,"fit":{}}}}`, ""},
 		{"empty backend", `{"version":1,"profiles":{"cpu/":{"efficiency":0.1,"fit":{}}}}`, `key "cpu/": give a hardware profile, or PROFILE/BACKEND`},
 		{"empty hardware", `{"version":1,"profiles":{"/gotrain":{"efficiency":0.1,"fit":{}}}}`, "give a hardware profile"},
+		{"loo rows", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"fit":{"leave_one_out":[{"run":"a","mem_err":-0.5,"tput_err":2,"tput_repeat_spread":0.3}]}}}}`, ""},
+		{"loo error below -1", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"fit":{"leave_one_out":[{"run":"a","tput_err":-3}]}}}}`, "fit.leave_one_out[0].tput_err: -3 is below -1"},
+		{"negative spread", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"fit":{"leave_one_out":[{"run":"a"},{"run":"b","tput_repeat_spread":-0.1}]}}}}`, "fit.leave_one_out[1].tput_repeat_spread: -0.1 is below 0"},
 		{"trailing data", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"fit":{}}}} {}`, "data after the calibration object"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,9 +175,12 @@ func TestMeasurementsLeaveOutWhatCannotCalibrate(t *testing.T) {
 		run("auto", func(r *results.Run) { r.Config.Hardware = "auto"; r.Metrics.Env.Hardware = "h100-sxm" }),
 		run("unknown hw", func(r *results.Run) { r.Config.Hardware = "auto" }),
 		run("no figures", func(r *results.Run) { r.Metrics.TokensPerS, r.Metrics.PeakMemAllocatedBytes = nil, nil }),
+		run("repeated", func(r *results.Run) { r.Metrics.Samples = map[string][]float64{"tokens_per_s": {900, 1000, 1350}} }),
 	})
-	require.Len(t, ms, 2)
+	require.Len(t, ms, 3)
 	assert.Equal(t, "good", ms[0].Run)
+	assert.Zero(t, ms[0].TokensPerSSpread, "one repeat has no spread")
+	assert.InDelta(t, 0.5, ms[2].TokensPerSSpread, 1e-12, "max / min − 1 of the repeats")
 	assert.Equal(t, "h100-sxm", ms[1].Config.Hardware)
 	assert.Len(t, skipped, 4)
 	assert.Contains(t, skipped[0], "predicted, not measured")

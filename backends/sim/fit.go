@@ -31,6 +31,10 @@ type Measurement struct {
 	// NVML); RSSBytes is a rank's peak resident host memory, which on the cpu
 	// profile is its whole memory (allocations and the runtime beside them).
 	AllocatedBytes, ReservedBytes, DeviceBytes, RSSBytes int64
+	// TokensPerSSpread is max / min − 1 of the run's repeats' tokens/s (0 for
+	// one repeat), reported beside its leave-one-out error: TokensPerS is their
+	// median (results.Normalize), which the fit uses.
+	TokensPerSSpread float64
 }
 
 // Names of the constants in FitReport.Fitted and Kept.
@@ -98,6 +102,9 @@ func Fit(ms []Measurement) (*Calibration, error) {
 		k.Fit.Backends = slices.Sorted(maps.Keys(backs))
 		for i := range g {
 			row := LOORow{Run: g[i].m.Run, Backend: g[i].m.Backend}
+			if sp := g[i].m.TokensPerSSpread; sp > 0 {
+				row.TputSpread = &sp
+			}
 			if len(g) > 1 {
 				rest := append(append([]sample(nil), g[:i]...), g[i+1:]...)
 				if kl, err := fitGroup(rest, &k); err == nil {
@@ -502,6 +509,7 @@ func Measurements(runs []results.Run) (ms []Measurement, skipped []string) {
 		}
 		meas.AllocatedBytes, meas.ReservedBytes, meas.DeviceBytes = get(m.PeakMemAllocatedBytes), get(m.PeakMemReservedBytes), get(m.PeakDeviceMemBytes)
 		meas.RSSBytes = get(m.PeakRSSBytes)
+		meas.TokensPerSSpread = spread(m.Samples["tokens_per_s"])
 		if meas.TokensPerS == 0 && meas.AllocatedBytes == 0 && meas.RSSBytes == 0 {
 			skipped = append(skipped, id+": measures neither tokens/s nor memory")
 			continue
@@ -509,4 +517,19 @@ func Measurements(runs []results.Run) (ms []Measurement, skipped []string) {
 		ms = append(ms, meas)
 	}
 	return ms, skipped
+}
+
+// spread is max / min − 1 of positive samples, 0 when fewer than two.
+func spread(xs []float64) float64 {
+	lo, hi := math.Inf(1), 0.0
+	n := 0
+	for _, x := range xs {
+		if x > 0 && !math.IsInf(x, 1) {
+			lo, hi, n = min(lo, x), max(hi, x), n+1
+		}
+	}
+	if n < 2 {
+		return 0
+	}
+	return hi/lo - 1
 }

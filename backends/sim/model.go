@@ -337,7 +337,9 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	pred := Prediction{Shape: s, Hardware: hw, Notes: p.notes, Strategy: r.Sharding, Calibration: p.calUse}
 
 	strategy := r.Sharding
-	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) {
+	// The Go trainer does not switch: it shards over a group of one (and keeps a
+	// unit's unsharded gradient for the reduction), which its replay models.
+	if r.WorldSize == 1 && (strategy == sweeps.FullShard || strategy == sweeps.ShardGradOp) && p.as.Trainer != TrainerGotrain {
 		// torch/distributed/fsdp/_init_utils.py warns "FSDP is switching to use
 		// NO_SHARD instead of ... since the world size is 1" and does so.
 		strategy = sweeps.NoShard
@@ -565,6 +567,17 @@ func memoryModel(p point, strategy string, wu wrapUnits, pred *Prediction) map[s
 	}
 
 	act, logits := activationBytes(p)
+	out := map[string]int64{
+		MemParams:      params,
+		MemGrads:       grads,
+		MemOptimizer:   optim,
+		MemActivations: ceilBytes(act),
+		MemLogits:      ceilBytes(logits),
+		MemBuffers:     buffers,
+	}
+	if gotrainApplies(p) {
+		out = gotrainPeak(p)
+	}
 	var overhead int64
 	if p.hw.IsGPU {
 		overhead = cudaContextBytes
@@ -575,15 +588,11 @@ func memoryModel(p point, strategy string, wu wrapUnits, pred *Prediction) map[s
 			overhead += ncclNetBytes
 		}
 	}
-	return map[string]int64{
-		MemParams:      params,
-		MemGrads:       grads,
-		MemOptimizer:   optim,
-		MemActivations: ceilBytes(act),
-		MemLogits:      ceilBytes(logits),
-		MemBuffers:     buffers,
-		MemOverhead:    overhead,
+	for _, k := range []string{MemParams, MemGrads, MemOptimizer, MemActivations, MemLogits, MemBuffers} {
+		out[k] += 0 // every category present, also when nothing of it is live at the peak
 	}
+	out[MemOverhead] = overhead
+	return out
 }
 
 // fsdp2Staging is what FSDP2 holds beyond FSDP1 for one unit: fully_shard

@@ -142,26 +142,42 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 			fmt.Fprintln(w, "kept:", kept)
 		}
 		var loo [][]string
-		var memAbs, tputAbs []float64
+		var memAbs, tputAbs, quietAbs []float64
 		for _, r := range k.Fit.LeaveOneOut {
-			loo = append(loo, []string{r.Run, r.Backend, pct(r.MemErr), pct(r.TputErr)})
+			spread := "-"
+			if r.TputSpread != nil {
+				spread = fmt.Sprintf("%.1f%%", *r.TputSpread*100)
+			}
+			loo = append(loo, []string{r.Run, r.Backend, pct(r.MemErr), pct(r.TputErr), spread})
 			if r.MemErr != nil {
 				memAbs = append(memAbs, math.Abs(*r.MemErr))
 			}
 			if r.TputErr != nil {
 				tputAbs = append(tputAbs, math.Abs(*r.TputErr))
+				if r.TputSpread != nil && *r.TputSpread <= quietSpread {
+					quietAbs = append(quietAbs, math.Abs(*r.TputErr))
+				}
 			}
 		}
-		loo = append(loo, []string{"mean |error|", "", meanPct(memAbs), meanPct(tputAbs)},
-			[]string{"max |error|", "", maxPct(memAbs), maxPct(tputAbs)})
+		loo = append(loo, []string{"mean |error|", "", meanPct(memAbs), meanPct(tputAbs), ""},
+			[]string{"max |error|", "", maxPct(memAbs), maxPct(tputAbs), ""})
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "leave-one-out: each run predicted by constants fitted to the others (predicted / measured - 1)")
-		if err := writeTable(w, []string{"run", "backend", "memory error", "tokens/s error"}, loo); err != nil {
+		fmt.Fprintln(w, "leave-one-out: each run predicted by constants fitted to the others (predicted / measured - 1);")
+		fmt.Fprintln(w, "repeat spread: max / min - 1 of the run's own repeats' tokens/s (the machine's noise; the fit uses their median)")
+		if err := writeTable(w, []string{"run", "backend", "memory error", "tokens/s error", "repeat spread"}, loo); err != nil {
 			return err
+		}
+		if len(quietAbs) > 0 {
+			fmt.Fprintf(w, "tokens/s error of the %d runs whose repeats agree within %.0f%%: mean %s, max %s\n",
+				len(quietAbs), quietSpread*100, meanPct(quietAbs), maxPct(quietAbs))
 		}
 	}
 	return nil
 }
+
+// quietSpread is the repeat spread under which a run's tokens/s is steady enough
+// to judge the model by: the 15% throughput target.
+const quietSpread = 0.15
 
 func pct(p *float64) string {
 	if p == nil {

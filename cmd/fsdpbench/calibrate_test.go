@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +26,7 @@ model: tiny
 seq_len: 32
 steps: 4
 warmup_steps: 1
+repeats: 2
 base:
   mixed_precision: fp32
 grid:
@@ -56,9 +58,11 @@ func TestSweepPredictThenCalibrate(t *testing.T) {
 		assert.Empty(t, p.Error)
 		assert.Positive(t, p.TokensPerSPerRank)
 		assert.True(t, p.Host, "cpu predictions are of host memory")
-		_, _, what, ok := results.MemoryPair(p, &r.Metrics)
+		pred, meas, what, ok := results.MemoryPair(p, &r.Metrics)
 		assert.True(t, ok)
 		assert.Equal(t, results.SamplePeakAllocated, what, "gotrain accounts its allocations exactly")
+		// Uncalibrated, the sim replays the trainer's allocations: the 5%.
+		assert.InEpsilon(t, float64(meas), float64(pred), 0.05, r.Config.ID)
 	}
 	// The error columns read what --predict stored.
 	res = fsdpbench(t, dir, "report", filepath.Join(out, "cal"), "--metric", "pred_err.tokens_per_s_per_rank,pred_err.peak_mem_bytes", "--format", "csv")
@@ -76,9 +80,12 @@ func TestSweepPredictThenCalibrate(t *testing.T) {
 	assert.Equal(t, []string{"gotrain"}, k.Fit.Backends)
 	require.Len(t, k.Fit.LeaveOneOut, 16)
 	for _, row := range k.Fit.LeaveOneOut {
-		assert.NotNil(t, row.MemErr, row.Run)
+		require.NotNil(t, row.MemErr, row.Run)
 		assert.NotNil(t, row.TputErr, row.Run)
+		assert.NotNil(t, row.TputSpread, "two repeats: their spread is reported (%s)", row.Run)
+		assert.Less(t, math.Abs(*row.MemErr), 0.05, "memory leave-one-out within the issue's 5%% (%s)", row.Run)
 	}
+	assert.Contains(t, res.stdout, "repeat spread")
 	assert.Contains(t, k.Fit.Fitted, sim.ConstEfficiency)
 	assert.Contains(t, k.Fit.Fitted, "mem_factors.activations")
 	assert.Contains(t, strings.Join(k.Fit.Kept, "\n"), "efficiency_size_exponent: every run has the same model size")

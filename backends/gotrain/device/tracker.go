@@ -14,6 +14,10 @@ type Stats struct {
 	// at most (and usually less than) the sum of the per-category peaks.
 	Total     int64 `json:"total_bytes"`
 	PeakTotal int64 `json:"peak_total_bytes"`
+	// AtPeak is Current at the moment Total last reached PeakTotal: what was live
+	// together at the peak, which the per-category Peak cannot tell (the sim
+	// models that moment, and tests compare it category by category).
+	AtPeak [NumCategories]int64 `json:"at_peak_bytes"`
 	// Limit is the byte limit allocations fail over; 0 means none.
 	Limit int64 `json:"limit_bytes,omitempty"`
 }
@@ -49,7 +53,9 @@ func (t *Tracker) Reserve(bytes int64, cat Category) error {
 	t.s.Current[cat] += bytes
 	t.s.Total += bytes
 	t.s.Peak[cat] = max(t.s.Peak[cat], t.s.Current[cat])
-	t.s.PeakTotal = max(t.s.PeakTotal, t.s.Total)
+	if t.s.Total > t.s.PeakTotal {
+		t.s.PeakTotal, t.s.AtPeak = t.s.Total, t.s.Current
+	}
 	return nil
 }
 
@@ -77,7 +83,7 @@ func (t *Tracker) ResetPeak() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.s.Peak = t.s.Current
-	t.s.PeakTotal = t.s.Total
+	t.s.PeakTotal, t.s.AtPeak = t.s.Total, t.s.Current
 }
 
 // breakdown lists the non-zero categories held, for OOM messages.

@@ -20,10 +20,13 @@ func TestTrackerPeakOfTotal(t *testing.T) {
 	assert.Equal(t, int64(300), s.Total)
 	// The total never held 600 (the sum of the category peaks) at once.
 	assert.Equal(t, int64(400), s.PeakTotal)
+	// What was live together at that moment: not the grads that came later.
+	assert.Equal(t, [NumCategories]int64{Params: 100, Activations: 300}, s.AtPeak)
 
 	tr.ResetPeak()
 	s = tr.Stats()
 	assert.Equal(t, s.Current, s.Peak)
+	assert.Equal(t, s.Current, s.AtPeak)
 	assert.Equal(t, int64(300), s.PeakTotal)
 }
 
