@@ -45,9 +45,61 @@ func expf(x float32) float32 {
 	fn := t - expRound
 	r := x - fn*expC1 - fn*expC2
 	z := r * r
-	y := (((((expP0*r+expP1)*r+expP2)*r+expP3)*r+expP4)*r+expP5)*z + r + 1
+	// The polynomial by Estrin's scheme (as expAffine, which must agree bit for
+	// bit): three independent pairs, then two steps, where Horner's is a chain
+	// of ten dependent operations.
+	a, b, c := expP0*r+expP1, expP2*r+expP3, expP4*r+expP5
+	y := (c+z*(b+z*a))*z + r + 1
 	return y * math.Float32frombits(uint32(n+127)<<23)
 }
+
+// expAffine sets dst[j] = expf(a·src[j] + b) for a = ±1: softmax's shifted
+// exponentials (a = 1, b = −max) and sigmoid's e^−g (a = −1, b = 0), a·x + b
+// rounding as x − max and −g do. It is expf's body written out in the loop:
+// expf is past the inliner's budget, and a call per element cost about as much
+// as the exponential itself. dst may be src.
+func expAffine(dst, src []float32, a, b float32) {
+	dst = dst[:len(src)]
+	for j, v := range src {
+		x := a*v + b
+		var y float32
+		if x >= expMin && x <= expMax { // one test for the common case; NaN fails it. expf, step by step:
+			t := x*expLog2e + expRound
+			n := int32(math.Float32bits(t)) - int32(math.Float32bits(expRound))
+			fn := t - expRound
+			r := x - fn*expC1 - fn*expC2
+			z := r * r
+			a, b, c := expP0*r+expP1, expP2*r+expP3, expP4*r+expP5
+			p := (c+z*(b+z*a))*z + r + 1
+			y = p * math.Float32frombits(uint32(n+127)<<23)
+		} else {
+			y = expf(x)
+		}
+		dst[j] = y
+	}
+}
+
+// sum32 returns Σ x in float64, over four accumulators: one chain of float64
+// additions is bound by the adder's latency, four are not.
+func sum32(x []float32) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		v := x[i : i+4 : i+4]
+		s0 += float64(v[0])
+		s1 += float64(v[1])
+		s2 += float64(v[2])
+		s3 += float64(v[3])
+	}
+	for ; i < len(x); i++ {
+		s0 += float64(x[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// expChunk is the length of the stack buffers that hold a run of exponentials
+// between expAffine and the loop that uses them: 2 KiB, in L1.
+const expChunk = 512
 
 // expShiftSum sets dst[j] = e^(src[j] − shift) and returns Σ_j dst[j] in
 // float64; dst may be src (each element is read before it is written).
@@ -55,13 +107,9 @@ func expShiftSum[T float](dst, src []T, shift T) float64 {
 	s := 0.0
 	dst = dst[:len(src)]
 	if s32, ok := any(src).([]float32); ok {
-		d32, sh := any(dst).([]float32), float32(shift)
-		for j, v := range s32 {
-			e := expf(v - sh)
-			d32[j] = e
-			s += float64(e)
-		}
-		return s
+		d32 := any(dst).([]float32)
+		expAffine(d32, s32, 1, -float32(shift))
+		return sum32(d32)
 	}
 	for j, v := range src {
 		e := math.Exp(float64(v) - float64(shift))
@@ -75,9 +123,12 @@ func expShiftSum[T float](dst, src []T, shift T) float64 {
 func sumExpShift[T float](x []T, shift T) float64 {
 	s := 0.0
 	if x32, ok := any(x).([]float32); ok {
-		sh := float32(shift)
-		for _, v := range x32 {
-			s += float64(expf(v - sh))
+		var buf [expChunk]float32
+		for lo := 0; lo < len(x32); lo += expChunk {
+			c := x32[lo:min(lo+expChunk, len(x32))]
+			e := buf[:len(c)]
+			expAffine(e, c, 1, -float32(shift))
+			s += sum32(e)
 		}
 		return s
 	}
@@ -90,11 +141,38 @@ func sumExpShift[T float](x []T, shift T) float64 {
 // maxOf returns the largest element of x (−Inf for an empty x, and for one of
 // NaNs only: a NaN then reaches the sum through exp, as with max).
 func maxOf[T float](x []T) T {
-	mx := T(math.Inf(-1))
-	for _, v := range x {
-		if v > mx { // not the builtin max: its NaN handling costs a branch per element
-			mx = v
+	// Four running maxima, as one is a chain of dependent compares; max is exact,
+	// so the result is the same.
+	m0, m1, m2, m3 := T(math.Inf(-1)), T(math.Inf(-1)), T(math.Inf(-1)), T(math.Inf(-1))
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		v := x[i : i+4 : i+4]
+		if v[0] > m0 { // not the builtin max: its NaN handling costs a branch per element
+			m0 = v[0]
+		}
+		if v[1] > m1 {
+			m1 = v[1]
+		}
+		if v[2] > m2 {
+			m2 = v[2]
+		}
+		if v[3] > m3 {
+			m3 = v[3]
 		}
 	}
-	return mx
+	for ; i < len(x); i++ {
+		if x[i] > m0 {
+			m0 = x[i]
+		}
+	}
+	if m1 > m0 {
+		m0 = m1
+	}
+	if m2 > m0 {
+		m0 = m2
+	}
+	if m3 > m0 {
+		m0 = m3
+	}
+	return m0
 }

@@ -52,3 +52,39 @@ func TestExpShiftSum(t *testing.T) {
 		assert.InEpsilon(t, d64[i], float64(src32[i]), 3e-7)
 	}
 }
+
+// TestExpAffine: the loop that writes expf out agrees with expf bit for bit,
+// over the range, the edges and NaN, for both signs of a.
+func TestExpAffine(t *testing.T) {
+	src := []float32{0, 1, -1, 88, 89, -87, -88, -1e30, 1e30, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	for i := -200_000; i <= 200_000; i++ {
+		src = append(src, float32(i)*4.4e-4)
+	}
+	for _, tc := range []struct{ a, b float32 }{{1, 0}, {1, -3.5}, {-1, 0}} {
+		dst := make([]float32, len(src))
+		expAffine(dst, src, tc.a, tc.b)
+		for i, x := range src {
+			want := expf(tc.a*x + tc.b)
+			if math.Float32bits(dst[i]) != math.Float32bits(want) {
+				t.Fatalf("a=%v b=%v x=%v: expAffine %v, expf %v", tc.a, tc.b, x, dst[i], want)
+			}
+		}
+	}
+}
+
+// TestMaxOf: the four running maxima find the maximum wherever it is, with
+// tails of every length, and ignore NaNs as the single compare did.
+func TestMaxOf(t *testing.T) {
+	for n := 1; n <= 9; n++ {
+		for at := range n {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(-i)
+			}
+			x[at] = 5
+			assert.Equal(t, float32(5), maxOf(x), "n=%d at=%d", n, at)
+		}
+	}
+	assert.Equal(t, float32(2), maxOf([]float32{float32(math.NaN()), 2, 1, float32(math.NaN()), 0}))
+	assert.True(t, math.IsInf(float64(maxOf([]float32{})), -1))
+}

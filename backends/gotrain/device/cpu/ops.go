@@ -319,8 +319,14 @@ func swigluForward[T float](out, gate, up []T) {
 	parallelFor(len(out), 20, func(lo, hi int) {
 		if o32, ok := any(out[lo:hi]).([]float32); ok {
 			g32, u32 := any(gate[lo:hi]).([]float32), any(up[lo:hi]).([]float32)
-			for i, g := range g32 {
-				o32[i] = g / (1 + expf(-g)) * u32[i]
+			var buf [expChunk]float32
+			for c0 := 0; c0 < len(g32); c0 += expChunk {
+				g := g32[c0:min(c0+expChunk, len(g32))]
+				e, u, o := buf[:len(g)], u32[c0:c0+len(g)], o32[c0:c0+len(g)]
+				expAffine(e, g, -1, 0)
+				for i, gi := range g {
+					o[i] = gi / (1 + e[i]) * u[i]
+				}
 			}
 			return
 		}
@@ -337,10 +343,17 @@ func swigluBackward[T float](dgate, dup, dout, gate, up []T) {
 		if dg32, ok := any(dgate[lo:hi]).([]float32); ok {
 			du32, do32 := any(dup[lo:hi]).([]float32), any(dout[lo:hi]).([]float32)
 			g32, u32 := any(gate[lo:hi]).([]float32), any(up[lo:hi]).([]float32)
-			for i, g := range g32 {
-				sg := 1 / (1 + expf(-g))
-				dg32[i] += do32[i] * u32[i] * (sg * (1 + g*(1-sg)))
-				du32[i] += do32[i] * (g * sg)
+			var buf [expChunk]float32
+			for c0 := 0; c0 < len(g32); c0 += expChunk {
+				g := g32[c0:min(c0+expChunk, len(g32))]
+				n := len(g)
+				e, u, do, dg, du := buf[:n], u32[c0:c0+n], do32[c0:c0+n], dg32[c0:c0+n], du32[c0:c0+n]
+				expAffine(e, g, -1, 0)
+				for i, gi := range g {
+					sg := 1 / (1 + e[i])
+					dg[i] += do[i] * u[i] * (sg * (1 + gi*(1-sg)))
+					du[i] += do[i] * (gi * sg)
+				}
 			}
 			return
 		}
