@@ -79,24 +79,6 @@ func expAffine(dst, src []float32, a, b float32) {
 	}
 }
 
-// sum32 returns Σ x in float64, over four accumulators: one chain of float64
-// additions is bound by the adder's latency, four are not.
-func sum32(x []float32) float64 {
-	var s0, s1, s2, s3 float64
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		v := x[i : i+4 : i+4]
-		s0 += float64(v[0])
-		s1 += float64(v[1])
-		s2 += float64(v[2])
-		s3 += float64(v[3])
-	}
-	for ; i < len(x); i++ {
-		s0 += float64(x[i])
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
 // expChunk is the length of the stack buffers that hold a run of exponentials
 // between expAffine and the loop that uses them: 2 KiB, in L1.
 const expChunk = 512
@@ -109,7 +91,7 @@ func expShiftSum[T float](dst, src []T, shift T) float64 {
 	if s32, ok := any(src).([]float32); ok {
 		d32 := any(dst).([]float32)
 		expAffine(d32, s32, 1, -float32(shift))
-		return sum32(d32)
+		return sum(d32)
 	}
 	for j, v := range src {
 		e := math.Exp(float64(v) - float64(shift))
@@ -128,7 +110,7 @@ func sumExpShift[T float](x []T, shift T) float64 {
 			c := x32[lo:min(lo+expChunk, len(x32))]
 			e := buf[:len(c)]
 			expAffine(e, c, 1, -float32(shift))
-			s += sum32(e)
+			s += sum(e)
 		}
 		return s
 	}

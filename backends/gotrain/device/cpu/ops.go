@@ -16,6 +16,7 @@ import (
 // ---- element-wise and reductions ----
 
 func add[T float](dst, src []T, alpha T) {
+	dst = dst[:len(src)]
 	for i, x := range src {
 		dst[i] += alpha * x
 	}
@@ -30,20 +31,39 @@ func scale[T float](x []T, alpha T) {
 // mulScalar is scale under a name that does not collide with a parameter called scale.
 func mulScalar[T float](x []T, alpha T) { scale(x, alpha) }
 
+// sum and sumSquares accumulate in float64 over four accumulators: one chain
+// of float64 additions is bound by the adder's latency, four are not.
 func sum[T float](x []T) float64 {
-	s := 0.0
-	for _, v := range x {
-		s += float64(v)
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		v := x[i : i+4 : i+4]
+		s0 += float64(v[0])
+		s1 += float64(v[1])
+		s2 += float64(v[2])
+		s3 += float64(v[3])
 	}
-	return s
+	for ; i < len(x); i++ {
+		s0 += float64(x[i])
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 func sumSquares[T float](x []T) float64 {
-	s := 0.0
-	for _, v := range x {
-		s += float64(v) * float64(v)
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		v := x[i : i+4 : i+4]
+		a, b, c, d := float64(v[0]), float64(v[1]), float64(v[2]), float64(v[3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
 	}
-	return s
+	for ; i < len(x); i++ {
+		s0 += float64(x[i]) * float64(x[i])
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // ---- matrix product ----
@@ -101,25 +121,61 @@ func rmsnormForward[T float](out, rstd, x, w []T, rows, dim int, eps T) {
 //
 // dw is summed per column over rows in row order, so it does not depend on threads.
 func rmsnormBackward[T float](dx, dw, dy, x, w, rstd []T, rows, dim int) {
+	w = w[:dim]
+	dw = dw[:dim]
+	// row does one row's dx, and its share of dw when addDW: every dw[j] then
+	// still adds the rows in row order, so fusing the passes changes no bit.
+	row := func(r int, addDW bool) {
+		xr := x[r*dim : (r+1)*dim]
+		dyr, dxr := dy[r*dim : (r+1)*dim][:len(xr)], dx[r*dim : (r+1)*dim][:len(xr)]
+		w := w[:len(xr)]
+		rs := float64(rstd[r])
+		// Σ_j w_j·dy_j·x_j in float64 over four accumulators, as one chain of
+		// float64 additions is bound by the adder's latency.
+		var d0, d1, d2, d3 float64
+		j := 0
+		for ; j+4 <= len(xr); j += 4 {
+			xv, dv, wv := xr[j:j+4:j+4], dyr[j:j+4:j+4], w[j:j+4:j+4]
+			d0 += float64(wv[0]) * float64(dv[0]) * float64(xv[0])
+			d1 += float64(wv[1]) * float64(dv[1]) * float64(xv[1])
+			d2 += float64(wv[2]) * float64(dv[2]) * float64(xv[2])
+			d3 += float64(wv[3]) * float64(dv[3]) * float64(xv[3])
+		}
+		for ; j < len(xr); j++ {
+			d0 += float64(w[j]) * float64(dyr[j]) * float64(xr[j])
+		}
+		c := T(rs * rs * rs * ((d0 + d1) + (d2 + d3)) / float64(dim))
+		rsT := T(rs)
+		if addDW {
+			dw := dw[:len(xr)]
+			for j, v := range xr {
+				dxr[j] += rsT*w[j]*dyr[j] - c*v
+				dw[j] += dyr[j] * (v * rstd[r])
+			}
+			return
+		}
+		for j, v := range xr {
+			dxr[j] += rsT*w[j]*dyr[j] - c*v
+		}
+	}
+	if serial(rows, 5*dim) && serial(dim, 3*rows) {
+		for r := range rows {
+			row(r, true)
+		}
+		return
+	}
 	parallelFor(rows, 5*dim, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, dyr, dxr := x[r*dim:(r+1)*dim], dy[r*dim:(r+1)*dim], dx[r*dim:(r+1)*dim]
-			rs := float64(rstd[r])
-			dot := 0.0
-			for j, v := range xr {
-				dot += float64(w[j]) * float64(dyr[j]) * float64(v)
-			}
-			c := T(rs * rs * rs * dot / float64(dim))
-			for j, v := range xr {
-				dxr[j] += T(rs)*w[j]*dyr[j] - c*v
-			}
+			row(r, false)
 		}
 	})
 	parallelFor(dim, 3*rows, func(lo, hi int) {
 		for r := range rows {
-			xr, dyr, rs := x[r*dim:(r+1)*dim], dy[r*dim:(r+1)*dim], rstd[r]
-			for j := lo; j < hi; j++ {
-				dw[j] += dyr[j] * (xr[j] * rs)
+			xr, dyr, rs := x[r*dim : (r+1)*dim][lo:hi], dy[r*dim : (r+1)*dim][lo:hi], rstd[r]
+			dw := dw[lo:hi][:len(xr)]
+			dyr = dyr[:len(xr)]
+			for j, v := range xr {
+				dw[j] += dyr[j] * (v * rs)
 			}
 		}
 	})
@@ -396,7 +452,7 @@ func crossEntropyBackward[T float](dlogits, logits []T, targets []int32, vocab i
 
 // ---- AdamW (Loshchilov & Hutter 2019), as torch.optim.AdamW computes it ----
 
-// adamw follows torch's single-tensor AdamW step operation for operation:
+// adamw follows torch's single-tensor AdamW step:
 //
 //	p *= 1 − lr·wd
 //	m = lerp(m, g, 1 − β1)            (m + (1−β1)·(g − m))
@@ -404,21 +460,27 @@ func crossEntropyBackward[T float](dlogits, logits []T, targets []int32, vocab i
 //	p −= lr/(1 − β1^t) · m / (sqrt(v)/sqrt(1 − β2^t) + eps)
 //
 // the scalars computed in float64 on the host, as Python does, then rounded to T.
+// One departure: sqrt(v) is multiplied by 1/sqrt(1 − β2^t) rather than divided by
+// its inverse (within an ulp of torch's quotient): the loop is bound by the
+// divider, which a division and a square root per element share, and one
+// division fewer is a third off the op.
 func adamw[T float](p, g, m, v []T, c device.AdamWConfig) {
 	decay := T(1 - c.LR*c.WeightDecay)
 	b1, b2 := T(1-c.Beta1), T(c.Beta2)
 	omb2 := T(1 - c.Beta2)
 	stepSize := T(c.LR / (1 - math.Pow(c.Beta1, float64(c.Step))))
-	bc2Sqrt := T(math.Sqrt(1 - math.Pow(c.Beta2, float64(c.Step))))
+	invBC2Sqrt := T(1 / math.Sqrt(1-math.Pow(c.Beta2, float64(c.Step))))
 	eps := T(c.Eps)
 	parallelFor(len(p), 30, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			gi := g[i]
-			p[i] *= decay
-			m[i] += b1 * (gi - m[i])
-			v[i] = v[i]*b2 + omb2*(gi*gi)
-			denom := T(math.Sqrt(float64(v[i])))/bc2Sqrt + eps
-			p[i] -= stepSize * m[i] / denom
+		p := p[lo:hi]
+		g, m, v := g[lo:hi][:len(p)], m[lo:hi][:len(p)], v[lo:hi][:len(p)] // one bounds check, not four per element
+		for i, pi := range p {
+			gi, mi := g[i], m[i]
+			mi += b1 * (gi - mi)
+			vi := v[i]*b2 + omb2*(gi*gi)
+			m[i], v[i] = mi, vi
+			denom := T(math.Sqrt(float64(vi)))*invBC2Sqrt + eps
+			p[i] = pi*decay - stepSize*mi/denom
 		}
 	})
 }

@@ -25,12 +25,8 @@ const minParallelWork = 1 << 15
 // worker (GOMAXPROCS, capped by SetWorkers), when the work is large enough to pay for it. fn must only
 // write outputs owned by its items, so the result does not depend on the split.
 func parallelFor(n, costPerItem int, fn func(lo, hi int)) {
-	workers := runtime.GOMAXPROCS(0)
-	if w := int(maxWorkers.Load()); w > 0 {
-		workers = min(workers, w)
-	}
-	workers = min(workers, n)
-	if workers <= 1 || n*costPerItem < minParallelWork {
+	workers := workersFor(n, costPerItem)
+	if workers <= 1 {
 		fn(0, n)
 		return
 	}
@@ -42,3 +38,22 @@ func parallelFor(n, costPerItem int, fn func(lo, hi int)) {
 	}
 	wg.Wait()
 }
+
+// workersFor is the number of chunks parallelFor splits n items of costPerItem
+// over: 1 when the work is too small to pay for goroutines.
+func workersFor(n, costPerItem int) int {
+	workers := runtime.GOMAXPROCS(0)
+	if w := int(maxWorkers.Load()); w > 0 {
+		workers = min(workers, w)
+	}
+	workers = min(workers, n)
+	if workers <= 1 || n*costPerItem < minParallelWork {
+		return 1
+	}
+	return workers
+}
+
+// serial reports whether parallelFor(n, costPerItem, …) runs on the calling
+// goroutine as one chunk, so an op may fuse passes that would otherwise split
+// differently.
+func serial(n, costPerItem int) bool { return workersFor(n, costPerItem) == 1 }
