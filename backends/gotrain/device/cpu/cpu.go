@@ -206,14 +206,22 @@ func (d *dev[T]) get(op string, b device.Buffer, want int) []T {
 
 func (d *dev[T]) CopyFromHost(dst device.Buffer, src []float32) {
 	out := d.out("CopyFromHost", dst, len(src))
-	for i, x := range src {
-		out[i] = T(x)
+	if o32, ok := any(out).([]float32); ok { // a memmove, not a conversion per element
+		copy(o32, src)
+	} else {
+		for i, x := range src {
+			out[i] = T(x)
+		}
 	}
 	d.round(dst)
 }
 
 func (d *dev[T]) CopyToHost(dst []float32, src device.Buffer) {
 	in := d.get("CopyToHost", src, len(dst))
+	if i32, ok := any(in).([]float32); ok {
+		copy(dst, i32)
+		return
+	}
 	for i, x := range in {
 		dst[i] = float32(x)
 	}

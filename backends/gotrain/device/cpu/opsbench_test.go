@@ -88,6 +88,12 @@ func BenchmarkOps(b *testing.B) {
 				d.AttentionBackward(dq, dk, dv, do, q, k, v, out, lse, attn)
 			}
 		}},
+		{"CopyFromHost", func(b *testing.B) {
+			x, host := benchBuf(b, d, params), make([]float32, params)
+			for b.Loop() {
+				d.CopyFromHost(x, host)
+			}
+		}},
 		{"Add", func(b *testing.B) {
 			x, y := benchBuf(b, d, params), benchBuf(b, d, params)
 			for b.Loop() {
