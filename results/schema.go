@@ -122,8 +122,12 @@ type Result struct {
 	// DeviceMemBytes is the capacity of one device, when known (for the OOM margin).
 	DeviceMemBytes *int64 `json:"device_mem_bytes,omitempty"`
 
-	// MemBreakdownBytes splits one rank's peak by category (params, grads,
-	// optimizer, activations, logits, buffers, ...), when the backend knows it.
+	// MemBreakdownBytes is, per category (params, grads, optimizer,
+	// activations, logits, buffers, ...), the peak of the rank with the highest
+	// peak, when the backend knows it. Each category's own peak: they need not
+	// fall at the same moment, so they may sum to more than the rank's peak
+	// (gotrain's tracker also knows what was live at the peak, Stats.AtPeak,
+	// which the sim's replay of gotrain checks itself against).
 	MemBreakdownBytes map[string]int64 `json:"mem_breakdown_bytes,omitempty"`
 
 	PerRank          []RankResult `json:"per_rank,omitempty"`
