@@ -267,9 +267,8 @@ func (d *dev[T]) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int,
 	var C []T
 	if beta == 0 && k > 0 {
 		// BLAS sets C to alpha·op(A)·op(B) without reading it when beta is 0 (both
-		// OpenBLAS and gonum clear C first; TestPooledMemoryReadsZero holds them to
-		// it); with k = 0 guarded scales C by beta instead, and 0·NaN left over
-		// from the memory's last buffer is NaN, so that C is zeroed first.
+		// OpenBLAS and gonum clear C first); with k = 0 it scales C by beta, which
+		// would turn stale NaNs into NaNs, so that C is zeroed first.
 		C = d.out("MatMul C", c, m*n)
 	} else {
 		C = d.get("MatMul C", c, m*n)
