@@ -166,23 +166,6 @@ func (d *dev[T]) out(op string, b device.Buffer, want int) []T {
 	return x.data
 }
 
-// acc is get for an op's output that the op adds into, element by element, in
-// chunks of its own: when the whole buffer's clear is pending, the op is handed
-// it (clear true) to run chunk by chunk just before it adds, while the chunk is
-// in cache, rather than as a pass of its own over memory.
-func (d *dev[T]) acc(op string, b device.Buffer, want int) (data []T, clear bool) {
-	x := d.live(op, b)
-	if len(x.data) != want {
-		panic(fmt.Sprintf("%s: %s: buffer of %d elements, want %d", d.name, op, len(x.data), want))
-	}
-	if x.view || x.a.zero == nil {
-		x.a.zeroed()
-		return x.data, false
-	}
-	x.a.zeroOnce.Do(func() { clear = true })
-	return x.data, clear
-}
-
 // live checks that b is a live buffer of d.
 func (d *dev[T]) live(op string, b device.Buffer) *buffer[T] {
 	x, ok := b.(*buffer[T])
@@ -352,10 +335,8 @@ func (d *dev[T]) AttentionForward(out, lse, q, k, v device.Buffer, s device.Attn
 	d.checkAttn("AttentionForward", s)
 	d.dtypes("AttentionForward", []device.Buffer{lse}, out, q, k, v)
 	defer d.round(out)
+	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
 	qq, kk, vv := d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()), d.get("AttentionForward v", v, s.KVLen())
-	// Outputs after the inputs (see RMSNormForward): every row of every head of out
-	// is a product with beta 0 and every lse is set, so neither needs its clear.
-	o, l := d.out("AttentionForward out", out, s.QLen()), d.out("AttentionForward lse", lse, s.LSELen())
 	d.serialBLAS(func() { attentionForward(d.gemm, &d.scratch, o, l, qq, kk, vv, s) })
 }
 
@@ -388,10 +369,8 @@ func (d *dev[T]) SwiGLUBackward(dgate, dup, dout, gate, up device.Buffer) {
 	n := len(g)
 	d.dtypes("SwiGLUBackward", nil, dgate, dup, dout, gate, up)
 	defer d.round(dgate, dup)
-	do, u := d.get("SwiGLUBackward dout", dout, n), d.get("SwiGLUBackward up", up, n) // inputs first
-	dg, clearG := d.acc("SwiGLUBackward dgate", dgate, n)
-	du, clearU := d.acc("SwiGLUBackward dup", dup, n)
-	swigluBackward(dg, du, do, g, u, clearG, clearU)
+	swigluBackward(d.get("SwiGLUBackward dgate", dgate, n), d.get("SwiGLUBackward dup", dup, n),
+		d.get("SwiGLUBackward dout", dout, n), g, d.get("SwiGLUBackward up", up, n))
 }
 
 func (d *dev[T]) CrossEntropyForward(losses, logits device.Buffer, targets []int32, vocab int) {

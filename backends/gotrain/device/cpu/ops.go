@@ -394,8 +394,7 @@ func swigluForward[T float](out, gate, up []T) {
 }
 
 // swigluBackward: ∂y/∂u = silu(g), ∂y/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
-// clearG and clearU have dgate and dup cleared first, a chunk at a time (dev.acc).
-func swigluBackward[T float](dgate, dup, dout, gate, up []T, clearG, clearU bool) {
+func swigluBackward[T float](dgate, dup, dout, gate, up []T) {
 	parallelFor(len(dout), 25, func(lo, hi int) {
 		if dg32, ok := any(dgate[lo:hi]).([]float32); ok {
 			du32, do32 := any(dup[lo:hi]).([]float32), any(dout[lo:hi]).([]float32)
@@ -406,12 +405,6 @@ func swigluBackward[T float](dgate, dup, dout, gate, up []T, clearG, clearU bool
 				n := len(g)
 				e, u, do, dg, du := buf[:n], u32[c0:c0+n], do32[c0:c0+n], dg32[c0:c0+n], du32[c0:c0+n]
 				expAffine(e, g, -1, 0)
-				if clearG {
-					clear(dg)
-				}
-				if clearU {
-					clear(du)
-				}
 				for i, gi := range g {
 					sg := 1 / (1 + e[i])
 					dg[i] += do[i] * u[i] * (sg * (1 + gi*(1-sg)))
@@ -419,12 +412,6 @@ func swigluBackward[T float](dgate, dup, dout, gate, up []T, clearG, clearU bool
 				}
 			}
 			return
-		}
-		if clearG {
-			clear(dgate[lo:hi])
-		}
-		if clearU {
-			clear(dup[lo:hi])
 		}
 		for i := lo; i < hi; i++ {
 			g := float64(gate[i])
