@@ -36,12 +36,7 @@ func (d *dev[T]) AllocDType(n int, t device.DType, cat device.Category) (device.
 	if err := d.tr.Reserve(bytes, cat); err != nil {
 		return nil, fmt.Errorf("%s: %w", d.name, err)
 	}
-	data, dirty := d.pool.take(n, d.elemBytes)
-	a := &allocation{bytes: bytes, cat: cat, dt: t}
-	if dirty {
-		a.zero = func() { clear(data) }
-	}
-	return &buffer[T]{d: d, data: data, a: a}, nil
+	return &buffer[T]{d: d, data: d.pool.take(n, d.elemBytes), a: &allocation{bytes: bytes, cat: cat, dt: t}}, nil
 }
 
 // AllocDTypeOn is AllocDType over memory the caller owns, len(mem) elements: fsdp
@@ -70,7 +65,7 @@ func (d *dev[T]) AllocDTypeOn(mem []float32, t device.DType, cat device.Category
 // Cast writes src into dst, rounding to bf16 when dst is bf16.
 func (d *dev[T]) Cast(dst, src device.Buffer) {
 	in := d.buf("Cast", src).data
-	copy(d.out("Cast", dst, len(in)), in)
+	copy(d.get("Cast", dst, len(in)), in)
 	d.round(dst)
 }
 

@@ -14,7 +14,6 @@ package cpu
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
@@ -70,25 +69,6 @@ type allocation struct {
 	freed atomic.Bool
 	// external: the memory is the caller's (AllocDTypeOn), not the pool's.
 	external bool
-	// zero clears the memory of a pooled allocation, once, on first use (nil:
-	// the memory is zero already or the caller's); done by zeroed.
-	zero     func()
-	zeroOnce sync.Once
-}
-
-// zeroed runs the pending clear, if any, before the memory is read; concurrent
-// first uses wait for the one that clears.
-func (a *allocation) zeroed() {
-	if a.zero != nil {
-		a.zeroOnce.Do(a.zero)
-	}
-}
-
-// overwritten drops the pending clear: the first use writes every element.
-func (a *allocation) overwritten() {
-	if a.zero != nil {
-		a.zeroOnce.Do(func() {})
-	}
 }
 
 // buffer is a cpu buffer or a view of one.
@@ -112,7 +92,6 @@ func (b *buffer[T]) Slice(off, n int) device.Buffer {
 
 // Host returns the elements of a float32 buffer, nil for float64.
 func (b *buffer[T]) Host() []float32 {
-	b.a.zeroed()
 	s, _ := any(b.data).([]float32)
 	return s
 }
@@ -124,7 +103,7 @@ func (d *dev[T]) Alloc(n int, cat device.Category) (device.Buffer, error) {
 }
 
 func (d *dev[T]) Free(b device.Buffer) {
-	x := d.live("Free", b) // not buf: a pending clear is not worth running now
+	x := d.buf("Free", b)
 	if x.view {
 		panic(fmt.Sprintf("%s: Free of a view (Slice): free the buffer it was cut from", d.name))
 	}
@@ -143,31 +122,8 @@ func (d *dev[T]) ResetPeak()           { d.tr.ResetPeak() }
 // Sync has nothing to wait for: every op has finished when it returns.
 func (d *dev[T]) Sync() error { return nil }
 
-// buf checks that b is a live buffer of d, and zeroes its memory if that is pending.
+// buf checks that b is a live buffer of d.
 func (d *dev[T]) buf(op string, b device.Buffer) *buffer[T] {
-	x := d.live(op, b)
-	x.a.zeroed()
-	return x
-}
-
-// out is get for an op's output that the op writes every element of before it
-// reads any: the pending clear of a whole buffer is dropped (a view's still
-// runs, as the rest of its allocation must read as zero).
-func (d *dev[T]) out(op string, b device.Buffer, want int) []T {
-	x := d.live(op, b)
-	if len(x.data) != want {
-		panic(fmt.Sprintf("%s: %s: buffer of %d elements, want %d", d.name, op, len(x.data), want))
-	}
-	if x.view {
-		x.a.zeroed()
-	} else {
-		x.a.overwritten()
-	}
-	return x.data
-}
-
-// live checks that b is a live buffer of d.
-func (d *dev[T]) live(op string, b device.Buffer) *buffer[T] {
 	x, ok := b.(*buffer[T])
 	if !ok || x.d != d {
 		panic(fmt.Sprintf("%s: %s: buffer %T does not belong to this device", d.name, op, b))
@@ -188,7 +144,7 @@ func (d *dev[T]) get(op string, b device.Buffer, want int) []T {
 }
 
 func (d *dev[T]) CopyFromHost(dst device.Buffer, src []float32) {
-	out := d.out("CopyFromHost", dst, len(src))
+	out := d.get("CopyFromHost", dst, len(src))
 	if o32, ok := any(out).([]float32); ok { // a memmove, not a conversion per element
 		copy(o32, src)
 	} else {
@@ -213,13 +169,10 @@ func (d *dev[T]) CopyToHost(dst []float32, src device.Buffer) {
 func (d *dev[T]) Copy(dst, src device.Buffer) {
 	in := d.buf("Copy", src).data
 	d.dtypes("Copy", nil, dst, src)
-	copy(d.out("Copy", dst, len(in)), in)
+	copy(d.get("Copy", dst, len(in)), in)
 }
 
-func (d *dev[T]) Zero(b device.Buffer) {
-	x := d.live("Zero", b)
-	clear(d.out("Zero", b, len(x.data)))
-}
+func (d *dev[T]) Zero(b device.Buffer) { clear(d.buf("Zero", b).data) }
 
 func (d *dev[T]) Add(dst, src device.Buffer, alpha float32) {
 	in := d.buf("Add", src).data
@@ -246,17 +199,8 @@ func (d *dev[T]) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int,
 		panic(fmt.Sprintf("%s: MatMul: negative size m=%d n=%d k=%d", d.name, m, n, k))
 	}
 	d.dtypes("MatMul", nil, c, a, b)
-	A, B := d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n)
-	var C []T
-	if beta == 0 && k > 0 {
-		// BLAS sets C to alpha·op(A)·op(B) without reading it when beta is 0 (both
-		// OpenBLAS and gonum clear C first); with k = 0 it scales C by beta, which
-		// would turn stale NaNs into NaNs, so that C is zeroed first.
-		C = d.out("MatMul C", c, m*n)
-	} else {
-		C = d.get("MatMul C", c, m*n)
-	}
-	matmul(d.gemm, C, A, B, transA, transB, m, n, k, T(alpha), T(beta))
+	matmul(d.gemm, d.get("MatMul C", c, m*n), d.get("MatMul A", a, m*k), d.get("MatMul B", b, k*n),
+		transA, transB, m, n, k, T(alpha), T(beta))
 	d.round(c)
 }
 
@@ -264,7 +208,7 @@ func (d *dev[T]) EmbeddingForward(out, table device.Buffer, tokens []int32, dim 
 	tab := d.buf("EmbeddingForward table", table).data
 	d.checkTokens("EmbeddingForward", tokens, len(tab), dim)
 	d.dtypes("EmbeddingForward", nil, out, table)
-	embeddingForward(d.out("EmbeddingForward out", out, len(tokens)*dim), tab, tokens, dim)
+	embeddingForward(d.get("EmbeddingForward out", out, len(tokens)*dim), tab, tokens, dim)
 	d.round(out)
 }
 
@@ -296,10 +240,8 @@ func (d *dev[T]) RMSNormForward(out, rstd, x, weight device.Buffer, rows, dim in
 	n := rows * dim
 	d.dtypes("RMSNormForward", []device.Buffer{rstd}, out, x, weight)
 	defer d.round(out)
-	// Inputs before outputs: an output's pending clear is dropped (out) only
-	// after any input that shares its memory has been zeroed.
-	xx, w := d.get("RMSNormForward x", x, n), d.get("RMSNormForward weight", weight, dim)
-	rmsnormForward(d.out("RMSNormForward out", out, n), d.out("RMSNormForward rstd", rstd, rows), xx, w, rows, dim, T(eps))
+	rmsnormForward(d.get("RMSNormForward out", out, n), d.get("RMSNormForward rstd", rstd, rows),
+		d.get("RMSNormForward x", x, n), d.get("RMSNormForward weight", weight, dim), rows, dim, T(eps))
 }
 
 func (d *dev[T]) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffer, rows, dim int) {
@@ -359,8 +301,7 @@ func (d *dev[T]) checkAttn(op string, s device.AttnShape) {
 func (d *dev[T]) SwiGLUForward(out, gate, up device.Buffer) {
 	g := d.buf("SwiGLUForward gate", gate).data
 	d.dtypes("SwiGLUForward", nil, out, gate, up)
-	u := d.get("SwiGLUForward up", up, len(g)) // inputs before the output, as in RMSNormForward
-	swigluForward(d.out("SwiGLUForward out", out, len(g)), g, u)
+	swigluForward(d.get("SwiGLUForward out", out, len(g)), g, d.get("SwiGLUForward up", up, len(g)))
 	d.round(out)
 }
 
@@ -376,8 +317,8 @@ func (d *dev[T]) SwiGLUBackward(dgate, dup, dout, gate, up device.Buffer) {
 func (d *dev[T]) CrossEntropyForward(losses, logits device.Buffer, targets []int32, vocab int) {
 	d.checkTargets("CrossEntropyForward", targets, vocab)
 	d.dtypes("CrossEntropyForward", []device.Buffer{losses}, logits)
-	z := d.get("CrossEntropyForward logits", logits, len(targets)*vocab) // inputs before the output
-	crossEntropyForward(d.out("CrossEntropyForward losses", losses, len(targets)), z, targets, vocab)
+	crossEntropyForward(d.get("CrossEntropyForward losses", losses, len(targets)),
+		d.get("CrossEntropyForward logits", logits, len(targets)*vocab), targets, vocab)
 }
 
 func (d *dev[T]) CrossEntropyBackward(dlogits, logits device.Buffer, targets []int32, vocab int, scale float32) {

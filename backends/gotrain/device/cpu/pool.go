@@ -8,10 +8,7 @@ import "sync"
 // page faults on fresh memory. The pool keeps the slices of freed buffers by
 // length for the next Alloc of that length. Accounting is untouched: the tracker
 // charges and releases bytes on Alloc and Free as before; the pool only decides
-// where the elements come from. A buffer still reads as zeroed: a pooled slice
-// is cleared on the buffer's first use (dev.buf), unless that use is an op that
-// writes every element of the whole buffer before reading any (dev.out), as a
-// GEMM's output with beta = 0 is; that clear was a twentieth of a step.
+// where the elements come from.
 
 // pool holds freed slices by length, up to a bound.
 type pool[T float] struct {
@@ -20,11 +17,8 @@ type pool[T float] struct {
 	bytes int64 // held in free
 }
 
-// take returns a slice of n elements and whether it still has to be zeroed: a
-// fresh one is zero already, a pooled one holds what its last buffer left, and
-// the device zeroes it when the buffer is first used, unless that use writes
-// every element (allocation.zero).
-func (p *pool[T]) take(n int, elemBytes int64) (s []T, dirty bool) {
+// take returns a zeroed slice of n elements, a pooled one when there is one.
+func (p *pool[T]) take(n int, elemBytes int64) []T {
 	p.mu.Lock()
 	if l := p.free[n]; len(l) > 0 {
 		s := l[len(l)-1]
@@ -32,10 +26,11 @@ func (p *pool[T]) take(n int, elemBytes int64) (s []T, dirty bool) {
 		p.free[n] = l[:len(l)-1]
 		p.bytes -= int64(n) * elemBytes
 		p.mu.Unlock()
-		return s, true
+		clear(s)
+		return s
 	}
 	p.mu.Unlock()
-	return make([]T, n), false
+	return make([]T, n)
 }
 
 // give keeps s for a later take, unless the pool would then hold more than
