@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
 )
 
@@ -68,18 +69,32 @@ func worker(mode string) int {
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(workerReport{Stats: c.Stats(), Type: fmt.Sprintf("%T", c), Groups: groups})
 		return workerOK
-	case "loop", "loop-shared":
+	case "loop", "loop-shared", "loop-inplace":
 		// loop-shared: all-gathers into a shared buffer of the arena, allocated
-		// and freed each time, as the trainer's gathered parameters.
+		// and freed each time, as the trainer's gathered parameters; loop-inplace:
+		// in-place all-gathers (barriers) of one resident buffer, as the trainer's
+		// zero-copy gathers.
 		buf := rankData(info.Rank, 1<<18)
 		sg, _ := c.(SharedGatherer)
-		if mode == "loop-shared" && sg == nil {
+		if mode != "loop" && sg == nil {
 			fmt.Fprintf(os.Stderr, "%T shares no buffers\n", c)
 			return workerFailed
 		}
+		var resident []float32
+		if mode == "loop-inplace" {
+			var ok bool
+			if resident, ok = sg.AllocShared(len(buf) * info.WorldSize); !ok {
+				fmt.Fprintln(os.Stderr, "the arena has no room")
+				return workerFailed
+			}
+			copy(resident[info.Rank*len(buf):], buf)
+		}
 		collective := func() error {
-			if mode == "loop" {
+			switch mode {
+			case "loop":
 				return c.AllReduce(ctx, buf, Average)
+			case "loop-inplace":
+				return sg.AllGatherShared(ctx, resident, len(buf), device.F32, nil)
 			}
 			dst, ok := sg.AllocShared(len(buf) * info.WorldSize)
 			if !ok {
@@ -297,6 +312,8 @@ func TestMultiProcessPeerKilled(t *testing.T) {
 	}
 	// Killed while its peers wait in all-gathers into a shared buffer.
 	t.Run("shm-shared", func(t *testing.T) { testMultiProcessPeerKilled(t, TransportShm, "loop-shared") })
+	// Killed while its peers wait in in-place all-gathers (zero-copy barriers).
+	t.Run("shm-inplace", func(t *testing.T) { testMultiProcessPeerKilled(t, TransportShm, "loop-inplace") })
 }
 
 func testMultiProcessPeerKilled(t *testing.T, tr, mode string) {

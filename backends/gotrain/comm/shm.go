@@ -426,8 +426,8 @@ func eachRound(n, per int, f func(off, m int) error) error {
 func (c *shm) slotElems() int { return c.seg.slotBytes / 4 }
 
 // AllGather implements Communicator. Into a buffer of AllocShared it is
-// AllGatherShared (no copy but this rank's piece, none when src is that piece
-// already). Otherwise it copies through the rounds; src may then be dst's own
+// AllGatherShared (no copy but this rank's piece; when src is that piece
+// already, the in-place one: a barrier). Otherwise it copies through the rounds; src may then be dst's own
 // piece (in place), which saves copying that piece back.
 func (c *shm) AllGather(ctx context.Context, dst, src []float32) error {
 	n, size := len(src), c.size
@@ -436,11 +436,11 @@ func (c *shm) AllGather(ctx context.Context, dst, src []float32) error {
 	}
 	inPlace := n > 0 && &dst[c.rank*n] == &src[0]
 	if _, ok := c.arenaOffset(dst); ok {
-		return c.AllGatherShared(ctx, dst, n, device.F32, func(piece []float32) {
-			if !inPlace {
-				copy(piece, src)
-			}
-		})
+		var fill func([]float32)
+		if !inPlace {
+			fill = func(piece []float32) { copy(piece, src) }
+		}
+		return c.AllGatherShared(ctx, dst, n, device.F32, fill)
 	}
 	bus := 4 * int64(n) * int64(size-1)
 	return c.collective(ctx, KindAllGather, uint64(len(dst)), 0, bus, bus, func(op *shmOp) error {

@@ -2,7 +2,10 @@ package comm
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"slices"
 	"unsafe"
 
@@ -49,7 +52,22 @@ type SharedGatherer interface {
 	// and the exit barrier waits for every rank's piece. dt is what the elements
 	// hold, for the byte counts (a bf16 all-gather moves 2 bytes an element, as
 	// the copying one does).
+	//
+	// A nil fill is the in-place all-gather of a persistent buffer: every rank
+	// wrote its piece before the call, so one barrier is all there is (no byte
+	// moves); the caller guarantees that no peer still reads the memory of a
+	// piece when its owner writes it (see fsdp's zero-copy gathers). All ranks
+	// must pass a nil fill alike: the round's header says which, and a mix fails
+	// as out of step.
 	AllGatherShared(ctx context.Context, dst []float32, n int, dt device.DType, fill func(piece []float32)) error
+	// AgreeShared is a collective: it returns true on every rank when every rank
+	// passes ok and holds bufs (buffers of AllocShared) at the same arena offsets
+	// and lengths, false on every rank when some rank passes !ok, and an error
+	// when all are ok but their buffers differ (allocators that diverged: a bug).
+	// It lets the ranks decide together whether buffers they allocated (where a
+	// rank's allocation can fail alone, e.g. a full tmpfs) can be used. It counts
+	// as a barrier (no bus bytes).
+	AgreeShared(ctx context.Context, ok bool, bufs [][]float32) (bool, error)
 }
 
 var _ SharedGatherer = (*shm)(nil)
@@ -64,6 +82,10 @@ const (
 	maxArenaBytes = 1 << 36
 	// arenaAlign is the alignment of shared buffers: a cache line.
 	arenaAlign = 64
+	// inPlaceTag marks an in-place AllGatherShared in its round header.
+	inPlaceTag = 1 << 31
+	// agreeTag marks AgreeShared's round header (a Barrier's is 0).
+	agreeTag = 1
 )
 
 // arenaBytesFor is the arena of Options.ShmArenaBytes, or an error naming the
@@ -201,8 +223,16 @@ func (c *shm) AllGatherShared(ctx context.Context, dst []float32, n int, dt devi
 	bus := 4 * words * int64(c.size-1)
 	// The offset, in cache lines and never 0, rides in the round headers, which
 	// every rank checks against its own: all ranks gather into one buffer, or
-	// none writes.
+	// none writes. The top bit says in place (below 2^30 cache lines: the arena
+	// is at most maxArenaBytes).
 	tag := uint32(1 + off/arenaAlign)
+	if fill == nil {
+		// In place: every piece was written before its owner entered, so once
+		// every rank has entered, every piece is there.
+		return c.collective(ctx, KindAllGather, uint64(len(dst)), tag|inPlaceTag, bus, bus, func(op *shmOp) error {
+			return c.exchange(op, 0, nil, nil)
+		})
+	}
 	return c.collective(ctx, KindAllGather, uint64(len(dst)), tag, bus, bus, func(op *shmOp) error {
 		if err := c.exchange(op, 0, nil, nil); err != nil {
 			return err
@@ -212,4 +242,52 @@ func (c *shm) AllGatherShared(ctx context.Context, dst []float32, n int, dt devi
 		}
 		return c.exchange(op, 0, nil, nil)
 	})
+}
+
+// AgreeShared implements SharedGatherer: one round carries every rank's ok and a
+// hash of its buffers' offsets and lengths.
+func (c *shm) AgreeShared(ctx context.Context, ok bool, bufs [][]float32) (bool, error) {
+	h := fnv.New64a()
+	var word [8]byte
+	for _, b := range bufs {
+		off, in := c.arenaOffset(b)
+		ok = ok && in
+		binary.LittleEndian.PutUint64(word[:], uint64(off))
+		h.Write(word[:])
+		binary.LittleEndian.PutUint64(word[:], uint64(len(b)))
+		h.Write(word[:])
+	}
+	sum := h.Sum64()
+	mine := [4]uint32{0, uint32(len(bufs)), uint32(sum), uint32(sum >> 32)}
+	if ok {
+		mine[0] = 1
+	}
+	all := make([][4]uint32, c.size)
+	err := c.collective(ctx, KindBarrier, 0, agreeTag, 0, 0, func(op *shmOp) error {
+		return c.exchange(op, len(mine),
+			func(slot []float32) {
+				for i, w := range mine {
+					slot[i] = math.Float32frombits(w)
+				}
+			},
+			func(slot func(int) []float32) {
+				for j := range all {
+					for i := range all[j] {
+						all[j][i] = math.Float32bits(slot(j)[i])
+					}
+				}
+			})
+	})
+	if err != nil {
+		return false, err
+	}
+	for j, w := range all {
+		if w[0] == 0 {
+			return false, nil
+		}
+		if [3]uint32(w[1:]) != [3]uint32(all[0][1:]) {
+			return false, fmt.Errorf("comm: shared buffers differ between rank %d and rank %d (%d and %d buffers): their allocators diverged", c.peers[0].Rank, c.peers[j].Rank, all[0][1], w[1])
+		}
+	}
+	return true, nil
 }

@@ -51,6 +51,10 @@ func TestSharedAllGather(t *testing.T) {
 				for r := 1; r < size; r++ {
 					require.Equal(t, offs[0], offs[r], "rank %d's buffer is rank 0's", r)
 				}
+				rounds := make([]uint64, size)
+				for r := range size {
+					rounds[r] = comms[r].(*shm).rounds
+				}
 				run(t, comms, func(r int, c Communicator) error {
 					src := rankData(r, n)
 					switch mode {
@@ -90,6 +94,13 @@ func TestSharedAllGather(t *testing.T) {
 				for r, c := range comms {
 					s := c.Stats().AllGather
 					assert.Equal(t, int64(1), s.Calls, "rank %d", r)
+					// In place, the pieces are there when their owners enter: one
+					// barrier; else an enter and an exit barrier around the fill.
+					wantRounds := uint64(2)
+					if mode == "in-place" {
+						wantRounds = 1
+					}
+					assert.Equal(t, wantRounds, c.(*shm).rounds-rounds[r], "rank %d: rounds", r)
 					assert.Equal(t, 4*words*int64(size-1), s.BytesSent, "rank %d: the copying all-gather's bytes", r)
 				}
 				for r := range size {
@@ -157,11 +168,13 @@ func TestSharedBufferReuseWaitsForReaders(t *testing.T) {
 }
 
 // TestSharedAllGatherMismatch: a rank whose buffer is elsewhere in the arena, or
-// private, fails the all-gather on every rank as out of step, before anyone writes.
+// private, or that gathers in place where rank 0 copies its piece in, fails the
+// all-gather on every rank as out of step, before anyone writes.
 func TestSharedAllGatherMismatch(t *testing.T) {
 	for _, tc := range []struct{ name, rank1 string }{
 		{"other-offset", "shifted"},
 		{"private", "private"},
+		{"in-place-vs-fill", "in-place"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			comms := newGroup(t, 2, Options{Transport: TransportShm, ShmArenaBytes: 1 << 20})
@@ -173,11 +186,16 @@ func TestSharedAllGatherMismatch(t *testing.T) {
 			case "shifted":
 				_, _ = sgs[1].AllocShared(64)
 				dst[1], _ = sgs[1].AllocShared(2 * n)
+			case "in-place":
+				dst[1], _ = sgs[1].AllocShared(2 * n)
 			default:
 				dst[1] = make([]float32, 2*n)
 			}
 			clear(dst[0])
 			errs := eachRank(2, func(r int) error {
+				if r == 1 && tc.rank1 == "in-place" {
+					return sgs[r].AllGatherShared(context.Background(), dst[r], n, device.F32, nil)
+				}
 				return comms[r].AllGather(context.Background(), dst[r], rankData(r, n))
 			})
 			for r, err := range errs {
@@ -255,35 +273,116 @@ func TestSharedArenaFallback(t *testing.T) {
 }
 
 // TestSharedAllGatherPeerDies: a rank that closes its communicator (to its peers,
-// the same as dying: its liveness lock goes) while the others wait in a shared
-// all-gather is named by all within bounded time.
+// the same as dying: its liveness lock goes), or that never joins (hung), while
+// the others wait in a shared all-gather, filled or in place (fsdp's zero-copy
+// gathers: a barrier), is named by all within bounded time.
 func TestSharedAllGatherPeerDies(t *testing.T) {
 	const size, victim = 3, 2
-	comms := newGroup(t, size, Options{Transport: TransportShm, ShmArenaBytes: 1 << 20})
-	sgs := sharedGatherers(t, comms)
-	const n = 64
-	dst := make([][]float32, size)
-	for r := range size {
-		dst[r], _ = sgs[r].AllocShared(n * size)
+	const opTimeout = 300 * time.Millisecond
+	for _, how := range []string{"dies", "hangs"} {
+		for _, mode := range []string{"fill", "in-place"} {
+			t.Run(how+"/"+mode, func(t *testing.T) {
+				comms := newGroup(t, size, Options{Transport: TransportShm, ShmArenaBytes: 1 << 20, OpTimeout: opTimeout})
+				sgs := sharedGatherers(t, comms)
+				const n = 64
+				dst := make([][]float32, size)
+				for r := range size {
+					dst[r], _ = sgs[r].AllocShared(n * size)
+				}
+				var closedAt time.Time
+				ended := make([]time.Time, size)
+				start := time.Now()
+				errs := eachRank(size, func(r int) error {
+					if r == victim {
+						if how == "hangs" {
+							return nil // never joins
+						}
+						time.Sleep(50 * time.Millisecond)
+						closedAt = time.Now()
+						return comms[r].Close()
+					}
+					fill := func(p []float32) { copy(p, rankData(r, n)) }
+					if mode == "in-place" {
+						copy(dst[r][r*n:(r+1)*n], rankData(r, n))
+						fill = nil
+					}
+					err := sgs[r].AllGatherShared(context.Background(), dst[r], n, device.F32, fill)
+					ended[r] = time.Now()
+					return err
+				})
+				for r, err := range errs {
+					if r == victim {
+						require.NoError(t, err)
+						continue
+					}
+					pe := requirePeerError(t, err, victim, fmt.Sprintf("rank %d", r))
+					if how == "dies" {
+						assert.Less(t, ended[r].Sub(closedAt), 2*time.Second, "rank %d named the dead rank within bounded time", r)
+					} else {
+						assert.Contains(t, pe.Reason, "did nothing in the collective for 300ms", "rank %d", r)
+						assert.Less(t, ended[r].Sub(start), opTimeout+2*time.Second, "rank %d named the hung rank within bounded time", r)
+					}
+				}
+			})
+		}
 	}
-	var closedAt time.Time
-	ended := make([]time.Time, size)
-	errs := eachRank(size, func(r int) error {
-		if r == victim {
-			time.Sleep(50 * time.Millisecond)
-			closedAt = time.Now()
-			return comms[r].Close()
-		}
-		err := sgs[r].AllGatherShared(context.Background(), dst[r], n, device.F32, func(p []float32) { copy(p, rankData(r, n)) })
-		ended[r] = time.Now()
-		return err
-	})
-	for r, err := range errs {
-		if r == victim {
-			require.NoError(t, err)
-			continue
-		}
-		requirePeerError(t, err, victim, fmt.Sprintf("rank %d", r))
-		assert.Less(t, ended[r].Sub(closedAt), 2*time.Second, "rank %d named the dead rank within bounded time", r)
+}
+
+// TestAgreeShared: the ranks' decision on shared buffers is one for all: true when
+// every rank has its buffers, false on every rank when one has no room, and an
+// error on every rank when their buffers lie at different offsets.
+func TestAgreeShared(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+		err  string
+	}{
+		{"all-fit", true, ""},
+		{"rank1-no-room", false, ""},
+		{"rank1-shifted", false, "allocators diverged"},
+		{"rank1-fewer", false, "allocators diverged"},
+		{"rank1-private", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 3
+			comms := newGroup(t, size, Options{Transport: TransportShm, ShmArenaBytes: 1 << 20})
+			sgs := sharedGatherers(t, comms)
+			got := make([]bool, size)
+			errs := eachRank(size, func(r int) error {
+				ok, odd := true, r == 1
+				if odd && tc.name == "rank1-shifted" {
+					_, _ = sgs[r].AllocShared(3)
+				}
+				var bufs [][]float32
+				for _, n := range []int{100, 7, 4096} {
+					b, fits := sgs[r].AllocShared(n)
+					assert.True(t, fits, "rank %d", r)
+					bufs = append(bufs, b)
+				}
+				switch {
+				case odd && tc.name == "rank1-no-room":
+					ok = false
+				case odd && tc.name == "rank1-fewer":
+					bufs = bufs[:2]
+				case odd && tc.name == "rank1-private":
+					bufs[2] = make([]float32, 4096) // not in the arena: not ok
+				}
+				var err error
+				got[r], err = sgs[r].AgreeShared(context.Background(), ok, bufs)
+				return err
+			})
+			for r, err := range errs {
+				if tc.err != "" {
+					assert.ErrorContains(t, err, tc.err, "rank %d", r)
+					continue
+				}
+				require.NoError(t, err, "rank %d", r)
+				assert.Equal(t, tc.want, got[r], "rank %d", r)
+			}
+			for r, c := range comms {
+				assert.Equal(t, int64(1), c.Stats().Barrier.Calls, "rank %d: counted as a barrier", r)
+				assert.Zero(t, c.Stats().Barrier.BytesSent, "rank %d: no bus bytes", r)
+			}
+		})
 	}
 }
