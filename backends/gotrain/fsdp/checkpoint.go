@@ -182,6 +182,9 @@ func (t *Trainer) LoadSharded(ctx context.Context, dir string) error {
 	if err := t.agree(ctx, err, "reading the sharded checkpoint in "+dir); err != nil {
 		return err
 	}
+	// The agreement above is the order zero-copy gathers need (residentUnits):
+	// every rank is between steps, none reads a gathered unit.
+	t.hookWrite("load")
 	for i, u := range t.units {
 		for k, b := range []device.Buffer{u.shard, u.m, u.v} {
 			t.dev.CopyFromHost(b, state[i][k])
@@ -374,6 +377,9 @@ func (t *Trainer) LoadFull(ctx context.Context, dir string) error {
 	if t.shard != nil {
 		shardRank = t.shard.Rank()
 	}
+	// The agreement above is the order zero-copy gathers need (residentUnits):
+	// every rank is between steps, none reads a gathered unit.
+	t.hookWrite("load")
 	var rerr error
 	for i, u := range t.units {
 		full := make([]float32, u.padded)

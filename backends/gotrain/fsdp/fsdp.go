@@ -55,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
@@ -102,6 +103,10 @@ type Config struct {
 	// (over every shard of every unit) is at most GradClip, as
 	// torch.nn.utils.clip_grad_norm_ / FSDP.clip_grad_norm_ do.
 	GradClip float64
+
+	// copyGathers turns zero-copy gathers off (tests and benchmarks compare
+	// them with the copying all-gathers into shared buffers).
+	copyGathers bool
 }
 
 // StepReport is one optimizer step, the same on every rank.
@@ -168,11 +173,38 @@ type unit struct {
 	// shared is full's memory when it lies in the gather communicator's shared
 	// arena (sharedGather), given back there when full is freed.
 	shared []float32
+	// resident is the unit's whole padded flat parameter, kept in the shared
+	// arena for the trainer's life under zero-copy gathers (see residentUnits):
+	// shard is this rank's piece of it, and full a view of all of it.
+	resident []float32
 	// pending delivers the result of an all-gather in flight into full.
 	pending chan error
 	// accum is the full gradient of a sharded strategy, from the unit's first
 	// backward of a step to its reduction on the last micro-step.
 	accum device.Buffer
+}
+
+// testHooks are nil outside tests: they slow a rank down where zero-copy gathers
+// rely on order (residentUnits), so that a missing order shows as wrong losses.
+var testHooks struct {
+	// beforeRead runs before unit i's forward or backward on world rank r.
+	beforeRead func(r, i int)
+	// beforeWrite runs before world rank r writes its shards (what: "optimizer",
+	// "load").
+	beforeWrite func(r int, what string)
+}
+
+// hookRead and hookWrite call testHooks.
+func (t *Trainer) hookRead(i int) {
+	if testHooks.beforeRead != nil {
+		testHooks.beforeRead(t.world.Rank(), i)
+	}
+}
+
+func (t *Trainer) hookWrite(what string) {
+	if testHooks.beforeWrite != nil {
+		testHooks.beforeWrite(t.world.Rank(), what)
+	}
 }
 
 // Trainer trains the model on one rank. It is used from one goroutine.
@@ -196,11 +228,15 @@ type Trainer struct {
 	// memory shared by the ranks of a node (see sharedGathered).
 	sharedGather comm.SharedGatherer
 	overMemory   allocatorOver
-	// sharedGathers counts the all-gathers into shared buffers, which tests
-	// check to know the shared path ran.
-	sharedGathers int
-	step          int
-	broken        error
+	// sharedGathers counts the all-gathers into shared buffers, and
+	// inPlaceGathers the zero-copy ones (residentUnits), which tests check to
+	// know which path ran.
+	sharedGathers, inPlaceGathers int
+	// resident holds the units' resident buffers under zero-copy gathers, in
+	// allocation order, for Close to give back.
+	resident [][]float32
+	step     int
+	broken   error
 }
 
 // New builds rank world.Rank()'s trainer: it splits the communicators the strategy
@@ -232,10 +268,6 @@ func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Co
 		t.Close()
 		return nil, err
 	}
-	if err := t.allocate(); err != nil {
-		t.Close()
-		return nil, err
-	}
 	if t.streams, err = newStreamSchedule(t); err != nil {
 		t.Close()
 		return nil, err
@@ -244,6 +276,10 @@ func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Co
 		if ao, ok := dev.(allocatorOver); ok {
 			t.sharedGather, t.overMemory = sg, ao
 		}
+	}
+	if err := t.allocate(ctx); err != nil {
+		t.Close()
+		return nil, err
 	}
 	return t, nil
 }
@@ -277,6 +313,98 @@ func (t *Trainer) sharedGathered(u *unit) (device.Buffer, error) {
 	}
 	u.shared = mem
 	return full, nil
+}
+
+// residentUnits returns, under zero-copy gathers, every unit's padded flat
+// parameter allocated in the gather communicator's shared arena for the
+// trainer's life (in unit order, so at the same offsets on every rank), or nil
+// when zero-copy gathers do not apply or do not fit (then on every rank).
+//
+// Zero-copy gathers apply when the gather communicator shares buffers
+// (comm.SharedGatherer: shared memory, all of the shard group on one node), the
+// gathered dtype is fp32 (bf16 gathers a cast, which must be written somewhere),
+// the strategy shards (full_shard, shard_grad_op, hybrid_shard's node-local
+// shard group; no_shard and ddp hold the unit already), no device streams order
+// the collectives, and the device can allocate over given memory (the cpu
+// device in float32). This rank's shard is then its own piece of the unit's
+// resident buffer, and the unit's all-gather is in place: a barrier that moves
+// no byte (comm.SharedGatherer.AllGatherShared with a nil fill), after which
+// full is a view of the whole buffer. The accounting is the copying path's:
+// the shard is charged as Params at its Alloc, full as the gathered Params at
+// each gather, released at reshard (the memory stays).
+//
+// Soundness: rank q writes its piece of unit u only where no rank can still be
+// reading u's full view, and no rank reads it before every piece is written.
+// Reads of full happen only between the unit's gather and its reshard, inside
+// Step (forward, backward, activation-checkpointing's recompute, shard_grad_op's
+// hold from forward to backward, prefetched units alike: all read, none writes;
+// gradient accumulation writes only u.accum). The writers of a piece are:
+//   - AdamW at the end of a step. On rank q it follows q's reduce-scatter of
+//     every unit on the last micro-step, which cannot complete before every rank
+//     of the shard group entered it, and each rank r enters u's reduce-scatter
+//     only after u's backward and reshard, its last read of u in the step (the
+//     backward runs the units last to first; prefetch reaches only lower units,
+//     and what it gathers is waited for before that unit's own backward).
+//   - Initialisation in New, before the rank's first gather.
+//   - LoadSharded and LoadFull: after release (every transient freed) and an
+//     all-reduce of the world (agree) that every rank enters only from between
+//     steps, so no rank is reading; no write happens on a failed check.
+//
+// The next read of u's pieces on any rank follows its next gather of u, whose
+// barrier no rank enters before finishing its own writes (program order), so the
+// reader sees every piece written. SaveSharded, SaveFull and Params only read
+// this rank's own piece. A trainer broken by an error writes nothing more.
+// TestZeroCopyGathers and TestZeroCopyOrdering check these with ranks slowed at
+// the points that a missing order would expose.
+//
+// The decision is a collective (AgreeShared), since one rank's arena can fail
+// alone (its pages are reserved in the shared file, which a full tmpfs refuses):
+// when any rank has no room, every rank frees what it took (returning every
+// allocator to empty, the same on all) and gathers by copying.
+func (t *Trainer) residentUnits(ctx context.Context, layout []UnitLayout) ([][]float32, error) {
+	if t.sharedGather == nil || t.param != device.F32 || t.replicated || t.shard == nil || t.cfg.copyGathers ||
+		t.gather.Rank() != t.shard.Rank() {
+		return nil, nil
+	}
+	var bufs [][]float32
+	ok := true
+	for _, l := range layout {
+		buf, fits := t.sharedGather.AllocShared(l.Padded)
+		if !fits {
+			ok = false
+			break
+		}
+		bufs = append(bufs, buf)
+	}
+	agreed, err := t.sharedGather.AgreeShared(ctx, ok, bufs)
+	if err != nil || !agreed {
+		for _, b := range slices.Backward(bufs) {
+			t.sharedGather.FreeShared(b)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fsdp: rank %d: place the units in shared memory: %w", t.world.Rank(), err)
+		}
+		return nil, nil
+	}
+	t.resident = bufs
+	return bufs, nil
+}
+
+// startInPlaceGather issues unit u's zero-copy all-gather (residentUnits): full
+// becomes a view of the unit's resident buffer, charged as the copying path's
+// gathered buffer, valid once the barrier is through.
+func (t *Trainer) startInPlaceGather(ctx context.Context, u *unit) error {
+	full, err := t.overMemory.AllocDTypeOn(u.resident, device.F32, device.Params)
+	if err != nil {
+		return err
+	}
+	u.full, u.owned = full, true
+	t.inPlaceGathers++
+	done := make(chan error, 1)
+	u.pending = done
+	dst, n := u.resident, u.shardLen
+	go func() { done <- t.sharedGather.AllGatherShared(ctx, dst, n, device.F32, nil) }()
+	return nil
 }
 
 // startSharedGather issues unit i's all-gather into its shared gathered buffer:
@@ -402,12 +530,16 @@ func (t *Trainer) shardSize() int {
 }
 
 // allocate creates and initializes every unit's shard, gradient shard and moments.
-func (t *Trainer) allocate() error {
+func (t *Trainer) allocate(ctx context.Context) error {
 	n, rank := t.shardSize(), 0
 	if t.shard != nil {
 		rank = t.shard.Rank()
 	}
 	layout, err := Layout(t.cfg.Shape, n)
+	if err != nil {
+		return err
+	}
+	resident, err := t.residentUnits(ctx, layout)
 	if err != nil {
 		return err
 	}
@@ -418,7 +550,15 @@ func (t *Trainer) allocate() error {
 			dst *device.Buffer
 			cat device.Category
 		}{{&u.shard, device.Params}, {&u.gradShard, device.Grads}, {&u.m, device.Optimizer}, {&u.v, device.Optimizer}} {
-			buf, err := t.dev.Alloc(u.shardLen, b.cat)
+			var buf device.Buffer
+			var err error
+			if b.dst == &u.shard && resident != nil {
+				// Charged as the Alloc below: Params, shardLen float32.
+				u.resident = resident[i]
+				buf, err = t.overMemory.AllocDTypeOn(u.resident[rank*u.shardLen:(rank+1)*u.shardLen], device.F32, b.cat)
+			} else {
+				buf, err = t.dev.Alloc(u.shardLen, b.cat)
+			}
 			if err != nil {
 				return fmt.Errorf("fsdp: allocate the %s shard of unit %s (%d elements): %w", b.cat, mu.Name, u.shardLen, err)
 			}
@@ -504,6 +644,7 @@ func (t *Trainer) runStep(ctx context.Context) (StepReport, error) {
 	}
 	t.step++
 	opt := device.AdamWConfig{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, Step: t.step}
+	t.hookWrite("optimizer")
 	for _, u := range t.units {
 		t.dev.AdamW(u.shard, u.gradShard, u.m, u.v, opt)
 	}
@@ -535,6 +676,7 @@ func (t *Trainer) microStep(ctx context.Context, p *model.Pass, last bool) error
 			}
 		}
 		save := !t.cfg.ActivationCheckpointing || i == 0 || i == n-1
+		t.hookRead(i)
 		if err := p.Forward(i, t.units[i].full, save); err != nil {
 			return err
 		}
@@ -553,6 +695,7 @@ func (t *Trainer) microStep(ctx context.Context, p *model.Pass, last bool) error
 				return err
 			}
 		}
+		t.hookRead(i)
 		if t.param != device.F32 {
 			if err := t.backwardMixed(ctx, p, i); err != nil {
 				return err
@@ -606,6 +749,12 @@ func (t *Trainer) startGather(ctx context.Context, i int) error {
 		return nil
 	}
 	// Allocation stays on this goroutine: the device's accounting is not shared.
+	if u.resident != nil {
+		if err := t.startInPlaceGather(ctx, u); err != nil {
+			return fmt.Errorf("allocate the gathered parameters of unit %s: %w", t.model.Units[i].Name, err)
+		}
+		return nil
+	}
 	full, err := t.sharedGathered(u)
 	if err == nil && full != nil {
 		u.full, u.owned = full, true
@@ -808,6 +957,12 @@ func (t *Trainer) Close() error {
 		}
 	}
 	t.units = nil
+	// The shards over resident buffers are freed above (accounting only); the
+	// memory goes back before its communicator unmaps it.
+	for _, b := range slices.Backward(t.resident) {
+		t.sharedGather.FreeShared(b)
+	}
+	t.resident = nil
 	var errs []error
 	for _, c := range t.owned {
 		errs = append(errs, c.Close())
