@@ -115,11 +115,17 @@ func BenchmarkLoopbackTCPCopy(b *testing.B) {
 // all-gather of 64 MiB on the TCP ring and on shared memory through the rounds
 // (copying, src a private buffer), and the all-gather that the trainer runs on
 // shared memory: into one gathered buffer of the shared arena (AllocShared),
-// each rank's shard a private buffer copied into its piece ("shm-shared"). It
-// reports each one's GB/s (busbw for the all-gathers) and the ratios of the
-// all-gathers' busbw to the TCP copy's GB/s. fill-busbw is the bound of
-// shm-shared: every rank's goroutine copying its shard into one private 64 MiB
-// buffer at once, no barriers (what the machine's memory bandwidth allows).
+// each rank's shard a private buffer copied into its piece ("shm-shared"), and
+// the in-place all-gather of fsdp's zero-copy gathers ("shm-inplace": each
+// rank's shard is its piece of one resident buffer, nccl-tests' in-place
+// all-gather on a node-shared output). It reports each one's GB/s (busbw for
+// the all-gathers) and the ratios of the all-gathers' busbw to the TCP copy's
+// GB/s. fill-busbw is the bound of shm-shared: every rank's goroutine copying
+// its shard into one private 64 MiB buffer at once, no barriers (what the
+// machine's memory bandwidth allows). shm-inplace moves no bytes at all: it is
+// one barrier, and its "busbw" is the bytes made visible to every rank per unit
+// of time by the formula of the others, bound by the barrier's latency, not by
+// memory; it compares with the others only as what the trainer's gather costs.
 //
 // Run it with
 //
@@ -133,17 +139,20 @@ func BenchmarkAllGatherVsTCPCopy(b *testing.B) {
 				groups[tr] = newGroup(b, size, Options{Transport: tr})
 			}
 			n := benchBytes / 4 / size
-			src, dst, shared := make([][]float32, size), make([][]float32, size), make([][]float32, size)
+			src, dst, shared, resident := make([][]float32, size), make([][]float32, size), make([][]float32, size), make([][]float32, size)
 			for r := range size {
 				src[r], dst[r] = rankData(r, n), make([]float32, n*size)
-				var ok bool
-				shared[r], ok = groups[TransportShm][r].(SharedGatherer).AllocShared(n * size)
-				if !ok {
-					b.Fatal("the shared arena has no room for 64 MiB")
+				sg := groups[TransportShm][r].(SharedGatherer)
+				var ok, ok2 bool
+				shared[r], ok = sg.AllocShared(n * size)
+				resident[r], ok2 = sg.AllocShared(n * size)
+				if !ok || !ok2 {
+					b.Fatal("the shared arena has no room for 2×64 MiB")
 				}
+				copy(resident[r][r*n:(r+1)*n], src[r]) // the shard lives in its piece
 			}
-			const sharedName = "shm-shared"
-			kinds := append(slices.Clone(transports), sharedName)
+			const sharedName, inPlaceName = "shm-shared", "shm-inplace"
+			kinds := append(slices.Clone(transports), sharedName, inPlaceName)
 			fill := make([]float32, n*size)
 			var copyTime, memcpyTime, fillTime time.Duration
 			gatherTime := map[string]time.Duration{}
@@ -162,12 +171,18 @@ func BenchmarkAllGatherVsTCPCopy(b *testing.B) {
 				eachRank(size, func(r int) error { copy(fill[r*n:(r+1)*n], src[r]); return nil })
 				fillTime += time.Since(start)
 				for _, k := range kinds {
-					comms, out := groups[k], dst
-					if k == sharedName {
+					comms, out, in := groups[k], dst, src
+					switch k {
+					case sharedName:
 						comms, out = groups[TransportShm], shared
+					case inPlaceName:
+						comms, out, in = groups[TransportShm], resident, make([][]float32, size)
+						for r := range size {
+							in[r] = resident[r][r*n : (r+1)*n]
+						}
 					}
 					start := time.Now()
-					run(b, comms, func(r int, c Communicator) error { return c.AllGather(context.Background(), out[r], src[r]) })
+					run(b, comms, func(r int, c Communicator) error { return c.AllGather(context.Background(), out[r], in[r]) })
 					gatherTime[k] += time.Since(start)
 				}
 				if warm {
@@ -179,6 +194,7 @@ func BenchmarkAllGatherVsTCPCopy(b *testing.B) {
 			}
 			for r := range size {
 				requireSame(b, src[r], shared[(r+1)%size][r*n:(r+1)*n], "the shared buffer's piece")
+				requireSame(b, src[r], resident[(r+1)%size][r*n:(r+1)*n], "the resident buffer's piece")
 			}
 			gbs := func(d time.Duration) float64 { return float64(benchBytes) * float64(iters) / d.Seconds() / 1e9 }
 			copyGBs := gbs(copyTime)
