@@ -59,13 +59,16 @@ func BenchmarkStep(b *testing.B) {
 
 // BenchmarkStepTransports times full_shard steps of issue 16's model
 // (llama-h256-l4, seq 128, batch 4 per rank, and batch 1, where the gathers weigh
-// more against the compute) at world size 2 and 4 in this process,
-// over shared memory (gathered parameters in one shared buffer per node), over
-// shared memory without the shared buffers (shm-copy: every all-gather copies
-// through the segment) and over the TCP ring, one step of each in turn so that
-// the machine's changing load weighs on all alike; it reports each one's step
-// time and tcp/shm and shm-copy/shm (>1: shared buffers are faster). OpenBLAS gets one thread a rank at most, as a node's workers
-// divide the cores.
+// more against the compute) at world size 2 and 4 in this process, over shared
+// memory with zero-copy gathers (shm: each unit resident in one shared buffer
+// per node, the shards its pieces, the all-gather a barrier), over shared memory
+// with copying gathers into one shared buffer per unit (shm-shared: each rank
+// copies its shard in), over shared memory without shared buffers (shm-copy:
+// every all-gather copies through the segment) and over the TCP ring, one step
+// of each in turn so that the machine's changing load weighs on all alike; it
+// reports each one's step time and each one's ratio to shm's (>1: zero-copy is
+// faster). OpenBLAS gets one thread a rank at most, as a node's workers divide
+// the cores.
 //
 //	go test ./backends/gotrain/fsdp -run '^$' -bench StepTransports -benchtime 10x
 func BenchmarkStepTransports(b *testing.B) {
@@ -79,12 +82,15 @@ func BenchmarkStepTransports(b *testing.B) {
 			}
 			cfg := Config{Shape: h256, Sharding: sweeps.FullShard, BatchPerDevice: c.batch, SeqLen: 128, Seed: 7, LR: 1e-3, WeightDecay: 0.01,
 				BackwardPrefetch: sweeps.BackwardPre}
-			const shmCopy = "shm-copy"
-			transports := []string{comm.TransportShm, shmCopy, comm.TransportTCP}
+			const shmShared, shmCopy = "shm-shared", "shm-copy"
+			transports := []string{comm.TransportShm, shmShared, shmCopy, comm.TransportTCP}
 			trainers := map[string][]*Trainer{}
 			for _, tr := range transports {
-				opts := comm.Options{Transport: tr}
-				if tr == shmCopy {
+				opts, cfg := comm.Options{Transport: tr}, cfg
+				switch tr {
+				case shmShared:
+					opts, cfg.copyGathers = comm.Options{Transport: comm.TransportShm}, true
+				case shmCopy:
 					opts = comm.Options{Transport: comm.TransportShm, ShmArenaBytes: -1}
 				}
 				world := newWorldWith(b, ws, opts)
@@ -123,9 +129,13 @@ func BenchmarkStepTransports(b *testing.B) {
 			}
 			for _, tr := range transports {
 				b.ReportMetric(took[tr].Seconds()/float64(iters), tr+"-s/step")
+				if tr != comm.TransportShm {
+					b.ReportMetric(took[tr].Seconds()/took[comm.TransportShm].Seconds(), tr+"/shm")
+				}
 			}
-			b.ReportMetric(took[comm.TransportTCP].Seconds()/took[comm.TransportShm].Seconds(), "tcp/shm")
-			b.ReportMetric(took[shmCopy].Seconds()/took[comm.TransportShm].Seconds(), "shm-copy/shm")
+			require.Positive(b, trainers[comm.TransportShm][0].inPlaceGathers, "shm gathers in place")
+			require.Zero(b, trainers[shmShared][0].inPlaceGathers, "shm-shared copies")
+			require.Positive(b, trainers[shmShared][0].sharedGathers, "shm-shared gathers into shared buffers")
 		})
 	}
 }
