@@ -70,7 +70,9 @@ func checkTransport(t string) error {
 //
 // An all-gather into a buffer of the segment's shared arena (shmarena.go: FSDP's
 // gathered parameters, one physical buffer for the node) copies nothing through
-// the rounds: two rounds without data bracket each rank's write of its own piece.
+// the rounds: two rounds without data bracket each rank's write of its own piece,
+// and in place (every piece written by its owner beforehand: FSDP's zero-copy
+// gathers) one round is the whole collective.
 //
 // Failure is the ring's contract with shared memory instead of frames: a wait
 // notices within liveWait a peer whose liveness lock is gone (it died or closed

@@ -8,7 +8,11 @@
 // (grads) and AdamW's m and v (optimizer). Around each unit's compute the unit's
 // full flat parameter is all-gathered into a transient buffer (category params):
 // full_shard gathers before forward and again before backward and frees after each;
-// shard_grad_op keeps the forward's gather until the unit's backward. The unit's
+// shard_grad_op keeps the forward's gather until the unit's backward. When the
+// shard group shares memory on one node and gathers fp32, each unit lives whole
+// in the node's shared arena, the shards are the ranks' pieces of it, and the
+// all-gather is a barrier that copies nothing (zero-copy gathers, residentUnits);
+// the accounting per rank is the same. The unit's
 // full gradient (category grads) is reduce-scattered (averaged) into the gradient
 // shard right after the unit's backward; hybrid_shard then all-reduces the shard
 // across the replicas (the same local rank on every node). no_shard and ddp keep
