@@ -57,6 +57,15 @@ type Constants struct {
 	// ForwardOverlap is the share of forward all-gathers hidden behind compute
 	// without forward_prefetch (the model assumes 0.5).
 	ForwardOverlap *float64 `json:"forward_overlap,omitempty"`
+	// RankShareExponent applies to a host profile (the cpu, where the ranks of
+	// a node share one host's cores): a rank computes at the host's peak ×
+	// (1/ranks on the host)^RankShareExponent. The model assumes 1, the cores
+	// divided evenly and each as fast alone as beside the others; a small
+	// model's GEMMs and elementwise loops scale poorly over threads, so one rank
+	// with every core is far from the sum of ranks with one each, and the
+	// exponent measured falls below 1 (0: a rank as fast beside the others as
+	// alone).
+	RankShareExponent *float64 `json:"rank_share_exponent,omitempty"`
 	// StepOverheadS is a fixed time per micro-step the model's FLOPs and bytes
 	// do not account for (kernel launches, the framework's Python, the Go
 	// scheduler), in seconds; CollectiveLatencyS is the fixed cost of one
@@ -122,6 +131,9 @@ const (
 	maxFitRuns           = 1 << 30
 	maxStepOverheadS     = 10
 	maxLatencyS          = 1
+	// maxRankShareExponent: 2 already means two ranks on a host each reach a
+	// quarter of its peak (memory bandwidth contention at worst).
+	maxRankShareExponent = 2
 )
 
 // memCategories are the breakdown categories calibration scales (overhead is
@@ -215,6 +227,9 @@ func (k Constants) check() error {
 	}
 	if k.ForwardOverlap != nil {
 		errs = append(errs, in("forward_overlap", *k.ForwardOverlap, 0, 1, false))
+	}
+	if k.RankShareExponent != nil {
+		errs = append(errs, in("rank_share_exponent", *k.RankShareExponent, 0, maxRankShareExponent, false))
 	}
 	if k.OverheadBytes != nil {
 		errs = append(errs, in("overhead_bytes", float64(*k.OverheadBytes), 0, maxOverheadBytes, false))
@@ -363,6 +378,15 @@ func (p *point) forwardOverlap(def float64) float64 {
 		return *p.cal.ForwardOverlap
 	}
 	return def
+}
+
+// rankShareExponent is how a host profile's peak divides among the ranks on
+// it (Constants.RankShareExponent): the calibrated exponent, or 1.
+func (p *point) rankShareExponent() float64 {
+	if p.cal != nil && p.cal.RankShareExponent != nil {
+		return *p.cal.RankShareExponent
+	}
+	return 1
 }
 
 // calibrateMemory scales mem's categories by the calibrated factors and puts

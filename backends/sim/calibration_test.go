@@ -27,6 +27,8 @@ func TestParseCalibrationBounds(t *testing.T) {
 		{"efficiency above 1", `{"version":1,"profiles":{"cpu":{"efficiency":1.5,"fit":{}}}}`, "efficiency: 1.5 is outside"},
 		{"bandwidth factor", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"inter_node_bw_factor":100,"fit":{}}}}`, "inter_node_bw_factor: 100 is outside [0.01, 10]"},
 		{"overlap", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"forward_overlap":2,"fit":{}}}}`, "forward_overlap: 2 is outside [0, 1]"},
+		{"rank share", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"rank_share_exponent":0.2,"fit":{}}}}`, ""},
+		{"rank share negative", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"rank_share_exponent":-0.1,"fit":{}}}}`, "rank_share_exponent: -0.1 is outside [0, 2]"},
 		{"memory category", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"mem_factors":{"weights":1},"fit":{}}}}`, "mem_factors.weights: not a memory category"},
 		{"memory factor", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"mem_factors":{"grads":0},"fit":{}}}}`, "mem_factors.grads: 0 is outside [0.05, 20]"},
 		{"reserved below 1", `{"version":1,"profiles":{"cpu":{"efficiency":0.1,"reserved_factor":0.5,"fit":{}}}}`, "reserved_factor: 0.5 is outside [1, 4]"},
@@ -130,6 +132,21 @@ func TestCalibratedPrediction(t *testing.T) {
 		fast, err := PredictCalibrated(two, nil, cal(1))
 		require.NoError(t, err)
 		assert.InEpsilon(t, 2*fast.CommS, slow.CommS, 1e-9, "half the busbw, twice the time")
+	})
+	t.Run("rank share on the cpu profile", func(t *testing.T) {
+		cpu := sweeps.RunConfig{Hardware: "cpu", Model: "tiny", SeqLen: 64, WorldSize: 2, GPUsPerNode: 2,
+			BatchPerDevice: 4, Sharding: sweeps.DDP, MixedPrecision: sweeps.FP32}
+		even, err := PredictCalibrated(cpu, nil, nil)
+		require.NoError(t, err)
+		share := 0.25
+		p, err := PredictCalibrated(cpu, nil, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{
+			"cpu": {Efficiency: even.Hardware.Efficiency, RankShareExponent: &share}}})
+		require.NoError(t, err)
+		// Uncalibrated each of 2 ranks has half the host's peak; at exponent
+		// 0.25 it has 2^-0.25 of it.
+		assert.InEpsilon(t, even.PeakFlopsPerS*2*math.Pow(2, -share), p.PeakFlopsPerS, 1e-12)
+		assert.InEpsilon(t, even.ComputeS*math.Pow(2, share-1), p.ComputeS, 1e-9)
+		assert.Contains(t, joinNotes(p.Notes), "calibrated rank_share_exponent 0.25")
 	})
 	t.Run("another profile's constants do not apply", func(t *testing.T) {
 		p, err := PredictCalibrated(rc, nil, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"a100-80g": {Efficiency: 0.1}}})

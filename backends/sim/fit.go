@@ -44,6 +44,7 @@ const (
 	ConstIntraBW        = "intra_node_bw_factor"
 	ConstInterBW        = "inter_node_bw_factor"
 	ConstForwardOverlap = "forward_overlap"
+	ConstRankShare      = "rank_share_exponent"
 	ConstReserved       = "reserved_factor"
 	ConstOverhead       = "overhead_bytes"
 	ConstStepOverhead   = "step_overhead_s"
@@ -250,6 +251,21 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 		} else {
 			keep(ConstForwardOverlap, "no run all-gathers in forward without forward_prefetch")
 		}
+		if hosts := ranksPerHost(ts); len(hosts) > 1 {
+			// 2·sigmoid: the bounds [0, 2], the model's 1 at 0.
+			ps = append(ps, param{ConstRankShare, 0, func(k *Constants, x float64) {
+				v := min(2/(1+math.Exp(-x)), maxRankShareExponent)
+				k.RankShareExponent = &v
+			}, func(k *Constants) float64 {
+				if k.RankShareExponent == nil {
+					return math.NaN()
+				}
+				e := *k.RankShareExponent / 2
+				return math.Log(e / (1 - e))
+			}})
+		} else if !ts[0].gpu {
+			keep(ConstRankShare, "every run has the same number of ranks on a host")
+		}
 		// The fixed costs start at a share of the runs' typical step, not near 0:
 		// in the log coordinate a negligible cost is a plateau the search cannot
 		// leave.
@@ -401,6 +417,24 @@ func minimize(k *Constants, ps []param, loss func(*Constants) float64, start *Co
 	}
 	*k = *apply(x)
 	return nil
+}
+
+// ranksPerHost is the set of ranks-per-host counts of the host-profile (cpu)
+// samples among g: two or more tell the rank share exponent.
+func ranksPerHost(g []sample) map[int]bool {
+	out := map[int]bool{}
+	for _, s := range g {
+		if s.gpu {
+			continue
+		}
+		c := s.m.Config
+		n := c.GPUsPerNode
+		if n == 0 { // as the model fills it in: the ranks spread over the nodes
+			n = c.WorldSize / max(c.Nodes, 1)
+		}
+		out[max(n, 1)] = true
+	}
+	return out
 }
 
 func median(xs []float64) float64 {

@@ -82,6 +82,51 @@ func TestFitRecoversSyntheticConstants(t *testing.T) {
 	}
 }
 
+// TestFitRecoversRankShareOnCPU: runs on the cpu profile at one and two ranks
+// per host, generated with a known rank share exponent (and the other time
+// constants), give it back; the model's even share (1) would mispredict them.
+func TestFitRecoversRankShareOnCPU(t *testing.T) {
+	share := 0.15
+	truth := Constants{Efficiency: 0.3, StepOverheadS: 0.001, CollectiveLatencyS: 100e-6, IntraNodeBWFactor: 0.5, RankShareExponent: &share}
+	cal := &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"cpu": truth}}
+	var ms []Measurement
+	for _, ws := range []int{1, 2, 4} {
+		for _, bs := range []int{1, 4, 16} {
+			for _, sh := range []string{sweeps.FullShard, sweeps.DDP} {
+				rc := sweeps.RunConfig{Hardware: "cpu", Model: "tiny", SeqLen: 64, Nodes: 1, GPUsPerNode: ws, WorldSize: ws,
+					BatchPerDevice: bs, GradAccum: 1, Sharding: sh, BackwardPrefetch: sweeps.BackwardPre, MixedPrecision: sweeps.FP32,
+					ForwardPrefetch: true}
+				pred, err := predict(rc, Options{Calibration: cal})
+				require.NoError(t, err)
+				ms = append(ms, Measurement{Run: rc.MakeSlug(), Config: rc, TokensPerS: pred.TokensPerS})
+			}
+		}
+	}
+	got, err := Fit(ms)
+	require.NoError(t, err)
+	k := got.Profiles["cpu"]
+	require.NotNil(t, k.RankShareExponent)
+	assert.InDelta(t, share, *k.RankShareExponent, 0.01)
+	assert.InEpsilon(t, truth.Efficiency, k.Efficiency, 0.02)
+	assert.Contains(t, k.Fit.Fitted, ConstRankShare)
+	for _, row := range k.Fit.LeaveOneOut {
+		require.NotNil(t, row.TputErr, row.Run)
+		assert.Less(t, abs(*row.TputErr), 0.02, row.Run)
+	}
+
+	// One rank per host everywhere: the exponent is not told, and is kept.
+	var one []Measurement
+	for _, m := range ms {
+		if m.Config.WorldSize == 1 {
+			one = append(one, m)
+		}
+	}
+	got, err = Fit(one)
+	require.NoError(t, err)
+	assert.Nil(t, got.Profiles["cpu"].RankShareExponent)
+	assert.Contains(t, got.Profiles["cpu"].Fit.Kept, ConstRankShare+": every run has the same number of ranks on a host")
+}
+
 func abs(x float64) float64 {
 	if x < 0 {
 		return -x

@@ -635,9 +635,16 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 		return err
 	}
 	if !hw.IsGPU {
-		// The cpu profile is the whole host; ranks on it share its cores.
-		peak /= float64(r.GPUsPerNode)
-		pred.Notes = append(pred.Notes, fmt.Sprintf("cpu: %d ranks share the host's cores", r.GPUsPerNode))
+		// The cpu profile is the whole host; ranks on it share its cores, evenly
+		// unless calibrated (Constants.RankShareExponent).
+		e := p.rankShareExponent()
+		peak /= math.Pow(float64(r.GPUsPerNode), e)
+		if e == 1 {
+			pred.Notes = append(pred.Notes, fmt.Sprintf("cpu: %d ranks share the host's cores", r.GPUsPerNode))
+		} else {
+			pred.Notes = append(pred.Notes, fmt.Sprintf("cpu: %d ranks share the host's cores, each at %.3g of its peak (calibrated rank_share_exponent %.3g)",
+				r.GPUsPerNode, math.Pow(float64(r.GPUsPerNode), -e), e))
+		}
 	}
 	if hw.IsGPU && r.MixedPrecision == sweeps.FP32 {
 		pred.Notes = append(pred.Notes, "fp32 computes at the non-tensor-core FP32 peak: PyTorch leaves TF32 off for matmuls by default")

@@ -42,25 +42,33 @@ var llmFoundryRows = []struct {
 	{"13b", 2048, 64, 2, 1, false, 4800, 5120, 40, 40, 12853954560},
 }
 
+// llmFoundryRun is row i of llmFoundryRows as a run, its MPT config.json
+// written under dir.
+func llmFoundryRun(t *testing.T, dir string, i int) sweeps.RunConfig {
+	t.Helper()
+	r := llmFoundryRows[i]
+	path := filepath.Join(dir, fmt.Sprintf("mpt-%s-%d.json", r.model, r.seq))
+	b, err := json.Marshal(map[string]any{"model_type": "gpt2", "n_embd": r.hidden, "n_layer": r.layers,
+		"n_head": r.hd, "vocab_size": 50368, "n_positions": r.seq})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	rc := cfg(path, r.gpus, sweeps.FullShard)
+	rc.Nodes, rc.GPUsPerNode = r.gpus/8, 8
+	rc.SeqLen, rc.BatchPerDevice, rc.GradAccum, rc.ActivationCheckpointing = r.seq, r.mb, r.ga, r.ac
+	rc = withOpts(rc, "fsdp_version", 1, "loss", LossFused, "attention", AttentionFlash, "checkpointing", CheckpointFull)
+	if r.gpus > 8 {
+		// MosaicML's H100 clusters: 3.2 Tb/s per node, as 8 × 400G rails.
+		rc.BackendOptions["inter_node_fabric"] = "ib-rail-8x400g"
+	}
+	return rc
+}
+
 func TestPublishedLLMFoundryRowsFit(t *testing.T) {
 	dir := t.TempDir()
-	for _, r := range llmFoundryRows {
+	for i, r := range llmFoundryRows {
 		name := fmt.Sprintf("mpt-%s/seq%d/gpus%d/mb%d/ga%d", r.model, r.seq, r.gpus, r.mb, r.ga)
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(dir, fmt.Sprintf("mpt-%s-%d.json", r.model, r.seq))
-			b, err := json.Marshal(map[string]any{"model_type": "gpt2", "n_embd": r.hidden, "n_layer": r.layers,
-				"n_head": r.hd, "vocab_size": 50368, "n_positions": r.seq})
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(path, b, 0o644))
-			rc := cfg(path, r.gpus, sweeps.FullShard)
-			rc.Nodes, rc.GPUsPerNode = r.gpus/8, 8
-			rc.SeqLen, rc.BatchPerDevice, rc.GradAccum, rc.ActivationCheckpointing = r.seq, r.mb, r.ga, r.ac
-			rc = withOpts(rc, "fsdp_version", 1, "loss", LossFused, "attention", AttentionFlash, "checkpointing", CheckpointFull)
-			if r.gpus > 8 {
-				// MosaicML's H100 clusters: 3.2 Tb/s per node, as 8 × 400G rails.
-				rc.BackendOptions["inter_node_fabric"] = "ib-rail-8x400g"
-			}
-			p := mustPredict(t, rc)
+			p := mustPredict(t, llmFoundryRun(t, dir, i))
 			assert.InEpsilon(t, float64(r.numParams), float64(p.Shape.Params()), 1e-3, "MPT's parameter count")
 			perGPU := p.TokensPerS / float64(r.gpus)
 			t.Logf("peak %.1f GiB of %.1f; %.0f tokens/s/GPU vs %.0f published (%+.0f%%)", gibs(p.PeakDeviceMemBytes),
@@ -68,6 +76,40 @@ func TestPublishedLLMFoundryRowsFit(t *testing.T) {
 			assert.True(t, p.Feasible, "it trained on 80 GB GPUs: %s", p.Reason)
 		})
 	}
+}
+
+// TestPublishedLLMFoundryLeaveOneOut calibrates the h100-sxm profile on the
+// single-node llm-foundry rows and predicts each from the other 17: the
+// throughput error to expect on a run of a calibrated cluster that the fit has
+// not seen (issue 15 asks for 15%). The 64-GPU row stays out: it alone tells
+// the inter-node bandwidth, so left out it has nothing to be predicted from.
+func TestPublishedLLMFoundryLeaveOneOut(t *testing.T) {
+	dir := t.TempDir()
+	var ms []Measurement
+	for i, r := range llmFoundryRows {
+		if r.gpus > 8 {
+			continue
+		}
+		ms = append(ms, Measurement{Run: fmt.Sprintf("mpt-%s/seq%d/mb%d/ga%d", r.model, r.seq, r.mb, r.ga),
+			Config: llmFoundryRun(t, dir, i), TokensPerS: r.tokensPerSPerGPU * float64(r.gpus)})
+	}
+	cal, err := Fit(ms)
+	require.NoError(t, err)
+	k := cal.Profiles["h100-sxm"]
+	t.Logf("efficiency %.3g, size exponent %.3g, step overhead %.3g s, collective latency %.3g s", k.Efficiency,
+		k.EfficiencySizeExponent, k.StepOverheadS, k.CollectiveLatencyS)
+	require.Len(t, k.Fit.LeaveOneOut, len(ms))
+	var sum float64
+	for _, row := range k.Fit.LeaveOneOut {
+		require.NotNil(t, row.TputErr, row.Run)
+		e := *row.TputErr
+		t.Logf("%-26s leave-one-out %+.1f%%", row.Run, 100*e)
+		sum += abs(e)
+		assert.Less(t, abs(e), 0.25, row.Run)
+	}
+	mean := sum / float64(len(ms))
+	t.Logf("mean |error| %.1f%%", 100*mean)
+	assert.Less(t, mean, 0.15)
 }
 
 // torchtitanRows are torchtitan's published FSDP runs on 8 × H100 with 96 GB of

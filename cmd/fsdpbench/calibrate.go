@@ -126,6 +126,9 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 		if k.ForwardOverlap != nil {
 			rows = append(rows, []string{sim.ConstForwardOverlap, fmt.Sprintf("%.4g", *k.ForwardOverlap)})
 		}
+		if k.RankShareExponent != nil {
+			rows = append(rows, []string{sim.ConstRankShare, fmt.Sprintf("%.4g", *k.RankShareExponent)})
+		}
 		for _, cat := range slices.Sorted(maps.Keys(k.MemFactors)) {
 			rows = append(rows, []string{"mem_factors." + cat, fmt.Sprintf("%.4g", k.MemFactors[cat])})
 		}
