@@ -706,6 +706,11 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		return err
 	}
 	res.Extra = map[string]any{"precision": precisionOf(rc.MixedPrecision)}
+	if r0.Gathers != "" {
+		// Which all-gather path ran: it explains a step time (zero-copy moves
+		// no byte), and tells a transport comparison what it compared.
+		res.Extra["gathers"] = r0.Gathers
+	}
 	// Rank 0's losses (every rank computes the same global loss); a step lasts as
 	// long as its slowest rank.
 	res.Steps = make([]results.Step, rc.Steps)

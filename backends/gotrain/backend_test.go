@@ -22,6 +22,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -148,6 +149,17 @@ func TestRunLossesAgreeAcrossWorldSizesAndStrategies(t *testing.T) {
 						assert.InEpsilon(t, ref[i], losses[i], 1e-5, "step %d loss", i+1)
 					}
 				}
+				// The gather path the workers took: zero-copy on shared memory
+				// (fp32, a sharded strategy; hybrid_shard's shard groups lie
+				// within a node), copying on the TCP ring.
+				want := fsdp.GathersCopy
+				switch {
+				case tc.ws == 1 || tc.sharding == sweeps.DDP || tc.sharding == sweeps.NoShard:
+					want = fsdp.GathersNone
+				case transport != comm.TransportTCP:
+					want = fsdp.GathersZeroCopy
+				}
+				assert.Equal(t, want, res.Extra["gathers"], "metrics.json's extra.gathers")
 				if byTransport[name] == nil {
 					byTransport[name] = map[string][]float64{}
 				}

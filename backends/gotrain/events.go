@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/contract"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/fsdp"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
@@ -55,6 +57,9 @@ func divergedError(rank int, tail string) string {
 	return fmt.Sprintf("diverged: rank %d's loss became NaN or infinite", rank)
 }
 
+// gatherPaths are the values of RankFile.Gathers.
+var gatherPaths = []string{fsdp.GathersNone, fsdp.GathersZeroCopy, fsdp.GathersShared, fsdp.GathersCopy}
+
 // readRankFile reads and checks one worker's report: its JSON with positions, and
 // every figure within bounds.
 func readRankFile(path string, r int, rc sweeps.RunConfig) (RankFile, error) {
@@ -73,6 +78,8 @@ func readRankFile(path string, r int, rc sweeps.RunConfig) (RankFile, error) {
 		return f, bad(fmt.Errorf("rank is %d", f.Rank))
 	case len(f.StepTimesS) != steps || len(f.Losses) != steps:
 		return f, bad(fmt.Errorf("%d step times and %d losses for %d measured steps", len(f.StepTimesS), len(f.Losses), steps))
+	case f.Gathers != "" && !slices.Contains(gatherPaths, f.Gathers):
+		return f, bad(fmt.Errorf("gathers is %q, not one of %v", input.Clip(f.Gathers, 64), gatherPaths))
 	}
 	check := func(field string, v, hi float64, positive bool) error {
 		return backends.CheckFigure(field, v, 0, hi, positive)

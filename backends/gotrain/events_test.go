@@ -43,6 +43,8 @@ func TestWorkerReportsAreChecked(t *testing.T) {
 			results.StatusFailed, "rank 0: event:1:17: invalid character ','"},
 		{"bad rank file", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; echo '{"rank": '$RANK', "step_times_s": [0.1, 0, 0.1], "losses": [1, 1, 1]}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
 			results.StatusFailed, "rank-0.json: step_times_s[1] is 0; a time must be a number of seconds from 1e-09 to"},
+		{"unknown gather path", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; echo '{"rank": '$RANK', "step_times_s": [0.1, 0.1, 0.1], "losses": [1, 1, 1], "gathers": "teleport"}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
+			results.StatusFailed, `rank-0.json: gathers is "teleport", not one of [none zero-copy shared copy]`},
 		{"rank file type error", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; printf '{"rank": 0,\n "losses": "x"}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
 			results.StatusFailed, "rank-0.json:2:12: json: cannot unmarshal string"},
 	} {

@@ -118,6 +118,9 @@ type RankFile struct {
 	// NCCL is the version of the libnccl the run used, with its path
 	// ("2.27.3 (/path/libnccl.so.2)"); empty on the TCP ring.
 	NCCL string `json:"nccl,omitempty"`
+	// Gathers is how the unit all-gathers moved the parameters
+	// (fsdp.RankReport.Gathers: none, zero-copy, shared, copy).
+	Gathers string `json:"gathers,omitempty"`
 	// Checkpoint is the checkpoint phase, when the run checkpoints.
 	Checkpoint *CheckpointReport `json:"checkpoint,omitempty"`
 }
@@ -288,6 +291,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 	}
 	rr := tr.Report()
 	out.PeakMemAllocatedBytes = rr.Memory.PeakTotal
+	out.Gathers = rr.Gathers
 	out.PeakBytes = map[string]int64{}
 	for c := device.Category(0); c < device.NumCategories; c++ {
 		if v := rr.Memory.Peak[c]; v != 0 || c != device.Other {

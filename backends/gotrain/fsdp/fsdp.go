@@ -136,7 +136,26 @@ type RankReport struct {
 	// Comm sums this rank's communicators: the world (the loss, and the shard or
 	// replicate group when that is the world) and the groups the trainer split.
 	Comm comm.Stats
+	// Gathers is how the unit all-gathers moved the parameters so far: one of
+	// GathersNone, GathersZeroCopy, GathersShared, GathersCopy.
+	Gathers string
 }
+
+// How a rank's unit all-gathers ran (RankReport.Gathers).
+const (
+	// GathersNone: the strategy gathers nothing (no_shard, ddp, a shard group
+	// of one), or no step ran yet.
+	GathersNone = "none"
+	// GathersZeroCopy: in place in the node's shared memory, a barrier each
+	// (residentUnits).
+	GathersZeroCopy = "zero-copy"
+	// GathersShared: into one shared buffer per node, each rank writing its
+	// piece (sharedGathered; bf16, or fp32 when the units did not fit).
+	GathersShared = "shared"
+	// GathersCopy: each rank's own buffer, every piece copied to every rank
+	// (TCP, NCCL, or shared memory's rounds when its arena is full).
+	GathersCopy = "copy"
+)
 
 // UnitLayout is one unit's flat parameter as FSDP splits it.
 type UnitLayout struct {
@@ -935,9 +954,18 @@ func (t *Trainer) release() {
 
 // Report is this rank's memory and communication so far.
 func (t *Trainer) Report() RankReport {
-	r := RankReport{Rank: t.world.Rank(), Memory: t.dev.Memory(), Comm: t.world.Stats()}
+	r := RankReport{Rank: t.world.Rank(), Memory: t.dev.Memory(), Comm: t.world.Stats(), Gathers: GathersNone}
 	for _, c := range t.owned {
 		r.Comm = r.Comm.Add(c.Stats())
+	}
+	switch {
+	case t.replicated || t.shard == nil || t.step == 0:
+	case t.inPlaceGathers > 0:
+		r.Gathers = GathersZeroCopy
+	case t.sharedGathers > 0:
+		r.Gathers = GathersShared
+	default:
+		r.Gathers = GathersCopy
 	}
 	return r
 }
