@@ -427,7 +427,10 @@ func PredictCalibrated(rc sweeps.RunConfig, simOptions map[string]any, cal *Cali
 
 // calibrateTime adds the calibrated fixed costs to the predicted step: the
 // per-micro-step overhead, and the latency of every collective call, and
-// derives throughput and MFU again.
+// derives throughput and MFU again. The overhead is what the micro-step's ops
+// cost beyond their FLOPs (launches, dispatch, the framework's Python), so
+// activation checkpointing's recompute, which runs forward ops again, repeats
+// it in the FLOPs' proportion (recomputeFactor).
 func (p *point) calibrateTime(strategy string, wu wrapUnits, pred *Prediction) {
 	if p.cal == nil || (p.cal.StepOverheadS == 0 && p.cal.CollectiveLatencyS == 0) {
 		return
@@ -436,7 +439,7 @@ func (p *point) calibrateTime(strategy string, wu wrapUnits, pred *Prediction) {
 	lat := float64(collectiveCalls(p, strategy, wu)) * p.cal.CollectiveLatencyS
 	pred.ExposedCommS += lat
 	pred.CommS += lat
-	pred.StepTimeS += ga*p.cal.StepOverheadS + lat
+	pred.StepTimeS += ga*p.cal.StepOverheadS*p.recomputeFactor() + lat
 	pred.TokensPerS = float64(pred.TokensPerStep) / pred.StepTimeS
 	pred.MFU = pred.ModelFlopsPerToken * pred.TokensPerS / float64(p.rc.WorldSize) / pred.PeakFlopsPerS
 }

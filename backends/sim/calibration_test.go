@@ -120,6 +120,21 @@ func TestCalibratedPrediction(t *testing.T) {
 		assert.InEpsilon(t, base.StepTimeS+0.01+float64(calls)*1e-4, p.StepTimeS, 1e-9)
 		assert.InEpsilon(t, float64(p.TokensPerStep)/p.StepTimeS, p.TokensPerS, 1e-12)
 	})
+	t.Run("recompute repeats the overhead", func(t *testing.T) {
+		ac := rc
+		ac.ActivationCheckpointing = true
+		cal := &Calibration{Profiles: map[string]Constants{"h100-sxm": {Efficiency: eff}}}
+		full := map[string]any{"checkpointing": CheckpointFull}
+		bare, err := PredictCalibrated(ac, full, cal)
+		require.NoError(t, err)
+		cal.Profiles["h100-sxm"] = Constants{Efficiency: eff, StepOverheadS: 0.01}
+		p, err := PredictCalibrated(ac, full, cal)
+		require.NoError(t, err)
+		// Full checkpointing runs the forward's ops again: 4/3 of the overhead,
+		// as of the FLOPs.
+		assert.InEpsilon(t, bare.StepTimeS+0.01*4/3, p.StepTimeS, 1e-9)
+		assert.InEpsilon(t, 4.0/3, bare.ComputeS/base.ComputeS, 1e-9)
+	})
 	t.Run("bandwidth factor scales fabric curves too", func(t *testing.T) {
 		two := rc
 		two.Nodes, two.WorldSize = 2, 16

@@ -624,6 +624,21 @@ func ringTime(size float64, n int, allReduce bool, bw float64) float64 {
 	return size * f / bw
 }
 
+// recomputeFactor is a micro-step's compute with activation checkpointing
+// over its compute without: full checkpointing runs the forward (a third of
+// the FLOPs) again in backward; selective runs again the matmuls the policy
+// does not save.
+func (p *point) recomputeFactor() float64 {
+	if !p.rc.ActivationCheckpointing {
+		return 1
+	}
+	if p.as.Checkpointing == CheckpointSelective {
+		_, rf := selectiveSaved(p.shape)
+		return 1 + float64(p.shape.Layers)*rf/p.shape.FlopsPerToken(p.rc.SeqLen)
+	}
+	return 4.0 / 3
+}
+
 // timeModel fills the step time, its parts and the communication volumes.
 func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	r, s, hw := p.rc, p.shape, p.hw
@@ -653,16 +668,7 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	pred.ModelFlopsPerToken = s.FlopsPerToken(r.SeqLen)
 	microTokens := float64(r.BatchPerDevice * r.SeqLen)
 	plain := pred.ModelFlopsPerToken * microTokens / (peak * hw.Efficiency)
-	fwdC, micro := plain/3, plain
-	if r.ActivationCheckpointing {
-		if p.as.Checkpointing == CheckpointSelective {
-			// The matmuls the policy does not save run forward again in backward.
-			_, rf := selectiveSaved(s)
-			micro = plain + float64(s.Layers)*rf*microTokens/(peak*hw.Efficiency)
-		} else {
-			micro = plain * 4 / 3 // the forward is run again in backward
-		}
-	}
+	fwdC, micro := plain/3, plain*p.recomputeFactor()
 	bwdC := micro - fwdC
 	ga := float64(r.GradAccum)
 	pred.ComputeS = ga * micro
