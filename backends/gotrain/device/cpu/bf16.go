@@ -41,7 +41,8 @@ func (d *dev[T]) AllocDType(n int, t device.DType, cat device.Category) (device.
 
 // AllocDTypeOn is AllocDType over memory the caller owns, len(mem) elements: fsdp
 // puts the gathered parameters of ranks on one node in one physical buffer of the
-// shared-memory communicator's arena (comm.SharedGatherer). The buffer is charged
+// shared-memory communicator's arena (comm.SharedGatherer), and under zero-copy
+// gathers each rank's parameter shard in its piece of that buffer. The buffer is charged
 // exactly as AllocDType's, so the accounting is per rank and does not depend on
 // where the memory lives (the sharing is physical only); it is not zeroed (a peer
 // may read the memory until the caller's all-gather says otherwise), and Free does
