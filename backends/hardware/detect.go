@@ -81,14 +81,20 @@ func fromNvidiaSMI(out string, runErr error) (Profile, string) {
 		count, strings.Join(Names(), ", "))
 }
 
-// parseMiB reads nvidia-smi's "81559 MiB".
+// maxDeviceMiB bounds a GPU's memory as nvidia-smi reports it (16 TiB, far
+// beyond any GPU): a larger figure is not a GPU's, and in bytes it would
+// overflow.
+const maxDeviceMiB = 16 << 20
+
+// parseMiB reads nvidia-smi's "81559 MiB"; a figure out of (0, maxDeviceMiB]
+// is not read (the profile's stands).
 func parseMiB(s string) (int64, bool) {
 	num, ok := strings.CutSuffix(strings.TrimSpace(s), "MiB")
 	if !ok {
 		return 0, false
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || v <= 0 {
+	if err != nil || v <= 0 || v > maxDeviceMiB {
 		return 0, false
 	}
 	return v << 20, true

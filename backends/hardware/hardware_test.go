@@ -175,9 +175,10 @@ func FuzzFromNvidiaSMI(f *testing.F) {
 	f.Add("NVIDIA A100-SXM4-80GB, 40326 MiB\nNVIDIA A100-SXM4-80GB, 40326 MiB\n")
 	f.Add("Tesla T4, 15360 MiB")
 	f.Add("NVIDIA H200, -5 MiB")
+	f.Add("A100,10000000000000MiB") // overflowed int64 in bytes (found by the fuzzer)
 	f.Fuzz(func(t *testing.T, out string) {
 		p, why := fromNvidiaSMI(out, nil)
-		if why == "" || !slices.Contains(Names(), p.Name) || p.MemBytes < 0 {
+		if why == "" || !slices.Contains(Names(), p.Name) || p.MemBytes < 0 || p.MemBytes > maxDeviceMiB<<20 {
 			t.Fatalf("%q gave %q, %+v", out, why, p)
 		}
 	})
