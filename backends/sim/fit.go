@@ -424,15 +424,9 @@ func minimize(k *Constants, ps []param, loss func(*Constants) float64, start *Co
 func ranksPerHost(g []sample) map[int]bool {
 	out := map[int]bool{}
 	for _, s := range g {
-		if s.gpu {
-			continue
+		if !s.gpu {
+			out[ranksPerNode(s.m.Config)] = true
 		}
-		c := s.m.Config
-		n := c.GPUsPerNode
-		if n == 0 { // as the model fills it in: the ranks spread over the nodes
-			n = c.WorldSize / max(c.Nodes, 1)
-		}
-		out[max(n, 1)] = true
 	}
 	return out
 }

@@ -231,10 +231,7 @@ func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
 		}
 	}
 	r.Nodes = max(r.Nodes, 1)
-	if r.GPUsPerNode == 0 && r.WorldSize > 0 {
-		r.GPUsPerNode = r.WorldSize / r.Nodes
-	}
-	r.GPUsPerNode = max(r.GPUsPerNode, 1)
+	r.GPUsPerNode = ranksPerNode(*r)
 	if r.WorldSize == 0 {
 		r.WorldSize = r.Nodes * r.GPUsPerNode
 	}
@@ -622,6 +619,16 @@ func ringTime(size float64, n int, allReduce bool, bw float64) float64 {
 		f *= 2
 	}
 	return size * f / bw
+}
+
+// ranksPerNode is the run's gpus_per_node, or when it is not given its ranks
+// spread evenly over its nodes (at least 1).
+func ranksPerNode(r sweeps.RunConfig) int {
+	n := r.GPUsPerNode
+	if n == 0 && r.WorldSize > 0 {
+		n = r.WorldSize / max(r.Nodes, 1)
+	}
+	return max(n, 1)
 }
 
 // recomputeFactor is a micro-step's compute with activation checkpointing
