@@ -7,6 +7,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/token"
 )
 
 // resolvedYAML writes the spec as it will run: the tree after --set, with every
@@ -84,10 +85,20 @@ func flowLeaves(n ast.Node, inSeq bool) {
 	}
 }
 
+// isLeaf says whether n is a scalar that reads back the same inside a flow
+// collection. A plain string holding a flow indicator (`,[]{}`), a `:` or `#`, or
+// a line break would not: goccy writes it bare (or as a literal block), which is
+// right in block style but splits or breaks the flow list, so its collection stays
+// in block style.
 func isLeaf(n ast.Node) bool {
-	switch n.(type) {
+	switch v := n.(type) {
 	case *ast.MappingNode, *ast.MappingValueNode, *ast.SequenceNode:
 		return false
+	case *ast.StringNode:
+		if v.Token != nil && (v.Token.Type == token.DoubleQuoteType || v.Token.Type == token.SingleQuoteType) {
+			return true
+		}
+		return !strings.ContainsAny(v.Value, ",[]{}:#\n\r")
 	}
 	return true
 }
