@@ -47,7 +47,7 @@ func FuzzParse(f *testing.F) {
 		"name: x\nseed: 4294967296\ntimeout: 1000h\n",
 		// Strings that are plain in block style but not inside a flow list
 		// (found by CI's fuzzing: `[0[]` did not read back).
-		"name: A\nbackend_options:\n  0A: [\"0[\"]\n  k: [\"a,b\", \"x\\ny\", \"{q\", \"c: d\", \"e #f\"]\n  m: [{a: \"}\"}]\n",
+		"name: A\nbackend_options:\n  0A: [\"0[\"]\n  k: [\"a,b\", \"x\\ny\", \"{q\", \"c: d\", \"e #f\"]\n  m: [{a: \"}\"}, {\"a,b\": c}]\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -62,7 +62,7 @@ func flowLeaves(n ast.Node, inSeq bool) {
 	case *ast.MappingNode:
 		leaves := true
 		for _, mv := range v.Values {
-			leaves = leaves && isLeaf(mv.Value)
+			leaves = leaves && isLeaf(mv.Key) && isLeaf(mv.Value)
 			flowLeaves(mv.Value, false)
 		}
 		if inSeq && leaves {
@@ -70,7 +70,7 @@ func flowLeaves(n ast.Node, inSeq bool) {
 		}
 	case *ast.MappingValueNode:
 		flowLeaves(v.Value, false)
-		if inSeq && isLeaf(v.Value) {
+		if inSeq && isLeaf(v.Key) && isLeaf(v.Value) {
 			v.SetIsFlowStyle(true)
 		}
 	case *ast.SequenceNode:
@@ -86,7 +86,7 @@ func flowLeaves(n ast.Node, inSeq bool) {
 }
 
 // isLeaf says whether n is a scalar that reads back the same inside a flow
-// collection. A plain string holding a flow indicator (`,[]{}`), a `:` or `#`, or
+// collection (as a value or a key). A plain string holding a flow indicator (`,[]{}`), a `:` or `#`, or
 // a line break would not: goccy writes it bare (or as a literal block), which is
 // right in block style but splits or breaks the flow list, so its collection stays
 // in block style.
