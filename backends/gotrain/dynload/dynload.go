@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package dynload opens shared libraries at run time (dlopen/dlsym) so the
 // product builds without CUDA or NCCL headers and runs on machines without
 // them, failing with an error that lists every place it looked.
