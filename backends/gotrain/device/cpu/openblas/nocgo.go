@@ -6,7 +6,7 @@ import "errors"
 
 // errNoCgo is why Load fails in a build without cgo: loading a C library at run
 // time needs it.
-var errNoCgo = errors.New("OpenBLAS not loaded: fsdpbench was built without cgo (CGO_ENABLED=0), which loading libopenblas needs, so the cpu device runs its GEMMs on gonum; rebuild with a C compiler and CGO_ENABLED=1 to use OpenBLAS")
+var errNoCgo = errors.New("OpenBLAS not loaded: fsdpbench was built without cgo (CGO_ENABLED=0), which loading libopenblas needs; rebuild with a C compiler and CGO_ENABLED=1 to use it")
 
 // Load fails in a build without cgo; callers fall back to gonum as they do
 // where the library is missing.
