@@ -15,6 +15,7 @@ lint:
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) build ./... && CGO_ENABLED=0 $(GO) vet ./...
 
 # The tests run while a one-node Slurm is up for the launcher's tests (.ci/with-slurm
 # starts one, and stops it afterwards, when none answers); then every fuzz target

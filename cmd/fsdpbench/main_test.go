@@ -57,7 +57,12 @@ type result struct {
 // fsdpbench runs the binary in dir and waits for it.
 func fsdpbench(t *testing.T, dir string, args ...string) result {
 	t.Helper()
-	cmd := command(dir, args...)
+	return runCommand(t, command(dir, args...))
+}
+
+// runCommand runs cmd, an invocation of a binary under test, and waits for it.
+func runCommand(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

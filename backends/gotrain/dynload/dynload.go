@@ -1,12 +1,5 @@
-// Package dynload opens shared libraries at run time (dlopen/dlsym) so the
-// product builds without CUDA or NCCL headers and runs on machines without
-// them, failing with an error that lists every place it looked.
-//
-// A library is found through a search list: the environment override first
-// (exclusive: a path the user named is never silently replaced by another),
-// then the dynamic loader's default path by soname, then the Python
-// environment's site-packages/nvidia/<pkg>/lib, where pip wheels of NCCL and
-// cuBLAS put them on GPU images.
+//go:build cgo
+
 package dynload
 
 // #cgo LDFLAGS: -ldl

@@ -1,3 +1,15 @@
+// Package dynload opens shared libraries at run time (dlopen/dlsym) so the
+// product builds without CUDA or NCCL headers and runs on machines without
+// them, failing with an error that lists every place it looked.
+//
+// A library is found through a search list: the environment override first
+// (exclusive: a path the user named is never silently replaced by another),
+// then the dynamic loader's default path by soname, then the Python
+// environment's site-packages/nvidia/<pkg>/lib, where pip wheels of NCCL and
+// cuBLAS put them on GPU images.
+//
+// Without cgo (CGO_ENABLED=0) only the search for site-packages is built:
+// dlopen needs cgo, and the packages that load libraries have stubs of their own.
 package dynload
 
 import (

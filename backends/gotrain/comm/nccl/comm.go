@@ -1,3 +1,5 @@
+//go:build cgo
+
 package nccl
 
 // #include <stdint.h>
@@ -34,57 +36,11 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/rendezvous"
 )
 
-// Stream is the CUDA stream collectives are issued on (the cuda device's
-// communication stream).
-type Stream interface {
-	// Handle is the CUstream, passed to NCCL as its cudaStream_t.
-	Handle() uintptr
-	// Done reports, without blocking, whether everything issued on the
-	// stream so far has finished (cuStreamQuery), or the device's error.
-	Done() (bool, error)
-}
-
-// Staging moves host slices through device memory, for the collectives the
-// trainer runs on host data (the step's loss, the gradient norm) when NCCL
-// works on device memory.
-type Staging interface {
-	// Scratch returns device memory for at least n float32 elements; it stays
-	// valid until the next Scratch call.
-	Scratch(n int) (uintptr, error)
-	// ToDevice and ToHost copy and return when the copy is done.
-	ToDevice(dst uintptr, src []float32) error
-	ToHost(dst []float32, src uintptr) error
-}
-
 // DevicePointer is implemented by buffers in device memory (the cuda device's,
 // views included): the address NCCL reads and writes.
 type DevicePointer interface {
 	DevicePointer() uintptr
 }
-
-// Options tune an NCCL communicator. The zero value is usable.
-type Options struct {
-	// Timeout bounds one collective: past it the watchdog aborts the
-	// communicator and the run fails naming the rank. 0 means
-	// comm.DefaultOpTimeout.
-	Timeout time.Duration
-	// ConnectTimeout bounds the rendezvous and communicator setup; 0 means
-	// comm.DefaultConnectTimeout.
-	ConnectTimeout time.Duration
-	// Poll is how often the watchdog checks ncclCommGetAsyncError and the
-	// deadline; 0 means DefaultPoll.
-	Poll time.Duration
-	// Stream is where collectives run; nil is stream 0 with a host-memory
-	// library (the test fake), whose collectives are done when they return.
-	Stream Stream
-	// Staging carries host-slice collectives through device memory; nil passes
-	// host pointers, which only a host-memory library accepts.
-	Staging Staging
-}
-
-// DefaultPoll is the watchdog's period: short against a collective timeout,
-// long enough to cost nothing.
-const DefaultPoll = 10 * time.Millisecond
 
 // Limits on Options, checked where they enter.
 const (

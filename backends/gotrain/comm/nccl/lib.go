@@ -1,19 +1,5 @@
-// Package nccl is the gotrain trainer's NCCL communicator: comm.Communicator and
-// comm.BufferCollectives over libnccl.so.2, loaded at run time through dynload
-// (no NCCL header or library at build time), with a watchdog that turns NCCL's
-// asynchronous errors and hangs into a failed run naming the rank.
-//
-// The declarations below are written from NCCL's public API (nccl.h): the
-// library is reached only through function pointers found with dlsym, each
-// called by a small C trampoline, so an older NCCL that lacks an optional
-// symbol (ncclCommSplit before 2.18.1) still loads and the feature is gated on
-// ncclGetVersion.
-//
-// Besides the NCCL communicator, each group keeps a TCP ring (comm's) as its
-// control plane, like PyTorch's ProcessGroupNCCL keeps its store: it carries the
-// ncclUniqueId from rank 0 (the ring itself was set up through the rendezvous
-// store), the color exchange of Split, and, after a collective fails, each
-// rank's status, so that every rank names the same failed rank.
+//go:build cgo
+
 package nccl
 
 // #include <stdint.h>

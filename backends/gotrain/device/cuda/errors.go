@@ -1,6 +1,13 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNoDevice is wrapped by every error that means this machine cannot run the
+// cuda device: no driver library, no cuBLAS, cuInit failing, no GPU.
+var ErrNoDevice = errors.New("no CUDA device")
 
 // cuResultNames names the CUDA driver's CUresult codes (cuda.h's cudaError_enum).
 // The table is ours rather than cuGetErrorName's: the toolkit's stub libcuda answers

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package cuda
 
 // #cgo CFLAGS: -O2 -Wall -Werror
@@ -24,10 +26,6 @@ type libraries struct {
 	// devices is cuDeviceGetCount after cuInit.
 	devices int
 }
-
-// ErrNoDevice is wrapped by every error that means this machine cannot run the
-// cuda device: no driver library, no cuBLAS, cuInit failing, no GPU.
-var ErrNoDevice = errors.New("no CUDA device")
 
 var bind = sync.OnceValues(bindLibraries)
 

@@ -1,10 +1,5 @@
-// Package openblas binds the few OpenBLAS functions the cpu device needs
-// (cblas_sgemm, cblas_dgemm and the thread controls) at run time through
-// dynload, so the product builds without BLAS headers or libraries and runs,
-// on gonum's pure-Go BLAS, where OpenBLAS is not installed.
-//
-// The library is loaded once per process: its thread count is process-wide
-// state, as OMP_NUM_THREADS is for torch.
+//go:build cgo
+
 package openblas
 
 // #include <stdlib.h>
@@ -59,23 +54,6 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/dynload"
 )
 
-// MaxThreads bounds SetThreads: past any host this trainer runs on, and below
-// the MAX_THREADS Debian builds OpenBLAS with (64 and up).
-const MaxThreads = 64
-
-// Library is the loaded OpenBLAS.
-type Library struct {
-	// Path is what dlopen loaded (a soname or a file path).
-	Path string
-	// Config is openblas_get_config(): version, build options and the core the
-	// kernels were chosen for ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64").
-	Config string
-
-	mu      sync.Mutex // guards the thread count: threads, serial
-	threads int        // the count set, restored when the last Serial returns
-	serial  int        // Serial calls running
-}
-
 // threadTimeout is OPENBLAS_THREAD_TIMEOUT's value unless the user set one: a
 // thread pool's worker waits 2^4 cycles for the next GEMM, not OpenBLAS's
 // default 2^28 (~0.1 s), before it sleeps. Spinning workers yield the CPU, but
@@ -109,15 +87,6 @@ var load = sync.OnceValues(func() (*Library, error) {
 // libopenblas.so.0 through the loader), once per process; the error lists every
 // place it looked.
 func Load() (*Library, error) { return load() }
-
-// Version is the version in Config ("0.3.21"), "" when Config does not say.
-func (l *Library) Version() string {
-	f := strings.Fields(l.Config)
-	if len(f) >= 2 && f[0] == "OpenBLAS" {
-		return f[1]
-	}
-	return ""
-}
 
 // Threads is how many threads a large GEMM uses: openblas_get_num_threads()
 // outside Serial, the count Serial restores inside it.
