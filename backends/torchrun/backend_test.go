@@ -253,14 +253,20 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 		err error
 	}
 	done := make(chan ran, 1)
+	var stderr strings.Builder
+	lw := &lockedWriter{w: &stderr}
 	go func() {
-		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir()}, emit)
+		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir(), Stderr: lw}, emit)
 		done <- ran{res, err}
 	}()
 	select {
 	case <-stepped:
+	case r := <-done:
+		t.Fatalf("the run ended before the hanging script printed its step line: %+v %v; stderr:\n%s", r.res, r.err, lw.String())
 	case <-time.After(testTimeout):
-		t.Fatal("the hanging script never printed its step line")
+		cancel()
+		r := <-done
+		t.Fatalf("the hanging script never printed its step line in %v (%+v %v); stderr:\n%s", testTimeout, r.res, r.err, lw.String())
 	}
 	start := time.Now()
 	cancel()
@@ -281,6 +287,13 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+}
+
+// String returns what was written so far (w must be a *strings.Builder).
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.(*strings.Builder).String()
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {

@@ -88,6 +88,7 @@ func TestBuildWithoutCgo(t *testing.T) {
 				require.Equal(t, 0, res.code, res.stderr)
 			}
 			plan, err := sweeps.Load(spec, sweeps.Options{Set: tc.set})
+			require.NoError(t, err)
 			require.Len(t, plan.Runs, 1)
 			m, err := (&results.SweepDir{Path: filepath.Join(sub, "out", "nocgo")}).ReadMetrics(plan.Runs[0].ID)
 			require.NoError(t, err)
