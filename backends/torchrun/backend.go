@@ -72,6 +72,9 @@ print(json.dumps({"version": torch.__version__, "cuda": torch.cuda.is_available(
 type Backend struct {
 	mu     sync.Mutex
 	probes map[string]probe
+	// localNode picks a one-node run's rendezvous (LocalNode; tests replace it
+	// to hand out a port that is taken).
+	localNode func(id string) (*Node, error)
 }
 
 type probe struct {
@@ -80,7 +83,19 @@ type probe struct {
 }
 
 // New returns the torchrun backend.
-func New() *Backend { return &Backend{probes: map[string]probe{}} }
+func New() *Backend { return &Backend{probes: map[string]probe{}, localNode: LocalNode} }
+
+// rendezvousAttempts is how many times a one-node run is started when its
+// rendezvous port turns out to be taken (rendezvousPortTaken) before any rank ran.
+const rendezvousAttempts = 3
+
+// rendezvousPortTaken reports whether a line of torchrun's stderr says that its
+// agent could not bind the rendezvous store's port (torch 1.13 and 2.x word it
+// the same: "The server socket has failed to bind to [::]:P (errno: 98 -
+// Address already in use)").
+func rendezvousPortTaken(line string) bool {
+	return strings.Contains(line, "server socket has failed to") && strings.Contains(line, "Address already in use")
+}
 
 // Name returns "torchrun".
 func (*Backend) Name() string { return Name }
@@ -288,17 +303,6 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		return res, err
 	}
 	res.Env.Torch = job.torch
-	node, err := LocalNode(rc.ID)
-	if err != nil {
-		return res, err
-	}
-	argv, err := job.Argv(node)
-	if err != nil {
-		return res, err
-	}
-	if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
-		return res, err
-	}
 
 	// Python's tempfile, and with it torch, accelerate and the user's libraries,
 	// writes under $TMPDIR: that is the run's own, so nothing of a run lands outside
@@ -308,24 +312,62 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		return res, fmt.Errorf("torchrun: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = job.Paths.OutputDir
-	cmd.Env = append(job.baseEnviron(os.Environ()), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
-	rep := job.NewReport()
-	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
-		Stdout: func(line string) {
-			if st, ok := rep.Stdout(line); ok {
-				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
-					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
-			}
-		},
-		Stderr:     rep.Stderr,
-		StdoutSink: env.Stdout,
-		StderrSink: env.Stderr,
-		Started:    func() { emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()}) },
-	})
-	if !started {
-		return res, fmt.Errorf("torchrun: starting %s: %w", argv[0], waitErr)
+	var (
+		rep     *Report
+		waitErr error
+		once    sync.Once
+	)
+	for attempt := 1; ; attempt++ {
+		node, err := b.localNode(rc.ID)
+		if err != nil {
+			return res, err
+		}
+		argv, err := job.Argv(node)
+		if err != nil {
+			return res, err
+		}
+		if err := writeCommand(filepath.Join(runDir, "command.json"), argv); err != nil {
+			return res, err
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = job.Paths.OutputDir
+		cmd.Env = append(job.baseEnviron(os.Environ()), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
+		rep = job.NewReport()
+		var portTaken, stepped bool
+		var started bool
+		started, waitErr = contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
+			Stdout: func(line string) {
+				if st, ok := rep.Stdout(line); ok {
+					stepped = true
+					emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
+						Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
+				}
+			},
+			Stderr: func(line string) {
+				portTaken = portTaken || rendezvousPortTaken(line)
+				rep.Stderr(line)
+			},
+			StdoutSink: env.Stdout,
+			StderrSink: env.Stderr,
+			Started:    func() { once.Do(func() { emit(backends.Event{Kind: backends.EventStarted, Time: time.Now()}) }) },
+		})
+		if !started {
+			return res, fmt.Errorf("torchrun: starting %s: %w", argv[0], waitErr)
+		}
+		// Another process bound the rendezvous port between LocalNode's check and
+		// torchrun's bind (a parallel sweep, or any program choosing ports itself):
+		// the agent failed at once, before any rank started, so the run is
+		// started again on another port rather than failed for nothing it did.
+		if !portTaken || stepped || waitErr == nil || ctx.Err() != nil || node.Nodes > 1 || attempt == rendezvousAttempts {
+			break
+		}
+		if env.Stderr != nil {
+			_, _ = fmt.Fprintf(env.Stderr, "fsdpbench: torchrun's rendezvous port %s was taken by another process; starting the run again on another port (attempt %d of %d)\n",
+				node.Endpoint, attempt+1, rendezvousAttempts)
+		}
+		if job, err = b.Prepare(ctx, rc, runDir); err != nil {
+			return res, err
+		}
 	}
 	res.Finished = time.Now()
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,6 +228,45 @@ func TestRunWritesNothingOutsideItsRunDirectory(t *testing.T) {
 	assert.Empty(t, names, "the run wrote into $TMPDIR")
 	logs, _ := filepath.Glob(filepath.Join(runDir, "torchelastic", "*"))
 	assert.NotEmpty(t, logs, "torchrun's logs are kept in the run directory")
+}
+
+// TestRunStartsAgainWhenTheRendezvousPortIsTaken hands a run a rendezvous port
+// that another process holds, as happens when something binds it between
+// LocalNode's check and torchrun's: the agent fails at once, and the run starts
+// again on another port and ends ok.
+func TestRunStartsAgainWhenTheRendezvousPortIsTaken(t *testing.T) {
+	needTorch(t)
+	held, err := net.Listen("tcp", ":0")
+	require.NoError(t, err)
+	defer held.Close()
+	taken := "127.0.0.1:" + strconv.Itoa(held.Addr().(*net.TCPAddr).Port)
+	b := New()
+	var endpoints []string
+	b.localNode = func(id string) (*Node, error) {
+		n, err := LocalNode(id)
+		if len(endpoints) == 0 {
+			n.Endpoint = taken
+		}
+		endpoints = append(endpoints, n.Endpoint)
+		return n, err
+	}
+	rc := runConfig(2, sweeps.DDP)
+	rc.BackendOptions = map[string]any{"script": "testdata/faulty.py", "args": []any{"--mode", "tmpfile"}}
+	require.NoError(t, b.Validate(context.Background(), rc))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
+	defer cancel()
+	var stderr strings.Builder
+	lw := &lockedWriter{w: &stderr}
+	runDir := t.TempDir()
+	res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: runDir, Stderr: lw}, nil)
+	require.NoError(t, err)
+	require.Equal(t, results.StatusOK, res.Status, "error %q; stderr:\n%s", res.Error, lw.String())
+	require.Len(t, endpoints, 2, "one start on the taken port, one on another")
+	assert.NotEqual(t, taken, endpoints[1])
+	assert.Contains(t, lw.String(), "rendezvous port "+taken+" was taken by another process; starting the run again on another port (attempt 2 of 3)")
+	argv, err := os.ReadFile(filepath.Join(runDir, "command.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(argv), endpoints[1], "command.json is the command that ran")
 }
 
 // TestRunCancelStopsEveryRank cancels a run whose ranks hang and requires the run

@@ -129,7 +129,7 @@ func TorchrunArgv(rc sweeps.RunConfig, o Options, node *Node, logDir, script str
 // (ip_local_port_range), from which every connection's source port and every
 // "port 0" listener is taken: between this check and torchrun binding it, only
 // another explicit chooser could take it, and then the static rendezvous fails
-// at once instead of hanging.
+// at once instead of hanging (and Run starts it again on another port).
 func LocalNode(id string) (*Node, error) {
 	lo := ephemeralLow()
 	const span = 7000
@@ -138,7 +138,9 @@ func LocalNode(id string) (*Node, error) {
 	for range 64 {
 		port := first + rand.IntN(lo-first)
 		var l net.Listener
-		if l, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err != nil {
+		// Every address, as the agent's store binds ([::] and 0.0.0.0): a port
+		// some program holds on one interface only is taken for torchrun too.
+		if l, err = net.Listen("tcp", ":"+strconv.Itoa(port)); err != nil {
 			continue
 		}
 		if err = l.Close(); err != nil {
