@@ -31,6 +31,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -220,8 +221,9 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 }
 
 // Validate refuses what the cpu trainer cannot run: a model that is not a llama-arch
-// shape the model package builds, any precision but fp32, cpu_offload, compile, and
-// a world size that is not nodes × gpus_per_node.
+// shape the model package builds, any precision but fp32, cpu_offload, compile, a
+// world size that is not nodes × gpus_per_node, and a library the options ask for
+// (comm: nccl, blas: openblas) that does not load.
 func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	opts, err := ParseOptions(rc.BackendOptions)
 	if err != nil {
@@ -236,6 +238,13 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	} else if c == CommNCCL {
 		if _, err := nccl.Load(); err != nil {
 			return fmt.Errorf("gotrain: backend_options.comm nccl: %w", err)
+		}
+	}
+	if !gpu && opts.BLAS == BLASOpenBLAS {
+		// Refused here, before the sweep starts, rather than by every rank of
+		// every run (openCPU says the same where a worker finds it missing).
+		if _, err := openblas.Load(); err != nil {
+			return openBLASMissing(err)
 		}
 	}
 	switch rc.MixedPrecision {

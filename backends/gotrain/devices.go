@@ -158,7 +158,7 @@ func openCPU(limit int64, blas string, threads int) (device.Device, error) {
 	case BLASOpenBLAS, BLASAuto, "":
 		lib, err := openblas.Load()
 		if err != nil && blas == BLASOpenBLAS {
-			return nil, fmt.Errorf("backend_options.blas is openblas and it does not load: %w (install libopenblas0-pthread, or set blas: auto to fall back to gonum)", err)
+			return nil, openBLASMissing(err)
 		}
 		if err == nil {
 			if err := lib.SetThreads(min(threads, openblas.MaxThreads)); err != nil {
@@ -167,6 +167,11 @@ func openCPU(limit int64, blas string, threads int) (device.Device, error) {
 		}
 	}
 	return cpu.New(o), nil
+}
+
+// openBLASMissing is why a run that asks for OpenBLAS (blas: openblas) cannot run.
+func openBLASMissing(err error) error {
+	return fmt.Errorf("gotrain: backend_options.blas is openblas and it does not load: %w (install libopenblas0-pthread, or set blas: auto to fall back to gonum)", err)
 }
 
 // blasName is what results.Env.BLAS says: OpenBLAS's own configuration line,

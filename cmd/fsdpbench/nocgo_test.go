@@ -73,7 +73,7 @@ func TestBuildWithoutCgo(t *testing.T) {
 	}{
 		{"gonum GEMM", "", nil, results.StatusOK, ""},
 		{"comm nccl", "backend_options: {comm: nccl}\n", nil, results.StatusInfeasible, "NCCL not loaded: " + noCgo},
-		{"blas openblas", "backend_options: {blas: openblas}\n", nil, results.StatusFailed, "OpenBLAS not loaded: " + noCgo},
+		{"blas openblas", "backend_options: {blas: openblas}\n", nil, results.StatusInfeasible, "backend_options.blas is openblas and it does not load: OpenBLAS not loaded: " + noCgo},
 		{"cuda device", "", []string{"hardware=h100-sxm"}, results.StatusInfeasible, "no CUDA device: " + noCgo},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
