@@ -295,6 +295,7 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 	done := make(chan ran, 1)
 	var stderr strings.Builder
 	lw := &lockedWriter{w: &stderr}
+	begun := time.Now()
 	go func() {
 		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir(), Stderr: lw}, emit)
 		done <- ran{res, err}
@@ -303,11 +304,17 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 	case <-stepped:
 	case r := <-done:
 		t.Fatalf("the run ended before the hanging script printed its step line: %+v %v; stderr:\n%s", r.res, r.err, lw.String())
-	case <-time.After(testTimeout):
+	case <-time.After(2 * testTimeout):
+		// As long as the other runs of this package get to finish: on a loaded
+		// 2-core CI machine, starting torchrun and two ranks that import torch
+		// has taken over a minute. Before canceling, the ranks print where they
+		// are (faulty.py's SIGUSR1 handler) so that a real hang shows its stack.
+		dumpStacks(t, marker)
 		cancel()
 		r := <-done
-		t.Fatalf("the hanging script never printed its step line in %v (%+v %v); stderr:\n%s", testTimeout, r.res, r.err, lw.String())
+		t.Fatalf("the hanging script never printed its step line in %v (%+v %v); stderr:\n%s", 2*testTimeout, r.res, r.err, lw.String())
 	}
+	t.Logf("first step line after %v", time.Since(begun).Round(time.Millisecond))
 	start := time.Now()
 	cancel()
 	var r ran
@@ -321,6 +328,26 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 	t.Logf("stopped %v after cancel", time.Since(start).Round(time.Millisecond))
 	out, _ := exec.Command("pgrep", "-f", marker).Output()
 	assert.Empty(t, strings.TrimSpace(string(out)), "processes of the canceled run are still alive")
+}
+
+// dumpStacks sends SIGUSR1 to the ranks of faulty.py running with marker (not to
+// torchrun's agent, which has no handler and would die of it) and gives them a
+// moment to write their stacks to stderr.
+func dumpStacks(t *testing.T, marker string) {
+	out, _ := exec.Command("pgrep", "-f", marker).Output()
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), "faulty.py") && !strings.Contains(string(cmdline), "torch.distributed.run") &&
+			!strings.Contains(string(cmdline), "fsdpbench-run-reaper") {
+			t.Logf("SIGUSR1 to rank process %d", pid)
+			_ = syscall.Kill(pid, syscall.SIGUSR1)
+		}
+	}
+	time.Sleep(2 * time.Second)
 }
 
 // lockedWriter serializes writes from the backend's reader goroutines.

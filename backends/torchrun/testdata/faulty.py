@@ -3,12 +3,17 @@
 badly (or reports in one of the accepted ways), chosen by --mode."""
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 
-import torch.distributed as dist
+t0 = time.time()
+# A test that finds a rank stuck sends SIGUSR1 and gets its Python stack on stderr.
+faulthandler.register(signal.SIGUSR1)
+import torch.distributed as dist  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", required=True)
@@ -16,6 +21,8 @@ ap.add_argument("--marker", default="")  # lets the test find leftover processes
 a = ap.parse_args()
 rank = int(os.environ.get("RANK", "0"))
 world = int(os.environ.get("WORLD_SIZE", "1"))
+if a.mode == "hang":
+    print(f"faulty: rank {rank}: torch imported in {time.time() - t0:.1f}s; joining the process group", file=sys.stderr, flush=True)
 if world > 1:
     dist.init_process_group("gloo")
 
