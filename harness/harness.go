@@ -70,6 +70,12 @@ type Options struct {
 	Out io.Writer
 	// Progress selects bars or plain lines; default: bars on a terminal.
 	Progress ProgressMode
+	// OnConsole, when not nil, is called with a writer that prints lines above the
+	// progress bars once they are drawn, and with nil when they are gone. Anything
+	// else written to the terminal meanwhile (a Ctrl-C notice on stderr) would tear
+	// the bars and be erased by their next redraw; the CLI routes such notices
+	// through this writer.
+	OnConsole func(io.Writer)
 	// Now is the clock for the timestamps in the manifest; default time.Now.
 	Now func() time.Time
 	// Grace is how long a backend may take to return once its run is cancelled or

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -36,7 +37,7 @@ func newProgress(opts Options, sweep string, total int) progress {
 	case ProgressNone:
 		return &plain{out: io.Discard, total: total}
 	case ProgressBars:
-		return newBars(opts.Out, sweep, total)
+		return newBars(opts.Out, sweep, total, opts.OnConsole)
 	default:
 		return &plain{out: opts.Out, total: total}
 	}
@@ -113,17 +114,51 @@ type bars struct {
 	runs    map[string]*mpb.Bar
 	done    int
 	total   int
+	// measured and measuredWall are the runs that ran (not skipped as done) and
+	// their summed wall time, for the ETA.
+	measured     int
+	measuredWall time.Duration
+	// stopped is set when the sweep ends short of its total (interrupted).
+	stopped bool
+	console func(io.Writer)
 }
 
-func newBars(out io.Writer, sweep string, total int) *bars {
+func newBars(out io.Writer, sweep string, total int, console func(io.Writer)) *bars {
 	p := mpb.New(mpb.WithOutput(out), mpb.WithWidth(40), mpb.WithAutoRefresh())
-	b := &bars{p: p, runs: map[string]*mpb.Bar{}, total: total}
-	b.overall = p.AddBar(int64(total),
+	b := &bars{p: p, runs: map[string]*mpb.Bar{}, total: total, console: console}
+	// Created without a total, then given one: mpb completes a bar built with a
+	// total > 0 by itself when it reaches it, and ignores SetTotal on it from then
+	// on. A max_fit search raises the total as it goes (addTotal), and an
+	// interrupted sweep never reaches it, so the bar must stay settable and be
+	// completed by close, or Wait never returns.
+	b.overall = p.AddBar(0,
 		// Only the name precedes the bar, so that every bar starts in the same column.
 		mpb.PrependDecorators(decor.Name(sweep+" ", decor.WCSyncSpaceR)),
-		mpb.AppendDecorators(decor.CountersNoUnit("%d/%d runs "), decor.Elapsed(decor.ET_STYLE_GO)),
+		mpb.AppendDecorators(decor.CountersNoUnit("%d/%d runs "), decor.Elapsed(decor.ET_STYLE_GO), decor.Any(b.eta)),
 	)
+	b.overall.SetTotal(int64(total), false)
+	if console != nil {
+		// Lines for the terminal go through mpb from now on (printed above the bars);
+		// written past it, they would tear the bars and leave copies in the scrollback.
+		console(aboveBars{p})
+	}
 	return b
+}
+
+// eta estimates the time left from the runs measured so far: their mean wall time
+// times the runs left. Runs skipped as done take no time and are not counted.
+func (b *bars) eta(decor.Statistics) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	left := b.total - b.done
+	if b.stopped {
+		return " stopped"
+	}
+	if b.measured == 0 || left <= 0 {
+		return ""
+	}
+	per := b.measuredWall / time.Duration(b.measured)
+	return fmt.Sprintf(" ETA %s", (per * time.Duration(left)).Round(time.Second))
 }
 
 func (b *bars) started(rc sweeps.RunConfig) {
@@ -153,6 +188,10 @@ func (b *bars) finished(o Outcome) {
 	bar := b.runs[o.Config.ID]
 	delete(b.runs, o.Config.ID)
 	b.done++
+	if !o.Skipped && o.Status != results.StatusCanceled {
+		b.measured++
+		b.measuredWall += o.Wall
+	}
 	line := fmt.Sprintf("[%d/%d] %s\n", b.done, b.total, describe(o))
 	b.mu.Unlock()
 	_, _ = b.p.Write([]byte(line))
@@ -170,14 +209,37 @@ func (b *bars) addTotal(n int) {
 	b.overall.SetTotal(int64(total), false)
 }
 
+// aboveBars prints a notice above the bars. The leading carriage return starts it
+// in column 0 even where the terminal echoed "^C" at the cursor, which would
+// otherwise shift the line and leave the echo in the scrollback.
+type aboveBars struct{ p *mpb.Progress }
+
+func (a aboveBars) Write(b []byte) (int, error) {
+	if _, err := a.p.Write(append([]byte("\r"), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
 func (b *bars) close() {
 	b.mu.Lock()
 	for id, bar := range b.runs {
 		bar.Abort(true)
 		delete(b.runs, id)
 	}
+	short := b.done < b.total
+	b.stopped = short
 	b.mu.Unlock()
-	// An interrupted sweep never reaches its total; complete the bar where it is.
-	b.overall.SetTotal(-1, true)
+	if b.console != nil {
+		b.console(nil)
+	}
+	if short {
+		// An interrupted sweep never reaches its total: the bar stays drawn where
+		// it stopped ("3/26 runs ... stopped") and counts as ended for Wait.
+		b.overall.Abort(false)
+	} else {
+		// Effective because the bar was built without a total (see newBars).
+		b.overall.SetTotal(-1, true)
+	}
 	b.p.Wait()
 }

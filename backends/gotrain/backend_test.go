@@ -581,3 +581,42 @@ func TestParseCommOptions(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want, "%v", tc.opts)
 	}
 }
+
+// A cancelled single-rank run stops at the next step: with no collective to fail
+// and no step_delay to wait on, the worker trained on until SIGKILL came
+// killGrace later (so a Ctrl-C took two seconds). It must exit on its own,
+// saying why.
+func TestCanceledWorkerStopsBetweenSteps(t *testing.T) {
+	rc := tinyRun(1, 1, sweeps.FullShard)
+	rc.Steps = 1_000_000
+	rc.AssignID()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stepped := make(chan struct{})
+	var once sync.Once
+	stderr := &syncBuffer{}
+	done := make(chan results.Result, 1)
+	go func() {
+		res, err := New().Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir(), Stderr: stderr}, func(e backends.Event) {
+			if e.Kind == backends.EventStep {
+				once.Do(func() { close(stepped) })
+			}
+		})
+		assert.NoError(t, err)
+		done <- res
+	}()
+	select {
+	case <-stepped:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no step within 60 s")
+	}
+	cancel()
+	select {
+	case res := <-done:
+		assert.Equal(t, results.StatusCanceled, res.Status, res.Error)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run did not end after it was cancelled")
+	}
+	assert.Contains(t, stderr.String(), "context canceled (stopped by signal terminated)",
+		"the worker must stop on SIGTERM by itself, not be killed")
+}

@@ -235,6 +235,12 @@ func work(ctx context.Context, env WorkerEnv) error {
 	enc := json.NewEncoder(env.Stdout)
 	var before comm.Stats
 	for i := 1; i <= rc.WarmupSteps+rc.Steps; i++ {
+		// A step runs no collective at world size 1, and the cpu device's ops do
+		// not watch ctx: without this check a stopped worker trained on until
+		// SIGKILL (killGrace later), and a Ctrl-C took that long to take effect.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		warmup := i <= rc.WarmupSteps
 		if i == rc.WarmupSteps+1 {
 			before = tr.Report().Comm

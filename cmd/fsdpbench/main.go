@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -19,7 +20,7 @@ func main() {
 	// A gotrain worker stops on signals itself (gotrain.Worker), without the
 	// sweep's "press Ctrl-C again" dialogue in its log.
 	if len(os.Args) < 2 || os.Args[1] != "worker" {
-		stopSignals = onInterrupt(cancel, os.Stderr, func() { os.Exit(ExitInterrupted) })
+		stopSignals = onInterrupt(cancel, notices, func() { os.Exit(ExitInterrupted) })
 	}
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stopSignals()
@@ -40,7 +41,7 @@ func onInterrupt(cancel context.CancelFunc, stderr io.Writer, force func()) func
 		case <-done:
 			return
 		}
-		fmt.Fprintln(stderr, "interrupting: waiting for running runs to stop; press Ctrl-C again to force")
+		fmt.Fprintln(stderr, "interrupting: stopping cleanly; press Ctrl-C again to force")
 		cancel()
 		select {
 		case <-sigs:
@@ -53,4 +54,33 @@ func onInterrupt(cancel context.CancelFunc, stderr io.Writer, force func()) func
 		signal.Stop(sigs)
 		close(done)
 	}
+}
+
+// notices is where main's signal notices go: stderr, or, while a sweep draws
+// progress bars, a writer that prints above them (harness.Options.OnConsole).
+var notices = &console{fallback: os.Stderr}
+
+// console is an io.Writer whose destination can be switched while other
+// goroutines write to it.
+type console struct {
+	mu       sync.Mutex
+	fallback io.Writer
+	over     io.Writer
+}
+
+// Write writes to the redirected writer if one is set, else to the fallback.
+func (c *console) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over != nil {
+		return c.over.Write(p)
+	}
+	return c.fallback.Write(p)
+}
+
+// redirect sends later writes to w; nil sends them back to the fallback.
+func (c *console) redirect(w io.Writer) {
+	c.mu.Lock()
+	c.over = w
+	c.mu.Unlock()
 }

@@ -123,7 +123,7 @@ func TestInterruptThenResume(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, ExitInterrupted, ee.ExitCode(), stderr.String())
-	assert.Contains(t, stderr.String(), "interrupting: waiting for running runs to stop")
+	assert.Contains(t, stderr.String(), "interrupting: stopping cleanly")
 
 	// The run in flight was cancelled and is not final; nothing after it started.
 	sd := &results.SweepDir{Path: sweepDir}

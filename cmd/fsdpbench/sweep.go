@@ -76,6 +76,7 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 				return usageError(fmt.Errorf("--progress %q: use auto, bars, plain or none", progress))
 			}
 
+			opts.OnConsole = notices.redirect
 			sum, runErr := harness.Run(cmd.Context(), plan, opts)
 			interrupted := cmd.Context().Err() != nil
 			var refused *harness.RefusedError
