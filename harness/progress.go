@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
 // progress shows a sweep's advance. Its methods are called from every running task.
@@ -67,7 +68,9 @@ func describe(o Outcome) string {
 	default:
 		if o.Error != "" {
 			b.WriteString(": ")
-			b.WriteString(firstLine(o.Error))
+			// The error is the run's own words (a script's exception line): escaped,
+			// so that it cannot retitle or clear the operator's terminal.
+			b.WriteString(termsafe.Line(firstLine(o.Error)))
 		}
 	}
 	return b.String()

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"sync"
 	"testing"
@@ -11,7 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vbauerster/mpb/v8/decor"
 
+	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // closeWithin closes p and fails the test if that takes longer than a generous
@@ -107,4 +110,19 @@ func (s *syncBuffer) string() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A run's error line is the run's own words (a script's exception): the progress
+// line shows its escape sequences as text, never sends them to the terminal.
+func TestProgressEscapesWhatRunsSay(t *testing.T) {
+	hostile := "RuntimeError: \x1b]0;owned\x07\x1b[2J\x1b]8;;http://x\x1b\\click\u202eexe.txt"
+	be := &fake{name: "fake", run: func(_ context.Context, rc sweeps.RunConfig, _ backends.RunEnv, _ func(backends.Event)) (results.Result, error) {
+		return results.Result{Status: results.StatusFailed, Error: hostile}, nil
+	}}
+	opts, out := options(t, be)
+	_, err := Run(context.Background(), plan("esc", 1), opts)
+	require.NoError(t, err)
+	assert.NotContains(t, out.String(), "\x1b")
+	assert.NotContains(t, out.String(), "\u202e")
+	assert.Contains(t, out.String(), `RuntimeError: \x1b]0;owned\x07\x1b[2J`)
 }

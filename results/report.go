@@ -17,6 +17,8 @@ import (
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
 	"github.com/sourcegraph/conc/iter"
+
+	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
 // Report formats.
@@ -473,7 +475,9 @@ func (g *grid) writeTable(w io.Writer, markdown bool) error {
 		if c.right {
 			aligns[j] = tw.AlignRight // Markdown writes it into the separator row
 		}
-		headers[j] = c.header
+		// Cells and notes may hold what a run wrote (its error line, a host or
+		// GPU name): escaped, so that no control sequence reaches the terminal.
+		headers[j] = termsafe.Line(c.header)
 		if markdown {
 			headers[j] = markdownEscape(headers[j])
 		}
@@ -483,7 +487,7 @@ func (g *grid) writeTable(w io.Writer, markdown bool) error {
 	for i, row := range g.rows {
 		texts[i] = make([]string, len(row))
 		for j, c := range row {
-			t := c.text
+			t := termsafe.Line(c.text)
 			if markdown {
 				t = markdownEscape(t)
 			}
@@ -539,6 +543,7 @@ func (g *grid) writeTable(w io.Writer, markdown bool) error {
 		buf.Write(outs[k].Bytes())
 	}
 	for _, n := range g.notes {
+		n = termsafe.Text(n)
 		if markdown {
 			buf.WriteByte('\n')
 			n = markdownEscape(n)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/harness/dirlock"
 	"github.com/fsdpbench/fsdpbench/ingest"
+	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
 func newIngestCmd() *cobra.Command {
@@ -75,28 +76,32 @@ Axis spellings read (key [scripts that use it]):
 				}
 				return usageError(err)
 			}
-			w := cmd.OutOrStdout()
+			// Folder and file names and the warnings quote what is on disk:
+			// escaped as one text, so that no control sequence (an escape, an RTL
+			// override in a folder name) reaches the terminal.
+			var w strings.Builder
 			for _, r := range reports {
-				fmt.Fprintf(w, "%s -> %s\n", r.Dir, r.ID)
+				fmt.Fprintf(&w, "%s -> %s\n", r.Dir, r.ID)
 				if len(r.Files) > 0 {
-					fmt.Fprintf(w, "  read:      %s\n", strings.Join(r.Files, ", "))
+					fmt.Fprintf(&w, "  read:      %s\n", strings.Join(r.Files, ", "))
 				}
 				if len(r.Mapped) > 0 {
-					fmt.Fprintf(w, "  mapped:    %s\n", strings.Join(r.Mapped, ", "))
+					fmt.Fprintf(&w, "  mapped:    %s\n", strings.Join(r.Mapped, ", "))
 				}
 				if len(r.Overridden) > 0 {
-					fmt.Fprintf(w, "  overridden by --set: %s\n", strings.Join(r.Overridden, ", "))
+					fmt.Fprintf(&w, "  overridden by --set: %s\n", strings.Join(r.Overridden, ", "))
 				}
 				if len(r.Defaulted) > 0 {
-					fmt.Fprintf(w, "  not given (spec, --set or default): %s\n", strings.Join(r.Defaulted, ", "))
+					fmt.Fprintf(&w, "  not given (spec, --set or default): %s\n", strings.Join(r.Defaulted, ", "))
 				}
 				if len(r.Unmapped) > 0 {
-					fmt.Fprintf(w, "  not mapped (kept in extra.run_args): %s\n", strings.Join(r.Unmapped, ", "))
+					fmt.Fprintf(&w, "  not mapped (kept in extra.run_args): %s\n", strings.Join(r.Unmapped, ", "))
 				}
 				for _, warn := range r.Warnings {
-					fmt.Fprintf(w, "  warning: %s\n", warn)
+					fmt.Fprintf(&w, "  warning: %s\n", warn)
 				}
 			}
+			fmt.Fprint(cmd.OutOrStdout(), termsafe.Text(w.String()))
 			fmt.Fprintf(cmd.ErrOrStderr(), "%d folders ingested into %s\n", len(reports), filepath.Join(out, o.Name))
 			return nil
 		},

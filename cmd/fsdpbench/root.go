@@ -15,6 +15,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
 // Exit codes (DESIGN.md).
@@ -71,11 +72,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if ee.err != nil {
 		var se *sweeps.SpecError
+		// Errors quote what runs, scripts and files said: escaped, so that no
+		// control sequence in them reaches the terminal.
+		msg := termsafe.Text(ee.err.Error())
 		if errors.As(ee.err, &se) {
 			// file:line:col: msg, as compilers print, so editors can jump to it.
-			fmt.Fprintln(stderr, ee.err)
+			fmt.Fprintln(stderr, msg)
 		} else {
-			fmt.Fprintln(stderr, "fsdpbench:", ee.err)
+			fmt.Fprintln(stderr, "fsdpbench:", msg)
 		}
 	}
 	return ee.code
