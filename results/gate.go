@@ -117,9 +117,18 @@ func ParseRule(s string) (Rule, error) {
 	if c.text {
 		return Rule{}, fmt.Errorf("rule %q: %s is text, not a figure; gate numeric metrics such as tokens_per_s_per_rank", clip(s), r.Metric)
 	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	num := strings.TrimSpace(rest)
+	v, err := strconv.ParseFloat(num, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return Rule{}, fmt.Errorf("rule %q: %q is beyond the range of a number (about ±1.8e308); %s", clip(s), clip(num), ruleSyntax)
+	}
 	if err != nil {
-		return Rule{}, fmt.Errorf("rule %q: %q is not a number; %s", clip(s), clip(strings.TrimSpace(rest)), ruleSyntax)
+		return Rule{}, fmt.Errorf("rule %q: %q is not a number; %s", clip(s), clip(num), ruleSyntax)
+	}
+	if mantissa, _, _ := strings.Cut(strings.ToLower(num), "e"); v == 0 && strings.ContainsAny(mantissa, "123456789") {
+		// 1e-400 parses as 0 without an error: mfu>=1e-400 would silently be
+		// mfu>=0, a bound that never fails.
+		return Rule{}, fmt.Errorf("rule %q: %q is too small to tell from 0 (below about 1e-308); write 0 if that is meant", clip(s), clip(num))
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		// Every comparison with NaN is false: the rule would never fail.

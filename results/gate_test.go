@@ -327,6 +327,11 @@ func TestParseRule(t *testing.T) {
 		{in: "tokens_per_sec:-5%", err: `unknown metric or derived "tokens_per_sec"`},
 		{in: "status:-5%", err: "is text"},
 		{in: "world_size:-5%", err: "unknown metric or derived"},
+		// 1e-400 parses as 0 without an error, and 1e309 as +Inf with one.
+		{in: "mfu>=1e-400", err: "too small to tell from 0"},
+		{in: "mfu>=0", want: Rule{Metric: "mfu", Kind: RuleMin, Limit: 0}},
+		{in: "tokens_per_s:-1e309%", err: "beyond the range of a number"},
+		{in: "mfu<=-1e309", err: "beyond the range of a number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
