@@ -401,6 +401,14 @@ func TestMalformedYAMLKeepsGoccyError(t *testing.T) {
 	}
 }
 
+// A tab used for indentation is named, not printed as the character itself
+// (goccy quotes it; it showed as U+FFFD).
+func TestTabInYAMLIsNamed(t *testing.T) {
+	se := specError(t, "name: x\nbackend: sim\n\tmodel: tiny\n", Options{})
+	assert.Equal(t, [2]int{3, 1}, [2]int{se.Line, se.Column})
+	assert.Equal(t, "malformed YAML: a tab, which YAML does not allow for indentation; indent with spaces", se.Msg)
+}
+
 func TestSeveralErrorsAreReportedTogether(t *testing.T) {
 	spec := "name: x\nsteps: 0\ngrid:\n  sharding: [ful_shard]\n  world_sise: [1]\n"
 	_, err := Parse([]byte(spec), "spec.yaml", Options{})

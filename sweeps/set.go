@@ -110,6 +110,10 @@ func (p *parsing) setValue(raw string, col int, at func(int) pos) (*node, bool) 
 		trimmed = trimmed[1 : len(trimmed)-1]
 		start++
 	}
+	if bracketed && strings.TrimSpace(trimmed) == "" {
+		p.e.at(at(col), "an empty list gives no values; list at least one, e.g. --set sharding=[full_shard,no_shard]")
+		return nil, false
+	}
 	parts := strings.Split(trimmed, ",")
 	if !bracketed && len(parts) == 1 {
 		return setScalar(parts[0], at(start)), true

@@ -128,6 +128,8 @@ func TestSetErrors(t *testing.T) {
 		{name: "no equals sign", sets: []string{"sharding"}, line: 1, col: 1, want: `--set "sharding": expected key=value`},
 		{name: "no value", sets: []string{"sharding="}, line: 1, col: 10, want: "no value after '='"},
 		{name: "empty list item", sets: []string{"world_size=1,,2"}, line: 1, col: 14, want: "empty value in the list"},
+		{name: "empty list", sets: []string{"sharding=[]"}, line: 1, col: 10, want: "an empty list gives no values"},
+		{name: "empty list of a structural key", sets: []string{"exclude=[]"}, line: 1, col: 9, want: "an empty list gives no values"},
 		{name: "a list for a setting", sets: []string{"steps=10,20"}, line: 1, col: 7, want: "steps takes one value, not a list"},
 		{name: "structural key", sets: []string{"grid=x"}, line: 1, col: 1, want: "grid cannot be set with --set"},
 		{name: "options need a name", sets: []string{"backend_options=3"}, line: 1, col: 1, want: "set one option at a time: --set backend_options.NAME=VALUE"},

@@ -228,8 +228,14 @@ func yamlError(file string, err error) *SpecError {
 	var ye yaml.Error
 	if errors.As(err, &ye) && ye.GetToken() != nil {
 		tk := ye.GetToken()
+		msg := ye.GetMessage()
+		if strings.Contains(msg, "character '\t'") {
+			// goccy quotes the tab itself, which printed as an invisible or
+			// replaced character.
+			msg = "a tab, which YAML does not allow for indentation; indent with spaces"
+		}
 		return &SpecError{File: file, Line: tk.Position.Line, Column: tk.Position.Column,
-			Msg: "malformed YAML: " + clipMessage(ye.GetMessage()), Err: err}
+			Msg: "malformed YAML: " + clipMessage(msg), Err: err}
 	}
 	return &SpecError{File: file, Line: 1, Column: 1, Msg: "malformed YAML: " + clipMessage(err.Error()), Err: err}
 }

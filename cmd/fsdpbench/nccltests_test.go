@@ -40,6 +40,8 @@ grid:
 	res := fsdpbench(t, dir, "plan", spec, "--nccl-tests", filepath.Join(dir, "missing.txt"))
 	assert.Equal(t, ExitUsage, res.code)
 	assert.Contains(t, res.stderr, "missing.txt")
+	assert.Contains(t, res.stderr, "fsdpbench: --nccl-tests: ", "the flag is blamed, not the --set it becomes")
+	assert.NotContains(t, res.stderr, "--set #")
 
 	// Another backend's runs: plan predicts them with the curves (a torchrun
 	// spec planned for a cluster); sweep refuses, as only the sim reads them.

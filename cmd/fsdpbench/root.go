@@ -98,6 +98,9 @@ Exit codes: 0 ok; 1 some run failed or timed out (oom and infeasible are results
 results directory, or it cannot be written); 130 interrupted.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return refuseEmptyPaths(cmd)
+		},
 	}
 	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd(), newIngestCmd(),
 		newCalibrateCmd(), newRecommendCmd())
@@ -136,6 +139,11 @@ func loadPlanWithNCCLTests(path string, sets, files []string, reg *backends.Regi
 			if strings.ContainsAny(f, ",[]") || strings.TrimSpace(f) == "" {
 				return nil, usageError(fmt.Errorf("--nccl-tests %q: a path with a comma or bracket cannot be passed on; rename the file or list it in backend_options.nccl_tests", f))
 			}
+			// Read here, so that a bad file is blamed on the flag that named it,
+			// not on the --set it becomes below ("--set #3 column 1").
+			if _, err := sim.ReadNCCLTests(f); err != nil {
+				return nil, usageError(fmt.Errorf("--nccl-tests: %w", err))
+			}
 		}
 		sets = append(slices.Clone(sets), "backend_options.nccl_tests=["+strings.Join(files, ",")+"]")
 	}
@@ -159,4 +167,23 @@ func isSimSpec(path string, sets []string, reg *backends.Registry) bool {
 // setFlag registers --set, repeatable; a value keeps its commas (--set world_size=1,2).
 func setFlag(cmd *cobra.Command, sets *[]string) {
 	cmd.Flags().StringArrayVar(sets, "set", nil, "override the spec, Hydra style: key=value or key=v1,v2 for a grid axis (repeatable)")
+}
+
+// pathFlags are the flags that name a file or directory to write. Given empty
+// (--results '', often an unset shell variable), they were silently the default.
+var pathFlags = []string{"results", "out", "output"}
+
+// refuseEmptyPaths refuses a path flag given with an empty value.
+func refuseEmptyPaths(cmd *cobra.Command) error {
+	for _, name := range pathFlags {
+		f := cmd.Flags().Lookup(name)
+		if f != nil && f.Changed && strings.TrimSpace(f.Value.String()) == "" {
+			def := ""
+			if f.DefValue != "" {
+				def = fmt.Sprintf(" (or leave the flag out for %s)", f.DefValue)
+			}
+			return usageError(fmt.Errorf("--%s is empty: give a path%s; an empty shell variable is the usual cause", name, def))
+		}
+	}
+	return nil
 }
