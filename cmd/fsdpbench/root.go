@@ -170,7 +170,7 @@ func setFlag(cmd *cobra.Command, sets *[]string) {
 }
 
 // pathFlags are the flags that name a file or directory to write. Given empty
-// (--results ”, often an unset shell variable), they were silently the default.
+// (--results "$UNSET", an unset shell variable), they were silently the default.
 var pathFlags = []string{"results", "out", "output"}
 
 // refuseEmptyPaths refuses a path flag given with an empty value.
