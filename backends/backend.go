@@ -65,6 +65,7 @@ type EventKind string
 // Event kinds.
 const (
 	EventStarted  EventKind = "started"
+	EventQueued   EventKind = "queued"
 	EventStep     EventKind = "step"
 	EventLog      EventKind = "log"
 	EventFinished EventKind = "finished"
@@ -85,4 +86,7 @@ type Event struct {
 	Line   string `json:"line,omitempty"`
 	// Finished events.
 	Status results.Status `json:"status,omitempty"`
+	// Queued events: why the scheduler has not started the run yet (Slurm's
+	// pending reason, e.g. Resources, ReqNodeNotAvail).
+	Reason string `json:"reason,omitempty"`
 }

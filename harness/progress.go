@@ -20,6 +20,8 @@ import (
 // progress shows a sweep's advance. Its methods are called from every running task.
 type progress interface {
 	started(rc sweeps.RunConfig)
+	// queued says the run waits for a scheduler (Slurm), and why.
+	queued(id, reason string)
 	step(id string)
 	finished(o Outcome)
 	addTotal(n int)
@@ -93,6 +95,14 @@ type plain struct {
 
 func (p *plain) started(sweeps.RunConfig) {}
 func (p *plain) step(string)              {}
+
+// queued prints a line each time the reason changes (the launcher reports only
+// changes), so a run pending on a down node does not wait in silence.
+func (p *plain) queued(id, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, "%s queued: %s\n", id, termsafe.Line(reason))
+}
 func (p *plain) close()                   {}
 
 func (p *plain) addTotal(n int) {
@@ -123,6 +133,8 @@ type bars struct {
 	measuredWall time.Duration
 	// stopped is set when the sweep ends short of its total (interrupted).
 	stopped bool
+	// reasons holds why each queued run waits (queued).
+	reasons map[string]string
 	console func(io.Writer)
 }
 
@@ -170,11 +182,35 @@ func (b *bars) started(rc sweeps.RunConfig) {
 	bar := b.p.AddBar(steps,
 		mpb.BarRemoveOnComplete(),
 		mpb.PrependDecorators(decor.Name("  "+rc.ID+" ", decor.WCSyncSpaceR)),
-		mpb.AppendDecorators(decor.CountersNoUnit("%d/%d steps")),
+		mpb.AppendDecorators(decor.CountersNoUnit("%d/%d steps"), b.queueNote(rc.ID)),
 	)
 	b.mu.Lock()
 	b.runs[rc.ID] = bar
 	b.mu.Unlock()
+}
+
+// queued shows the pending reason on the run's bar, until its first step.
+func (b *bars) queued(id, reason string) {
+	b.mu.Lock()
+	if b.reasons == nil {
+		b.reasons = map[string]string{}
+	}
+	b.reasons[id] = termsafe.Line(reason)
+	b.mu.Unlock()
+}
+
+// queueNote is the run's bar's note: "queued (Resources)" while it waits.
+func (b *bars) queueNote(id string) decor.Decorator {
+	return decor.Any(func(st decor.Statistics) string { return b.reasonNote(id, st.Current) })
+}
+
+func (b *bars) reasonNote(id string, steps int64) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.reasons[id]; ok && steps == 0 {
+		return " queued (" + r + ")"
+	}
+	return ""
 }
 
 func (b *bars) step(id string) {
@@ -190,6 +226,7 @@ func (b *bars) finished(o Outcome) {
 	b.mu.Lock()
 	bar := b.runs[o.Config.ID]
 	delete(b.runs, o.Config.ID)
+	delete(b.reasons, o.Config.ID)
 	b.done++
 	if !o.Skipped && o.Status != results.StatusCanceled {
 		b.measured++

@@ -126,3 +126,20 @@ func TestProgressEscapesWhatRunsSay(t *testing.T) {
 	assert.NotContains(t, out.String(), "\u202e")
 	assert.Contains(t, out.String(), `RuntimeError: \x1b]0;owned\x07\x1b[2J`)
 }
+
+// A run waiting for a scheduler says so, and why, in either display.
+func TestProgressShowsQueuedRuns(t *testing.T) {
+	out := &syncBuffer{b: &bytes.Buffer{}}
+	p := &plain{out: out, total: 1}
+	p.queued("ws1-x", "ReqNodeNotAvail, UnavailableNodes:node2\x1b[2J")
+	assert.Equal(t, "ws1-x queued: ReqNodeNotAvail, UnavailableNodes:node2\\x1b[2J\n", out.string())
+
+	b := newBars(out, "sw", 1, nil)
+	rc := runConfig("sw", 1)
+	b.started(rc)
+	b.queued(rc.ID, "Resources")
+	assert.Equal(t, " queued (Resources)", b.reasonNote(rc.ID, 0))
+	assert.Empty(t, b.reasonNote(rc.ID, 1), "not once it steps")
+	b.finished(outcome("sw", 1, results.StatusOK))
+	closeWithin(t, b)
+}

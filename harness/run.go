@@ -75,6 +75,11 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	started := s.opts.Now()
 	o := s.execute(ctx, rc)
 	o.Wall = s.opts.Now().Sub(started)
+	if launcherName(s.plan, rc) == launch.SlurmName && o.Metrics.Started.After(started) {
+		// A job's time in the queue is not its run time: Slurm runs count from
+		// when the job started (the backend's Started), not from submission.
+		o.Wall = s.opts.Now().Sub(o.Metrics.Started)
+	}
 	s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error, Started: started, Finished: s.opts.Now()})
 	s.progress.finished(o)
 	return o
@@ -376,6 +381,8 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 		switch ev.Kind {
 		case backends.EventStep:
 			s.progress.step(rc.ID)
+		case backends.EventQueued:
+			s.progress.queued(rc.ID, ev.Reason)
 		case backends.EventLog:
 			logs.line(ev.Stream, ev.Line)
 		}

@@ -177,7 +177,7 @@ func (s *Slurm) Run(ctx context.Context, be backends.JobBackend, rc sweeps.RunCo
 	}
 	s.track(id, true)
 	defer s.track(id, false)
-	res, err = s.follow(ctx, rc, id, ended, job, env, opts.PollInterval, emit, logf)
+	res, err = s.follow(ctx, rc, id, ended, job, env, opts, emit, logf)
 	if err != nil {
 		// Lost track of the job (the controller did not answer): it may still
 		// run, and its result is not this one, so a resumed sweep collects it.
@@ -271,7 +271,8 @@ func submit(script string) (string, error) {
 // run's logs, and turns its end into the repeat's Result.
 // ended says the job ended before it was followed (previous).
 func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ended bool, job backends.Job, env backends.RunEnv,
-	poll time.Duration, emit func(backends.Event), logf func(string, ...any)) (results.Result, error) {
+	opts SlurmOptions, emit func(backends.Event), logf func(string, ...any)) (results.Result, error) {
+	poll := opts.PollInterval
 	outs := []*tail{
 		{path: filepath.Join(env.RunDir, "slurm-"+id+".out"), stream: "stdout", sink: env.Stdout},
 		{path: filepath.Join(env.RunDir, "slurm-"+id+".err"), stream: "stderr", sink: env.Stderr},
@@ -287,6 +288,9 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ende
 	}
 	res := results.Result{WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode, TokensPerStep: rc.TokensPerStep()}
 	var started time.Time
+	// queued is when this invocation began to wait for the job to start; reason
+	// is the last pending reason shown.
+	queued, reason := time.Now(), ""
 	misses := 0
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
@@ -306,7 +310,29 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ende
 		case info.State == "RUNNING" && started.IsZero():
 			misses = 0
 			started = time.Now()
+			if !info.Start.IsZero() && info.Start.Before(started) && started.Sub(info.Start) < poll+time.Minute {
+				// Slurm's start time, when it is plausible: the job may have
+				// started up to a poll interval before it was seen running.
+				started = info.Start
+			}
 			emit(backends.Event{Kind: backends.EventStarted, Time: started})
+		case info.State == "PENDING" && started.IsZero():
+			misses = 0
+			if info.Reason != reason {
+				reason = info.Reason
+				logf("Slurm job %s is queued (reason: %s)", id, reason)
+				emit(backends.Event{Kind: backends.EventQueued, Time: time.Now(), Reason: reason})
+			}
+			if waited := time.Since(queued); waited > opts.MaxQueue {
+				cancelJob(id)
+				drain(true)
+				res.Status = results.StatusFailed
+				res.Error = fmt.Sprintf("Slurm job %s waited %s in the queue without starting (reason: %s) and was cancelled; "+
+					"see `sinfo -R` and `squeue -j %s` for why, or raise launcher_options.max_queue (default %s); running the sweep again resubmits it",
+					id, waited.Round(time.Second), reason, id, DefaultMaxQueue)
+				logf("%s", res.Error)
+				return res, nil
+			}
 		case info.terminal():
 			drain(true)
 			res = s.finish(rc, id, info, job, logf)

@@ -54,9 +54,18 @@ type SlurmOptions struct {
 	Setup []string
 	// PollInterval is how often the job's state is read; default DefaultPollInterval.
 	PollInterval time.Duration
+	// MaxQueue is how long a job may wait in the queue without starting before
+	// the run gives up on it (cancels it, and fails, saying Slurm's reason);
+	// default DefaultMaxQueue.
+	MaxQueue time.Duration
 }
 
-var slurmOptionKeys = []string{"account", "constraint", "cpus_per_task", "gpu_request", "mem", "partition",
+// DefaultMaxQueue bounds a job's wait in the queue: generous, since a busy
+// cluster can queue a job for hours, but not forever — a job pending on a down
+// node never starts, and a sweep waiting on it silently would never end.
+const DefaultMaxQueue = 24 * time.Hour
+
+var slurmOptionKeys = []string{"account", "constraint", "cpus_per_task", "gpu_request", "max_queue", "mem", "partition",
 	"poll_interval", "qos", "sbatch", "setup", "time"}
 
 // slurmTime matches Slurm's time formats: minutes, minutes:seconds,
@@ -66,7 +75,7 @@ var slurmTime = regexp.MustCompile(`^([0-9]+-)?[0-9]+(:[0-9]+){0,2}$`)
 // ParseSlurmOptions reads launcher_options. Unknown keys and ill-typed or
 // out-of-bounds values are *backends.SpecError values that name the key.
 func ParseSlurmOptions(m map[string]any) (SlurmOptions, error) {
-	o := SlurmOptions{GPURequest: GPURequestGres, PollInterval: DefaultPollInterval}
+	o := SlurmOptions{GPURequest: GPURequestGres, PollInterval: DefaultPollInterval, MaxQueue: DefaultMaxQueue}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -89,6 +98,8 @@ const (
 	maxTimeMinutes  = 366 * 24 * 60 // a year: anything longer is a typo
 	minPollInterval = 100 * time.Millisecond
 	maxPollInterval = time.Hour
+	minMaxQueue     = time.Second
+	maxMaxQueue     = 30 * 24 * time.Hour
 )
 
 func (o *SlurmOptions) set(k string, v any) error {
@@ -133,6 +144,8 @@ func (o *SlurmOptions) set(k string, v any) error {
 		o.Setup, err = lines(v)
 	case "poll_interval":
 		o.PollInterval, err = backends.DurationIn(v, minPollInterval, maxPollInterval)
+	case "max_queue":
+		o.MaxQueue, err = backends.DurationIn(v, minMaxQueue, maxMaxQueue)
 	default:
 		return fmt.Errorf("unknown key (known: %s)", strings.Join(slurmOptionKeys, ", "))
 	}

@@ -130,6 +130,8 @@ func TestParseSlurmOptions(t *testing.T) {
 		{map[string]any{"partition": "a\nb"}, "holds a line break"},
 		{map[string]any{"poll_interval": "-1s"}, "launcher_options.poll_interval: must be between 100ms and 1h0m0s"},
 		{map[string]any{"poll_interval": "0s"}, "must be between 100ms and 1h0m0s"},
+		{map[string]any{"max_queue": "0s"}, "launcher_options.max_queue: must be between 1s and 720h0m0s"},
+		{map[string]any{"max_queue": "1000h"}, "must be between 1s and 720h0m0s"},
 	} {
 		_, err := ParseSlurmOptions(tt.opts)
 		assert.ErrorContains(t, err, tt.want, "%v", tt.opts)

@@ -263,3 +263,59 @@ func TestTailSplitsTasksAndKeepsPartialLines(t *testing.T) {
 	assert.Equal(t, "stdout|-1|partial", got[len(got)-1])
 	assert.Equal(t, "0: FSDPBENCH {}\n 1: x: y\nsrun: error\npartial\n", sink.String())
 }
+
+// TestSlurmQueuedJobSaysWhyAndIsBounded: a job that cannot start (here: held
+// until an hour from now, Slurm's reason BeginTime; on a cluster, a down node)
+// is reported queued with Slurm's reason, and given up after max_queue: it is
+// cancelled, gone from squeue, and the run fails saying why and what to raise.
+// It waited silently without limit.
+func TestSlurmQueuedJobSaysWhyAndIsBounded(t *testing.T) {
+	needSlurm(t)
+	t.Parallel()
+	be := &shellBackend{cmd: `echo never`}
+	rc, env := shellRun(t, time.Minute)
+	rc.LauncherOptions["sbatch"] = []any{"--begin=now+3600"}
+	rc.LauncherOptions["max_queue"] = "3s"
+	var stderr syncBuf
+	env.Stderr = &stderr
+	var mu sync.Mutex
+	var reasons []string
+	start := time.Now()
+	res, err := NewSlurm().Run(context.Background(), be, rc, env, func(ev backends.Event) {
+		if ev.Kind == backends.EventQueued {
+			mu.Lock()
+			reasons = append(reasons, ev.Reason)
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), time.Minute, "bounded by max_queue")
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, "in the queue without starting (reason: BeginTime)")
+	assert.Contains(t, res.Error, "launcher_options.max_queue")
+	mu.Lock()
+	assert.Contains(t, reasons, "BeginTime")
+	mu.Unlock()
+	assert.Contains(t, stderr.String(), "is queued (reason: BeginTime)")
+	id := readID(t, env.RunDir)
+	out, _ := exec.Command("squeue", "-h", "-j", id).CombinedOutput()
+	assert.NotContains(t, string(out), id, "the job is still in squeue")
+}
+
+// syncBuf is a bytes.Buffer safe for concurrent writers.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
