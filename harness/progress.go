@@ -103,7 +103,7 @@ func (p *plain) queued(id, reason string) {
 	defer p.mu.Unlock()
 	fmt.Fprintf(p.out, "%s queued: %s\n", id, termsafe.Line(reason))
 }
-func (p *plain) close()                   {}
+func (p *plain) close() {}
 
 func (p *plain) addTotal(n int) {
 	p.mu.Lock()
