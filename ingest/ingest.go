@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -382,6 +383,60 @@ func leftover(runDir string) bool {
 }
 
 // readJSON reads a JSON object; syntax errors name file:line:column.
+// readJSONNonFinite is readJSON for the files a Python trainer writes with
+// json.dump, which puts bare NaN and Infinity in them (a diverged run's losses):
+// they are read back as the float values they stand for, and listed.
+func readJSONNonFinite(path string) (map[string]any, []contract.NonFinite, error) {
+	data, err := input.ReadJSON(path, input.Metrics)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ingest: %w", err)
+	}
+	var m map[string]any
+	nf, err := contract.DecodeJSON(path, data, &m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (not a JSON object)", err)
+	}
+	for _, v := range nf {
+		setField(m, v.Field, v.Value)
+	}
+	return m, nf, nil
+}
+
+// setField sets the value at a DecodeJSON field path ("a.b[2].c") in m, where
+// the path walks through maps and lists that exist; it leaves m alone otherwise
+// (a key holding '.' or '[' cannot be told from a path, and keeps its 0).
+func setField(m map[string]any, path string, v float64) {
+	var cur any = m
+	var set func(any)
+	for _, part := range strings.Split(path, ".") {
+		key, rest, _ := strings.Cut(part, "[")
+		obj, ok := cur.(map[string]any)
+		if !ok {
+			return
+		}
+		if _, has := obj[key]; !has {
+			return
+		}
+		cur = obj[key]
+		k := key
+		set = func(x any) { obj[k] = x }
+		for rest != "" {
+			num, after, ok := strings.Cut(rest, "]")
+			i, err := strconv.Atoi(num)
+			list, isList := cur.([]any)
+			if !ok || err != nil || !isList || i < 0 || i >= len(list) {
+				return
+			}
+			cur = list[i]
+			set = func(x any) { list[i] = x }
+			rest = strings.TrimPrefix(after, "[")
+		}
+	}
+	if set != nil {
+		set(v)
+	}
+}
+
 func readJSON(path string) (map[string]any, error) {
 	data, err := input.ReadJSON(path, input.Metrics)
 	if err != nil {

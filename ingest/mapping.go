@@ -129,7 +129,7 @@ func one(dir string, spec []byte, specName string, o Options) (run, *sweeps.Plan
 		// and a few short steps, never the steady state alone.
 		res.WholeRunWallTime = true
 	} else {
-		res, err = trainer.result(r.rc, given["seq_len"] || o.Spec != "")
+		res, err = trainer.result(r.rc, given["seq_len"] || o.Spec != "", func(s string) { r.rep.Warnings = append(r.rep.Warnings, s) })
 		if err != nil {
 			return r, nil, fmt.Errorf("ingest: %s: %w", dir, err)
 		}
@@ -241,8 +241,13 @@ func mapSettings(entries []entry, dir string, trainer *trainerOutput, o Options)
 		}
 		a, ok := lookupAlias(e.key, o.Map)
 		if ok && a.Axis == "steps" {
-			if x, isNum := e.val.(float64); isNum && x <= 0 {
+			if x, isNum := e.val.(float64); isNum && x == -1 {
 				continue // the Trainer's and Lightning's max_steps -1: no step limit set
+			} else if isNum && x <= 0 {
+				// Anything else below 1 is no step count (global_step -8 was
+				// silently stored as 0 steps measured).
+				return nil, fmt.Errorf("%s: %s is no step count (a whole number of at least 1; -1 alone means no limit); "+
+					"give --set steps=N", from, show(e.val))
 			}
 		}
 		if ok && a.From == fromTrainerState && e.file != TrainerStateFile {

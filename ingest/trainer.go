@@ -7,8 +7,10 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 	"github.com/fsdpbench/fsdpbench/results"
@@ -33,33 +35,52 @@ type trainerOutput struct {
 	state   map[string]any // trainer_state.json
 	metrics map[string]any // train_results.json over all_results.json
 	files   []string       // the files read
+	// diverged says where a loss is NaN or infinite (what the Trainer writes
+	// for a diverged run); empty when none is.
+	diverged string
+	// warnings are about the files as read, for the folder's report.
+	warnings []string
 }
+
+// trainFigures are the train metrics ingest reads from a Trainer's results files.
+var trainFigures = []string{"train_runtime", "train_samples_per_second", "train_tokens_per_second"}
 
 // readTrainerOutput reads a Trainer output_dir's state and metrics.
 func readTrainerOutput(dir string) (*trainerOutput, error) {
 	t := &trainerOutput{metrics: map[string]any{}}
 	for _, f := range []string{TrainerAllResults, TrainerTrainResult} {
 		path := filepath.Join(dir, f)
-		m, err := readJSON(path)
+		m, nf, err := readJSONNonFinite(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
+		t.noteNonFinite(nf)
 		t.files = append(t.files, f)
+		used := false
+		for _, k := range trainFigures {
+			_, has := m[k]
+			used = used || has
+		}
+		if !used {
+			// Listed as read, it would seem to have counted.
+			t.warnings = append(t.warnings, fmt.Sprintf("%s holds none of %s: nothing in it was used", f, strings.Join(trainFigures, ", ")))
+		}
 		for k, v := range m {
 			t.metrics[k] = v
 		}
 	}
 	path := filepath.Join(dir, TrainerStateFile)
-	st, err := readJSON(path)
+	st, nf, err := readJSONNonFinite(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		st = map[string]any{}
 	case err != nil:
 		return nil, err
 	default:
+		t.noteNonFinite(nf)
 		t.files = append(t.files, TrainerStateFile)
 	}
 	t.state = st
@@ -75,6 +96,17 @@ func readTrainerOutput(dir string) (*trainerOutput, error) {
 		}
 	}
 	return t, nil
+}
+
+// noteNonFinite records the first non-finite loss: the run diverged. Other
+// non-finite figures (a grad_norm of inf on a step the loss scaler skipped) say
+// nothing about the run's end and are kept as they are.
+func (t *trainerOutput) noteNonFinite(nf []contract.NonFinite) {
+	for _, v := range nf {
+		if t.diverged == "" && strings.HasSuffix(v.Field, "loss") {
+			t.diverged = fmt.Sprintf("the Trainer recorded a %v loss (%s at %s): the run diverged", v.Value, v.Field, v.Pos)
+		}
+	}
 }
 
 // settings are the axes a Trainer output_dir gives: the per-device batch and the
@@ -137,9 +169,17 @@ func (t *trainerOutput) tokensPerSample(worldSize int) (int, bool) {
 // train_tokens_per_second × train_runtime when the Trainer counted them
 // (include_tokens_per_second; per device, as TrainingArguments documents), else
 // the samples times seq_len, which needs seq_len given (seqGiven).
-func (t *trainerOutput) result(rc sweeps.RunConfig, seqGiven bool) (results.Result, error) {
+func (t *trainerOutput) result(rc sweeps.RunConfig, seqGiven bool, warn func(string)) (results.Result, error) {
+	for _, w := range t.warnings {
+		warn(w)
+	}
 	res := results.Result{Status: results.StatusOK, WorldSize: rc.WorldSize, Nodes: rc.Nodes, GPUsPerNode: rc.GPUsPerNode,
 		TokensPerStep: rc.TokensPerStep(), WholeRunWallTime: true}
+	if t.diverged != "" {
+		res.Status, res.Error = results.StatusDiverged, t.diverged
+		res.Extra = map[string]any{"trainer_files": t.files}
+		return res, nil
+	}
 	runtime, ok, err := number(t.metrics, "train_runtime", 0, backends.MaxWallS)
 	if err != nil {
 		return res, err
@@ -159,6 +199,16 @@ func (t *trainerOutput) result(rc sweeps.RunConfig, seqGiven bool) (results.Resu
 	switch {
 	case hasTPS && tps > 0:
 		tokensPerRank = tps * runtime
+		if hasSPS && sps > 0 && seqGiven {
+			// Both figures given: they must tell the same throughput, as a
+			// metrics.json's two figures must (torchrun.LegacyResult).
+			fromSamples := sps * float64(rc.SeqLen) / float64(rc.WorldSize)
+			if r := tps / fromSamples; r > 1.5 || r < 1/1.5 {
+				warn(fmt.Sprintf("train_tokens_per_second %.4g (per device) and train_samples_per_second %.4g × seq_len %d ÷ world_size %d = %.4g disagree %.3g×; "+
+					"the table uses train_tokens_per_second: check seq_len and world_size (--set), or whether the run counted padding tokens",
+					tps, sps, rc.SeqLen, rc.WorldSize, fromSamples, max(r, 1/r)))
+			}
+		}
 	case hasSPS && sps > 0 && seqGiven:
 		tokensPerRank = sps * runtime * float64(rc.SeqLen) / float64(rc.WorldSize)
 	case hasSPS:
