@@ -41,11 +41,13 @@ lint:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) build ./... && CGO_ENABLED=0 $(GO) vet ./...
 
-# The tests run while a one-node Slurm is up for the launcher's tests (.ci/with-slurm
-# starts one, and stops it afterwards, when none answers); then every fuzz target
-# runs for a bounded time (.ci/fuzz), and the CUDA kernels'
-# CPU-runner tests once more under AddressSanitizer.
+# .ci/test-cluster first checks the cluster script itself: a failed or interrupted
+# start cleans up, and a munged that already runs is used. The tests run while a
+# Slurm is up for the launcher's tests (.ci/with-slurm starts one, and stops it
+# afterwards, when none answers); then every fuzz target runs for a bounded time
+# (.ci/fuzz), and the CUDA kernels' CPU-runner tests once more under AddressSanitizer.
 test: deps lint
+	./.ci/test-cluster
 	./.ci/with-slurm $(GO) test -race -timeout 30m ./...
 	GO=$(GO) ./.ci/fuzz
 	$(MAKE) kernels-asan
