@@ -1,6 +1,6 @@
 # The README's test command is `make test`: it installs what the tests need on a
-# fresh Debian machine (when run as root or with sudo), starts a one-node Slurm on
-# localhost, and runs every test with -race.
+# fresh Debian machine (when run as root or with sudo), starts the Slurm cluster of
+# .ci/cluster on this machine, and runs every test with -race.
 GO ?= go
 
 .PHONY: test deps build install lint bench bench-cpu-engines kernels-asan cuda-asan gpu-check
