@@ -1,12 +1,36 @@
 # The README's test command is `make test`: it installs what the tests need on a
-# fresh Debian machine (when run as root or with sudo), starts a one-node Slurm on
-# localhost, and runs every test with -race.
+# fresh Debian machine (when run as root or with sudo), starts the Slurm cluster of
+# .ci/cluster on this machine, and runs every test with -race.
 GO ?= go
 
-.PHONY: test deps build lint bench bench-cpu-engines kernels-asan cuda-asan gpu-check
+.PHONY: test deps build install lint bench bench-cpu-engines kernels-asan cuda-asan gpu-check
 
+# go-nvml's cgo wrappers call the NVML functions that NVML 13 marks deprecated, and
+# gcc warns about each (~150 lines) the first time the package compiles: a
+# newcomer's first build would print them before any result. Whatever CGO_CFLAGS
+# the environment or the command line gives (Go's default: -O2 -g) is kept.
+CGO_CFLAGS ?= -O2 -g
+override CGO_CFLAGS += -Wno-deprecated-declarations
+export CGO_CFLAGS
+
+# `fsdpbench version` names the commit it was built from even where Go records no
+# VCS stamp (-buildvcs=false, a worktree Go cannot read, a source tarball with
+# COMMIT=... given). VERSION, when given, replaces the module's version.
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION ?=
+LDFLAGS := -X main.buildCommit=$(COMMIT) $(if $(VERSION),-X main.buildVersion=$(VERSION))
+
+# bin/fsdpbench, for the targets below that run it from this checkout.
 build:
-	$(GO) build -o bin/fsdpbench ./cmd/fsdpbench
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/fsdpbench ./cmd/fsdpbench
+
+# The README's install line: fsdpbench into $(go env GOBIN), else $(go env GOPATH)/bin,
+# as `go install` does; says so, and how to put that directory on PATH when it is not.
+install:
+	@$(GO) install -ldflags '$(LDFLAGS)' ./cmd/fsdpbench
+	@dir="$$($(GO) env GOBIN)"; [ -n "$$dir" ] || dir="$$($(GO) env GOPATH)/bin"; \
+	echo "installed $$dir/fsdpbench"; \
+	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "$$dir is not on your PATH: export PATH=\"\$$PATH:$$dir\"" ;; esac
 
 deps:
 	./.ci/deps
@@ -17,11 +41,13 @@ lint:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) build ./... && CGO_ENABLED=0 $(GO) vet ./...
 
-# The tests run while a one-node Slurm is up for the launcher's tests (.ci/with-slurm
-# starts one, and stops it afterwards, when none answers); then every fuzz target
-# runs for a bounded time (.ci/fuzz), and the CUDA kernels'
-# CPU-runner tests once more under AddressSanitizer.
+# .ci/test-cluster first checks the cluster script itself: a failed or interrupted
+# start cleans up, and a munged that already runs is used. The tests run while a
+# Slurm is up for the launcher's tests (.ci/with-slurm starts one, and stops it
+# afterwards, when none answers); then every fuzz target runs for a bounded time
+# (.ci/fuzz), and the CUDA kernels' CPU-runner tests once more under AddressSanitizer.
 test: deps lint
+	./.ci/test-cluster
 	./.ci/with-slurm $(GO) test -race -timeout 30m ./...
 	GO=$(GO) ./.ci/fuzz
 	$(MAKE) kernels-asan

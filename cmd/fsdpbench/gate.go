@@ -97,7 +97,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				night = time.Now().UTC()
 				if date != "" {
 					if night, err = time.Parse(time.DateOnly, date); err != nil {
-						return usageError(fmt.Errorf("--date %q: write it as 2006-01-02", date))
+						return usageError(fmt.Errorf("--date %q: write it as YYYY-MM-DD, e.g. 2026-01-31", date))
 					}
 				}
 			}
@@ -189,7 +189,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 	_ = f.MarkDeprecated("fail-missing", "missing runs fail by default; --allow-missing lets them through")
 	f.StringVar(&history, "history", "", "history directory: store this night under DIR/<date>-<commit>/; without --baseline, compare with the last passing night")
 	f.StringVar(&commit, "commit", "", "commit of this night (default: $GITHUB_SHA, else the commit the runs recorded)")
-	f.StringVar(&date, "date", "", "date of this night, 2006-01-02 (default: today, UTC)")
+	f.StringVar(&date, "date", "", "date of this night, written YYYY-MM-DD (default: today, UTC)")
 	return cmd
 }
 

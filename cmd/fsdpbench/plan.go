@@ -58,7 +58,7 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 	}
 	setFlag(cmd, &sets)
 	ncclTestsFlag(cmd, &ncclTests)
-	cmd.Flags().StringVar(&calibration, "calibration", "", "calibration file (from `fsdpbench calibrate`) the predictions use")
+	cmd.Flags().StringVar(&calibration, "calibration", "", "calibration `FILE` the predictions use (written by fsdpbench calibrate)")
 	return cmd
 }
 

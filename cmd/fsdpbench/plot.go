@@ -93,7 +93,7 @@ SVG, into --out (default DIR/plots, or plots/ beside an exported JSON file):
 	cmd.Flags().StringVarP(&out, "out", "o", "", "directory for the charts (default DIR/plots)")
 	cmd.Flags().StringVar(&baseline, "baseline", "", "baseline results (directory or exported JSON): adds the regression chart")
 	cmd.Flags().StringArrayVar(&rules, "rule", nil, "gate rules whose limits the regression chart draws (default 5% drop, 3% rise)")
-	cmd.Flags().StringVar(&history, "history", "", "history directory of `fsdpbench gate --history`: adds the trend chart")
+	cmd.Flags().StringVar(&history, "history", "", "history `DIR` that fsdpbench gate --history keeps: adds the trend chart")
 	cmd.Flags().StringVar(&metric, "metric", "tokens_per_s_per_rank", "metric of the trend chart")
 	return cmd
 }

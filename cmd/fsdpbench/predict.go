@@ -21,7 +21,7 @@ type predictFlags struct {
 
 func (f *predictFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.predict, "predict", false, "store the sim's prediction beside each measured run (metrics.json extra.prediction) and print predicted vs measured")
-	cmd.Flags().StringVar(&f.calibration, "calibration", "", "calibration file (from `fsdpbench calibrate`) for the --predict predictions")
+	cmd.Flags().StringVar(&f.calibration, "calibration", "", "calibration `FILE` for the --predict predictions (written by fsdpbench calibrate)")
 }
 
 // annotator is the harness hook --predict asks for; nil without --predict.

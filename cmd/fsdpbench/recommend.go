@@ -81,7 +81,7 @@ only the points the backend accepts are ranked.`,
 	fl.StringVar(&f.precision, "precision", sweeps.BF16, "mixed precision: "+strings.Join(sweeps.MixedPrecisionValues, ", "))
 	fl.IntVar(&f.top, "top", 10, fmt.Sprintf("how many configurations to list, 1 to %d", maxTop))
 	fl.BoolVar(&f.all, "all", false, "also list every other configuration with why it lost")
-	fl.StringVar(&f.calibration, "calibration", "", "calibration file from `fsdpbench calibrate` (default <results>/"+sim.CalibrationFile+" when it exists; none: uncalibrated)")
+	fl.StringVar(&f.calibration, "calibration", "", "calibration `FILE` written by fsdpbench calibrate (default <results>/"+sim.CalibrationFile+" when it exists; none: uncalibrated)")
 	fl.StringArrayVar(&f.simOptions, "option", nil, "a sim backend option, key=value (repeatable), e.g. inter_node_bus_bw_gbps=3 for nodes joined by TCP")
 	fl.IntVar(&f.measure, "measure", 0, fmt.Sprintf("run the top K (at most %d) with --backend and print predicted vs measured", maxMeasure))
 	fl.StringVar(&f.backend, "backend", "gotrain", "backend that measures (--measure)")

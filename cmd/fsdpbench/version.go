@@ -8,7 +8,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// buildVersion and buildCommit are set by the release build:
+// buildVersion and buildCommit are set at link time: the Makefile's build and
+// install set buildCommit (and buildVersion when VERSION is given), so the commit
+// is known where Go records no VCS stamp (-buildvcs=false, a source tarball):
 // go build -ldflags "-X main.buildVersion=v0.1.0 -X main.buildCommit=$(git rev-parse HEAD)".
 var (
 	buildVersion string

@@ -258,6 +258,10 @@ func (s *Slurm) previous(rc sweeps.RunConfig, runDir string, logf func(string, .
 func submit(script string) (string, error) {
 	out, err := slurmCmdIn(filepath.Dir(script), "sbatch", "--parsable", script)
 	if err != nil {
+		var d *DaemonError
+		if errors.As(err, &d) {
+			return "", fmt.Errorf("slurm: submitting %s: %w", script, err)
+		}
 		return "", fmt.Errorf("slurm: sbatch %s: %w (check launcher_options: partition, account, qos, time, against `sinfo`)", script, err)
 	}
 	id, _, _ := strings.Cut(strings.TrimSpace(out), ";") // "id" or "id;cluster"
@@ -548,9 +552,47 @@ func slurmCmdIn(dir, name string, args ...string) (string, error) {
 		if msg == "" {
 			msg = err.Error()
 		}
+		if d := daemonDown(name, msg); d != nil {
+			return stdout.String(), d
+		}
 		return stdout.String(), fmt.Errorf("%s %s: %s", name, strings.Join(args, " "), msg)
 	}
 	return stdout.String(), nil
+}
+
+// DaemonError is a Slurm command that failed because a daemon it needs on this
+// host or the controller is not there (munged, slurmctld): the spec is not the
+// cause, and every run would fail the same way until the daemon is started.
+type DaemonError struct {
+	Command string // the Slurm command that failed: sbatch, scontrol, ...
+	Daemon  string // munged or slurmctld
+	Cause   string // Slurm's own line saying so
+	Fix     string // what to do
+}
+
+func (e *DaemonError) Error() string {
+	return fmt.Sprintf("%s failed: %s (%s): %s", e.Command, e.Daemon, e.Cause, e.Fix)
+}
+
+// mungeFailed and noController are the lines Slurm's commands print when munged
+// does not answer on this host and when slurmctld does not answer.
+var (
+	mungeFailed  = regexp.MustCompile(`Munge (?:encode|decode) failed: [^\n]*`)
+	noController = regexp.MustCompile(`Unable to contact slurm controller[^\n]*`)
+)
+
+// daemonDown reads a failed Slurm command's stderr for a missing daemon; nil
+// when the failure is something else.
+func daemonDown(command, stderr string) *DaemonError {
+	if m := mungeFailed.FindString(stderr); m != "" {
+		return &DaemonError{Command: command, Daemon: "munged, the authentication daemon Slurm's commands need on this host, is not running or does not answer",
+			Cause: m, Fix: "start it (sudo systemctl start munge; without systemd: sudo -u munge /usr/sbin/munged; on a test machine .ci/cluster start) and check it with `munge -n | unmunge`; launcher_options are not the cause"}
+	}
+	if m := noController.FindString(stderr); m != "" {
+		return &DaemonError{Command: command, Daemon: "slurmctld, the Slurm controller, does not answer",
+			Cause: m, Fix: "check it with `scontrol ping`, start it (sudo systemctl start slurmctld) or fix SlurmctldHost in slurm.conf; launcher_options are not the cause"}
+	}
+	return nil
 }
 
 // tail follows one of a job's output files as Slurm appends to it.
