@@ -140,13 +140,20 @@ func fillResult(res *results.Result, pred Prediction) {
 	res.TokensPerStep = pred.TokensPerStep
 	res.ModelFlopsPerToken = pred.ModelFlopsPerToken
 	res.PeakFlopsPerS = pred.PeakFlopsPerS
-	res.PeakMemAllocatedBytes = results.I64(pred.PeakMemAllocatedBytes)
-	res.PeakMemReservedBytes = results.I64(pred.PeakMemReservedBytes)
-	res.PeakDeviceMemBytes = results.I64(pred.PeakDeviceMemBytes)
+	res.PeakMemAllocatedBytes = storedBytes(pred.PeakMemAllocatedBytes)
+	res.PeakMemReservedBytes = storedBytes(pred.PeakMemReservedBytes)
+	res.PeakDeviceMemBytes = storedBytes(pred.PeakDeviceMemBytes)
 	if pred.DeviceMemBytes > 0 {
 		res.DeviceMemBytes = results.I64(pred.DeviceMemBytes)
 	}
-	res.MemBreakdownBytes = pred.Breakdown
+	for k, v := range pred.Breakdown {
+		if storedBytes(v) != nil {
+			if res.MemBreakdownBytes == nil {
+				res.MemBreakdownBytes = map[string]int64{}
+			}
+			res.MemBreakdownBytes[k] = v
+		}
+	}
 	cb := pred.CommBytesPerStep
 	res.CommBytesPerStep = &cb
 	res.Env.Hardware = pred.Hardware.Name
@@ -177,4 +184,16 @@ func summary(p Prediction) string {
 		p.Shape.Name, p.Hardware.Name, p.Strategy, gibs(p.PeakDeviceMemBytes), gibs(p.PeakMemReservedBytes),
 		gibs(p.PeakMemAllocatedBytes), gibs(p.DeviceMemBytes), p.StepTimeS, p.ComputeS, p.ExposedCommS, p.CommS,
 		p.OptimizerS, p.OffloadS, p.TokensPerS, p.MFU)
+}
+
+// storedBytes is a predicted byte figure as the run stores it: absent beyond
+// results.MaxMemBytes (1 PiB), which no device holds and the figure check
+// refuses. An absurd configuration (a 16M-token sequence at batch 65536) is then
+// stored infeasible, as plan shows it, with the predicted size in its reason,
+// instead of failed on the figure.
+func storedBytes(v int64) *int64 {
+	if v > results.MaxMemBytes {
+		return nil
+	}
+	return results.I64(v)
 }

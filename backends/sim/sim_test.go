@@ -108,6 +108,22 @@ func TestRunInfeasibleIsAResult(t *testing.T) {
 	assert.Contains(t, res.Error, "nodes ≥ 2")
 }
 
+// An absurd but legal configuration is stored infeasible, as plan shows it: its
+// saturated memory figures (2^58 bytes) are left out, since the harness's figure
+// check refuses anything past 1 PiB and stored the run failed.
+func TestRunAbsurdConfigIsInfeasibleNotFailed(t *testing.T) {
+	rc := cfg("llama3-8b", 8, sweeps.FullShard)
+	rc.SeqLen, rc.BatchPerDevice = 1<<24, 1<<16
+	rc.GlobalBatch = rc.WorldSize * rc.BatchPerDevice
+	res, err := New().Run(t.Context(), rc, backends.RunEnv{}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusInfeasible, res.Status)
+	assert.Contains(t, res.Error, "GiB per GPU")
+	m := results.Checked(rc, results.Normalize(rc, []results.Result{res}))
+	assert.Equal(t, results.StatusInfeasible, m.Status, m.Error)
+	assert.Nil(t, m.PeakMemAllocatedBytes)
+}
+
 func TestRunRejectsBadOptions(t *testing.T) {
 	rc := cfg("tiny", 1, sweeps.NoShard)
 	rc.BackendOptions = map[string]any{"sleep_per_step": "soon"}
