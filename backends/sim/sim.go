@@ -154,8 +154,9 @@ func fillResult(res *results.Result, pred Prediction) {
 			res.MemBreakdownBytes[k] = v
 		}
 	}
-	cb := pred.CommBytesPerStep
-	res.CommBytesPerStep = &cb
+	if cb := pred.CommBytesPerStep; storedBytes(cb.AllGather) != nil && storedBytes(cb.ReduceScatter) != nil && storedBytes(cb.AllReduce) != nil {
+		res.CommBytesPerStep = &cb
+	}
 	res.Env.Hardware = pred.Hardware.Name
 	res.Env.ModelParams = pred.Shape.Params()
 	res.Extra = map[string]any{
