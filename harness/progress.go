@@ -59,8 +59,12 @@ func describe(o Outcome) string {
 		if v := o.Metrics.TokensPerSPerRank; v != nil {
 			fmt.Fprintf(&b, " tokens/s/rank=%.4g", *v)
 		}
+		// In the unit that suits the figure (a CPU run's MiB are no 0.00 GiB); the
+		// allocated peak where there is no allocator reserve (the cpu device).
 		if v := o.Metrics.PeakMemReservedBytes; v != nil {
-			fmt.Fprintf(&b, " peak_reserved=%.2f GiB", float64(*v)/(1<<30))
+			fmt.Fprintf(&b, " peak_reserved=%s", results.FormatBytes(float64(*v)))
+		} else if v := o.Metrics.PeakMemAllocatedBytes; v != nil {
+			fmt.Fprintf(&b, " peak_allocated=%s", results.FormatBytes(float64(*v)))
 		}
 	case results.StatusCanceled:
 	default:

@@ -113,7 +113,7 @@ func TestColumnNamesAreJSONPaths(t *testing.T) {
 func TestColumnText(t *testing.T) {
 	r := fixtureRuns()[0]
 	tests := []struct{ column, text, plain string }{
-		{"peak_mem_reserved_bytes", "18.00", "19327352832"},
+		{"peak_mem_reserved_bytes", "18.0 GiB", "19327352832"},
 		{"memory_saving", "0.0", "0"},
 		{"sharding", "full_shard", "full_shard"},
 		{"world_size", "1", "1"},

@@ -514,12 +514,13 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		if c.PredictedSide != "" {
 			changeHeader = "pred err"
 		}
-		g := &grid{title: col.Header, cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
+		unit := c.byteUnit(j)
+		g := &grid{title: headerIn(col, unit), cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
 			{key: "current", header: cur, right: true}, {key: "change", header: changeHeader, right: true}}}
 		for _, row := range c.Rows {
 			d := row.Deltas[j]
-			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus)},
-				{text: statText(col, d.Current, row.CurrentStatus)}}
+			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus, unit)},
+				{text: statText(col, d.Current, row.CurrentStatus, unit)}}
 			for i, whole := range []bool{row.BaselineWholeRun && row.BaselineStatus == StatusOK && d.Baseline != nil,
 				row.CurrentWholeRun && row.CurrentStatus == StatusOK && d.Current != nil} {
 				if whole && wholeRunColumn(col) {
@@ -539,8 +540,8 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		gm := c.Geomeans[j]
 		gcells := []gridCell{{text: "geomean"}, {text: "-"}, {text: "-"}, {text: "-"}}
 		if gm.Runs > 0 {
-			gcells[1].text = displayValue(col, *gm.Baseline)
-			gcells[2].text = displayValue(col, *gm.Current)
+			gcells[1].text = displayValue(col, *gm.Baseline, unit)
+			gcells[2].text = displayValue(col, *gm.Current, unit)
 			ch := *gm.Change
 			if c.PredictedSide == "baseline" {
 				ch = 1/(1+ch) - 1
@@ -608,8 +609,9 @@ func sideLabel(name, def string) string {
 	return name
 }
 
-// statText is one side's cell: the figure (± its CI when backed), or why there is none.
-func statText(c *Column, s *SideStat, st Status) string {
+// statText is one side's cell: the figure (± its CI when backed), or why there is
+// none; byte figures in u.
+func statText(c *Column, s *SideStat, st Status, u ByteUnit) string {
 	switch {
 	case st == "":
 		return "missing"
@@ -618,9 +620,22 @@ func statText(c *Column, s *SideStat, st Status) string {
 	case s == nil:
 		return "-"
 	case s.Backed():
-		return displayValue(c, s.Center) + " ± " + s.pctRange()
+		return displayValue(c, s.Center, u) + " ± " + s.pctRange()
 	}
-	return displayValue(c, s.Value)
+	return displayValue(c, s.Value, u)
+}
+
+// byteUnit is the unit of metric j's table: that of its largest figure shown.
+func (c *Comparison) byteUnit(j int) ByteUnit {
+	var vals []float64
+	for _, row := range c.Rows {
+		for _, s := range []*SideStat{row.Deltas[j].Baseline, row.Deltas[j].Current} {
+			if s != nil {
+				vals = append(vals, s.Value, s.Center)
+			}
+		}
+	}
+	return byteUnitOfValues(vals)
 }
 
 // changeText is the "vs base" cell, as benchstat writes it: "-10.00% (p=0.002 n=6)",

@@ -24,15 +24,16 @@ var fitPriority = []string{"tokens_per_s_per_rank", "peak_mem_reserved_bytes", "
 	"step_time_s.median", "scaling_efficiency"}
 
 // shortHeaders are the headings a table fitted to a width uses once the full
-// ones are too wide: the axis names of run slugs (ws, bs, ac) and units kept.
+// ones are too wide: the axis names of run slugs (ws, bs, ac) and units kept (a
+// byte column's unit is added to its heading: "peak MiB").
 var shortHeaders = map[string]string{
 	"world_size": "ws", "gpus_per_node": "gpn", "batch_per_device": "bs", "grad_accum": "accum",
 	"global_batch": "gbs", "seq_len": "seq", "activation_checkpointing": "ac", "backward_prefetch": "prefetch",
 	"forward_prefetch": "fwd_pf", "cpu_offload": "offload", "mixed_precision": "prec", "wrap_policy": "wrap",
 	"warmup_steps": "warmup", "tokens_per_s_per_rank": "tok/s/rank", "tokens_per_s": "tok/s",
-	"mfu": "MFU%", "step_time_s.median": "step s", "peak_mem_reserved_bytes": "peak GiB",
-	"peak_mem_allocated_bytes": "alloc GiB", "memory_saving": "mem save%", "scaling_efficiency": "scale%",
-	"tflops_per_rank": "TFLOP/s", "peak_rss_bytes": "RSS GiB",
+	"mfu": "MFU%", "step_time_s.median": "step s", "peak_mem_reserved_bytes": "peak",
+	"peak_mem_allocated_bytes": "alloc", "memory_saving": "mem save%", "scaling_efficiency": "scale%",
+	"tflops_per_rank": "TFLOP/s", "peak_rss_bytes": "RSS",
 }
 
 // minCellWidth is how narrow an abbreviated text cell gets.
@@ -85,6 +86,9 @@ func (g *grid) fit(width int, set *axisSet, runs []Run) {
 	if g.width() > width {
 		for j := range g.cols {
 			if s, ok := shortHeaders[g.cols[j].key]; ok {
+				if u := g.cols[j].unit; u != "" {
+					s += " " + u
+				}
 				g.cols[j].header = s
 			}
 		}
@@ -139,7 +143,11 @@ func (g *grid) dropCandidate() int {
 		if j == first || c.key == "status" || (c.kind != KindMetric && c.kind != KindDerived) {
 			continue
 		}
-		rank := slices.Index(fitPriority, c.key)
+		key := c.key
+		if slices.Contains(memoryFallbacks, key) {
+			key = memoryFallbacks[0] // standing in for peak reserved memory, at its rank
+		}
+		rank := slices.Index(fitPriority, key)
 		if rank < 0 {
 			rank = len(fitPriority) + j // not a default figure: the rightmost goes first
 		}

@@ -636,19 +636,6 @@ func signed(r Rule) float64 {
 	return r.Limit
 }
 
-// unitName is the display unit of tables (displayValue), for text outside a header.
-func unitName(u Unit) string {
-	switch u {
-	case UnitBytes:
-		return "GiB"
-	case UnitBytesMiB:
-		return "MiB"
-	case UnitFraction:
-		return "%"
-	}
-	return ""
-}
-
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
@@ -710,11 +697,24 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 		{key: "verdict", header: "verdict"}, {key: "reason", header: "why"}}}
 	for _, c := range checks {
 		col, _ := LookupColumn(c.Rule.Metric)
-		base, cur := statText(&col, c.Delta.Baseline, c.BaselineStatus), statText(&col, c.Delta.Current, c.CurrentStatus)
-		if u := unitName(col.Unit); u != "" {
-			if u != "%" {
-				u = " " + u
+		// Each check reads its own metric: its two figures share the unit that
+		// suits the larger.
+		var vals []float64
+		for _, s := range []*SideStat{c.Delta.Baseline, c.Delta.Current} {
+			if s != nil {
+				vals = append(vals, s.Value, s.Center)
 			}
+		}
+		bu := byteUnitOfValues(vals)
+		base, cur := statText(&col, c.Delta.Baseline, c.BaselineStatus, bu), statText(&col, c.Delta.Current, c.CurrentStatus, bu)
+		u := ""
+		switch {
+		case bytesColumn(&col):
+			u = " " + bu.Name
+		case col.Unit == UnitFraction:
+			u = "%"
+		}
+		if u != "" {
 			if c.Delta.Baseline != nil {
 				base += u
 			}

@@ -64,7 +64,8 @@ type ReportOptions struct {
 // Derive); Report only selects, orders and formats. A cell that should hold a number
 // holds the run's status instead when the run is not ok (oom, infeasible, ...);
 // figures of runs the analytic model predicted are marked with * and a footnote.
-// Tables show the units in the headers (GiB, %); CSV and JSON keep plain units
+// Tables show the units in the headers (%, and for bytes the KiB, MiB or GiB that
+// suits the column's figures, ByteUnitFor); CSV and JSON keep plain units
 // (bytes, fractions) and use the column names of the registry (Columns).
 func Report(w io.Writer, runs []Run, opt ReportOptions) error {
 	format := opt.Format
@@ -114,6 +115,7 @@ type gridCol struct {
 	header string // table heading
 	right  bool   // numbers align right
 	kind   ColumnKind
+	unit   string // a byte column's unit (KiB, MiB, GiB), for its short heading
 }
 
 type gridCell struct {
@@ -138,16 +140,17 @@ func resolveMetrics(names []string, def []string) ([]Column, error) {
 	return cols, nil
 }
 
-// metricCell formats the value of a metric or derived column for run r.
-func metricCell(c *Column, r *Run) gridCell {
+// metricCell formats the value of a metric or derived column for run r, byte
+// figures in the column's unit u.
+func metricCell(c *Column, r *Run, u ByteUnit) gridCell {
 	v := c.Value(r)
 	if c.text {
-		return gridCell{raw: v, text: displayValue(c, v)}
+		return gridCell{raw: v, text: displayValue(c, v, u)}
 	}
 	if r.Metrics.Status != StatusOK {
 		return gridCell{raw: string(r.Metrics.Status), text: string(r.Metrics.Status)}
 	}
-	cell := gridCell{raw: v, text: displayValue(c, v)}
+	cell := gridCell{raw: v, text: displayValue(c, v, u)}
 	if v == nil {
 		return cell
 	}
@@ -205,8 +208,9 @@ func wholeRunNotes(g *grid) []string {
 	return nil
 }
 
-// displayValue is the table text of a value in the column's display unit.
-func displayValue(c *Column, v any) string {
+// displayValue is the table text of a value in the column's display unit; byte
+// figures in u, which the caller picks for the whole column (byteUnitOf).
+func displayValue(c *Column, v any, u ByteUnit) string {
 	switch x := v.(type) {
 	case nil:
 		return "-"
@@ -215,18 +219,15 @@ func displayValue(c *Column, v any) string {
 	case bool:
 		return strconv.FormatBool(x)
 	case int64:
-		switch c.Unit {
-		case UnitBytes, UnitBytesMiB:
-			return displayValue(c, float64(x))
+		if bytesColumn(c) {
+			return u.Format(float64(x))
 		}
 		return strconv.FormatInt(x, 10)
 	case float64:
-		switch c.Unit {
-		case UnitBytes:
-			return strconv.FormatFloat(x/(1<<30), 'f', 2, 64)
-		case UnitBytesMiB:
-			return strconv.FormatFloat(x/(1<<20), 'f', 1, 64)
-		case UnitFraction:
+		switch {
+		case bytesColumn(c):
+			return u.Format(x)
+		case c.Unit == UnitFraction:
 			return strconv.FormatFloat(x*100, 'f', 1, 64)
 		}
 		return fourDigits(x)
@@ -290,8 +291,15 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 	for _, a := range axes {
 		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric(), kind: KindAxis})
 	}
-	for _, c := range metrics {
-		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !c.text, kind: c.Kind})
+	units := make([]ByteUnit, len(metrics))
+	for j := range metrics {
+		c := &metrics[j]
+		units[j] = byteUnitOf(c, runs)
+		gc := gridCol{key: c.Name, header: headerIn(c, units[j]), right: !c.text, kind: c.Kind}
+		if bytesColumn(c) {
+			gc.unit = units[j].Name
+		}
+		g.cols = append(g.cols, gc)
 	}
 	g.rows = make([][]gridCell, 0, len(runs))
 	predicted := map[string]bool{}
@@ -299,13 +307,13 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 		r := &runs[i]
 		row := make([]gridCell, 0, len(g.cols))
 		v := id.Value(r)
-		row = append(row, gridCell{raw: v, text: displayValue(&id, v)})
+		row = append(row, gridCell{raw: v, text: displayValue(&id, v, GiB)})
 		for _, a := range axes {
 			k := a.rank[i]
 			row = append(row, gridCell{raw: a.values[k], text: a.text[k]})
 		}
 		for j := range metrics {
-			cell := metricCell(&metrics[j], r)
+			cell := metricCell(&metrics[j], r, units[j])
 			if cell.predicted {
 				predicted[r.Config.Backend] = true
 			}
@@ -317,17 +325,41 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 	return g, set, nil
 }
 
-// knownSomewhere drops the default metrics no run has a value for (status stays).
+// memoryFallbacks are the default table's memory figure and, in order, what
+// stands in for it when no run knows it: a CPU run has no allocator reserve, but
+// its allocated peak (gotrain) or resident set (any backend) is its memory.
+var memoryFallbacks = []string{"peak_mem_reserved_bytes", "peak_mem_allocated_bytes", "peak_rss_bytes"}
+
+// knownSomewhere drops the default metrics no run has a value for (status
+// stays), putting the first known of memoryFallbacks in peak reserved memory's
+// place.
 func knownSomewhere(runs []Run, metrics []Column) []Column {
-	var out []Column
-	for _, c := range metrics {
-		if c.Name == "status" {
-			out = append(out, c)
-			continue
-		}
+	known := func(c *Column) bool {
 		for i := range runs {
 			if c.Value(&runs[i]) != nil {
-				out = append(out, c)
+				return true
+			}
+		}
+		return false
+	}
+	asked := map[string]bool{}
+	for _, c := range metrics {
+		asked[c.Name] = true
+	}
+	var out []Column
+	for _, c := range metrics {
+		switch {
+		case c.Name == "status" || known(&c):
+			out = append(out, c)
+		case c.Name == memoryFallbacks[0]:
+			for _, name := range memoryFallbacks[1:] {
+				f, _ := LookupColumn(name)
+				if !known(&f) {
+					continue
+				}
+				if !asked[name] { // else it has its own place already
+					out = append(out, f)
+				}
 				break
 			}
 		}
@@ -405,21 +437,28 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 	for _, a := range rowAxes {
 		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric()})
 	}
+	// One unit per metric over every cell, so a row reads across in one unit.
+	units := make([]ByteUnit, len(metrics))
+	headers := make([]string, len(metrics))
+	for j := range metrics {
+		units[j] = byteUnitOf(&metrics[j], runs)
+		headers[j] = headerIn(&metrics[j], units[j])
+	}
 	for _, first := range colFirst {
 		label, key := comboLabel(colAxes, first, " "), comboLabel(colAxes, first, ",")
-		for _, m := range metrics {
-			gc := gridCol{key: m.Name, header: m.Header, right: !m.text}
+		for j, m := range metrics {
+			gc := gridCol{key: m.Name, header: headers[j], right: !m.text}
 			switch {
 			case len(colAxes) > 0 && len(metrics) == 1:
 				gc.key, gc.header = m.Name+"["+key+"]", label
 			case len(colAxes) > 0:
-				gc.key, gc.header = m.Name+"["+key+"]", label+" "+m.Header
+				gc.key, gc.header = m.Name+"["+key+"]", label+" "+headers[j]
 			}
 			g.cols = append(g.cols, gc)
 		}
 	}
 	if len(colAxes) > 0 && len(metrics) == 1 {
-		g.title = metrics[0].Header
+		g.title = headers[0]
 	}
 	predicted := map[string]bool{}
 	for ri, first := range rowFirst {
@@ -435,7 +474,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 					row = append(row, gridCell{})
 					continue
 				}
-				c := metricCell(&metrics[j], &runs[i])
+				c := metricCell(&metrics[j], &runs[i], units[j])
 				if c.predicted {
 					predicted[runs[i].Config.Backend] = true
 				}

@@ -65,8 +65,13 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration) error {
 	w := cmd.OutOrStdout()
 	axes := plan.Axes
-	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
+	header := append(append([]string{"run"}, axes...), "peak reserved", "device", "step s", "tokens/s", "predicted")
 	rows := make([][]string, 0, len(plan.Runs))
+	// The memory cells wait for the table's figures to pick their unit (a CPU
+	// plan's MiB are no 0.0 GiB): peakAt is the peak cell's index in a row.
+	peakAt := 1 + len(axes)
+	var peaks, devices []float64
+	memRows := map[int][2]float64{}
 	// Reasons are long: they go under the table, one line per refused run.
 	var reasons []string
 	// The assumptions each prediction rests on, printed once per distinct set.
@@ -81,9 +86,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 			if a := strings.Join(pred.Notes, "; "); !slices.Contains(assumed, a) {
 				assumed = append(assumed, a)
 			}
-			row = append(row,
-				fmt.Sprintf("%.1f", float64(pred.PeakMemReservedBytes)/gib),
-				fmt.Sprintf("%.1f", float64(pred.DeviceMemBytes)/gib),
+			peaks, devices = append(peaks, float64(pred.PeakMemReservedBytes)), append(devices, float64(pred.DeviceMemBytes))
+			memRows[len(rows)] = [2]float64{float64(pred.PeakMemReservedBytes), float64(pred.DeviceMemBytes)}
+			row = append(row, "", "",
 				fmt.Sprintf("%.3g", pred.StepTimeS),
 				fmt.Sprintf("%.0f", pred.TokensPerS),
 			)
@@ -108,6 +113,12 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 			reasons = append(reasons, fmt.Sprintf("%s: infeasible: %s", rc.ID, reason))
 		}
 		rows = append(rows, row)
+	}
+	peakUnit, deviceUnit := byteUnit(peaks), byteUnit(devices)
+	header[peakAt] += " " + peakUnit.Name
+	header[peakAt+1] += " " + deviceUnit.Name
+	for i, m := range memRows {
+		rows[i][peakAt], rows[i][peakAt+1] = peakUnit.Format(m[0]), deviceUnit.Format(m[1])
 	}
 	if err := writeTable(w, header, rows); err != nil {
 		return err

@@ -15,8 +15,6 @@ import (
 	"github.com/fsdpbench/fsdpbench/results"
 )
 
-const gib = 1 << 30
-
 var (
 	gray     = color.RGBA{R: 120, G: 120, B: 120, A: 255}
 	red      = color.RGBA{R: 200, G: 30, B: 30, A: 255}
@@ -266,7 +264,8 @@ func Memory(runs []results.Run) (*Figure, error) {
 				top = math.Max(top, float64(*v))
 			}
 		}
-		scale, unit := byteUnit(top)
+		u := results.ByteUnitFor(top)
+		scale, unit := u.Scale, u.Name
 		// The device's capacity is drawn when it is in the range of the bars; a line
 		// far above them would squash them flat.
 		showDevice := device != nil && float64(*device) <= 3*top
@@ -331,7 +330,7 @@ func Memory(runs []results.Run) (*Figure, error) {
 				}
 				dl.Color, dl.Dashes, dl.Width = red, dashes, vg.Points(1.2)
 				p.Add(dl)
-				fig.addSeries(fmt.Sprintf("device memory (%.0f GiB)", float64(*device)/gib), dl)
+				fig.addSeries("device memory ("+results.FormatBytes(float64(*device))+")", dl)
 			}
 			p.Y.Min = 0
 			p.Y.Max *= 1.08
@@ -372,7 +371,8 @@ func BatchSearch(runs []results.Run) (*Figure, error) {
 			top = math.Max(top, float64(*v))
 		}
 	}
-	scale, unit := byteUnit(top)
+	u := results.ByteUnitFor(top)
+	scale, unit := u.Scale, u.Name
 	mem.Y.Label.Text = "peak reserved per rank (" + unit + ")"
 	var over plotter.XYs
 	styles := seriesStyles(labels, func(l string) string { return groups[l][0].Config.Sharding })
@@ -438,7 +438,7 @@ func BatchSearch(runs []results.Run) (*Figure, error) {
 		}
 		dl.Color, dl.Dashes, dl.Width = red, dashes, vg.Points(1.2)
 		mem.Add(dl)
-		fig.addSeries(fmt.Sprintf("device memory (%.0f GiB)", float64(*device)/gib), dl)
+		fig.addSeries("device memory ("+results.FormatBytes(float64(*device))+")", dl)
 	}
 	tp.Y.Min, mem.Y.Min = 0, 0
 	tp.Y.Max *= 1.05
@@ -609,10 +609,8 @@ func Trend(nights []results.NightRuns, metricName string) (*Figure, error) {
 		return nil, fmt.Errorf("trend: %w (no nights)", ErrNothingToPlot)
 	}
 	scale, unit := 1.0, col.Header
-	switch col.Unit {
-	case results.UnitBytes:
-		scale = 1.0 / gib
-	case results.UnitFraction:
+	bytes := col.Unit == results.UnitBytes || col.Unit == results.UnitBytesMiB
+	if col.Unit == results.UnitFraction {
 		scale = 100
 	}
 	byStrategy := map[string]plotter.XYs{}
@@ -650,6 +648,25 @@ func Trend(nights []results.NightRuns, metricName string) (*Figure, error) {
 	}
 	if len(byStrategy) == 0 {
 		return nil, fmt.Errorf("trend: %w (no night has %s)", ErrNothingToPlot, metricName)
+	}
+	if bytes {
+		// In the unit that suits the largest geomean drawn, as every table.
+		top := 0.0
+		for _, xys := range byStrategy {
+			for _, xy := range xys {
+				top = math.Max(top, xy.Y)
+			}
+		}
+		u := results.ByteUnitFor(top)
+		unit = col.Header + " (" + u.Name + ")"
+		for _, xys := range byStrategy {
+			for i := range xys {
+				xys[i].Y /= u.Scale
+			}
+		}
+		for i := range failed {
+			failed[i].Y /= u.Scale
+		}
 	}
 	p := newPanel(fmt.Sprintf("%s over nights", col.Header), "night (date, commit)", unit+", geomean over runs")
 	p.NominalX(ticks...)

@@ -409,17 +409,6 @@ func log2Axis(p *plot.Plot, values []float64) {
 	p.X.Min, p.X.Max = lo/pad, hi*pad
 }
 
-// byteUnit picks the unit a byte axis reads best in, for the largest value shown.
-func byteUnit(maxBytes float64) (scale float64, name string) {
-	switch {
-	case maxBytes >= 1<<30:
-		return 1 << 30, "GiB"
-	case maxBytes >= 1<<20:
-		return 1 << 20, "MiB"
-	}
-	return 1 << 10, "KiB"
-}
-
 // distinct returns the sorted distinct values of an int axis.
 func distinct(runs []results.Run, get func(*results.Run) int) []float64 {
 	seen := map[int]bool{}

@@ -145,7 +145,7 @@ func TestBatchSearch(t *testing.T) {
 	runs := batchRuns()
 	f, err := BatchSearch(runs)
 	require.NoError(t, err)
-	checkFigure(t, f, []string{"ckpt off", "ckpt on", fitsNot, "device memory (80 GiB)"},
+	checkFigure(t, f, []string{"ckpt off", "ckpt on", fitsNot, "device memory (80.0 GiB)"},
 		"batch per device (samples)", "peak reserved per rank (GiB)", "tokens/s per rank")
 
 	_, err = BatchSearch(scalingRuns())
