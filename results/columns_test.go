@@ -39,7 +39,7 @@ func fullRun(t *testing.T) Run {
 	runs[1].Metrics = Normalize(runs[1].Config, []Result{fixtureResult(runs[1].Config)})
 	Derive(runs)
 	// Fill in what an ok, measured run alone at its world size lacks, for the path check.
-	runs[0].Derived.ScalingEfficiency = F64(1)
+	runs[0].Derived.ScalingEfficiency, runs[0].Derived.ScalingBaseline = F64(1), rc.ID
 	runs[0].Metrics.Error, runs[0].Metrics.Predicted = "a note", true
 	return runs[0]
 }

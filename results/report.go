@@ -196,6 +196,27 @@ func wholeRunColumn(c *Column) bool {
 	return false
 }
 
+// superlinearNote explains a scaling efficiency above 100%, which readers take
+// for a bug.
+const superlinearNote = "scaling eff. above 100%: faster per rank than at the smallest world size " +
+	"(sharding cuts each rank's optimizer work as 1/N; measured runs also vary)"
+
+// superlinearNotes is the footnote of a grid showing a scaling efficiency that
+// reads above 100.0.
+func superlinearNotes(g *grid) []string {
+	for j, c := range g.cols {
+		if c.key != "scaling_efficiency" && !strings.HasPrefix(c.key, "scaling_efficiency[") {
+			continue
+		}
+		for _, row := range g.rows {
+			if v, ok := row[j].raw.(float64); ok && v >= 1.0005 {
+				return []string{superlinearNote}
+			}
+		}
+	}
+	return nil
+}
+
 // wholeRunNotes is the footnote of a grid holding a † cell.
 func wholeRunNotes(g *grid) []string {
 	for _, row := range g.rows {
@@ -321,7 +342,7 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
+	g.notes = append(append(predictedNote(predicted), wholeRunNotes(g)...), superlinearNotes(g)...)
 	return g, set, nil
 }
 
@@ -483,7 +504,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
+	g.notes = append(append(predictedNote(predicted), wholeRunNotes(g)...), superlinearNotes(g)...)
 	return g, nil
 }
 

@@ -93,3 +93,17 @@ func TestCompareAndGateBytesInUnit(t *testing.T) {
 	assert.Contains(t, buf.String(), "20.0 MiB")
 	assert.NotContains(t, buf.String(), "0.00 GiB")
 }
+
+// TestSuperlinearScalingNote: a table showing a scaling efficiency above 100%
+// says why under it; one that does not show one (none above 100%, or the
+// column dropped to fit the width) has no such note.
+func TestSuperlinearScalingNote(t *testing.T) {
+	runs := quickstartRuns(t)
+	assert.Contains(t, report(t, runs, ReportOptions{}), superlinearNote)
+	assert.Contains(t, report(t, runs, ReportOptions{Rows: []string{"world_size"}, Cols: []string{"sharding"},
+		Metrics: []string{"scaling_efficiency"}}), superlinearNote)
+	narrow := report(t, runs, ReportOptions{Width: 80})
+	require.Contains(t, narrow, "scaling_efficiency", "the 80-column table drops it (README)")
+	assert.NotContains(t, narrow, "scaling eff. above 100%")
+	assert.NotContains(t, report(t, fixtureRuns(), ReportOptions{}), "scaling eff. above 100%")
+}
