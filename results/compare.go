@@ -334,6 +334,17 @@ type ComparisonRow struct {
 	CurrentStatus  Status  `json:"current_status,omitempty"`  // empty: not in the current set
 	Deltas         []Delta `json:"deltas"`                    // one per metric, in Comparison.Metrics order
 	wholeRun
+	predictedMarks
+}
+
+// predictedMarks says which sides' figures the analytic model predicted
+// (Metrics.Predicted): tables mark those figures * and add the footnote, as
+// report does.
+type predictedMarks struct {
+	BaselinePredicted bool `json:"baseline_predicted,omitempty"`
+	CurrentPredicted  bool `json:"current_predicted,omitempty"`
+	// backends of the predicted sides, for the footnote
+	baselineBackend, currentBackend string
 }
 
 // wholeRun says which sides' throughput divides by a whole run's wall time
@@ -391,10 +402,12 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 		if p.Baseline != nil {
 			row.BaselineStatus, row.Sweep = p.Baseline.Metrics.Status, p.Baseline.Config.Sweep
 			row.BaselineWholeRun = p.Baseline.Metrics.WholeRunWallTime
+			row.BaselinePredicted, row.baselineBackend = p.Baseline.Metrics.Predicted, p.Baseline.Config.Backend
 		}
 		if p.Current != nil {
 			row.CurrentStatus, row.Sweep = p.Current.Metrics.Status, p.Current.Config.Sweep
 			row.CurrentWholeRun = p.Current.Metrics.WholeRunWallTime
+			row.CurrentPredicted, row.currentBackend = p.Current.Metrics.Predicted, p.Current.Config.Backend
 		}
 		for j := range cols {
 			row.Deltas = append(row.Deltas, compareMetric(&cols[j], p.Baseline, p.Current, alpha))
@@ -508,6 +521,7 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	base, cur := sideLabel(c.Baseline, "baseline"), sideLabel(c.Current, "current")
 	var buf bytes.Buffer
 	usedNotBacked, usedNoChange, hashless, usedWholeRun := false, false, false, false
+	predicted := map[string]bool{} // backends of the figures marked *
 	for j := range c.cols {
 		col := &c.cols[j]
 		changeHeader := "vs base"
@@ -526,6 +540,16 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 				if whole && wholeRunColumn(col) {
 					cells[1+i].text += wholeRunMark
 					usedWholeRun = true
+				}
+			}
+			for i, side := range []struct {
+				predicted, shown bool
+				backend          string
+			}{{row.BaselinePredicted, row.BaselineStatus == StatusOK && d.Baseline != nil, row.baselineBackend},
+				{row.CurrentPredicted, row.CurrentStatus == StatusOK && d.Current != nil, row.currentBackend}} {
+				if side.predicted && side.shown {
+					cells[1+i].text += "*"
+					predicted[side.backend] = true
 				}
 			}
 			change := changeText(d, row)
@@ -568,7 +592,7 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 			return err
 		}
 	}
-	var notes []string
+	notes := predictedNote(predicted)
 	if c.PredictedSide != "" {
 		notes = append(notes, fmt.Sprintf("pred err = predicted / measured - 1; the %s side is the analytic model's prediction", c.PredictedSide))
 	}

@@ -351,6 +351,12 @@ type Check struct {
 	// Delta holds the figures compared (relative rules) or the current figure
 	// (absolute rules, in Delta.Current).
 	Delta Delta `json:"delta"`
+	// BaselinePredicted and CurrentPredicted say that side's figure is the
+	// analytic model's prediction, not a measurement (tables mark it *).
+	BaselinePredicted bool `json:"baseline_predicted,omitempty"`
+	CurrentPredicted  bool `json:"current_predicted,omitempty"`
+	// backend of the predicted figures, for the footnote
+	predictedBy string
 }
 
 // GateOptions are the inputs of Gate besides the runs.
@@ -534,9 +540,15 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 	ch := Check{Run: p.Key, Rule: r}
 	if p.Baseline != nil {
 		ch.Sweep, ch.BaselineStatus = p.Baseline.Config.Sweep, p.Baseline.Metrics.Status
+		if ch.BaselinePredicted = p.Baseline.Metrics.Predicted; ch.BaselinePredicted {
+			ch.predictedBy = p.Baseline.Config.Backend
+		}
 	}
 	if p.Current != nil {
 		ch.Sweep, ch.CurrentStatus = p.Current.Config.Sweep, p.Current.Metrics.Status
+		if ch.CurrentPredicted = p.Current.Metrics.Predicted; ch.CurrentPredicted {
+			ch.predictedBy = p.Current.Config.Backend
+		}
 	}
 	// What each side had, for the report, whatever the verdict.
 	ch.Delta = Delta{Metric: c.Name, Baseline: sideStat(c, p.Baseline), Current: sideStat(c, p.Current)}
@@ -684,10 +696,26 @@ func (g *GateReport) Headline() string {
 	}
 	var parts []string
 	if g.Failures > 0 || len(g.Problems) == 0 {
-		parts = append(parts, fmt.Sprintf("%d of %d checks failed, in %d of %d runs", g.Failures, len(g.Checks), len(failed), len(runs)))
+		what := fmt.Sprintf("%d of %d checks failed, in %d of %d runs", g.Failures, len(g.Checks), len(failed), len(runs))
+		if n := g.failedOnPredictions(); n > 0 {
+			// A prediction that moved is a model change, not a slower trainer.
+			what += fmt.Sprintf(" (%d of them on figures predicted by the analytic model, not measured)", n)
+		}
+		parts = append(parts, what)
 	}
 	parts = append(parts, g.Problems...)
 	return "gate FAILED: " + strings.Join(parts, "; ")
+}
+
+// failedOnPredictions counts the failed checks whose figures were predicted.
+func (g *GateReport) failedOnPredictions() int {
+	n := 0
+	for _, c := range g.Checks {
+		if c.Outcome == OutcomeFail && (c.CurrentPredicted || c.BaselinePredicted && c.Rule.relative()) {
+			n++
+		}
+	}
+	return n
 }
 
 // checksGrid lays out checks as a table (one row per check).
@@ -695,6 +723,7 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 	gr := &grid{cols: []gridCol{{key: "run", header: "run"}, {key: "rule", header: "rule"},
 		{key: "baseline", header: "baseline", right: true}, {key: "current", header: "current", right: true},
 		{key: "verdict", header: "verdict"}, {key: "reason", header: "why"}}}
+	predicted := map[string]bool{}
 	for _, c := range checks {
 		col, _ := LookupColumn(c.Rule.Metric)
 		// Each check reads its own metric: its two figures share the unit that
@@ -722,6 +751,14 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 				cur += u
 			}
 		}
+		if c.BaselinePredicted && c.Delta.Baseline != nil {
+			base += "*"
+			predicted[c.predictedBy] = true
+		}
+		if c.CurrentPredicted && c.Delta.Current != nil {
+			cur += "*"
+			predicted[c.predictedBy] = true
+		}
 		if !c.Rule.relative() {
 			base = "" // an absolute bound reads only the current figure
 		}
@@ -735,6 +772,7 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 		gr.rows = append(gr.rows, []gridCell{{text: c.Run}, {text: c.Rule.String()}, {text: base}, {text: cur},
 			{text: verdict}, {text: c.Reason}})
 	}
+	gr.notes = predictedNote(predicted)
 	return gr
 }
 
