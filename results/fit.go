@@ -228,6 +228,15 @@ func (g *grid) width() int {
 	return total
 }
 
+// WrapText breaks text into lines of at most width display columns at spaces,
+// as the notes under a fitted table are (width 0: one line).
+func WrapText(s string, width int) []string {
+	if width <= 0 {
+		return []string{s}
+	}
+	return wrapText(s, width)
+}
+
 // wrapText breaks a note into lines of at most width columns at spaces (a word
 // longer than that keeps a line of its own).
 func wrapText(s string, width int) []string {
@@ -270,19 +279,7 @@ func (g *grid) fitRunTable(width int) (hashless bool) {
 	if g.width() <= width || len(g.cols) == 0 {
 		return false
 	}
-	seen := map[string]bool{}
-	short := make([]string, len(g.rows))
-	for i, row := range g.rows {
-		short[i] = idHash.ReplaceAllString(row[0].text, "")
-		if seen[short[i]] {
-			short = nil
-			break
-		}
-		seen[short[i]] = true
-	}
-	for i := range short {
-		g.rows[i][0].text = short[i]
-	}
+	hashless = g.fitRunIDs()
 
 	// A long side heading (a results path) goes first, as far as the cells
 	// below it; then the run column.
@@ -297,7 +294,28 @@ func (g *grid) fitRunTable(width int) (hashless bool) {
 	}
 	for g.width() > width && g.cutWidestText() {
 	}
-	return short != nil
+	return hashless
+}
+
+// fitRunIDs drops the hash of the run IDs in the first column when the slugs
+// alone are still all different, and reports whether it did.
+func (g *grid) fitRunIDs() bool {
+	if len(g.cols) == 0 {
+		return false
+	}
+	seen := map[string]bool{}
+	short := make([]string, len(g.rows))
+	for i, row := range g.rows {
+		short[i] = idHash.ReplaceAllString(row[0].text, "")
+		if seen[short[i]] {
+			return false
+		}
+		seen[short[i]] = true
+	}
+	for i := range short {
+		g.rows[i][0].text = short[i]
+	}
+	return true
 }
 
 // cellsWidth is the widest cell of column j, its heading aside.

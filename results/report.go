@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -747,13 +748,81 @@ func contains(list []string, s string) bool {
 // (no cell wrapped; numbers aligned right): the CLI's other tables (plan, the
 // dry run, backends) look like its run tables.
 func WriteTable(w io.Writer, header []string, rows [][]string) error {
+	return WriteTableFitted(w, header, rows, TableFit{})
+}
+
+// TableFit says how WriteTableFitted cuts a table to a terminal's width.
+type TableFit struct {
+	// Width is the terminal's columns, MinWidth to MaxWidth; 0 is the whole table.
+	Width int
+	// RunIDs says the first column holds run IDs: they lose their hash first,
+	// when the slugs alone still tell the rows apart.
+	RunIDs bool
+	// Short maps headings to the abbreviations used once the table is too wide
+	// (before any column goes).
+	Short map[string]string
+	// Drop names columns (by heading) that may be left out, the first first,
+	// while the table is still too wide; then the widest text cells are cut with
+	// "…". A row is never wrapped.
+	Drop []string
+}
+
+// WriteTableFitted is WriteTable cut to fit.Width as the run tables are (the
+// report's order: run IDs shortened, columns dropped, text cut), with a note
+// under the table saying what is not shown and that --wide shows it.
+func WriteTableFitted(w io.Writer, header []string, rows [][]string, fit TableFit) error {
+	if err := checkWidth(fit.Width); err != nil {
+		return err
+	}
+	g, err := textGrid(header, rows)
+	if err != nil {
+		return err
+	}
+	if fit.Width > 0 && g.width() > fit.Width {
+		var notes, hidden []string
+		if fit.RunIDs && g.fitRunIDs() {
+			notes = append(notes, "run IDs without their hash (--wide shows them whole)")
+		}
+		if g.width() > fit.Width {
+			for j := range g.cols {
+				if s, ok := fit.Short[g.cols[j].key]; ok {
+					g.cols[j].header = s
+				}
+			}
+		}
+		for _, name := range fit.Drop {
+			if g.width() <= fit.Width {
+				break
+			}
+			if j := slices.IndexFunc(g.cols, func(c gridCol) bool { return c.key == name }); j >= 0 {
+				hidden = append(hidden, name)
+				g.cols = slices.Delete(g.cols, j, j+1)
+				for i := range g.rows {
+					g.rows[i] = slices.Delete(g.rows[i], j, j+1)
+				}
+			}
+		}
+		for g.width() > fit.Width && g.cutWidestText() {
+		}
+		if len(hidden) > 0 {
+			notes = append(notes, "not shown: "+strings.Join(hidden, ", ")+" (--wide shows every column)")
+		}
+		for _, n := range notes {
+			g.notes = append(g.notes, wrapText(n, fit.Width)...)
+		}
+	}
+	return g.writeTable(w, false)
+}
+
+// textGrid lays out rows of text under header.
+func textGrid(header []string, rows [][]string) (*grid, error) {
 	g := &grid{cols: make([]gridCol, len(header))}
 	for j, h := range header {
 		g.cols[j] = gridCol{key: h, header: h, right: numericColumn(rows, j)}
 	}
 	for _, row := range rows {
 		if len(row) != len(header) {
-			return fmt.Errorf("render table: a row has %d cells for %d columns", len(row), len(header))
+			return nil, fmt.Errorf("render table: a row has %d cells for %d columns", len(row), len(header))
 		}
 		cells := make([]gridCell, len(row))
 		for j, s := range row {
@@ -761,7 +830,7 @@ func WriteTable(w io.Writer, header []string, rows [][]string) error {
 		}
 		g.rows = append(g.rows, cells)
 	}
-	return g.writeTable(w, false)
+	return g, nil
 }
 
 // numericColumn says whether every known cell of column j is a number.

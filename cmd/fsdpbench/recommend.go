@@ -44,6 +44,8 @@ type recommendFlags struct {
 	resultsDir, name  string
 	sets              []string
 	progress          string
+	table             tableFlags
+	width             int // the tables' width, from table (0: whole)
 }
 
 func newRecommendCmd() *cobra.Command {
@@ -92,6 +94,7 @@ only the points the backend accepts are ranked.`,
 	fl.StringVar(&f.name, "name", "", "sweep name of the measured runs (default recommend-<model>)")
 	fl.StringArrayVar(&f.sets, "set", nil, "override the measuring sweep's spec, key=value (e.g. launcher_options.partition=gpu); repeatable")
 	fl.StringVar(&f.progress, "progress", "plain", "progress of --measure: bars, plain, none")
+	f.table.add(cmd)
 	return cmd
 }
 
@@ -150,6 +153,9 @@ func runRecommend(cmd *cobra.Command, f *recommendFlags) error {
 		return usageError(err)
 	}
 	w := cmd.OutOrStdout()
+	if f.width, err = f.table.resolve(w); err != nil {
+		return err
+	}
 	top, err := printRecommendation(w, f, req, cands)
 	if err != nil {
 		return failure(err)
@@ -254,7 +260,11 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 				fmt.Sprintf("%.0f", p.TokensPerS), fmt.Sprintf("%.0f", p.TokensPerS/float64(ws)),
 				fmt.Sprintf("%.1f", 100*p.MFU), fmt.Sprintf("%.0f", 100*p.ExposedCommS/p.StepTimeS)})
 		}
-		if err := writeTable(w, []string{"#", "configuration", "peak " + unit, "step s", "tokens/s", "tokens/s/GPU", "MFU %", "exposed comm %"}, rows); err != nil {
+		// Cut to the terminal: the totals and the finer figures go before the
+		// per-GPU rate and the configuration.
+		fit := results.TableFit{Width: f.width, Short: map[string]string{"tokens/s/GPU": "tok/s/GPU", "exposed comm %": "comm %"},
+			Drop: []string{"tokens/s", "exposed comm %", "step s", "MFU %"}}
+		if err := writeTableFit(w, []string{"#", "configuration", "peak " + unit, "step s", "tokens/s", "tokens/s/GPU", "MFU %", "exposed comm %"}, rows, fit); err != nil {
 			return nil, err
 		}
 	}
@@ -294,7 +304,8 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 			}
 			rows = append(rows, []string{k, strconv.Itoa(g.n), describe(g.best.Config), mems[i], tps, clipText(g.best.Lost, 110)})
 		}
-		if err := writeTable(w, []string{"reason", "configurations", "best of them", "peak " + unit, "tokens/s", "why"}, rows); err != nil {
+		fit := results.TableFit{Width: f.width, Short: map[string]string{"configurations": "n"}, Drop: []string{"tokens/s"}}
+		if err := writeTableFit(w, []string{"reason", "configurations", "best of them", "peak " + unit, "tokens/s", "why"}, rows, fit); err != nil {
 			return nil, err
 		}
 	}
@@ -313,7 +324,7 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 			}
 			rows = append(rows, []string{rank, describe(c.Config), mems[i], tps, c.Lost})
 		}
-		if err := writeTable(w, []string{"#", "configuration", "peak " + unit, "tokens/s", "lost"}, rows); err != nil {
+		if err := writeTableFit(w, []string{"#", "configuration", "peak " + unit, "tokens/s", "lost"}, rows, results.TableFit{Width: f.width}); err != nil {
 			return nil, err
 		}
 	}

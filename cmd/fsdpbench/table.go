@@ -21,6 +21,18 @@ func writeTable(w io.Writer, header []string, rows [][]string) error {
 	return results.WriteTable(w, header, rows)
 }
 
+// writeTableFit is writeTable cut to fit.Width (results.WriteTableFitted).
+func writeTableFit(w io.Writer, header []string, rows [][]string, fit results.TableFit) error {
+	return results.WriteTableFitted(w, header, rows, fit)
+}
+
+// printWrapped prints a line of text under a table, wrapped to width (0: as it is).
+func printWrapped(w io.Writer, s string, width int) {
+	for _, line := range results.WrapText(s, width) {
+		fmt.Fprintln(w, line)
+	}
+}
+
 // byteUnit is the unit a table column of byte figures is shown in: the one that
 // suits the largest (results.ByteUnitFor), GiB when there is none.
 func byteUnit(bytes []float64) results.ByteUnit {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/csv"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,4 +46,96 @@ func TestCPUMemoryReadsInMiB(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	assert.Contains(t, res.stdout, "peak reserved MiB")
 	assert.NotContains(t, res.stdout, " 0.0 ")
+}
+
+// tableLines are the lines of out drawn as a table (box-drawing rules).
+func tableLines(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "│") || strings.HasPrefix(l, "┌") || strings.HasPrefix(l, "└") || strings.HasPrefix(l, "├") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestPlanRecommendBackendsFitWidth: plan, recommend and backends fit their
+// tables to --width as report does (saying what they left out), and print
+// them whole under --wide; plan shows tokens/s per rank as the sweep's own
+// table does, the total only under --wide.
+func TestPlanRecommendBackendsFitWidth(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := quickstartSpec(t)
+	for _, args := range [][]string{
+		{"plan", spec},
+		{"recommend", "--model", "llama3-8b", "--hardware", "h100-sxm", "--global-batch", "16", "--seq-len", "8192", "--budget-gib", "60"},
+		{"backends"},
+	} {
+		res := fsdpbench(t, dir, append(args, "--width", "80")...)
+		require.Equal(t, 0, res.code, "%v: %s", args, res.stderr)
+		lines := tableLines(res.stdout)
+		require.NotEmpty(t, lines, "%v", args)
+		assert.LessOrEqual(t, widest(strings.Join(lines, "\n")), 80, "%v:\n%s", args, res.stdout)
+		assert.Contains(t, res.stdout, "not shown: ", "%v", args)
+		assert.Contains(t, res.stdout, "--wide", "%v", args)
+		wide := fsdpbench(t, dir, append(args, "--wide")...)
+		require.Equal(t, 0, wide.code, "%v: %s", args, wide.stderr)
+		assert.NotContains(t, wide.stdout, "--wide shows", "%v", args)
+		assert.Greater(t, widest(strings.Join(tableLines(wide.stdout), "\n")), 80, "%v", args)
+	}
+
+	// Plan's per-rank figure is the sim's own tokens_per_s_per_rank.
+	res := fsdpbench(t, dir, "sweep", spec, "--results", "out", "--progress", "none")
+	require.Equal(t, 0, res.code, res.stderr)
+	res = fsdpbench(t, dir, "export", filepath.Join("out", "quickstart"), "--format", "csv", "-o", "q.csv")
+	require.Equal(t, 0, res.code, res.stderr)
+	f, err := os.Open(filepath.Join(dir, "q.csv"))
+	require.NoError(t, err)
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	col := map[string]int{}
+	for j, h := range recs[0] {
+		col[h] = j
+	}
+	perRank := map[string]float64{}
+	for _, rec := range recs[1:] {
+		v, err := strconv.ParseFloat(rec[col["tokens_per_s_per_rank"]], 64)
+		require.NoError(t, err)
+		perRank[rec[col["id"]]] = v
+	}
+	for _, wide := range []bool{false, true} {
+		args := []string{"plan", spec}
+		if wide {
+			args = append(args, "--wide")
+		}
+		res = fsdpbench(t, dir, args...)
+		require.Equal(t, 0, res.code, res.stderr)
+		lines := tableLines(res.stdout)
+		header := strings.Split(lines[1], "│")
+		at, total := -1, -1
+		for j, h := range header {
+			switch strings.TrimSpace(h) {
+			case "tokens/s/rank":
+				at = j
+			case "tokens/s":
+				total = j
+			}
+		}
+		require.Positive(t, at, lines[1])
+		assert.Equal(t, wide, total > 0, "the total only under --wide: %s", lines[1])
+		seen := 0
+		for _, l := range lines[3 : len(lines)-1] {
+			cells := strings.Split(l, "│")
+			id := strings.TrimSpace(cells[1])
+			want, ok := perRank[id]
+			require.True(t, ok, "plan's run %s is the sweep's", id)
+			got, err := strconv.ParseFloat(strings.TrimSpace(cells[at]), 64)
+			require.NoError(t, err)
+			assert.InDelta(t, want, got, 0.5, id)
+			seen++
+		}
+		assert.Equal(t, len(perRank), seen)
+	}
 }
