@@ -151,7 +151,9 @@ type memCategory struct{ ws, nodes int }
 
 func (c memCategory) label(multiNode bool) string {
 	if multiNode && c.nodes > 1 {
-		return fmt.Sprintf("%d (%d nodes)", c.ws, c.nodes)
+		// On a line of its own: side by side, "16 (2 nodes)" labels of
+		// neighbouring bars run into each other.
+		return fmt.Sprintf("%d\n%d nodes", c.ws, c.nodes)
 	}
 	return fmt.Sprint(c.ws)
 }
@@ -200,11 +202,23 @@ func Memory(runs []results.Run) (*Figure, error) {
 			facets = append(facets, f)
 		}
 	}
-	sort.Strings(facets)
+	// Panels in reading order (batch 2 before batch 16); when there are more
+	// than fit, the ones with a figure to draw win over all-infeasible ones.
+	hasData := map[string]bool{}
+	for i := range runs {
+		if runs[i].Metrics.Status == results.StatusOK {
+			for _, m := range rows {
+				hasData[facetOf(&runs[i])] = hasData[facetOf(&runs[i])] || m.get(&runs[i].Metrics) != nil
+			}
+		}
+	}
+	sort.SliceStable(facets, func(i, j int) bool { return naturalLess(facets[i], facets[j]) })
 	note := ""
 	if len(facets) > maxFacets {
-		note = fmt.Sprintf(" (first %d of %d)", maxFacets, len(facets))
+		sort.SliceStable(facets, func(i, j int) bool { return hasData[facets[i]] && !hasData[facets[j]] })
+		note = fmt.Sprintf(" (%d of %d)", maxFacets, len(facets))
 		facets = facets[:maxFacets]
+		sort.SliceStable(facets, func(i, j int) bool { return naturalLess(facets[i], facets[j]) })
 	}
 
 	var cats []memCategory
@@ -456,6 +470,26 @@ var regressionMetrics = []struct {
 	{"peak_mem_reserved_bytes", "Peak reserved memory vs baseline", false},
 }
 
+// predictedSides says which sides of a comparison hold the analytic model's
+// figures, for the regression chart's titles ("" when both are measured): a
+// change between predictions is a change of the model, not of the trainer.
+func predictedSides(cmp *results.Comparison) string {
+	base, cur := false, false
+	for _, row := range cmp.Rows {
+		base = base || row.BaselinePredicted
+		cur = cur || row.CurrentPredicted
+	}
+	switch {
+	case base && cur:
+		return "both sides predicted by the analytic model, not measured"
+	case base:
+		return "baseline predicted by the analytic model, not measured"
+	case cur:
+		return "current figures predicted by the analytic model, not measured"
+	}
+	return ""
+}
+
 // Regression draws each run's change against the baseline as horizontal bars, one
 // panel per metric (throughput per rank, peak reserved memory): red beyond the
 // rule's limit in the bad direction, green beyond it in the good one, gray within;
@@ -483,13 +517,14 @@ func Regression(cmp *results.Comparison, rules []results.Rule) (*Figure, error) 
 	}
 	var panels [][]*plot.Plot
 	fig := newFigure("regression", nil)
+	ctx := predictedSides(cmp)
 	for _, m := range regressionMetrics {
 		j, ok := idx[m.name]
 		if !ok {
 			continue
 		}
 		limit := limits[m.name] * 100
-		p := newBarPanel(m.title, "change vs baseline (%)", "", false)
+		p := newBarPanel(titled(m.title, ctx), "change vs baseline (%)", "", false)
 		p.NominalY(names...)
 		p.Y.Min, p.Y.Max = -0.5, float64(n)-0.5
 		p.Y.Tick.Label.Font.Size = 9
