@@ -262,6 +262,8 @@ var registry = []Column{
 	metric("checkpoint_bytes", "ckpt", UnitBytesMiB, "one checkpoint's files, all ranks, metadata included", func(m *Metrics) any { return optI(m.CheckpointBytes) }),
 	metric("checkpoint_bytes_per_rank", "ckpt/rank", UnitBytesMiB, "the largest rank's share of one checkpoint", func(m *Metrics) any { return optI(m.CheckpointBytesPerRank) }),
 	metric("resume_exact", "resume exact", UnitNone, "1 when the resumed losses equal the uninterrupted ones bit for bit, else 0", resumeExactValue),
+	textual(metric("whole_run_wall_time", "whole run", UnitNone, "throughput figures divide by the whole run's wall time (start-up and warm-up included), not the measured steps' (tables mark them †)",
+		func(m *Metrics) any { return m.WholeRunWallTime })),
 
 	{Name: "scaling_efficiency", Kind: KindDerived, Header: "scaling eff. (%)", Unit: UnitFraction,
 		Doc: "tokens/s/rank over that of the same config at the smallest world size",
@@ -300,7 +302,7 @@ var registryIndex = func() map[string]int {
 //	         comm_bytes_per_step.all_gather comm_bytes_per_step.reduce_scatter
 //	         comm_bytes_per_step.all_reduce comm_bytes_per_step.inter_node env.gpu
 //	         started finished checkpoint_save_s checkpoint_load_s checkpoint_bytes
-//	         checkpoint_bytes_per_rank resume_exact
+//	         checkpoint_bytes_per_rank resume_exact whole_run_wall_time
 //	derived: scaling_efficiency memory_saving model_state_bytes
 //
 // New columns are appended within their kind; names never change once released.

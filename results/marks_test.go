@@ -2,7 +2,9 @@ package results
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +60,19 @@ func TestCompareAndGateMarkPredictions(t *testing.T) {
 	rep, err = Gate(measured, slowerRuns(measured), GateOptions{Rules: rules})
 	require.NoError(t, err)
 	assert.NotContains(t, rep.Headline(), "predicted")
+}
+
+// TestCSVKeepsWholeRunFlag: the CSV export says which runs' throughput divides
+// by the whole run's wall time (the table's †), as the JSON export does.
+func TestCSVKeepsWholeRunFlag(t *testing.T) {
+	runs := fixtureRuns()[:2]
+	runs[0].Metrics.WholeRunWallTime = true
+	var buf bytes.Buffer
+	require.NoError(t, WriteCSV(&buf, runs))
+	recs, err := csv.NewReader(&buf).ReadAll()
+	require.NoError(t, err)
+	j := slices.Index(recs[0], "whole_run_wall_time")
+	require.GreaterOrEqual(t, j, 0, "a column of its own: %v", recs[0])
+	assert.Equal(t, "true", recs[1][j])
+	assert.Equal(t, "false", recs[2][j])
 }
