@@ -139,3 +139,22 @@ func TestPlanRecommendBackendsFitWidth(t *testing.T) {
 		assert.Equal(t, len(perRank), seen)
 	}
 }
+
+// TestIngestPrintsDerivedMappings: a value ingest derives from a formula (the
+// Trainer's replicas) is printed with the whole formula, not cut at its first
+// parenthesis ("… ÷ -> grad_accum=1").
+func TestIngestPrintsDerivedMappings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := filepath.Join(dir, "past", "trainer")
+	require.NoError(t, os.MkdirAll(run, 0o755))
+	// 48 samples/s × 100 s ÷ (300 steps × 2 samples) = 8 replicas.
+	require.NoError(t, os.WriteFile(filepath.Join(run, "train_results.json"),
+		[]byte(`{"train_runtime": 100.0, "train_samples_per_second": 48.0, "train_tokens_per_second": 4000.0}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(run, "trainer_state.json"),
+		[]byte(`{"train_batch_size": 2, "global_step": 300, "max_steps": 300, "log_history": [{"loss": 2.5, "step": 10}, {"loss": 1.5, "step": 300}]}`), 0o644))
+	res := fsdpbench(t, dir, "ingest", "past", "--set", "world_size=8", "--set", "model=tiny", "--results", "out")
+	require.Equal(t, 0, res.code, "%s\n%s", res.stdout, res.stderr)
+	assert.Contains(t, res.stdout, "train_samples_per_second × train_runtime ÷ (max_steps × train_batch_size) = 8 ÷ world_size -> grad_accum=1")
+	assert.NotContains(t, res.stdout, "÷ ->")
+}
