@@ -585,12 +585,18 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 		if ch.Delta.Current == nil {
 			return verdict(OutcomeFail, "%s unknown: the bound %g cannot be checked", c.Name, r.Limit)
 		}
-		// Plain units, enough digits to see which side of the bound the figure is.
+		// Plain units, enough digits to see which side of the bound the figure is;
+		// bytes also in the unit that reads (a bound of 8e+10 is 74.5 GiB).
 		v := ch.Delta.Current.Value
-		if (r.Kind == RuleMin && v < r.Limit) || (r.Kind == RuleMax && v > r.Limit) {
-			return verdict(OutcomeFail, "%.4g, %s the bound %g", v, map[RuleKind]string{RuleMin: "below", RuleMax: "above"}[r.Kind], r.Limit)
+		fig, bound := fmt.Sprintf("%.4g", v), fmt.Sprintf("%g", r.Limit)
+		if bytesColumn(c) {
+			u := ByteUnitFor(math.Max(math.Abs(v), math.Abs(r.Limit)))
+			fig, bound = u.WithName(v)+" ("+fig+")", u.WithName(r.Limit)+" ("+bound+")"
 		}
-		return verdict(OutcomePass, "%.4g, within the bound %g", v, r.Limit)
+		if (r.Kind == RuleMin && v < r.Limit) || (r.Kind == RuleMax && v > r.Limit) {
+			return verdict(OutcomeFail, "%s, %s the bound %s", fig, map[RuleKind]string{RuleMin: "below", RuleMax: "above"}[r.Kind], bound)
+		}
+		return verdict(OutcomePass, "%s, within the bound %s", fig, bound)
 	}
 
 	switch {

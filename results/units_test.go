@@ -107,3 +107,22 @@ func TestSuperlinearScalingNote(t *testing.T) {
 	assert.NotContains(t, narrow, "scaling eff. above 100%")
 	assert.NotContains(t, report(t, fixtureRuns(), ReportOptions{}), "scaling eff. above 100%")
 }
+
+// TestGateBoundInByteUnits: an absolute bound on memory says the figure and
+// the bound in a unit that reads, besides the plain bytes the rule was given in.
+func TestGateBoundInByteUnits(t *testing.T) {
+	runs := cpuRuns()
+	rules, err := ParseRules([]string{"peak_mem_allocated_bytes<=1e9"}, "test")
+	require.NoError(t, err)
+	rep, err := Gate(nil, runs, GateOptions{Rules: rules, NoBaseline: true})
+	require.NoError(t, err)
+	require.NotEmpty(t, rep.Checks)
+	passed := 0
+	for _, c := range rep.Checks {
+		if c.Outcome == OutcomePass {
+			passed++
+			assert.Regexp(t, `^[0-9.]+ MiB \([0-9.e+]+\), within the bound 954 MiB \(1e\+09\)$`, c.Reason)
+		}
+	}
+	assert.Positive(t, passed)
+}
