@@ -653,9 +653,12 @@ func statText(c *Column, s *SideStat, st Status, u ByteUnit) string {
 func (c *Comparison) byteUnit(j int) ByteUnit {
 	var vals []float64
 	for _, row := range c.Rows {
-		for _, s := range []*SideStat{row.Deltas[j].Baseline, row.Deltas[j].Current} {
-			if s != nil {
-				vals = append(vals, s.Value, s.Center)
+		for _, side := range []struct {
+			s  *SideStat
+			st Status
+		}{{row.Deltas[j].Baseline, row.BaselineStatus}, {row.Deltas[j].Current, row.CurrentStatus}} {
+			if side.s != nil && side.st == StatusOK { // a run not ok shows its status
+				vals = append(vals, side.s.Value, side.s.Center)
 			}
 		}
 	}

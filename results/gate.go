@@ -735,9 +735,12 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 		// Each check reads its own metric: its two figures share the unit that
 		// suits the larger.
 		var vals []float64
-		for _, s := range []*SideStat{c.Delta.Baseline, c.Delta.Current} {
-			if s != nil {
-				vals = append(vals, s.Value, s.Center)
+		for _, side := range []struct {
+			s  *SideStat
+			st Status
+		}{{c.Delta.Baseline, c.BaselineStatus}, {c.Delta.Current, c.CurrentStatus}} {
+			if side.s != nil && side.st == StatusOK { // a run not ok shows its status
+				vals = append(vals, side.s.Value, side.s.Center)
 			}
 		}
 		bu := byteUnitOfValues(vals)
