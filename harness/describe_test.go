@@ -18,17 +18,21 @@ import (
 func TestProgressLineMemoryUnit(t *testing.T) {
 	be := &fake{name: "fake", run: func(_ context.Context, rc sweeps.RunConfig, _ backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
 		res := okResult(rc, emit)
-		if rc.BatchPerDevice == 1 {
+		switch rc.BatchPerDevice {
+		case 1:
 			res.PeakMemAllocatedBytes = results.I64(40 << 20)
-		} else {
+		case 2:
 			res.PeakMemReservedBytes = results.I64(300 << 20)
+		default: // torch on CPU: only the resident set
+			res.PeakRSSBytes = results.I64(512 << 20)
 		}
 		return res, nil
 	}}
 	opts, out := options(t, be)
-	_, err := Run(context.Background(), plan("units", 2), opts)
+	_, err := Run(context.Background(), plan("units", 3), opts)
 	require.NoError(t, err)
 	assert.Contains(t, out.String(), " peak_allocated=40.0 MiB")
 	assert.Contains(t, out.String(), " peak_reserved=300 MiB")
+	assert.Contains(t, out.String(), " peak_rss=512 MiB")
 	assert.NotContains(t, out.String(), "0.00 GiB")
 }

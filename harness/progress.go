@@ -59,12 +59,16 @@ func describe(o Outcome) string {
 		if v := o.Metrics.TokensPerSPerRank; v != nil {
 			fmt.Fprintf(&b, " tokens/s/rank=%.4g", *v)
 		}
-		// In the unit that suits the figure (a CPU run's MiB are no 0.00 GiB); the
-		// allocated peak where there is no allocator reserve (the cpu device).
-		if v := o.Metrics.PeakMemReservedBytes; v != nil {
-			fmt.Fprintf(&b, " peak_reserved=%s", results.FormatBytes(float64(*v)))
-		} else if v := o.Metrics.PeakMemAllocatedBytes; v != nil {
-			fmt.Fprintf(&b, " peak_allocated=%s", results.FormatBytes(float64(*v)))
+		// In the unit that suits the figure (a CPU run's MiB are no 0.00 GiB); as
+		// the default table, the allocated peak where there is no allocator
+		// reserve (the cpu device), else the resident set (torch on CPU).
+		switch m := &o.Metrics; {
+		case m.PeakMemReservedBytes != nil:
+			fmt.Fprintf(&b, " peak_reserved=%s", results.FormatBytes(float64(*m.PeakMemReservedBytes)))
+		case m.PeakMemAllocatedBytes != nil:
+			fmt.Fprintf(&b, " peak_allocated=%s", results.FormatBytes(float64(*m.PeakMemAllocatedBytes)))
+		case m.PeakRSSBytes != nil:
+			fmt.Fprintf(&b, " peak_rss=%s", results.FormatBytes(float64(*m.PeakRSSBytes)))
 		}
 	case results.StatusCanceled:
 	default:
