@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/csv"
 	"os"
 	"path/filepath"
@@ -10,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // TestCPUMemoryReadsInMiB runs the CPU example (the Go trainer, a few MiB per
@@ -157,4 +161,18 @@ func TestIngestPrintsDerivedMappings(t *testing.T) {
 	require.Equal(t, 0, res.code, "%s\n%s", res.stdout, res.stderr)
 	assert.Contains(t, res.stdout, "train_samples_per_second × train_runtime ÷ (max_steps × train_batch_size) = 8 ÷ world_size -> grad_accum=1")
 	assert.NotContains(t, res.stdout, "÷ ->")
+}
+
+// TestPredictedVsMeasuredMemoryUnit: the predicted-vs-measured table (recommend
+// --measure, sweep's predictions) shows an H100's memory in GiB, not 7.373e+04 MiB.
+func TestPredictedVsMeasuredMemoryUnit(t *testing.T) {
+	tps := 5000.0
+	r := results.Run{Config: sweeps.RunConfig{ID: "ws8-bs2-full_shard-ac0-pre-0123456789abcdef"},
+		Metrics: results.Metrics{Status: results.StatusOK, TokensPerSPerRank: &tps, PeakMemReservedBytes: results.I64(70 << 30),
+			Extra: map[string]any{results.ExtraPrediction: results.Prediction{TokensPerSPerRank: 5200, PeakMemReservedBytes: 72 << 30, Feasible: true}}}}
+	var buf bytes.Buffer
+	require.NoError(t, writePredictedVsMeasured(&buf, []results.Run{r}))
+	assert.Contains(t, buf.String(), "pred peak GiB")
+	assert.Regexp(t, `│ +72\.0 │ +70\.0 │ +\+2\.9% │`, buf.String())
+	assert.NotContains(t, buf.String(), "e+0")
 }
