@@ -63,8 +63,16 @@ func describe(o Outcome) string {
 		if v := o.Metrics.TokensPerSPerRank; v != nil {
 			fmt.Fprintf(&b, " tokens/s/rank=%.4g", *v)
 		}
-		if v := o.Metrics.PeakMemReservedBytes; v != nil {
-			fmt.Fprintf(&b, " peak_reserved=%.2f GiB", float64(*v)/(1<<30))
+		// In the unit that suits the figure (a CPU run's MiB are no 0.00 GiB); as
+		// the default table, the allocated peak where there is no allocator
+		// reserve (the cpu device), else the resident set (torch on CPU).
+		switch m := &o.Metrics; {
+		case m.PeakMemReservedBytes != nil:
+			fmt.Fprintf(&b, " peak_reserved=%s", results.FormatBytes(float64(*m.PeakMemReservedBytes)))
+		case m.PeakMemAllocatedBytes != nil:
+			fmt.Fprintf(&b, " peak_allocated=%s", results.FormatBytes(float64(*m.PeakMemAllocatedBytes)))
+		case m.PeakRSSBytes != nil:
+			fmt.Fprintf(&b, " peak_rss=%s", results.FormatBytes(float64(*m.PeakRSSBytes)))
 		}
 	case results.StatusCanceled:
 	default:

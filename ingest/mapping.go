@@ -561,8 +561,12 @@ func trainerReplicas(mp *mapping, vals map[string]*chosen, t *trainerOutput, set
 
 // keyOf is the key of a "key (file)" source.
 func keyOf(from string) string {
-	k, _, _ := strings.Cut(from, " (")
-	return k
+	// "key (file)" names the key; a formula with parentheses of its own
+	// ("a × b ÷ (c × d) = 8 ÷ world_size") is its own name, whole.
+	if i := strings.LastIndex(from, " ("); i >= 0 && strings.HasSuffix(from, ")") {
+		return from[:i]
+	}
+	return from
 }
 
 func keysOf(froms []string) []string {

@@ -48,7 +48,7 @@ func newAxisValues(runs []Run, c Column) *axisValues {
 	for pos, old := range order {
 		remap[old] = int32(pos)
 		a.values[pos] = distinct[old]
-		a.text[pos] = displayValue(&c, distinct[old])
+		a.text[pos] = displayValue(&c, distinct[old], GiB) // axes hold no bytes
 	}
 	for i := range rank {
 		rank[i] = remap[rank[i]]

@@ -34,14 +34,15 @@ func (k ColumnKind) String() string {
 }
 
 // Unit is what a column's numbers are. CSV and JSON always hold the plain unit
-// (bytes, seconds, fractions); tables scale them for reading (GiB, percent).
+// (bytes, seconds, fractions); tables scale them for reading (percent; bytes in
+// the KiB, MiB or GiB that suits the column's figures, ByteUnitFor).
 type Unit int
 
 // Units.
 const (
 	UnitNone     Unit = iota // text, flags, counts, losses
-	UnitBytes                // bytes; tables show GiB
-	UnitBytesMiB             // bytes; tables show MiB (per-step traffic is small)
+	UnitBytes                // bytes; tables pick KiB, MiB or GiB from the figures
+	UnitBytesMiB             // bytes, shown as UnitBytes (it once meant MiB always)
 	UnitSeconds              // seconds
 	UnitFraction             // a fraction; tables show percent
 	UnitRate                 // a rate (tokens/s, TFLOP/s, FLOP/token)
@@ -54,7 +55,9 @@ type Column struct {
 	// field's JSON path in run_args.json / metrics.json (nested keys joined by dots).
 	Name string
 	Kind ColumnKind
-	// Header is the table heading, with the unit tables show.
+	// Header is the table heading, with the unit tables show; a byte column's
+	// heading has none, since tables add the unit that suits their figures
+	// ("peak reserved (MiB)").
 	Header string
 	Unit   Unit
 	// Order lists an enumerated axis's values in display order.
@@ -79,9 +82,15 @@ func textual(c Column) Column {
 // plain unit, or nil when unknown (never a zero standing in for unknown).
 func (c Column) Value(r *Run) any { return c.get(r) }
 
-// Text is the run's value as tables show it: in the display unit of the header
-// (GiB, %), "-" when unknown.
-func (c Column) Text(r *Run) string { return displayValue(&c, c.get(r)) }
+// Text is the run's value as tables show it, in the display unit of the header
+// (%), "-" when unknown; a byte figure in the unit that suits it, named ("412 MiB").
+func (c Column) Text(r *Run) string {
+	v := c.get(r)
+	if n, ok := numberOf(v); ok && bytesColumn(&c) {
+		return FormatBytes(n)
+	}
+	return displayValue(&c, v, GiB)
+}
 
 // Plain is the run's value as CSV holds it: plain units, empty when unknown.
 func (c Column) Plain(r *Run) string { return plainValue(c.get(r)) }
@@ -223,20 +232,20 @@ var registry = []Column{
 		Doc: "model FLOPs utilization: flops/token x tokens/s/rank / peak", get: func(r *Run) any { return optF(r.Metrics.MFU) }},
 	{Name: "tflops_per_rank", Kind: KindMetric, Header: "TFLOP/s/rank", Unit: UnitRate, CI: SampleTFLOPsPerRank,
 		Doc: "model TFLOP/s per rank", get: func(r *Run) any { return optF(r.Metrics.TFLOPsPerRank) }},
-	metric("peak_mem_allocated_bytes", "peak allocated (GiB)", UnitBytes, "peak allocated device memory, max over ranks and repeats", func(m *Metrics) any { return optI(m.PeakMemAllocatedBytes) }),
-	metric("peak_mem_reserved_bytes", "peak reserved (GiB)", UnitBytes, "peak reserved (allocator) device memory, max over ranks and repeats", func(m *Metrics) any { return optI(m.PeakMemReservedBytes) }),
-	metric("peak_device_mem_bytes", "peak device (GiB)", UnitBytes, "peak device memory in use (NVML)", func(m *Metrics) any { return optI(m.PeakDeviceMemBytes) }),
-	metric("peak_rss_bytes", "peak RSS (GiB)", UnitBytes, "peak resident host memory of a rank", func(m *Metrics) any { return optI(m.PeakRSSBytes) }),
-	metric("device_mem_bytes", "device memory (GiB)", UnitBytes, "capacity of one device", func(m *Metrics) any { return optI(m.DeviceMemBytes) }),
+	metric("peak_mem_allocated_bytes", "peak allocated", UnitBytes, "peak allocated device memory, max over ranks and repeats", func(m *Metrics) any { return optI(m.PeakMemAllocatedBytes) }),
+	metric("peak_mem_reserved_bytes", "peak reserved", UnitBytes, "peak reserved (allocator) device memory, max over ranks and repeats", func(m *Metrics) any { return optI(m.PeakMemReservedBytes) }),
+	metric("peak_device_mem_bytes", "peak device", UnitBytes, "peak device memory in use (NVML)", func(m *Metrics) any { return optI(m.PeakDeviceMemBytes) }),
+	metric("peak_rss_bytes", "peak RSS", UnitBytes, "peak resident host memory of a rank", func(m *Metrics) any { return optI(m.PeakRSSBytes) }),
+	metric("device_mem_bytes", "device memory", UnitBytes, "capacity of one device", func(m *Metrics) any { return optI(m.DeviceMemBytes) }),
 	metric("loss_first", "loss first", UnitNone, "loss of the first measured step", func(m *Metrics) any { return optF(m.LossFirst) }),
 	metric("loss_last", "loss last", UnitNone, "loss of the last measured step", func(m *Metrics) any { return optF(m.LossLast) }),
-	{Name: "comm_bytes_per_step.all_gather", Kind: KindMetric, Header: "all-gather/step (MiB)", Unit: UnitBytesMiB,
+	{Name: "comm_bytes_per_step.all_gather", Kind: KindMetric, Header: "all-gather/step", Unit: UnitBytesMiB,
 		Doc: "all-gather payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.AllGather })},
-	{Name: "comm_bytes_per_step.reduce_scatter", Kind: KindMetric, Header: "reduce-scatter/step (MiB)", Unit: UnitBytesMiB,
+	{Name: "comm_bytes_per_step.reduce_scatter", Kind: KindMetric, Header: "reduce-scatter/step", Unit: UnitBytesMiB,
 		Doc: "reduce-scatter payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.ReduceScatter })},
-	{Name: "comm_bytes_per_step.all_reduce", Kind: KindMetric, Header: "all-reduce/step (MiB)", Unit: UnitBytesMiB,
+	{Name: "comm_bytes_per_step.all_reduce", Kind: KindMetric, Header: "all-reduce/step", Unit: UnitBytesMiB,
 		Doc: "all-reduce payload per step per rank", get: comm(func(c *CommBytes) int64 { return c.AllReduce })},
-	{Name: "comm_bytes_per_step.inter_node", Kind: KindMetric, Header: "inter-node/step (MiB)", Unit: UnitBytesMiB,
+	{Name: "comm_bytes_per_step.inter_node", Kind: KindMetric, Header: "inter-node/step", Unit: UnitBytesMiB,
 		Doc: "payload per step the busiest rank sent to a rank on another node (all collectives)", get: func(r *Run) any {
 			if c := r.Metrics.CommBytesPerStep; c != nil && c.InterNode != nil {
 				return *c.InterNode
@@ -250,9 +259,11 @@ var registry = []Column{
 		Doc: "one checkpoint save, slowest rank (median over saves)", get: func(r *Run) any { return optF(r.Metrics.CheckpointSaveS) }},
 	{Name: "checkpoint_load_s", Kind: KindMetric, Header: "ckpt load (s)", Unit: UnitSeconds, CI: SampleCheckpointLoadS,
 		Doc: "the resume check's checkpoint load, slowest rank", get: func(r *Run) any { return optF(r.Metrics.CheckpointLoadS) }},
-	metric("checkpoint_bytes", "ckpt (MiB)", UnitBytesMiB, "one checkpoint's files, all ranks, metadata included", func(m *Metrics) any { return optI(m.CheckpointBytes) }),
-	metric("checkpoint_bytes_per_rank", "ckpt/rank (MiB)", UnitBytesMiB, "the largest rank's share of one checkpoint", func(m *Metrics) any { return optI(m.CheckpointBytesPerRank) }),
+	metric("checkpoint_bytes", "ckpt", UnitBytesMiB, "one checkpoint's files, all ranks, metadata included", func(m *Metrics) any { return optI(m.CheckpointBytes) }),
+	metric("checkpoint_bytes_per_rank", "ckpt/rank", UnitBytesMiB, "the largest rank's share of one checkpoint", func(m *Metrics) any { return optI(m.CheckpointBytesPerRank) }),
 	metric("resume_exact", "resume exact", UnitNone, "1 when the resumed losses equal the uninterrupted ones bit for bit, else 0", resumeExactValue),
+	textual(metric("whole_run_wall_time", "whole run", UnitNone, "throughput figures divide by the whole run's wall time (start-up and warm-up included), not the measured steps' (tables mark them †)",
+		func(m *Metrics) any { return m.WholeRunWallTime })),
 
 	{Name: "scaling_efficiency", Kind: KindDerived, Header: "scaling eff. (%)", Unit: UnitFraction,
 		Doc: "tokens/s/rank over that of the same config at the smallest world size",
@@ -260,7 +271,7 @@ var registry = []Column{
 	{Name: "memory_saving", Kind: KindDerived, Header: "memory saving (%)", Unit: UnitFraction,
 		Doc: "1 - peak / peak of no_shard (else ddp) at the same point",
 		get: func(r *Run) any { return optF(r.Derived.MemorySaving) }},
-	{Name: "model_state_bytes", Kind: KindDerived, Header: "model states (GiB)", Unit: UnitBytes,
+	{Name: "model_state_bytes", Kind: KindDerived, Header: "model states", Unit: UnitBytes,
 		Doc: "parameters + gradients + optimizer state of one rank, from mem_breakdown_bytes",
 		get: func(r *Run) any { return optI(r.Derived.ModelStateBytes) }},
 }
@@ -291,7 +302,7 @@ var registryIndex = func() map[string]int {
 //	         comm_bytes_per_step.all_gather comm_bytes_per_step.reduce_scatter
 //	         comm_bytes_per_step.all_reduce comm_bytes_per_step.inter_node env.gpu
 //	         started finished checkpoint_save_s checkpoint_load_s checkpoint_bytes
-//	         checkpoint_bytes_per_rank resume_exact
+//	         checkpoint_bytes_per_rank resume_exact whole_run_wall_time
 //	derived: scaling_efficiency memory_saving model_state_bytes
 //
 // New columns are appended within their kind; names never change once released.

@@ -39,8 +39,8 @@ func fullRun(t *testing.T) Run {
 	runs[1].Metrics = Normalize(runs[1].Config, []Result{fixtureResult(runs[1].Config)})
 	Derive(runs)
 	// Fill in what an ok, measured run alone at its world size lacks, for the path check.
-	runs[0].Derived.ScalingEfficiency = F64(1)
-	runs[0].Metrics.Error, runs[0].Metrics.Predicted = "a note", true
+	runs[0].Derived.ScalingEfficiency, runs[0].Derived.ScalingBaseline = F64(1), rc.ID
+	runs[0].Metrics.Error, runs[0].Metrics.Predicted, runs[0].Metrics.WholeRunWallTime = "a note", true, true
 	return runs[0]
 }
 
@@ -113,7 +113,7 @@ func TestColumnNamesAreJSONPaths(t *testing.T) {
 func TestColumnText(t *testing.T) {
 	r := fixtureRuns()[0]
 	tests := []struct{ column, text, plain string }{
-		{"peak_mem_reserved_bytes", "18.00", "19327352832"},
+		{"peak_mem_reserved_bytes", "18.0 GiB", "19327352832"},
 		{"memory_saving", "0.0", "0"},
 		{"sharding", "full_shard", "full_shard"},
 		{"world_size", "1", "1"},
@@ -131,7 +131,7 @@ func TestColumnUnknownIsNil(t *testing.T) {
 	r := Run{Config: fixtureConfig(1, sweeps.FullShard), Metrics: Metrics{Status: StatusOK}}
 	for _, c := range ColumnsOf(KindMetric) {
 		switch c.Name {
-		case "status", "predicted":
+		case "status", "predicted", "whole_run_wall_time": // flags: false is known
 			assert.NotNil(t, c.Value(&r), c.Name)
 		default:
 			assert.Nil(t, c.Value(&r), "%s: unknown must be nil, never a zero", c.Name)

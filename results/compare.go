@@ -334,6 +334,17 @@ type ComparisonRow struct {
 	CurrentStatus  Status  `json:"current_status,omitempty"`  // empty: not in the current set
 	Deltas         []Delta `json:"deltas"`                    // one per metric, in Comparison.Metrics order
 	wholeRun
+	predictedMarks
+}
+
+// predictedMarks says which sides' figures the analytic model predicted
+// (Metrics.Predicted): tables mark those figures * and add the footnote, as
+// report does.
+type predictedMarks struct {
+	BaselinePredicted bool `json:"baseline_predicted,omitempty"`
+	CurrentPredicted  bool `json:"current_predicted,omitempty"`
+	// backends of the predicted sides, for the footnote
+	baselineBackend, currentBackend string
 }
 
 // wholeRun says which sides' throughput divides by a whole run's wall time
@@ -391,10 +402,12 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 		if p.Baseline != nil {
 			row.BaselineStatus, row.Sweep = p.Baseline.Metrics.Status, p.Baseline.Config.Sweep
 			row.BaselineWholeRun = p.Baseline.Metrics.WholeRunWallTime
+			row.BaselinePredicted, row.baselineBackend = p.Baseline.Metrics.Predicted, p.Baseline.Config.Backend
 		}
 		if p.Current != nil {
 			row.CurrentStatus, row.Sweep = p.Current.Metrics.Status, p.Current.Config.Sweep
 			row.CurrentWholeRun = p.Current.Metrics.WholeRunWallTime
+			row.CurrentPredicted, row.currentBackend = p.Current.Metrics.Predicted, p.Current.Config.Backend
 		}
 		for j := range cols {
 			row.Deltas = append(row.Deltas, compareMetric(&cols[j], p.Baseline, p.Current, alpha))
@@ -508,23 +521,35 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	base, cur := sideLabel(c.Baseline, "baseline"), sideLabel(c.Current, "current")
 	var buf bytes.Buffer
 	usedNotBacked, usedNoChange, hashless, usedWholeRun := false, false, false, false
+	predicted := map[string]bool{} // backends of the figures marked *
 	for j := range c.cols {
 		col := &c.cols[j]
 		changeHeader := "vs base"
 		if c.PredictedSide != "" {
 			changeHeader = "pred err"
 		}
-		g := &grid{title: col.Header, cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
+		unit := c.byteUnit(j)
+		g := &grid{title: headerIn(col, unit), cols: []gridCol{{key: "run", header: "run"}, {key: "baseline", header: base, right: true},
 			{key: "current", header: cur, right: true}, {key: "change", header: changeHeader, right: true}}}
 		for _, row := range c.Rows {
 			d := row.Deltas[j]
-			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus)},
-				{text: statText(col, d.Current, row.CurrentStatus)}}
+			cells := []gridCell{{text: row.Run}, {text: statText(col, d.Baseline, row.BaselineStatus, unit)},
+				{text: statText(col, d.Current, row.CurrentStatus, unit)}}
 			for i, whole := range []bool{row.BaselineWholeRun && row.BaselineStatus == StatusOK && d.Baseline != nil,
 				row.CurrentWholeRun && row.CurrentStatus == StatusOK && d.Current != nil} {
 				if whole && wholeRunColumn(col) {
 					cells[1+i].text += wholeRunMark
 					usedWholeRun = true
+				}
+			}
+			for i, side := range []struct {
+				predicted, shown bool
+				backend          string
+			}{{row.BaselinePredicted, row.BaselineStatus == StatusOK && d.Baseline != nil, row.baselineBackend},
+				{row.CurrentPredicted, row.CurrentStatus == StatusOK && d.Current != nil, row.currentBackend}} {
+				if side.predicted && side.shown {
+					cells[1+i].text += "*"
+					predicted[side.backend] = true
 				}
 			}
 			change := changeText(d, row)
@@ -539,8 +564,8 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 		gm := c.Geomeans[j]
 		gcells := []gridCell{{text: "geomean"}, {text: "-"}, {text: "-"}, {text: "-"}}
 		if gm.Runs > 0 {
-			gcells[1].text = displayValue(col, *gm.Baseline)
-			gcells[2].text = displayValue(col, *gm.Current)
+			gcells[1].text = displayValue(col, *gm.Baseline, unit)
+			gcells[2].text = displayValue(col, *gm.Current, unit)
 			ch := *gm.Change
 			if c.PredictedSide == "baseline" {
 				ch = 1/(1+ch) - 1
@@ -567,7 +592,7 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 			return err
 		}
 	}
-	var notes []string
+	notes := predictedNote(predicted)
 	if c.PredictedSide != "" {
 		notes = append(notes, fmt.Sprintf("pred err = predicted / measured - 1; the %s side is the analytic model's prediction", c.PredictedSide))
 	}
@@ -608,8 +633,9 @@ func sideLabel(name, def string) string {
 	return name
 }
 
-// statText is one side's cell: the figure (± its CI when backed), or why there is none.
-func statText(c *Column, s *SideStat, st Status) string {
+// statText is one side's cell: the figure (± its CI when backed), or why there is
+// none; byte figures in u.
+func statText(c *Column, s *SideStat, st Status, u ByteUnit) string {
 	switch {
 	case st == "":
 		return "missing"
@@ -618,9 +644,25 @@ func statText(c *Column, s *SideStat, st Status) string {
 	case s == nil:
 		return "-"
 	case s.Backed():
-		return displayValue(c, s.Center) + " ± " + s.pctRange()
+		return displayValue(c, s.Center, u) + " ± " + s.pctRange()
 	}
-	return displayValue(c, s.Value)
+	return displayValue(c, s.Value, u)
+}
+
+// byteUnit is the unit of metric j's table: that of its largest figure shown.
+func (c *Comparison) byteUnit(j int) ByteUnit {
+	var vals []float64
+	for _, row := range c.Rows {
+		for _, side := range []struct {
+			s  *SideStat
+			st Status
+		}{{row.Deltas[j].Baseline, row.BaselineStatus}, {row.Deltas[j].Current, row.CurrentStatus}} {
+			if side.s != nil && side.st == StatusOK { // a run not ok shows its status
+				vals = append(vals, side.s.Value, side.s.Center)
+			}
+		}
+	}
+	return byteUnitOfValues(vals)
 }
 
 // changeText is the "vs base" cell, as benchstat writes it: "-10.00% (p=0.002 n=6)",

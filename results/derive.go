@@ -73,7 +73,10 @@ func optionsText(o map[string]any) string {
 // strong scaling, fixed global_batch). The baseline is the run of the same config at
 // the smallest world size present; where several are there, the one with the same
 // grad_accum (weak scaling), else the same global_batch (strong scaling), fewest
-// nodes first. The smallest world size's own run has efficiency 1.
+// nodes first. The smallest world size's own run has efficiency 1; a config run at
+// one world size only has none (nil). Above 1 is possible: under sharding each
+// rank's share of the optimizer step shrinks as 1/N, which can outweigh the
+// added communication (and measured runs are noisy); tables say so in a note.
 //
 // memory_saving: the baseline is the no_shard run, else the ddp run, with every other
 // axis equal. The peaks compared are peak_mem_reserved_bytes when both runs report
@@ -109,6 +112,11 @@ func Derive(runs []Run) {
 			if runs[i].Config.WorldSize == minWS {
 				smallest = append(smallest, i)
 			}
+		}
+		if len(smallest) == len(group) {
+			// One world size: nothing scaled, so no efficiency (a 100% would
+			// claim a comparison that was never made).
+			continue
 		}
 		sort.Slice(smallest, func(a, b int) bool {
 			ra, rb := &runs[smallest[a]].Config, &runs[smallest[b]].Config

@@ -74,7 +74,8 @@ func TestDeriveScalingEfficiency(t *testing.T) {
 			want: []*float64{F64(1), nil},
 		},
 		{
-			name: "another axis differs: its own group",
+			// Each alone at its world size: nothing scaled, no efficiency (not 100%).
+			name: "another axis differs: its own group, of one world size",
 			runs: []Run{
 				run(withWS(base, 1, 1, 2), StatusOK, 1000, nil, nil),
 				func() Run {
@@ -83,7 +84,7 @@ func TestDeriveScalingEfficiency(t *testing.T) {
 					return run(rc, StatusOK, 900, nil, nil)
 				}(),
 			},
-			want: []*float64{F64(1), F64(1)},
+			want: []*float64{nil, nil},
 		},
 	}
 	for _, tt := range tests {

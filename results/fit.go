@@ -24,15 +24,16 @@ var fitPriority = []string{"tokens_per_s_per_rank", "peak_mem_reserved_bytes", "
 	"step_time_s.median", "scaling_efficiency"}
 
 // shortHeaders are the headings a table fitted to a width uses once the full
-// ones are too wide: the axis names of run slugs (ws, bs, ac) and units kept.
+// ones are too wide: the axis names of run slugs (ws, bs, ac) and units kept (a
+// byte column's unit is added to its heading: "peak MiB").
 var shortHeaders = map[string]string{
 	"world_size": "ws", "gpus_per_node": "gpn", "batch_per_device": "bs", "grad_accum": "accum",
 	"global_batch": "gbs", "seq_len": "seq", "activation_checkpointing": "ac", "backward_prefetch": "prefetch",
 	"forward_prefetch": "fwd_pf", "cpu_offload": "offload", "mixed_precision": "prec", "wrap_policy": "wrap",
 	"warmup_steps": "warmup", "tokens_per_s_per_rank": "tok/s/rank", "tokens_per_s": "tok/s",
-	"mfu": "MFU%", "step_time_s.median": "step s", "peak_mem_reserved_bytes": "peak GiB",
-	"peak_mem_allocated_bytes": "alloc GiB", "memory_saving": "mem save%", "scaling_efficiency": "scale%",
-	"tflops_per_rank": "TFLOP/s", "peak_rss_bytes": "RSS GiB",
+	"mfu": "MFU%", "step_time_s.median": "step s", "peak_mem_reserved_bytes": "peak",
+	"peak_mem_allocated_bytes": "alloc", "memory_saving": "mem save%", "scaling_efficiency": "scale%",
+	"tflops_per_rank": "TFLOP/s", "peak_rss_bytes": "RSS",
 }
 
 // minCellWidth is how narrow an abbreviated text cell gets.
@@ -65,6 +66,9 @@ func (g *grid) fit(width int, set *axisSet, runs []Run) {
 		for i := range g.rows {
 			g.rows[i] = slices.Delete(g.rows[i], j, j+1)
 		}
+		if name == "scaling_efficiency" && superlinearNotes(g) == nil { // its note goes with it
+			g.notes = slices.DeleteFunc(g.notes, func(n string) bool { return n == superlinearNote })
+		}
 	}
 	needed := map[string]bool{}
 	sep := set.separating(nil)
@@ -85,6 +89,9 @@ func (g *grid) fit(width int, set *axisSet, runs []Run) {
 	if g.width() > width {
 		for j := range g.cols {
 			if s, ok := shortHeaders[g.cols[j].key]; ok {
+				if u := g.cols[j].unit; u != "" {
+					s += " " + u
+				}
 				g.cols[j].header = s
 			}
 		}
@@ -139,7 +146,11 @@ func (g *grid) dropCandidate() int {
 		if j == first || c.key == "status" || (c.kind != KindMetric && c.kind != KindDerived) {
 			continue
 		}
-		rank := slices.Index(fitPriority, c.key)
+		key := c.key
+		if slices.Contains(memoryFallbacks, key) {
+			key = memoryFallbacks[0] // standing in for peak reserved memory, at its rank
+		}
+		rank := slices.Index(fitPriority, key)
 		if rank < 0 {
 			rank = len(fitPriority) + j // not a default figure: the rightmost goes first
 		}
@@ -217,6 +228,15 @@ func (g *grid) width() int {
 	return total
 }
 
+// WrapText breaks text into lines of at most width display columns at spaces,
+// as the notes under a fitted table are (width 0: one line).
+func WrapText(s string, width int) []string {
+	if width <= 0 {
+		return []string{s}
+	}
+	return wrapText(s, width)
+}
+
 // wrapText breaks a note into lines of at most width columns at spaces (a word
 // longer than that keeps a line of its own).
 func wrapText(s string, width int) []string {
@@ -259,19 +279,7 @@ func (g *grid) fitRunTable(width int) (hashless bool) {
 	if g.width() <= width || len(g.cols) == 0 {
 		return false
 	}
-	seen := map[string]bool{}
-	short := make([]string, len(g.rows))
-	for i, row := range g.rows {
-		short[i] = idHash.ReplaceAllString(row[0].text, "")
-		if seen[short[i]] {
-			short = nil
-			break
-		}
-		seen[short[i]] = true
-	}
-	for i := range short {
-		g.rows[i][0].text = short[i]
-	}
+	hashless = g.fitRunIDs()
 
 	// A long side heading (a results path) goes first, as far as the cells
 	// below it; then the run column.
@@ -286,7 +294,28 @@ func (g *grid) fitRunTable(width int) (hashless bool) {
 	}
 	for g.width() > width && g.cutWidestText() {
 	}
-	return short != nil
+	return hashless
+}
+
+// fitRunIDs drops the hash of the run IDs in the first column when the slugs
+// alone are still all different, and reports whether it did.
+func (g *grid) fitRunIDs() bool {
+	if len(g.cols) == 0 {
+		return false
+	}
+	seen := map[string]bool{}
+	short := make([]string, len(g.rows))
+	for i, row := range g.rows {
+		short[i] = idHash.ReplaceAllString(row[0].text, "")
+		if seen[short[i]] {
+			return false
+		}
+		seen[short[i]] = true
+	}
+	for i := range short {
+		g.rows[i][0].text = short[i]
+	}
+	return true
 }
 
 // cellsWidth is the widest cell of column j, its heading aside.

@@ -360,6 +360,12 @@ type Check struct {
 	// Delta holds the figures compared (relative rules) or the current figure
 	// (absolute rules, in Delta.Current).
 	Delta Delta `json:"delta"`
+	// BaselinePredicted and CurrentPredicted say that side's figure is the
+	// analytic model's prediction, not a measurement (tables mark it *).
+	BaselinePredicted bool `json:"baseline_predicted,omitempty"`
+	CurrentPredicted  bool `json:"current_predicted,omitempty"`
+	// backend of the predicted figures, for the footnote
+	predictedBy string
 }
 
 // GateOptions are the inputs of Gate besides the runs.
@@ -543,9 +549,15 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 	ch := Check{Run: p.Key, Rule: r}
 	if p.Baseline != nil {
 		ch.Sweep, ch.BaselineStatus = p.Baseline.Config.Sweep, p.Baseline.Metrics.Status
+		if ch.BaselinePredicted = p.Baseline.Metrics.Predicted; ch.BaselinePredicted {
+			ch.predictedBy = p.Baseline.Config.Backend
+		}
 	}
 	if p.Current != nil {
 		ch.Sweep, ch.CurrentStatus = p.Current.Config.Sweep, p.Current.Metrics.Status
+		if ch.CurrentPredicted = p.Current.Metrics.Predicted; ch.CurrentPredicted {
+			ch.predictedBy = p.Current.Config.Backend
+		}
 	}
 	// What each side had, for the report, whatever the verdict.
 	ch.Delta = Delta{Metric: c.Name, Baseline: sideStat(c, p.Baseline), Current: sideStat(c, p.Current)}
@@ -582,12 +594,18 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 		if ch.Delta.Current == nil {
 			return verdict(OutcomeFail, "%s unknown: the bound %g cannot be checked", c.Name, r.Limit)
 		}
-		// Plain units, enough digits to see which side of the bound the figure is.
+		// Plain units, enough digits to see which side of the bound the figure is;
+		// bytes also in the unit that reads (a bound of 8e+10 is 74.5 GiB).
 		v := ch.Delta.Current.Value
-		if (r.Kind == RuleMin && v < r.Limit) || (r.Kind == RuleMax && v > r.Limit) {
-			return verdict(OutcomeFail, "%.4g, %s the bound %g", v, map[RuleKind]string{RuleMin: "below", RuleMax: "above"}[r.Kind], r.Limit)
+		fig, bound := fmt.Sprintf("%.4g", v), fmt.Sprintf("%g", r.Limit)
+		if bytesColumn(c) {
+			u := ByteUnitFor(math.Max(math.Abs(v), math.Abs(r.Limit)))
+			fig, bound = u.WithName(v)+" ("+fig+")", u.WithName(r.Limit)+" ("+bound+")"
 		}
-		return verdict(OutcomePass, "%.4g, within the bound %g", v, r.Limit)
+		if (r.Kind == RuleMin && v < r.Limit) || (r.Kind == RuleMax && v > r.Limit) {
+			return verdict(OutcomeFail, "%s, %s the bound %s", fig, map[RuleKind]string{RuleMin: "below", RuleMax: "above"}[r.Kind], bound)
+		}
+		return verdict(OutcomePass, "%s, within the bound %s", fig, bound)
 	}
 
 	switch {
@@ -645,19 +663,6 @@ func signed(r Rule) float64 {
 	return r.Limit
 }
 
-// unitName is the display unit of tables (displayValue), for text outside a header.
-func unitName(u Unit) string {
-	switch u {
-	case UnitBytes:
-		return "GiB"
-	case UnitBytesMiB:
-		return "MiB"
-	case UnitFraction:
-		return "%"
-	}
-	return ""
-}
-
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
@@ -706,10 +711,26 @@ func (g *GateReport) Headline() string {
 	}
 	var parts []string
 	if g.Failures > 0 || len(g.Problems) == 0 {
-		parts = append(parts, fmt.Sprintf("%d of %d checks failed, in %d of %d runs", g.Failures, len(g.Checks), len(failed), len(runs)))
+		what := fmt.Sprintf("%d of %d checks failed, in %d of %d runs", g.Failures, len(g.Checks), len(failed), len(runs))
+		if n := g.failedOnPredictions(); n > 0 {
+			// A prediction that moved is a model change, not a slower trainer.
+			what += fmt.Sprintf(" (%d of them on figures predicted by the analytic model, not measured)", n)
+		}
+		parts = append(parts, what)
 	}
 	parts = append(parts, g.Problems...)
 	return "gate FAILED: " + strings.Join(parts, "; ")
+}
+
+// failedOnPredictions counts the failed checks whose figures were predicted.
+func (g *GateReport) failedOnPredictions() int {
+	n := 0
+	for _, c := range g.Checks {
+		if c.Outcome == OutcomeFail && (c.CurrentPredicted || c.BaselinePredicted && c.Rule.relative()) {
+			n++
+		}
+	}
+	return n
 }
 
 // checksGrid lays out checks as a table (one row per check).
@@ -717,19 +738,44 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 	gr := &grid{cols: []gridCol{{key: "run", header: "run"}, {key: "rule", header: "rule"},
 		{key: "baseline", header: "baseline", right: true}, {key: "current", header: "current", right: true},
 		{key: "verdict", header: "verdict"}, {key: "reason", header: "why"}}}
+	predicted := map[string]bool{}
 	for _, c := range checks {
 		col, _ := LookupColumn(c.Rule.Metric)
-		base, cur := statText(&col, c.Delta.Baseline, c.BaselineStatus), statText(&col, c.Delta.Current, c.CurrentStatus)
-		if u := unitName(col.Unit); u != "" {
-			if u != "%" {
-				u = " " + u
+		// Each check reads its own metric: its two figures share the unit that
+		// suits the larger.
+		var vals []float64
+		for _, side := range []struct {
+			s  *SideStat
+			st Status
+		}{{c.Delta.Baseline, c.BaselineStatus}, {c.Delta.Current, c.CurrentStatus}} {
+			if side.s != nil && side.st == StatusOK { // a run not ok shows its status
+				vals = append(vals, side.s.Value, side.s.Center)
 			}
+		}
+		bu := byteUnitOfValues(vals)
+		base, cur := statText(&col, c.Delta.Baseline, c.BaselineStatus, bu), statText(&col, c.Delta.Current, c.CurrentStatus, bu)
+		u := ""
+		switch {
+		case bytesColumn(&col):
+			u = " " + bu.Name
+		case col.Unit == UnitFraction:
+			u = "%"
+		}
+		if u != "" {
 			if c.Delta.Baseline != nil {
 				base += u
 			}
 			if c.Delta.Current != nil {
 				cur += u
 			}
+		}
+		if c.BaselinePredicted && c.Delta.Baseline != nil {
+			base += "*"
+			predicted[c.predictedBy] = true
+		}
+		if c.CurrentPredicted && c.Delta.Current != nil {
+			cur += "*"
+			predicted[c.predictedBy] = true
 		}
 		if !c.Rule.relative() {
 			base = "" // an absolute bound reads only the current figure
@@ -744,6 +790,7 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 		gr.rows = append(gr.rows, []gridCell{{text: c.Run}, {text: c.Rule.String()}, {text: base}, {text: cur},
 			{text: verdict}, {text: c.Reason}})
 	}
+	gr.notes = predictedNote(predicted)
 	return gr
 }
 

@@ -136,7 +136,7 @@ var predictedColumns = []Column{
 			}
 			return optF(relErr(p.TokensPerSPerRank, *r.Metrics.TokensPerSPerRank))
 		}},
-	{Name: "predicted.peak_mem_bytes", Kind: KindMetric, Header: "pred peak (GiB)", Unit: UnitBytes,
+	{Name: "predicted.peak_mem_bytes", Kind: KindMetric, Header: "pred peak", Unit: UnitBytes,
 		Doc: "the analytic model's peak memory of the figure pred_err.peak_mem_bytes compares (sweep --predict)",
 		get: func(r *Run) any {
 			p := predictionOf(r)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,7 +67,8 @@ type ReportOptions struct {
 // Derive); Report only selects, orders and formats. A cell that should hold a number
 // holds the run's status instead when the run is not ok (oom, infeasible, ...);
 // figures of runs the analytic model predicted are marked with * and a footnote.
-// Tables show the units in the headers (GiB, %); CSV and JSON keep plain units
+// Tables show the units in the headers (%, and for bytes the KiB, MiB or GiB that
+// suits the column's figures, ByteUnitFor); CSV and JSON keep plain units
 // (bytes, fractions) and use the column names of the registry (Columns).
 func Report(w io.Writer, runs []Run, opt ReportOptions) error {
 	format := opt.Format
@@ -116,6 +118,7 @@ type gridCol struct {
 	header string // table heading
 	right  bool   // numbers align right
 	kind   ColumnKind
+	unit   string // a byte column's unit (KiB, MiB, GiB), for its short heading
 }
 
 type gridCell struct {
@@ -140,16 +143,17 @@ func resolveMetrics(names []string, def []string) ([]Column, error) {
 	return cols, nil
 }
 
-// metricCell formats the value of a metric or derived column for run r.
-func metricCell(c *Column, r *Run) gridCell {
+// metricCell formats the value of a metric or derived column for run r, byte
+// figures in the column's unit u.
+func metricCell(c *Column, r *Run, u ByteUnit) gridCell {
 	v := c.Value(r)
 	if c.text {
-		return gridCell{raw: v, text: displayValue(c, v)}
+		return gridCell{raw: v, text: displayValue(c, v, u)}
 	}
 	if r.Metrics.Status != StatusOK {
 		return gridCell{raw: string(r.Metrics.Status), text: string(r.Metrics.Status)}
 	}
-	cell := gridCell{raw: v, text: displayValue(c, v)}
+	cell := gridCell{raw: v, text: displayValue(c, v, u)}
 	if v == nil {
 		return cell
 	}
@@ -195,6 +199,27 @@ func wholeRunColumn(c *Column) bool {
 	return false
 }
 
+// superlinearNote explains a scaling efficiency above 100%, which readers take
+// for a bug.
+const superlinearNote = "scaling eff. above 100%: faster per rank than at the smallest world size " +
+	"(sharding cuts each rank's optimizer work as 1/N; measured runs also vary)"
+
+// superlinearNotes is the footnote of a grid showing a scaling efficiency that
+// reads above 100.0.
+func superlinearNotes(g *grid) []string {
+	for j, c := range g.cols {
+		if c.key != "scaling_efficiency" && !strings.HasPrefix(c.key, "scaling_efficiency[") {
+			continue
+		}
+		for _, row := range g.rows {
+			if v, ok := row[j].raw.(float64); ok && v >= 1.0005 {
+				return []string{superlinearNote}
+			}
+		}
+	}
+	return nil
+}
+
 // wholeRunNotes is the footnote of a grid holding a † cell.
 func wholeRunNotes(g *grid) []string {
 	for _, row := range g.rows {
@@ -207,8 +232,9 @@ func wholeRunNotes(g *grid) []string {
 	return nil
 }
 
-// displayValue is the table text of a value in the column's display unit.
-func displayValue(c *Column, v any) string {
+// displayValue is the table text of a value in the column's display unit; byte
+// figures in u, which the caller picks for the whole column (byteUnitOf).
+func displayValue(c *Column, v any, u ByteUnit) string {
 	switch x := v.(type) {
 	case nil:
 		return "-"
@@ -217,18 +243,15 @@ func displayValue(c *Column, v any) string {
 	case bool:
 		return strconv.FormatBool(x)
 	case int64:
-		switch c.Unit {
-		case UnitBytes, UnitBytesMiB:
-			return displayValue(c, float64(x))
+		if bytesColumn(c) {
+			return u.Format(float64(x))
 		}
 		return strconv.FormatInt(x, 10)
 	case float64:
-		switch c.Unit {
-		case UnitBytes:
-			return strconv.FormatFloat(x/(1<<30), 'f', 2, 64)
-		case UnitBytesMiB:
-			return strconv.FormatFloat(x/(1<<20), 'f', 1, 64)
-		case UnitFraction:
+		switch {
+		case bytesColumn(c):
+			return u.Format(x)
+		case c.Unit == UnitFraction:
 			return strconv.FormatFloat(x*100, 'f', 1, 64)
 		}
 		return fourDigits(x)
@@ -292,8 +315,15 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 	for _, a := range axes {
 		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric(), kind: KindAxis})
 	}
-	for _, c := range metrics {
-		g.cols = append(g.cols, gridCol{key: c.Name, header: c.Header, right: !c.text, kind: c.Kind})
+	units := make([]ByteUnit, len(metrics))
+	for j := range metrics {
+		c := &metrics[j]
+		units[j] = byteUnitOf(c, runs)
+		gc := gridCol{key: c.Name, header: headerIn(c, units[j]), right: !c.text, kind: c.Kind}
+		if bytesColumn(c) {
+			gc.unit = units[j].Name
+		}
+		g.cols = append(g.cols, gc)
 	}
 	g.rows = make([][]gridCell, 0, len(runs))
 	predicted := map[string]bool{}
@@ -301,13 +331,13 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 		r := &runs[i]
 		row := make([]gridCell, 0, len(g.cols))
 		v := id.Value(r)
-		row = append(row, gridCell{raw: v, text: displayValue(&id, v)})
+		row = append(row, gridCell{raw: v, text: displayValue(&id, v, GiB)})
 		for _, a := range axes {
 			k := a.rank[i]
 			row = append(row, gridCell{raw: a.values[k], text: a.text[k]})
 		}
 		for j := range metrics {
-			cell := metricCell(&metrics[j], r)
+			cell := metricCell(&metrics[j], r, units[j])
 			if cell.predicted {
 				predicted[r.Config.Backend] = true
 			}
@@ -315,21 +345,45 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
+	g.notes = append(append(predictedNote(predicted), wholeRunNotes(g)...), superlinearNotes(g)...)
 	return g, set, nil
 }
 
-// knownSomewhere drops the default metrics no run has a value for (status stays).
+// memoryFallbacks are the default table's memory figure and, in order, what
+// stands in for it when no run knows it: a CPU run has no allocator reserve, but
+// its allocated peak (gotrain) or resident set (any backend) is its memory.
+var memoryFallbacks = []string{"peak_mem_reserved_bytes", "peak_mem_allocated_bytes", "peak_rss_bytes"}
+
+// knownSomewhere drops the default metrics no run has a value for (status
+// stays), putting the first known of memoryFallbacks in peak reserved memory's
+// place.
 func knownSomewhere(runs []Run, metrics []Column) []Column {
-	var out []Column
-	for _, c := range metrics {
-		if c.Name == "status" {
-			out = append(out, c)
-			continue
-		}
+	known := func(c *Column) bool {
 		for i := range runs {
 			if c.Value(&runs[i]) != nil {
-				out = append(out, c)
+				return true
+			}
+		}
+		return false
+	}
+	asked := map[string]bool{}
+	for _, c := range metrics {
+		asked[c.Name] = true
+	}
+	var out []Column
+	for _, c := range metrics {
+		switch {
+		case c.Name == "status" || known(&c):
+			out = append(out, c)
+		case c.Name == memoryFallbacks[0]:
+			for _, name := range memoryFallbacks[1:] {
+				f, _ := LookupColumn(name)
+				if !known(&f) {
+					continue
+				}
+				if !asked[name] { // else it has its own place already
+					out = append(out, f)
+				}
 				break
 			}
 		}
@@ -407,21 +461,28 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 	for _, a := range rowAxes {
 		g.cols = append(g.cols, gridCol{key: a.col.Name, header: a.col.Header, right: a.numeric()})
 	}
+	// One unit per metric over every cell, so a row reads across in one unit.
+	units := make([]ByteUnit, len(metrics))
+	headers := make([]string, len(metrics))
+	for j := range metrics {
+		units[j] = byteUnitOf(&metrics[j], runs)
+		headers[j] = headerIn(&metrics[j], units[j])
+	}
 	for _, first := range colFirst {
 		label, key := comboLabel(colAxes, first, " "), comboLabel(colAxes, first, ",")
-		for _, m := range metrics {
-			gc := gridCol{key: m.Name, header: m.Header, right: !m.text}
+		for j, m := range metrics {
+			gc := gridCol{key: m.Name, header: headers[j], right: !m.text}
 			switch {
 			case len(colAxes) > 0 && len(metrics) == 1:
 				gc.key, gc.header = m.Name+"["+key+"]", label
 			case len(colAxes) > 0:
-				gc.key, gc.header = m.Name+"["+key+"]", label+" "+m.Header
+				gc.key, gc.header = m.Name+"["+key+"]", label+" "+headers[j]
 			}
 			g.cols = append(g.cols, gc)
 		}
 	}
 	if len(colAxes) > 0 && len(metrics) == 1 {
-		g.title = metrics[0].Header
+		g.title = headers[0]
 	}
 	predicted := map[string]bool{}
 	for ri, first := range rowFirst {
@@ -437,7 +498,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 					row = append(row, gridCell{})
 					continue
 				}
-				c := metricCell(&metrics[j], &runs[i])
+				c := metricCell(&metrics[j], &runs[i], units[j])
 				if c.predicted {
 					predicted[runs[i].Config.Backend] = true
 				}
@@ -446,7 +507,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = append(predictedNote(predicted), wholeRunNotes(g)...)
+	g.notes = append(append(predictedNote(predicted), wholeRunNotes(g)...), superlinearNotes(g)...)
 	return g, nil
 }
 
@@ -692,13 +753,81 @@ func contains(list []string, s string) bool {
 // (no cell wrapped; numbers aligned right): the CLI's other tables (plan, the
 // dry run, backends) look like its run tables.
 func WriteTable(w io.Writer, header []string, rows [][]string) error {
+	return WriteTableFitted(w, header, rows, TableFit{})
+}
+
+// TableFit says how WriteTableFitted cuts a table to a terminal's width.
+type TableFit struct {
+	// Width is the terminal's columns, MinWidth to MaxWidth; 0 is the whole table.
+	Width int
+	// RunIDs says the first column holds run IDs: they lose their hash first,
+	// when the slugs alone still tell the rows apart.
+	RunIDs bool
+	// Short maps headings to the abbreviations used once the table is too wide
+	// (before any column goes).
+	Short map[string]string
+	// Drop names columns (by heading) that may be left out, the first first,
+	// while the table is still too wide; then the widest text cells are cut with
+	// "…". A row is never wrapped.
+	Drop []string
+}
+
+// WriteTableFitted is WriteTable cut to fit.Width as the run tables are (the
+// report's order: run IDs shortened, columns dropped, text cut), with a note
+// under the table saying what is not shown and that --wide shows it.
+func WriteTableFitted(w io.Writer, header []string, rows [][]string, fit TableFit) error {
+	if err := checkWidth(fit.Width); err != nil {
+		return err
+	}
+	g, err := textGrid(header, rows)
+	if err != nil {
+		return err
+	}
+	if fit.Width > 0 && g.width() > fit.Width {
+		var notes, hidden []string
+		if fit.RunIDs && g.fitRunIDs() {
+			notes = append(notes, "run IDs without their hash (--wide shows them whole)")
+		}
+		if g.width() > fit.Width {
+			for j := range g.cols {
+				if s, ok := fit.Short[g.cols[j].key]; ok {
+					g.cols[j].header = s
+				}
+			}
+		}
+		for _, name := range fit.Drop {
+			if g.width() <= fit.Width {
+				break
+			}
+			if j := slices.IndexFunc(g.cols, func(c gridCol) bool { return c.key == name }); j >= 0 {
+				hidden = append(hidden, name)
+				g.cols = slices.Delete(g.cols, j, j+1)
+				for i := range g.rows {
+					g.rows[i] = slices.Delete(g.rows[i], j, j+1)
+				}
+			}
+		}
+		for g.width() > fit.Width && g.cutWidestText() {
+		}
+		if len(hidden) > 0 {
+			notes = append(notes, "not shown: "+strings.Join(hidden, ", ")+" (--wide shows every column)")
+		}
+		for _, n := range notes {
+			g.notes = append(g.notes, wrapText(n, fit.Width)...)
+		}
+	}
+	return g.writeTable(w, false)
+}
+
+// textGrid lays out rows of text under header.
+func textGrid(header []string, rows [][]string) (*grid, error) {
 	g := &grid{cols: make([]gridCol, len(header))}
 	for j, h := range header {
 		g.cols[j] = gridCol{key: h, header: h, right: numericColumn(rows, j)}
 	}
 	for _, row := range rows {
 		if len(row) != len(header) {
-			return fmt.Errorf("render table: a row has %d cells for %d columns", len(row), len(header))
+			return nil, fmt.Errorf("render table: a row has %d cells for %d columns", len(row), len(header))
 		}
 		cells := make([]gridCell, len(row))
 		for j, s := range row {
@@ -706,7 +835,7 @@ func WriteTable(w io.Writer, header []string, rows [][]string) error {
 		}
 		g.rows = append(g.rows, cells)
 	}
-	return g.writeTable(w, false)
+	return g, nil
 }
 
 // numericColumn says whether every known cell of column j is a number.

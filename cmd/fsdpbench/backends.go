@@ -2,10 +2,13 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/fsdpbench/fsdpbench/results"
 )
 
 func newBackendsCmd() *cobra.Command {
-	return &cobra.Command{
+	var table tableFlags
+	cmd := &cobra.Command{
 		Use:   "backends",
 		Short: "List the backends, whether they can run on this host, and why not",
 		Args:  cobra.NoArgs,
@@ -27,12 +30,22 @@ func newBackendsCmd() *cobra.Command {
 				}
 				rows = append(rows, []string{name, yesNo(d.Available), yesNo(d.NeedsGPU), d.Summary, d.Reason, d.Source})
 			}
-			if err := writeTable(cmd.OutOrStdout(), []string{"name", "available", "needs GPU", "summary", "reason", "source"}, rows); err != nil {
+			width, err := table.resolve(cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			// Cut to the terminal: where a plugin came from goes first, then the
+			// long summaries and reasons are cut.
+			fit := results.TableFit{Width: width, Short: map[string]string{"available": "avail", "needs GPU": "GPU"},
+				Drop: []string{"source"}}
+			if err := writeTableFit(cmd.OutOrStdout(), []string{"name", "available", "needs GPU", "summary", "reason", "source"}, rows, fit); err != nil {
 				return failure(err)
 			}
 			return nil
 		},
 	}
+	table.add(cmd)
+	return cmd
 }
 
 func yesNo(b bool) string {

@@ -11,6 +11,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/harness"
+	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -19,6 +20,7 @@ const gib = 1 << 30
 func newPlanCmd() *cobra.Command {
 	var sets, ncclTests []string
 	var calibration string
+	var table tableFlags
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
 		Short: "Expand and validate a spec and predict every run's memory and step time; run nothing",
@@ -53,20 +55,42 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return usageError(err)
 			}
-			return printPlan(cmd, plan, be, extra, cal)
+			width, err := table.resolve(cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			return printPlan(cmd, plan, be, extra, cal, planTable{width: width, wide: table.wide})
 		},
 	}
 	setFlag(cmd, &sets)
 	ncclTestsFlag(cmd, &ncclTests)
 	cmd.Flags().StringVar(&calibration, "calibration", "", "calibration `FILE` the predictions use (written by fsdpbench calibrate)")
+	table.add(cmd)
 	return cmd
 }
 
-func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration) error {
+// planTable is how plan's table is drawn: fitted to width (0: whole), and with
+// the total tokens/s beside the per-rank figure under --wide.
+type planTable struct {
+	width int
+	wide  bool
+}
+
+func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration, pt planTable) error {
 	w := cmd.OutOrStdout()
 	axes := plan.Axes
-	header := append(append([]string{"run"}, axes...), "peak reserved GiB", "device GiB", "step s", "tokens/s", "predicted")
+	// Tokens/s per rank, as every other table; the total only under --wide.
+	header := append(append([]string{"run"}, axes...), "peak reserved", "device", "step s", "tokens/s/rank")
+	if pt.wide {
+		header = append(header, "tokens/s")
+	}
+	header = append(header, "predicted")
 	rows := make([][]string, 0, len(plan.Runs))
+	// The memory cells wait for the table's figures to pick their unit (a CPU
+	// plan's MiB are no 0.0 GiB): peakAt is the peak cell's index in a row.
+	peakAt := 1 + len(axes)
+	var peaks, devices []float64
+	memRows := map[int][2]float64{}
 	// Reasons are long: they go under the table, one line per refused run.
 	var reasons []string
 	// The assumptions each prediction rests on, printed once per distinct set.
@@ -77,16 +101,22 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 		pred, perr := sim.PredictCalibrated(rc, extra, cal)
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
+			if pt.wide {
+				row = append(row, "-")
+			}
 		} else {
 			if a := strings.Join(pred.Notes, "; "); !slices.Contains(assumed, a) {
 				assumed = append(assumed, a)
 			}
-			row = append(row,
-				fmt.Sprintf("%.1f", float64(pred.PeakMemReservedBytes)/gib),
-				fmt.Sprintf("%.1f", float64(pred.DeviceMemBytes)/gib),
+			peaks, devices = append(peaks, float64(pred.PeakMemReservedBytes)), append(devices, float64(pred.DeviceMemBytes))
+			memRows[len(rows)] = [2]float64{float64(pred.PeakMemReservedBytes), float64(pred.DeviceMemBytes)}
+			row = append(row, "", "",
 				fmt.Sprintf("%.3g", pred.StepTimeS),
-				fmt.Sprintf("%.0f", pred.TokensPerS),
+				fmt.Sprintf("%.0f", pred.TokensPerS/float64(rc.WorldSize)),
 			)
+			if pt.wide {
+				row = append(row, fmt.Sprintf("%.0f", pred.TokensPerS))
+			}
 		}
 		reason := ""
 		// host is the refusal `sweep` records for this run, word for word.
@@ -109,14 +139,29 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 		}
 		rows = append(rows, row)
 	}
-	if err := writeTable(w, header, rows); err != nil {
+	peakUnit, deviceUnit := byteUnit(peaks), byteUnit(devices)
+	header[peakAt] += " " + peakUnit.Name
+	header[peakAt+1] += " " + deviceUnit.Name
+	for i, m := range memRows {
+		rows[i][peakAt], rows[i][peakAt+1] = peakUnit.Format(m[0]), deviceUnit.Format(m[1])
+	}
+	// Cut to the terminal: the device's size (the same on every row), then the
+	// axes (the run IDs spell them), the rightmost first, then the step time.
+	drop := []string{header[peakAt+1]}
+	for i := len(axes) - 1; i >= 0; i-- {
+		drop = append(drop, axes[i])
+	}
+	drop = append(drop, "step s")
+	short := map[string]string{header[peakAt]: "peak " + peakUnit.Name, header[peakAt+1]: "device " + deviceUnit.Name,
+		"tokens/s/rank": "tok/s/rank"}
+	if err := writeTableFit(w, header, rows, results.TableFit{Width: pt.width, RunIDs: true, Short: short, Drop: drop}); err != nil {
 		return err
 	}
 	for _, r := range reasons {
-		fmt.Fprintln(w, r)
+		printWrapped(w, r, pt.width)
 	}
 	for _, a := range assumed {
-		fmt.Fprintln(w, "predicted assuming: "+a)
+		printWrapped(w, "predicted assuming: "+a, pt.width)
 	}
 	if err := printSearchPrediction(w, plan, extra, cal); err != nil {
 		return err
@@ -125,8 +170,8 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	if cal != nil {
 		how += ", calibrated by " + cal.Path()
 	}
-	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time %s); nothing was run\n",
-		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how)
+	printWrapped(w, fmt.Sprintf("%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time %s); nothing was run",
+		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how), pt.width)
 	return nil
 }
 

@@ -77,6 +77,10 @@ func printPredictedVsMeasured(w io.Writer, sum harness.Summary) error {
 func writePredictedVsMeasured(w io.Writer, runs []results.Run) error {
 	var rows [][]string
 	var tErr, mErr []float64
+	// The memory cells wait for every figure, to share the unit that suits
+	// them (a CPU run's MiB, an H100's GiB): memAt holds a row's pair.
+	memAt := map[int][2]float64{}
+	var mems []float64
 	for i := range runs {
 		r := &runs[i]
 		p := r.Metrics.StoredPrediction()
@@ -102,7 +106,9 @@ func writePredictedVsMeasured(w io.Writer, runs []results.Run) error {
 		if pred, m, what, ok := results.MemoryPair(p, &r.Metrics); ok {
 			e := float64(pred)/float64(m) - 1
 			mErr = append(mErr, math.Abs(e))
-			row = append(row, fmt.Sprintf("%.4g", float64(pred)/mib), fmt.Sprintf("%.4g", float64(m)/mib), fmt.Sprintf("%+.1f%%", e*100), what)
+			memAt[len(rows)] = [2]float64{float64(pred), float64(m)}
+			mems = append(mems, float64(pred), float64(m))
+			row = append(row, "", "", fmt.Sprintf("%+.1f%%", e*100), what)
 		} else {
 			row = append(row, "-", "-", "-", "")
 		}
@@ -112,9 +118,13 @@ func writePredictedVsMeasured(w io.Writer, runs []results.Run) error {
 		fmt.Fprintln(w, "no run carries a prediction")
 		return nil
 	}
+	u := byteUnit(mems)
+	for i, m := range memAt {
+		rows[i][5], rows[i][6] = u.Format(m[0]), u.Format(m[1])
+	}
 	rows = append(rows, []string{"mean |error|", "", "", "", meanPct(tErr), "", "", meanPct(mErr), ""})
 	fmt.Fprintln(w, "predicted vs measured (error = predicted / measured - 1)")
-	return writeTable(w, []string{"run", "status", "pred tokens/s/rank", "measured", "error", "pred peak MiB", "measured MiB", "error", "memory figure"}, rows)
+	return writeTable(w, []string{"run", "status", "pred tokens/s/rank", "measured", "error", "pred peak " + u.Name, "measured " + u.Name, "error", "memory figure"}, rows)
 }
 
 const mib = 1 << 20

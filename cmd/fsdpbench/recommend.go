@@ -44,6 +44,8 @@ type recommendFlags struct {
 	resultsDir, name  string
 	sets              []string
 	progress          string
+	table             tableFlags
+	width             int // the tables' width, from table (0: whole)
 }
 
 func newRecommendCmd() *cobra.Command {
@@ -92,6 +94,7 @@ only the points the backend accepts are ranked.`,
 	fl.StringVar(&f.name, "name", "", "sweep name of the measured runs (default recommend-<model>)")
 	fl.StringArrayVar(&f.sets, "set", nil, "override the measuring sweep's spec, key=value (e.g. launcher_options.partition=gpu); repeatable")
 	fl.StringVar(&f.progress, "progress", "plain", "progress of --measure: bars, plain, none")
+	f.table.add(cmd)
 	return cmd
 }
 
@@ -150,6 +153,9 @@ func runRecommend(cmd *cobra.Command, f *recommendFlags) error {
 		return usageError(err)
 	}
 	w := cmd.OutOrStdout()
+	if f.width, err = f.table.resolve(w); err != nil {
+		return err
+	}
 	top, err := printRecommendation(w, f, req, cands)
 	if err != nil {
 		return failure(err)
@@ -245,14 +251,20 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 		fmt.Fprintln(w, "no configuration fits: more GPUs, a larger budget or a smaller sequence length")
 	} else {
 		var rows [][]string
-		for _, c := range ranked[:min(f.top, len(ranked))] {
+		shown := ranked[:min(f.top, len(ranked))]
+		mems, unit := byteCells(peaksOf(shown))
+		for i, c := range shown {
 			p := c.Pred
 			rows = append(rows, []string{strconv.Itoa(c.Rank), describe(c.Config),
-				fmt.Sprintf("%.3g", float64(p.PeakDeviceMemBytes)/gib), fmt.Sprintf("%.3g", p.StepTimeS),
+				mems[i], fmt.Sprintf("%.3g", p.StepTimeS),
 				fmt.Sprintf("%.0f", p.TokensPerS), fmt.Sprintf("%.0f", p.TokensPerS/float64(ws)),
 				fmt.Sprintf("%.1f", 100*p.MFU), fmt.Sprintf("%.0f", 100*p.ExposedCommS/p.StepTimeS)})
 		}
-		if err := writeTable(w, []string{"#", "configuration", "peak GiB", "step s", "tokens/s", "tokens/s/GPU", "MFU %", "exposed comm %"}, rows); err != nil {
+		// Cut to the terminal: the totals and the finer figures go before the
+		// per-GPU rate and the configuration.
+		fit := results.TableFit{Width: f.width, Short: map[string]string{"tokens/s/GPU": "tok/s/GPU", "exposed comm %": "comm %"},
+			Drop: []string{"tokens/s", "exposed comm %", "step s", "MFU %"}}
+		if err := writeTableFit(w, []string{"#", "configuration", "peak " + unit, "step s", "tokens/s", "tokens/s/GPU", "MFU %", "exposed comm %"}, rows, fit); err != nil {
 			return nil, err
 		}
 	}
@@ -279,37 +291,56 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 	if len(order) > 0 {
 		fmt.Fprintln(w, "\nwhy the others lost (each reason with its best configuration):")
 		var rows [][]string
-		for _, k := range order {
-			g := groups[k]
-			mem, tps := "-", "-"
-			if p := g.best.Pred; p != nil {
-				mem, tps = fmt.Sprintf("%.3g", float64(p.PeakDeviceMemBytes)/gib), fmt.Sprintf("%.0f", p.TokensPerS)
-			}
-			rows = append(rows, []string{k, strconv.Itoa(g.n), describe(g.best.Config), mem, tps, clipText(g.best.Lost, 110)})
+		bests := make([]sim.Candidate, len(order))
+		for i, k := range order {
+			bests[i] = groups[k].best
 		}
-		if err := writeTable(w, []string{"reason", "configurations", "best of them", "peak GiB", "tokens/s", "why"}, rows); err != nil {
+		mems, unit := byteCells(peaksOf(bests))
+		for i, k := range order {
+			g := groups[k]
+			tps := "-"
+			if p := g.best.Pred; p != nil {
+				tps = fmt.Sprintf("%.0f", p.TokensPerS)
+			}
+			rows = append(rows, []string{k, strconv.Itoa(g.n), describe(g.best.Config), mems[i], tps, clipText(g.best.Lost, 110)})
+		}
+		fit := results.TableFit{Width: f.width, Short: map[string]string{"configurations": "n"}, Drop: []string{"tokens/s"}}
+		if err := writeTableFit(w, []string{"reason", "configurations", "best of them", "peak " + unit, "tokens/s", "why"}, rows, fit); err != nil {
 			return nil, err
 		}
 	}
 	if f.all {
 		fmt.Fprintln(w)
 		var rows [][]string
-		for _, c := range cands {
-			mem, tps := "-", "-"
+		mems, unit := byteCells(peaksOf(cands))
+		for i, c := range cands {
+			tps := "-"
 			if p := c.Pred; p != nil {
-				mem, tps = fmt.Sprintf("%.3g", float64(p.PeakDeviceMemBytes)/gib), fmt.Sprintf("%.0f", p.TokensPerS)
+				tps = fmt.Sprintf("%.0f", p.TokensPerS)
 			}
 			rank := "-"
 			if c.Rank > 0 {
 				rank = strconv.Itoa(c.Rank)
 			}
-			rows = append(rows, []string{rank, describe(c.Config), mem, tps, c.Lost})
+			rows = append(rows, []string{rank, describe(c.Config), mems[i], tps, c.Lost})
 		}
-		if err := writeTable(w, []string{"#", "configuration", "peak GiB", "tokens/s", "lost"}, rows); err != nil {
+		if err := writeTableFit(w, []string{"#", "configuration", "peak " + unit, "tokens/s", "lost"}, rows, results.TableFit{Width: f.width}); err != nil {
 			return nil, err
 		}
 	}
 	return ranked, nil
+}
+
+// peaksOf is the predicted peak device memory of each candidate, nil where there
+// is no prediction.
+func peaksOf(cands []sim.Candidate) []*int64 {
+	out := make([]*int64, len(cands))
+	for i := range cands {
+		if p := cands[i].Pred; p != nil {
+			out[i] = &p.PeakDeviceMemBytes
+		}
+	}
+	return out
 }
 
 // lostKind is the reason's class: its first words up to the colon, with the

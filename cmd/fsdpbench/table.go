@@ -21,6 +21,52 @@ func writeTable(w io.Writer, header []string, rows [][]string) error {
 	return results.WriteTable(w, header, rows)
 }
 
+// writeTableFit is writeTable cut to fit.Width (results.WriteTableFitted).
+func writeTableFit(w io.Writer, header []string, rows [][]string, fit results.TableFit) error {
+	return results.WriteTableFitted(w, header, rows, fit)
+}
+
+// printWrapped prints a line of text under a table, wrapped to width (0: as it is).
+func printWrapped(w io.Writer, s string, width int) {
+	for _, line := range results.WrapText(s, width) {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// byteUnit is the unit a table column of byte figures is shown in: the one that
+// suits the largest (results.ByteUnitFor), GiB when there is none.
+func byteUnit(bytes []float64) results.ByteUnit {
+	top := -1.0
+	for _, b := range bytes {
+		top = max(top, b)
+	}
+	if top < 0 {
+		return results.GiB
+	}
+	return results.ByteUnitFor(top)
+}
+
+// byteCells formats a table column of byte figures in the unit that suits them
+// (byteUnit), "-" for the unknown ones (nil), and returns the unit's name for
+// the heading.
+func byteCells(bytes []*int64) ([]string, string) {
+	var known []float64
+	for _, b := range bytes {
+		if b != nil {
+			known = append(known, float64(*b))
+		}
+	}
+	u := byteUnit(known)
+	cells := make([]string, len(bytes))
+	for i, b := range bytes {
+		cells[i] = "-"
+		if b != nil {
+			cells[i] = u.Format(float64(*b))
+		}
+	}
+	return cells, u.Name
+}
+
 // axisValues formats rc's value of each axis (canonical names, as plan.Axes lists
 // them), read through the results column registry so every table agrees.
 func axisValues(rc sweeps.RunConfig, axes []string) []string {

@@ -15,8 +15,6 @@ import (
 	"github.com/fsdpbench/fsdpbench/results"
 )
 
-const gib = 1 << 30
-
 var (
 	gray     = color.RGBA{R: 120, G: 120, B: 120, A: 255}
 	red      = color.RGBA{R: 200, G: 30, B: 30, A: 255}
@@ -153,7 +151,9 @@ type memCategory struct{ ws, nodes int }
 
 func (c memCategory) label(multiNode bool) string {
 	if multiNode && c.nodes > 1 {
-		return fmt.Sprintf("%d (%d nodes)", c.ws, c.nodes)
+		// On a line of its own: side by side, "16 (2 nodes)" labels of
+		// neighbouring bars run into each other.
+		return fmt.Sprintf("%d\n%d nodes", c.ws, c.nodes)
 	}
 	return fmt.Sprint(c.ws)
 }
@@ -202,11 +202,23 @@ func Memory(runs []results.Run) (*Figure, error) {
 			facets = append(facets, f)
 		}
 	}
-	sort.Strings(facets)
+	// Panels in reading order (batch 2 before batch 16); when there are more
+	// than fit, the ones with a figure to draw win over all-infeasible ones.
+	hasData := map[string]bool{}
+	for i := range runs {
+		if runs[i].Metrics.Status == results.StatusOK {
+			for _, m := range rows {
+				hasData[facetOf(&runs[i])] = hasData[facetOf(&runs[i])] || m.get(&runs[i].Metrics) != nil
+			}
+		}
+	}
+	sort.SliceStable(facets, func(i, j int) bool { return naturalLess(facets[i], facets[j]) })
 	note := ""
 	if len(facets) > maxFacets {
-		note = fmt.Sprintf(" (first %d of %d)", maxFacets, len(facets))
+		sort.SliceStable(facets, func(i, j int) bool { return hasData[facets[i]] && !hasData[facets[j]] })
+		note = fmt.Sprintf(" (%d of %d)", maxFacets, len(facets))
 		facets = facets[:maxFacets]
+		sort.SliceStable(facets, func(i, j int) bool { return naturalLess(facets[i], facets[j]) })
 	}
 
 	var cats []memCategory
@@ -266,7 +278,8 @@ func Memory(runs []results.Run) (*Figure, error) {
 				top = math.Max(top, float64(*v))
 			}
 		}
-		scale, unit := byteUnit(top)
+		u := results.ByteUnitFor(top)
+		scale, unit := u.Scale, u.Name
 		// The device's capacity is drawn when it is in the range of the bars; a line
 		// far above them would squash them flat.
 		showDevice := device != nil && float64(*device) <= 3*top
@@ -331,7 +344,7 @@ func Memory(runs []results.Run) (*Figure, error) {
 				}
 				dl.Color, dl.Dashes, dl.Width = red, dashes, vg.Points(1.2)
 				p.Add(dl)
-				fig.addSeries(fmt.Sprintf("device memory (%.0f GiB)", float64(*device)/gib), dl)
+				fig.addSeries("device memory ("+results.FormatBytes(float64(*device))+")", dl)
 			}
 			p.Y.Min = 0
 			p.Y.Max *= 1.08
@@ -372,7 +385,8 @@ func BatchSearch(runs []results.Run) (*Figure, error) {
 			top = math.Max(top, float64(*v))
 		}
 	}
-	scale, unit := byteUnit(top)
+	u := results.ByteUnitFor(top)
+	scale, unit := u.Scale, u.Name
 	mem.Y.Label.Text = "peak reserved per rank (" + unit + ")"
 	var over plotter.XYs
 	styles := seriesStyles(labels, func(l string) string { return groups[l][0].Config.Sharding })
@@ -438,7 +452,7 @@ func BatchSearch(runs []results.Run) (*Figure, error) {
 		}
 		dl.Color, dl.Dashes, dl.Width = red, dashes, vg.Points(1.2)
 		mem.Add(dl)
-		fig.addSeries(fmt.Sprintf("device memory (%.0f GiB)", float64(*device)/gib), dl)
+		fig.addSeries("device memory ("+results.FormatBytes(float64(*device))+")", dl)
 	}
 	tp.Y.Min, mem.Y.Min = 0, 0
 	tp.Y.Max *= 1.05
@@ -454,6 +468,26 @@ var regressionMetrics = []struct {
 }{
 	{"tokens_per_s_per_rank", "Throughput per rank vs baseline", true},
 	{"peak_mem_reserved_bytes", "Peak reserved memory vs baseline", false},
+}
+
+// predictedSides says which sides of a comparison hold the analytic model's
+// figures, for the regression chart's titles ("" when both are measured): a
+// change between predictions is a change of the model, not of the trainer.
+func predictedSides(cmp *results.Comparison) string {
+	base, cur := false, false
+	for _, row := range cmp.Rows {
+		base = base || row.BaselinePredicted
+		cur = cur || row.CurrentPredicted
+	}
+	switch {
+	case base && cur:
+		return "both sides predicted by the analytic model, not measured"
+	case base:
+		return "baseline predicted by the analytic model, not measured"
+	case cur:
+		return "current figures predicted by the analytic model, not measured"
+	}
+	return ""
 }
 
 // Regression draws each run's change against the baseline as horizontal bars, one
@@ -483,13 +517,14 @@ func Regression(cmp *results.Comparison, rules []results.Rule) (*Figure, error) 
 	}
 	var panels [][]*plot.Plot
 	fig := newFigure("regression", nil)
+	ctx := predictedSides(cmp)
 	for _, m := range regressionMetrics {
 		j, ok := idx[m.name]
 		if !ok {
 			continue
 		}
 		limit := limits[m.name] * 100
-		p := newBarPanel(m.title, "change vs baseline (%)", "", false)
+		p := newBarPanel(titled(m.title, ctx), "change vs baseline (%)", "", false)
 		p.NominalY(names...)
 		p.Y.Min, p.Y.Max = -0.5, float64(n)-0.5
 		p.Y.Tick.Label.Font.Size = 9
@@ -609,10 +644,8 @@ func Trend(nights []results.NightRuns, metricName string) (*Figure, error) {
 		return nil, fmt.Errorf("trend: %w (no nights)", ErrNothingToPlot)
 	}
 	scale, unit := 1.0, col.Header
-	switch col.Unit {
-	case results.UnitBytes:
-		scale = 1.0 / gib
-	case results.UnitFraction:
+	bytes := col.Unit == results.UnitBytes || col.Unit == results.UnitBytesMiB
+	if col.Unit == results.UnitFraction {
 		scale = 100
 	}
 	byStrategy := map[string]plotter.XYs{}
@@ -650,6 +683,25 @@ func Trend(nights []results.NightRuns, metricName string) (*Figure, error) {
 	}
 	if len(byStrategy) == 0 {
 		return nil, fmt.Errorf("trend: %w (no night has %s)", ErrNothingToPlot, metricName)
+	}
+	if bytes {
+		// In the unit that suits the largest geomean drawn, as every table.
+		top := 0.0
+		for _, xys := range byStrategy {
+			for _, xy := range xys {
+				top = math.Max(top, xy.Y)
+			}
+		}
+		u := results.ByteUnitFor(top)
+		unit = col.Header + " (" + u.Name + ")"
+		for _, xys := range byStrategy {
+			for i := range xys {
+				xys[i].Y /= u.Scale
+			}
+		}
+		for i := range failed {
+			failed[i].Y /= u.Scale
+		}
 	}
 	p := newPanel(fmt.Sprintf("%s over nights", col.Header), "night (date, commit)", unit+", geomean over runs")
 	p.NominalX(ticks...)

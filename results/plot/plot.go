@@ -61,13 +61,13 @@ func (f *Figure) Save(path string) error {
 	var buf bytes.Buffer
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".png":
-		c := vgimg.NewWith(vgimg.UseWH(f.Width+f.legendWidth(), f.Height), vgimg.UseDPI(dpi), vgimg.UseBackgroundColor(color.White))
+		c := vgimg.NewWith(vgimg.UseWH(f.Width+f.legendWidth(), f.height()), vgimg.UseDPI(dpi), vgimg.UseBackgroundColor(color.White))
 		f.draw(draw.New(c))
 		if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&buf); err != nil {
 			return fmt.Errorf("plot %s: %w", path, err)
 		}
 	case ".svg":
-		c := vgsvg.New(f.Width+f.legendWidth(), f.Height)
+		c := vgsvg.New(f.Width+f.legendWidth(), f.height())
 		dc := draw.New(c)
 		dc.SetColor(color.White)
 		dc.Fill(dc.Rectangle.Path())
@@ -103,7 +103,7 @@ func (f *Figure) draw(c draw.Canvas) {
 	if legendW > 0 {
 		lc := c
 		lc.Min.X = c.Max.X - legendW + 0.2*vg.Inch
-		lc.Max.Y -= 0.4 * vg.Inch
+		lc.Max.Y -= legendTop
 		f.legend.Top, f.legend.Left = true, true
 		f.legend.Draw(lc)
 	}
@@ -132,6 +132,19 @@ func (f *Figure) addSeries(name string, thumbs ...plot.Thumbnailer) {
 	}
 	f.Series = append(f.Series, name)
 	f.legend.Add(name, thumbs...)
+}
+
+// legendTop is the room above the legend (draw starts it that far down).
+const legendTop = 0.4 * vg.Inch
+
+// height is the figure's drawn height: the panels', or more where the legend
+// has more entries than that holds, so no entry is cut off at the bottom.
+func (f *Figure) height() vg.Length {
+	if len(f.Series) == 0 {
+		return f.Height
+	}
+	r := f.legend.Rectangle(draw.Canvas{})
+	return max(f.Height, r.Max.Y-r.Min.Y+legendTop+0.2*vg.Inch)
 }
 
 // legendWidth is the width of the legend strip right of the panels.
@@ -345,8 +358,42 @@ func seriesOrder(labels []string) {
 		if a, b := rank(labels[i]), rank(labels[j]); a != b {
 			return a < b
 		}
-		return labels[i] < labels[j]
+		return naturalLess(labels[i], labels[j])
 	})
+}
+
+// naturalLess orders labels as people read them: runs of digits by their value
+// ("batch 2" before "batch 16" before "batch 128"), the rest as text.
+func naturalLess(a, b string) bool {
+	for a != "" && b != "" {
+		da, db := digitsPrefix(a), digitsPrefix(b)
+		switch {
+		case da != "" && db != "":
+			// Numbers: the shorter (without leading zeros) is the smaller.
+			ta, tb := strings.TrimLeft(da, "0"), strings.TrimLeft(db, "0")
+			if len(ta) != len(tb) {
+				return len(ta) < len(tb)
+			}
+			if ta != tb {
+				return ta < tb
+			}
+			a, b = a[len(da):], b[len(db):]
+		case a[0] != b[0]:
+			return a[0] < b[0]
+		default:
+			a, b = a[1:], b[1:]
+		}
+	}
+	return len(a) < len(b)
+}
+
+// digitsPrefix is the run of ASCII digits s starts with.
+func digitsPrefix(s string) string {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return s[:i]
 }
 
 // context names what the runs are, for panel titles: "llama-1b, h100-sxm (predicted)".
@@ -407,17 +454,6 @@ func log2Axis(p *plot.Plot, values []float64) {
 		pad = 1.5
 	}
 	p.X.Min, p.X.Max = lo/pad, hi*pad
-}
-
-// byteUnit picks the unit a byte axis reads best in, for the largest value shown.
-func byteUnit(maxBytes float64) (scale float64, name string) {
-	switch {
-	case maxBytes >= 1<<30:
-		return 1 << 30, "GiB"
-	case maxBytes >= 1<<20:
-		return 1 << 20, "MiB"
-	}
-	return 1 << 10, "KiB"
 }
 
 // distinct returns the sorted distinct values of an int axis.
