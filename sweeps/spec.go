@@ -431,7 +431,8 @@ func (p *parsing) readInclude(sp *spec, e *entry) {
 }
 
 // SearchMaxFit is the only search mode: per point of the other axes, double
-// batch_per_device from its smallest value until a run does not fit.
+// batch_per_device from its smallest value until a run does not fit, then bisect
+// between the last fit and the first failure (see MaxFit).
 const SearchMaxFit = "max_fit"
 
 func (p *parsing) readSearch(sp *spec, e *entry) {

@@ -166,9 +166,10 @@ func printSweepResults(w io.Writer, sum harness.Summary, width int) error {
 		if sr.MaxFit == 0 {
 			fit = "none fits"
 		}
-		rows = append(rows, []string{sr.Group, sr.Axis, fit, joinInts(sr.Tried), sr.StoppedBy})
+		rows = append(rows, []string{sr.Group, sr.Axis, fit, fmt.Sprint(len(sr.Tried)), joinInts(sr.Tried), sr.StoppedBy})
 	}
-	return writeTable(w, []string{"search group", "axis", "max fit", "tried", "stopped by"}, rows)
+	// The search doubles, then bisects: runs says what finding the wall cost.
+	return writeTable(w, []string{"search group", "axis", "max fit", "runs", "tried", "stopped by"}, rows)
 }
 
 func summaryLine(sum harness.Summary) string {
