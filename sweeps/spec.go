@@ -29,6 +29,11 @@ type Options struct {
 	CheckHardware func(string) error
 	// CheckBackend validates a backend name. Nil accepts any.
 	CheckBackend func(string) error
+	// GPUsPerNode returns how many GPUs one node of a hardware profile holds (0:
+	// unknown, auto, or cpu). A run giving world_size alone, more than that, is
+	// split into whole nodes of it (Plan.Notes says so) or refused when it does not
+	// divide. Nil: world_size alone is one node.
+	GPUsPerNode func(hardware string) int
 }
 
 // Plan is a validated, expanded sweep.
@@ -54,6 +59,9 @@ type Plan struct {
 	// Warnings are things in the spec that are legal but probably not meant, such as
 	// an exclude entry that matches no point; formatted "file:line:col: msg".
 	Warnings []string
+	// Notes say how the spec was read where it left a choice to fsdpbench, such as
+	// the nodes a world_size given alone was split into.
+	Notes []string
 	// Resolved is the spec as run (after --set, defaults written out), stored as
 	// sweep.yaml: parsing it again gives the same runs.
 	Resolved []byte

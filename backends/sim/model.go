@@ -824,6 +824,12 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 // feasible compares the predicted peak with what the device (or, for cpu, the
 // host shared by the ranks on it) has.
 func feasible(p point, pred Prediction) (bool, string) {
+	if n := p.hw.GPUsPerNode; n > 0 && p.rc.GPUsPerNode > n {
+		// The intra-node links (NVLink) join one node's GPUs: a node of more
+		// would be predicted faster than any hardware of this kind runs.
+		return false, fmt.Sprintf("gpus_per_node %d is more than one %s node holds (%d); give nodes: %d and gpus_per_node: %d, or world_size alone",
+			p.rc.GPUsPerNode, p.hw.Name, n, (p.rc.WorldSize+n-1)/n, n)
+	}
 	capacity := pred.DeviceMemBytes
 	if capacity <= 0 {
 		return true, "" // unknown capacity (no /proc/meminfo): cannot refuse

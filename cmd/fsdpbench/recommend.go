@@ -378,7 +378,7 @@ func measureTop(cmd *cobra.Command, f *recommendFlags, cal *sim.Calibration, sim
 		return failure(err)
 	}
 	plan, err := sweeps.Parse(data, "recommend --measure", sweeps.Options{Set: f.sets, CheckModel: shapes.Check, CheckHardware: hardware.Check,
-		CheckBackend: func(n string) error { _, err := reg.Get(n); return err }})
+		CheckBackend: func(n string) error { _, err := reg.Get(n); return err }, GPUsPerNode: gpusPerNode})
 	if err != nil {
 		return usageError(err)
 	}

@@ -111,11 +111,22 @@ func loadPlan(path string, sets []string, reg *backends.Registry) (*sweeps.Plan,
 			_, err := reg.Get(name)
 			return err
 		},
+		GPUsPerNode: gpusPerNode,
 	})
 	if err != nil {
 		return nil, usageError(err)
 	}
 	return plan, nil
+}
+
+// gpusPerNode is how many GPUs one node of a hardware profile holds (0 for cpu,
+// auto and unknown names): world_size alone is split into nodes of that size.
+func gpusPerNode(hw string) int {
+	p, err := hardware.Lookup(hw)
+	if err != nil {
+		return 0
+	}
+	return p.GPUsPerNode
 }
 
 // ncclTestsFlag registers --nccl-tests, repeatable.

@@ -123,10 +123,15 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 }
 
 // printWarnings prints what the spec says that is legal but probably not meant
-// (an exclude that matches nothing), one line each, on stderr.
+// (an exclude that matches nothing), and the notes on how it was read, one line
+// each, on stderr.
 func printWarnings(w io.Writer, plan *sweeps.Plan) {
 	for _, warn := range plan.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
+	}
+	// How the spec was read where it left a choice (nodes from world_size).
+	for _, n := range plan.Notes {
+		fmt.Fprintln(w, "note:", n)
 	}
 }
 

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestWorldSizeAloneSplitsIntoNodes: world_size 64 alone on h100-sxm is 8 nodes of
+// 8 GPUs (the profile's node), said on stderr, not one 64-GPU NVLink node; a world
+// size that is no whole number of nodes is refused; a node of more GPUs than the
+// profile holds, given explicitly, is predicted infeasible.
+func TestWorldSizeAloneSplitsIntoNodes(t *testing.T) {
+	t.Parallel()
+	const head = `name: nodes
+backend: sim
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 4096
+`
+	t.Run("split", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		spec := writeSpec(t, dir, head+"grid:\n  world_size: [8, 64]\n")
+		res := fsdpbench(t, dir, "plan", spec)
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Contains(t, res.stderr, "note: world_size 64 on h100-sxm: 8 nodes × 8 GPUs")
+		assert.Regexp(t, `ws64-n8-bs1-\S+\s*│\s*64\s*│\s*8\s*│`, res.stdout)
+		assert.Regexp(t, `ws8-bs1-\S+\s*│\s*8\s*│\s*1\s*│`, res.stdout)
+		assert.Contains(t, res.stdout, "2 feasible, 0 infeasible")
+
+		res = fsdpbench(t, dir, "sweep", spec)
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Contains(t, res.stderr, "note: world_size 64 on h100-sxm: 8 nodes × 8 GPUs")
+	})
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		spec := writeSpec(t, dir, head+"grid:\n  world_size: [12]\n")
+		res := fsdpbench(t, dir, "plan", spec)
+		assert.Equal(t, 2, res.code, res.stderr)
+		assert.Contains(t, res.stderr, "world_size 12 is more than one h100-sxm node (8 GPUs)")
+		assert.Contains(t, res.stderr, "8 or 16")
+	})
+	t.Run("node larger than the profile's", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		spec := writeSpec(t, dir, head+"base:\n  nodes: 1\n  gpus_per_node: 64\n")
+		res := fsdpbench(t, dir, "plan", spec)
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Contains(t, res.stdout, "infeasible: gpus_per_node 64 is more than one h100-sxm node holds (8)")
+	})
+}
