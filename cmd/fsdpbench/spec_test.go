@@ -52,3 +52,34 @@ seq_len: 4096
 		assert.Contains(t, res.stdout, "infeasible: gpus_per_node 64 is more than one h100-sxm node holds (8)")
 	})
 }
+
+// TestSkippedInfeasibleSaysRerun: a run recorded infeasible is skipped when the
+// sweep runs again, and the sweep says that --rerun runs it again (the spec or
+// machine may have changed); so does --dry-run.
+func TestSkippedInfeasibleSaysRerun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, `name: wall
+backend: sim
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 4096
+base:
+  world_size: 8
+grid:
+  batch_per_device: [1, 64]
+`)
+	res := fsdpbench(t, dir, "sweep", spec)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stderr, "1 infeasible")
+	assert.NotContains(t, res.stderr, "--rerun")
+
+	res = fsdpbench(t, dir, "sweep", spec)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stderr, "skipped 1 run that an earlier sweep recorded as 1 infeasible; if the spec or the machine changed since, run them again with --rerun")
+
+	res = fsdpbench(t, dir, "sweep", "--dry-run", spec)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "skip (done: infeasible; --rerun if the spec or machine changed)")
+	assert.Contains(t, res.stdout, "skip (done: ok)")
+}

@@ -97,6 +97,9 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 				}
 			}
 			fmt.Fprintln(stderr, summaryLine(sum))
+			if hint := sum.RerunHint(); hint != "" {
+				fmt.Fprintln(stderr, hint)
+			}
 			if sum.Dir != "" {
 				fmt.Fprintf(stderr, "results: %s\nCSV:     fsdpbench export %s --format csv -o %s.csv\n", sum.Dir, sum.Dir, plan.Name)
 			}
