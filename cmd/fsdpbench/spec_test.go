@@ -1,6 +1,8 @@
 package main
 
 import (
+	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -82,4 +84,22 @@ grid:
 	require.Equal(t, 0, res.code, res.stderr)
 	assert.Contains(t, res.stdout, "skip (done: infeasible; --rerun if the spec or machine changed)")
 	assert.Contains(t, res.stdout, "skip (done: ok)")
+}
+
+// TestSpecPathsFromAnotherDirectory is issue 25's case: planning an example spec
+// from another directory opens its model relative to the spec file, and names
+// the same runs as from the repository's root.
+func TestSpecPathsFromAnotherDirectory(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs(repoRoot)
+	require.NoError(t, err)
+	spec := filepath.Join(root, "sweeps", "examples", "cpu-engines-h256.yaml")
+	away := fsdpbench(t, t.TempDir(), "plan", spec)
+	require.Equal(t, 0, away.code, away.stderr)
+	assert.NotContains(t, away.stderr, "warning")
+	home := fsdpbench(t, repoRoot, "plan", "sweeps/examples/cpu-engines-h256.yaml")
+	require.Equal(t, 0, home.code, home.stderr)
+	ids := regexp.MustCompile(`ws\d+-bs\d+-\S+-[0-9a-f]{16}`)
+	require.Len(t, ids.FindAllString(away.stdout, -1), 2)
+	assert.Equal(t, ids.FindAllString(home.stdout, -1), ids.FindAllString(away.stdout, -1))
 }
