@@ -3,6 +3,7 @@ package main
 import (
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -102,4 +103,28 @@ func TestSpecPathsFromAnotherDirectory(t *testing.T) {
 	ids := regexp.MustCompile(`ws\d+-bs\d+-\S+-[0-9a-f]{16}`)
 	require.Len(t, ids.FindAllString(away.stdout, -1), 2)
 	assert.Equal(t, ids.FindAllString(home.stdout, -1), ids.FindAllString(away.stdout, -1))
+}
+
+// TestRecommendSaysTiesAndTheInterNodeAssumption is issue 25's case: picks
+// within the model's resolution are ties, won by the one with headroom (not
+// shard_grad_op at 59.5 of 60 GiB), and the output says so; on several nodes it
+// says which inter-node bandwidth it assumed.
+func TestRecommendSaysTiesAndTheInterNodeAssumption(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"recommend", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus-per-node", "8",
+		"--global-batch", "64", "--seq-len", "4096", "--budget-gib", "60", "--calibration", "none"}
+	res := fsdpbench(t, dir, append(args, "--nodes", "1")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	first := regexp.MustCompile(`│\s*1 │ ([^│]+?)\s*│\s*([\d.]+) │`).FindStringSubmatch(res.stdout)
+	require.NotNil(t, first, res.stdout)
+	peak, err := strconv.ParseFloat(first[2], 64)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, peak, 0.9*60, "#1 (%s) leaves headroom", first[1])
+	assert.Regexp(t, `#1–#\d+ are ties: within 1% of each other's tokens/s`, res.stdout)
+	assert.NotContains(t, res.stdout, "inter-node")
+
+	res = fsdpbench(t, dir, append(args, "--nodes", "2")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "predicted assuming inter-node: 25 GB/s bus bandwidth, the h100-sxm profile's default")
 }
