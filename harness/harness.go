@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -288,6 +289,39 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 		return sum, ctx.Err()
 	}
 	return sum, nil
+}
+
+// RerunHint is a line for the end of a sweep that skipped runs an earlier
+// invocation recorded as not ok (infeasible, oom, diverged): a setup mistake
+// since fixed (hardware: h100-sxm on a machine without a GPU) or another machine
+// would give another outcome, and only --rerun runs them again. "" when none.
+func (s Summary) RerunHint() string {
+	counts := map[results.Status]int{}
+	var order []string
+	n := 0
+	for _, o := range s.Runs {
+		if !o.Skipped || o.Status == results.StatusOK {
+			continue
+		}
+		if counts[o.Status] == 0 {
+			order = append(order, string(o.Status))
+		}
+		counts[o.Status]++
+		n++
+	}
+	if n == 0 {
+		return ""
+	}
+	parts := make([]string, len(order))
+	for i, st := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[results.Status(st)], st)
+	}
+	runs := "runs"
+	if n == 1 {
+		runs = "run"
+	}
+	return fmt.Sprintf("skipped %d %s that an earlier sweep recorded as %s; if the spec or the machine changed since, run them again with --rerun",
+		n, runs, strings.Join(parts, ", "))
 }
 
 func (s *Summary) add(o Outcome) {

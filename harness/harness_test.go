@@ -578,18 +578,27 @@ func TestSearchFindsTheLargestBatchThatFits(t *testing.T) {
 		name      string
 		limit     int // largest batch that fits; larger ones run out of memory
 		validate  int // batches above this are refused by Validate (0 = none)
+		failAbove int // batches above this fail (0 = none)
 		maxFit    int
 		tried     []int
 		stoppedBy string
 	}{
-		{name: "memory wall", limit: 12, maxFit: 8, tried: []int{1, 2, 4, 8, 16}, stoppedBy: "oom"},
-		{name: "refused by validate", limit: 1 << 20, validate: 4, maxFit: 4, tried: []int{1, 2, 4, 8}, stoppedBy: "infeasible"},
+		// Doubling to the first failure, then bisection between 8 and 16.
+		{name: "memory wall", limit: 12, maxFit: 12, tried: []int{1, 2, 4, 8, 16, 12, 14, 13}, stoppedBy: "oom"},
+		{name: "wall between powers of two", limit: 5, maxFit: 5, tried: []int{1, 2, 4, 8, 6, 5}, stoppedBy: "oom"},
+		{name: "wall at a power of two", limit: 8, maxFit: 8, tried: []int{1, 2, 4, 8, 16, 12, 10, 9}, stoppedBy: "oom"},
+		{name: "refused by validate", limit: 1 << 20, validate: 4, maxFit: 4, tried: []int{1, 2, 4, 8, 6, 5}, stoppedBy: "infeasible"},
 		{name: "nothing fits", limit: 0, maxFit: 0, tried: []int{1}, stoppedBy: "oom"},
+		// A failure says nothing about memory: the search stops there.
+		{name: "failure stops", limit: 5, failAbove: 4, maxFit: 4, tried: []int{1, 2, 4, 8}, stoppedBy: "failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			be := &fake{name: "fake"}
 			be.run = func(_ context.Context, rc sweeps.RunConfig, _ backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+				if tt.failAbove > 0 && rc.BatchPerDevice > tt.failAbove {
+					return results.Result{Status: results.StatusFailed, Error: "segfault"}, nil
+				}
 				if rc.BatchPerDevice > tt.limit {
 					return results.Result{Status: results.StatusOOM, Error: "out of memory"}, nil
 				}
@@ -626,7 +635,10 @@ func TestSearchFindsTheLargestBatchThatFits(t *testing.T) {
 				assert.Equal(t, tt.stoppedBy, sr.StoppedBy)
 			}
 			assert.Equal(t, 2*len(tt.tried)+1, sum.Total)
-			assert.Zero(t, sum.Failures())
+			if tt.failAbove == 0 {
+				assert.Zero(t, sum.Failures())
+			}
+			// Every point the search added is in the progress total.
 			want := fmt.Sprintf("[%d/%d] ", sum.Total, sum.Total)
 			assert.Contains(t, out.String(), want)
 
@@ -634,13 +646,15 @@ func TestSearchFindsTheLargestBatchThatFits(t *testing.T) {
 			assert.Equal(t, sum.MaxFit, man.Search)
 			assert.Len(t, man.Runs, sum.Total)
 
-			// Resumed, the search walks the stored points again without running them.
+			// Resumed, the search walks the stored points again without running them
+			// (a failed run is not finished: it runs again, once per search).
 			n := len(be.runs())
 			sum2, err := Run(context.Background(), p, opts)
 			require.NoError(t, err)
-			assert.Len(t, be.runs(), n)
+			again := sum.Failures()
+			assert.Len(t, be.runs(), n+again)
 			assert.Equal(t, sum.MaxFit, sum2.MaxFit)
-			assert.Equal(t, sum.Total, sum2.Skipped)
+			assert.Equal(t, sum.Total-again, sum2.Skipped)
 		})
 	}
 }

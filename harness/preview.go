@@ -47,6 +47,9 @@ func Preview(plan *sweeps.Plan, opts Options) []Planned {
 			switch state {
 			case doneOK:
 				p.Action, p.Why = "skip", "done: "+string(m.Status)
+				if m.Status != results.StatusOK {
+					p.Why += "; --rerun if the spec or machine changed"
+				}
 			case doneForeignID:
 				p.Action, p.Why = "skip", "done: "+string(m.Status)+"; its files name another run ID and will be relabelled"
 			default:

@@ -7,10 +7,6 @@ import (
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
-// maxSearchSteps bounds a search whose axis never stops growing (doubling from 1
-// reaches 2^30 in 30 steps; no device fits that).
-const maxSearchSteps = 30
-
 // StoppedExhausted is SearchResult.StoppedBy when the axis had no larger value.
 const StoppedExhausted = "exhausted"
 
@@ -50,18 +46,26 @@ func countNotStarted(tasks []task) int {
 	return n
 }
 
-// runTask executes a task. A search runs its planned points in order, then asks
-// sweeps for the next point while the last one fit, and stops at the first that
-// did not (oom, infeasible, failed, ...): that is the memory wall.
+// runTask executes a task. A search walks sweeps.MaxFit: it doubles the batch
+// while runs fit, then bisects between the last fit and the first that did not
+// (oom or infeasible), and stops at once on any other outcome (failed, timeout,
+// diverged, canceled), which says nothing about memory. Each point goes through
+// runOne, so a resumed search finds its finished runs and skips them.
 func (s *sweep) runTask(ctx context.Context, t task) ([]Outcome, *SearchResult) {
 	if !t.search {
 		return []Outcome{s.runOne(ctx, t.runs[0])}, nil
 	}
 	first := t.runs[0]
 	sr := &SearchResult{Group: first.SearchGroup, Axis: first.Search, Tried: []int{}}
+	// Points the plan holds are already in the progress total; others are added.
+	planned := map[int]sweeps.RunConfig{}
+	for _, rc := range t.runs {
+		planned[rc.BatchPerDevice] = rc
+	}
+	var walk sweeps.MaxFit
 	var outs []Outcome
 	rc := first
-	for i := 0; ; i++ {
+	for {
 		if ctx.Err() != nil {
 			sr.StoppedBy = string(results.StatusCanceled)
 			break
@@ -70,28 +74,28 @@ func (s *sweep) runTask(ctx context.Context, t task) ([]Outcome, *SearchResult) 
 		outs = append(outs, o)
 		v, _ := axisValue(rc, sr.Axis)
 		sr.Tried = append(sr.Tried, v)
-		if o.Status != results.StatusOK {
+		fits := o.Status == results.StatusOK
+		if !fits && o.Status != results.StatusOOM && o.Status != results.StatusInfeasible {
 			sr.StoppedBy = string(o.Status)
+			walk.Record(rc, false, string(o.Status))
 			break
 		}
-		if v >= sr.MaxFit {
-			sr.MaxFit, sr.MaxFitRun = v, rc.ID
-		}
-		if i+1 < len(t.runs) {
-			rc = t.runs[i+1]
-			continue
-		}
-		next, ok := sweeps.NextSearchPoint(rc)
-		if !ok || i+1 >= maxSearchSteps {
-			sr.StoppedBy = StoppedExhausted
+		next, ok := walk.Record(rc, fits, string(o.Status))
+		if !ok {
+			sr.StoppedBy = walk.WallStatus
+			if walk.Wall == 0 {
+				sr.StoppedBy = StoppedExhausted
+			}
 			break
 		}
-		if next.ID == "" || next.ID == rc.ID {
-			next.AssignID()
+		if p, ok := planned[next.BatchPerDevice]; ok {
+			next = p
+		} else {
+			s.progress.addTotal(1)
 		}
-		s.progress.addTotal(1)
 		rc = next
 	}
+	sr.MaxFit, sr.MaxFitRun = walk.Fit, walk.FitID
 	s.manifest.search(*sr)
 	return outs, sr
 }

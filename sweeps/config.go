@@ -9,8 +9,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -131,6 +133,43 @@ type RunConfig struct {
 	// for every run of one search (the point of the other axes).
 	Search      string `json:"search,omitempty"`
 	SearchGroup string `json:"search_group,omitempty"`
+	// SpecPaths holds, for each path the spec gave relative to its folder and
+	// that the fields above hold resolved ("model", "backend_options.script"),
+	// the value as written. IDs and fingerprints hash the values as written, so
+	// a spec names the same runs from any directory; read-only, shared by runs.
+	SpecPaths map[string]any `json:"spec_paths,omitempty"`
+}
+
+// writtenModel is the model as the spec wrote it: what IDs hash.
+func (rc *RunConfig) writtenModel() string {
+	if s, ok := rc.SpecPaths["model"].(string); ok {
+		return s
+	}
+	return rc.Model
+}
+
+// asWritten returns rc with the resolved paths put back as the spec wrote them
+// and SpecPaths cleared: what a fingerprint hashes.
+func (rc RunConfig) asWritten() RunConfig {
+	if len(rc.SpecPaths) == 0 {
+		rc.SpecPaths = nil
+		return rc
+	}
+	rc.Model = rc.writtenModel()
+	for key, v := range rc.SpecPaths {
+		for _, sec := range []struct {
+			prefix string
+			m      *map[string]any
+		}{{"backend_options.", &rc.BackendOptions}, {"launcher_options.", &rc.LauncherOptions}} {
+			if name, ok := strings.CutPrefix(key, sec.prefix); ok && *sec.m != nil {
+				m := maps.Clone(*sec.m)
+				m[name] = v
+				*sec.m = m
+			}
+		}
+	}
+	rc.SpecPaths = nil
+	return rc
 }
 
 // TokensPerStep is the number of tokens one optimizer step consumes across all ranks.
@@ -169,7 +208,7 @@ type trainingKey struct {
 }
 
 func (rc *RunConfig) trainingKey() trainingKey {
-	k := trainingKey{Hardware: rc.Hardware, Model: rc.Model, SeqLen: rc.SeqLen, Seed: rc.Seed, Nodes: rc.Nodes,
+	k := trainingKey{Hardware: rc.Hardware, Model: rc.writtenModel(), SeqLen: rc.SeqLen, Seed: rc.Seed, Nodes: rc.Nodes,
 		GPUsPerNode: rc.GPUsPerNode, WorldSize: rc.WorldSize, BatchPerDevice: rc.BatchPerDevice,
 		GradAccum: rc.GradAccum, GlobalBatch: rc.GlobalBatch, Sharding: rc.Sharding,
 		ActivationCheckpointing: rc.ActivationCheckpointing, BackwardPrefetch: rc.BackwardPrefetch,
@@ -229,7 +268,7 @@ func (rc *RunConfig) appendTrainingKey(b []byte) []byte {
 	b = append(b, `{"hardware":`...)
 	b = appendJSONString(b, rc.Hardware)
 	b = append(b, `,"model":`...)
-	b = appendJSONString(b, rc.Model)
+	b = appendJSONString(b, rc.writtenModel())
 	b = append(b, `,"seq_len":`...)
 	b = strconv.AppendInt(b, int64(rc.SeqLen), 10)
 	b = append(b, `,"seed":`...)
@@ -285,7 +324,7 @@ func appendJSONString(b []byte, s string) []byte {
 // its options and the measurement length. Resume reruns a stored run whose fingerprint
 // differs from the spec's, so editing `steps` or a backend option is never ignored.
 func (rc RunConfig) Fingerprint() string {
-	c := rc
+	c := rc.asWritten()
 	c.ID, c.Slug, c.Sweep, c.Timeout, c.Launcher, c.LauncherOptions = "", "", "", 0, "", nil
 	if !c.Checkpoints() {
 		// Runs stored before the checkpoint axis keep their fingerprint.

@@ -38,11 +38,21 @@ type expander struct {
 	excluded  []int           // points dropped per exclude entry
 	seen      map[string]bool // problems reported
 	warnings  []string
+	notes     []string
+	noted     map[nodesNote]bool
+	nodeSizes map[string]int
 	gridCount int
 }
 
+// nodesNote is one world size split into nodes on one hardware profile.
+type nodesNote struct {
+	ws int
+	hw string
+}
+
 func (p *parsing) expand(sp *spec) *Plan {
-	x := &expander{p: p, sp: sp, base: Defaults(), excluded: make([]int, len(sp.exclude)), seen: map[string]bool{}}
+	x := &expander{p: p, sp: sp, base: Defaults(), excluded: make([]int, len(sp.exclude)), seen: map[string]bool{},
+		noted: map[nodesNote]bool{}, nodeSizes: map[string]int{}}
 	for f := field(0); f < numFields; f++ {
 		for _, k := range []*keyed{sp.top[f], sp.base[f]} {
 			if k == nil {
@@ -118,6 +128,7 @@ func (p *parsing) expand(sp *spec) *Plan {
 		Axes:     x.varyingAxes(),
 	}
 	plan.Warnings = x.warnings
+	plan.Notes = x.notes
 	for i, n := range x.excluded {
 		if n == 0 {
 			plan.Warnings = append(plan.Warnings, sp.exclude[i].pos.errorf("this exclude entry matches no grid point; check its values").Error())
@@ -179,7 +190,8 @@ func (x *expander) expandGrid() {
 		for i := range grid {
 			grid[i].vals[idx[i]].apply(rc)
 		}
-		prob := derive(rc, m)
+		prob := derive(rc, m, x.nodeSize)
+		x.noteNodes(rc, m)
 		keep := false
 		if !x.isExcluded(rc) {
 			if prob == nil {
@@ -220,7 +232,8 @@ func (x *expander) expandInclude(in *includeEntry) {
 		}
 		return x.baseSource(f)
 	}
-	prob := derive(rc, m)
+	prob := derive(rc, m, x.nodeSize)
+	x.noteNodes(rc, m)
 	if prob == nil {
 		prob = checkPoint(rc)
 	}
@@ -230,6 +243,36 @@ func (x *expander) expandInclude(in *includeEntry) {
 	if prob != nil || !x.keep(rc, in.pos) {
 		x.runs = x.runs[:len(x.runs)-1]
 	}
+}
+
+// noteNodes says, once per world size and hardware, that derive split a world
+// size given alone into nodes of the hardware's size (Plan.Notes).
+func (x *expander) noteNodes(rc *RunConfig, m mask) {
+	if m.has(fNodes) || m.has(fGPUsPerNode) || rc.Nodes < 2 {
+		return
+	}
+	k := nodesNote{rc.WorldSize, rc.Hardware}
+	if x.noted[k] {
+		return
+	}
+	x.noted[k] = true
+	note := fmt.Sprintf("world_size %d on %s: %d nodes × %d GPUs (a %s node holds %d); give nodes and gpus_per_node to choose otherwise",
+		rc.WorldSize, rc.Hardware, rc.Nodes, rc.GPUsPerNode, rc.Hardware, rc.GPUsPerNode)
+	x.notes = append(x.notes, note)
+}
+
+// nodeSize is Options.GPUsPerNode, asked once per hardware value (a grid may
+// have a million points).
+func (x *expander) nodeSize(hw string) int {
+	if x.p.opts.GPUsPerNode == nil {
+		return 0
+	}
+	n, ok := x.nodeSizes[hw]
+	if !ok {
+		n = x.p.opts.GPUsPerNode(hw)
+		x.nodeSizes[hw] = n
+	}
+	return n
 }
 
 // baseSource returns the value of f shared by every point, if the spec gave one.
@@ -430,10 +473,11 @@ func origin(src func(field) (value, bool), f field) string {
 }
 
 // derive fills the derived axes: world_size = nodes × gpus_per_node from any two
-// (or world_size alone on one node), and global_batch = world_size ×
+// (or world_size alone: one node, or whole nodes of nodeSize(hardware) GPUs when
+// it is more than one), and global_batch = world_size ×
 // batch_per_device × grad_accum, deriving grad_accum (or batch_per_device) when
 // global_batch is given.
-func derive(rc *RunConfig, m mask) *problem {
+func derive(rc *RunConfig, m mask, nodeSize func(string) int) *problem {
 	n, g, w := m.has(fNodes), m.has(fGPUsPerNode), m.has(fWorldSize)
 	switch {
 	case n && g && w:
@@ -462,7 +506,23 @@ func derive(rc *RunConfig, m mask) *problem {
 		}
 		rc.Nodes = rc.WorldSize / rc.GPUsPerNode
 	case w:
-		rc.Nodes, rc.GPUsPerNode = 1, rc.WorldSize
+		// World size alone: whole nodes of the hardware's size, so that 64 GPUs of
+		// an 8-GPU profile are not read as one 64-GPU NVLink node.
+		gpn := 0
+		if nodeSize != nil {
+			gpn = nodeSize(rc.Hardware)
+		}
+		switch {
+		case gpn < 1 || rc.WorldSize <= gpn:
+			rc.Nodes, rc.GPUsPerNode = 1, rc.WorldSize
+		case rc.WorldSize%gpn == 0:
+			rc.Nodes, rc.GPUsPerNode = rc.WorldSize/gpn, gpn
+		default:
+			ws, hw := rc.WorldSize, rc.Hardware
+			return &problem{f: fWorldSize, msg: func(func(field) (value, bool)) string {
+				return fmt.Sprintf("world_size %d is more than one %s node (%d GPUs) and not a whole number of them; use a multiple of %d such as %s, or give nodes and gpus_per_node", ws, hw, gpn, gpn, nearMultiples(ws, gpn))
+			}}
+		}
 	case g:
 		rc.Nodes, rc.WorldSize = 1, rc.GPUsPerNode
 	case n:

@@ -349,6 +349,9 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 			p.e.at(n.pos, "%s must be %s, got %s%s", d.name, d.expect(), n.describe(), hint)
 			return v, false
 		}
+		if d.f == fModel {
+			p.resolveModel(s, n.pos)
+		}
 		var err string
 		v.s, v.i, err = p.readString(d, s)
 		if err != "" {
@@ -403,7 +406,11 @@ func (p *parsing) readString(d *keyDef, s string) (canon string, i int64, err st
 		check = p.opts.CheckBackend
 	}
 	if check != nil {
-		if cerr := check(s); cerr != nil {
+		arg := s
+		if d.f == fModel {
+			arg = p.modelPath(s) // checked where it will be opened
+		}
+		if cerr := check(arg); cerr != nil {
 			return "", 0, fmt.Sprintf("%s %s: %v", d.name, q(s), cerr)
 		}
 	}

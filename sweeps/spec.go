@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,20 @@ type Options struct {
 	CheckHardware func(string) error
 	// CheckBackend validates a backend name. Nil accepts any.
 	CheckBackend func(string) error
+	// GPUsPerNode returns how many GPUs one node of a hardware profile holds (0:
+	// unknown, auto, or cpu). A run giving world_size alone, more than that, is
+	// split into whole nodes of it (Plan.Notes says so) or refused when it does not
+	// divide. Nil: world_size alone is one node.
+	GPUsPerNode func(hardware string) int
+	// Dir is the folder the spec's relative paths resolve against (model:, and
+	// the PathOptions and ProgramOptions): Load sets the spec file's folder; empty
+	// is the current directory. --set values stay relative to the current directory.
+	Dir string
+	// PathOptions names the options whose values (a string, or a list of them)
+	// are file paths, "backend_options.script"; ProgramOptions those naming a
+	// program, resolved only when they hold a slash (a bare name is looked up on
+	// PATH), and for a list only its first element (the rest are arguments).
+	PathOptions, ProgramOptions []string
 }
 
 // Plan is a validated, expanded sweep.
@@ -54,6 +69,9 @@ type Plan struct {
 	// Warnings are things in the spec that are legal but probably not meant, such as
 	// an exclude entry that matches no point; formatted "file:line:col: msg".
 	Warnings []string
+	// Notes say how the spec was read where it left a choice to fsdpbench, such as
+	// the nodes a world_size given alone was split into.
+	Notes []string
 	// Resolved is the spec as run (after --set, defaults written out), stored as
 	// sweep.yaml: parsing it again gives the same runs.
 	Resolved []byte
@@ -63,11 +81,15 @@ type Plan struct {
 	OptionPos map[string]string
 }
 
-// Load reads and parses the spec file at path; see Parse.
+// Load reads and parses the spec file at path, its relative paths resolved
+// against the file's folder; see Parse.
 func Load(path string, opts Options) (*Plan, error) {
 	data, err := input.ReadFile(path, input.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("read sweep spec: %w", err)
+	}
+	if opts.Dir == "" {
+		opts.Dir = filepath.Dir(path)
 	}
 	return Parse(data, path, opts)
 }
@@ -77,7 +99,7 @@ func Load(path string, opts Options) (*Plan, error) {
 // *SpecError, or SpecErrors when there are several; malformed YAML keeps goccy's
 // error as the SpecError's Err.
 func Parse(data []byte, filename string, opts Options) (*Plan, error) {
-	p := &parsing{opts: opts, file: filename}
+	p := &parsing{opts: opts, file: filename, dir: specDir(opts.Dir)}
 	// Editors on Windows write a byte order mark; YAML allows one at the start.
 	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	// Bound the spec before goccy parses it: its parser takes gigabytes on a few
@@ -107,6 +129,8 @@ func Parse(data []byte, filename string, opts Options) (*Plan, error) {
 		return nil, p.e.err()
 	}
 	plan.OptionPos = sp.optionPos
+	p.resolveRuns(plan, sp)
+	plan.Warnings = append(plan.Warnings, p.warnings...)
 	var err error
 	plan.Resolved, err = resolvedYAML(root, filename, sets)
 	if err != nil {
@@ -119,6 +143,13 @@ type parsing struct {
 	opts Options
 	file string
 	e    errs
+	// dir is the absolute folder relative paths resolve against; "" when that
+	// is the current directory.
+	dir string
+	// modelPaths maps a model value the spec file wrote to its resolved path,
+	// where they differ.
+	modelPaths map[string]string
+	warnings   []string
 }
 
 // spec is the checked content of a spec file, before expansion.
@@ -135,6 +166,9 @@ type spec struct {
 	searchPos                       pos
 	backendOptions, launcherOptions map[string]any
 	optionPos                       map[string]string
+	// writtenOptions holds the options whose paths were resolved, as written
+	// ("backend_options.script": "train.py").
+	writtenOptions map[string]any
 }
 
 type keyed struct {
@@ -181,10 +215,14 @@ func (p *parsing) read(root *node) *spec {
 			sp.searchPos = e.keyPos
 			p.readSearch(sp, e)
 		case keyBackendOptions:
-			sp.backendOptions = p.readOptions(e)
+			var w map[string]any
+			sp.backendOptions, w = p.resolveOptions(p.readOptions(e), e)
+			sp.writtenOptions = addAll(sp.writtenOptions, w)
 			sp.optionPos = optionPositions(sp.optionPos, e)
 		case keyLauncherOptions:
-			sp.launcherOptions = p.readOptions(e)
+			var w map[string]any
+			sp.launcherOptions, w = p.resolveOptions(p.readOptions(e), e)
+			sp.writtenOptions = addAll(sp.writtenOptions, w)
 			sp.optionPos = optionPositions(sp.optionPos, e)
 		default:
 			d, ok := keyByName[e.key]
@@ -431,7 +469,8 @@ func (p *parsing) readInclude(sp *spec, e *entry) {
 }
 
 // SearchMaxFit is the only search mode: per point of the other axes, double
-// batch_per_device from its smallest value until a run does not fit.
+// batch_per_device from its smallest value until a run does not fit, then bisect
+// between the last fit and the first failure (see MaxFit).
 const SearchMaxFit = "max_fit"
 
 func (p *parsing) readSearch(sp *spec, e *entry) {

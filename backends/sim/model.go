@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -308,6 +309,21 @@ func resolve(rc sweeps.RunConfig, opts Options) (point, error) {
 	return p, nil
 }
 
+// interNodeNote says what the collectives across nodes were predicted with: a
+// multi-node answer turns on it, and the profile's default is a guess.
+func interNodeNote(p point, opts Options) string {
+	switch {
+	case len(p.links.Inter) > 0 && opts.InterNodeFabric != "":
+		return "inter-node: the " + opts.InterNodeFabric + " fabric's busbw curves"
+	case len(p.links.Inter) > 0:
+		return "inter-node: busbw curves from nccl_tests " + strings.Join(opts.NCCLTests, ", ")
+	case opts.InterNodeBusBW > 0:
+		return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth (inter_node_bus_bw_gbps)", p.hw.InterNodeBusBWBytesPerS/1e9)
+	}
+	return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth, the %s profile's default (measure yours: nccl_tests, inter_node_fabric or inter_node_bus_bw_gbps)",
+		p.hw.InterNodeBusBWBytesPerS/1e9, p.hw.Name)
+}
+
 // assumptionsFor is the options over the backend's assumptions: the sim's
 // options apply to sim runs; another backend's runs are predicted under the
 // assumptions that describe it (BackendAssumptions).
@@ -345,6 +361,9 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	pred.Strategy = strategy
 	pred.Assumptions = p.as
 	pred.Notes = append(pred.Notes, p.as.notes(p, strategy)...)
+	if r.Nodes > 1 {
+		pred.Notes = append(pred.Notes, interNodeNote(p, opts))
+	}
 
 	mem := memoryModel(p, strategy, wu, &pred)
 	calReserved := p.calibrateMemory(mem)
@@ -824,6 +843,12 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 // feasible compares the predicted peak with what the device (or, for cpu, the
 // host shared by the ranks on it) has.
 func feasible(p point, pred Prediction) (bool, string) {
+	if n := p.hw.GPUsPerNode; n > 0 && p.rc.GPUsPerNode > n {
+		// The intra-node links (NVLink) join one node's GPUs: a node of more
+		// would be predicted faster than any hardware of this kind runs.
+		return false, fmt.Sprintf("gpus_per_node %d is more than one %s node holds (%d); give nodes: %d and gpus_per_node: %d, or world_size alone",
+			p.rc.GPUsPerNode, p.hw.Name, n, (p.rc.WorldSize+n-1)/n, n)
+	}
 	capacity := pred.DeviceMemBytes
 	if capacity <= 0 {
 		return true, "" // unknown capacity (no /proc/meminfo): cannot refuse

@@ -51,7 +51,22 @@ const (
 	LostOverBudget = "over budget"
 	LostNoFit      = "does not fit"
 	LostSlower     = "slower"
+	LostTie        = "tie with #1"
 )
+
+// TieTolerance is how close two throughputs are to be a tie: the analytic
+// model's resolution (whySlower's "as fast"), well inside its error against
+// measurements. Among ties the advice that is safer and simpler wins.
+const TieTolerance = 0.01
+
+// ThinHeadroom is the fraction of the memory limit (the budget, else the
+// device) above which a point has too little headroom to win a tie: allocator
+// fragmentation and a longer batch push it over.
+const ThinHeadroom = 0.9
+
+// TieRule says how ties are ranked, for people reading a recommendation.
+var TieRule = fmt.Sprintf("within %.0f%% of each other's tokens/s, closer than the model can tell, so they are ranked by headroom (above %.0f%% of the memory limit last), then fewer settings changed, then less memory",
+	100*TieTolerance, 100*ThinHeadroom)
 
 // MaxCandidates bounds the search: a request whose space is larger is refused
 // (its global batch has too many divisors).
@@ -60,8 +75,9 @@ const MaxCandidates = 200_000
 // Recommend enumerates sharding × micro-batch × grad_accum × activation
 // checkpointing × backward and forward prefetch × CPU offload for req (hybrid
 // shard groups are one node, as the model's hybrid_shard is), predicts each
-// point and ranks those within budget by tokens/s (ties: less memory, then the
-// plainer configuration). Every candidate is returned, ranked ones first.
+// point and ranks those within budget by tokens/s; points within TieTolerance of
+// each other are ties, ranked by headroom, plainness and memory (TieRule). Every
+// candidate is returned, ranked ones first.
 func Recommend(req Request) ([]Candidate, error) {
 	if req.Nodes < 1 || req.GPUsPerNode < 1 {
 		return nil, fmt.Errorf("nodes (%d) and GPUs per node (%d) must be at least 1", req.Nodes, req.GPUsPerNode)
@@ -124,7 +140,7 @@ func Recommend(req Request) ([]Candidate, error) {
 			}
 		}
 	}
-	rank(cands)
+	rank(cands, req.BudgetBytes)
 	return cands, nil
 }
 
@@ -165,8 +181,11 @@ func plainness(rc sweeps.RunConfig) int {
 }
 
 // rank orders the candidates within budget by throughput and says of every
-// other one why it lost.
-func rank(cands []Candidate) {
+// other one why it lost. Throughputs within TieTolerance are ties: a band starts
+// at the fastest point left and holds every point within TieTolerance of it;
+// inside a band, a point with thin headroom (ThinHeadroom of the budget, else of
+// the device) goes last, then more settings changed, then more memory.
+func rank(cands []Candidate, budget int64) {
 	slices.SortStableFunc(cands, func(a, b Candidate) int {
 		if (a.Lost == "") != (b.Lost == "") {
 			if a.Lost == "" {
@@ -177,27 +196,58 @@ func rank(cands []Candidate) {
 		if a.Pred == nil || b.Pred == nil {
 			return cmp.Compare(btoi(a.Pred == nil), btoi(b.Pred == nil))
 		}
-		// Throughput first, to 0.1%: closer than that the model cannot tell.
-		ta, tb := a.Pred.TokensPerS, b.Pred.TokensPerS
-		if d := (ta - tb) / max(ta, tb); d > 1e-3 || d < -1e-3 {
-			return cmp.Compare(tb, ta)
-		}
-		return cmp.Or(cmp.Compare(a.Pred.PeakDeviceMemBytes, b.Pred.PeakDeviceMemBytes),
+		return cmp.Or(cmp.Compare(b.Pred.TokensPerS, a.Pred.TokensPerS),
+			cmp.Compare(a.Pred.PeakDeviceMemBytes, b.Pred.PeakDeviceMemBytes),
 			cmp.Compare(plainness(a.Config), plainness(b.Config)))
 	})
-	var best *Prediction
-	for i := range cands {
-		c := &cands[i]
-		if c.Lost != "" {
-			continue
-		}
-		c.Rank = i + 1
-		if best == nil {
-			best = c.Pred
-			continue
-		}
-		c.Lost = LostSlower + " " + whySlower(c.Pred, best)
+	n := 0
+	for n < len(cands) && cands[n].Lost == "" {
+		n++
 	}
+	thin := func(c Candidate) int {
+		limit := budget
+		if limit <= 0 {
+			limit = c.Pred.DeviceMemBytes
+		}
+		return btoi(limit > 0 && float64(c.Pred.PeakDeviceMemBytes) > ThinHeadroom*float64(limit))
+	}
+	for i := 0; i < n; {
+		j := i + 1
+		for j < n && cands[j].Pred.TokensPerS >= (1-TieTolerance)*cands[i].Pred.TokensPerS {
+			j++
+		}
+		slices.SortStableFunc(cands[i:j], func(a, b Candidate) int {
+			return cmp.Or(cmp.Compare(thin(a), thin(b)), cmp.Compare(plainness(a.Config), plainness(b.Config)),
+				cmp.Compare(a.Pred.PeakDeviceMemBytes, b.Pred.PeakDeviceMemBytes), cmp.Compare(b.Pred.TokensPerS, a.Pred.TokensPerS))
+		})
+		if i == 0 {
+			for k := 1; k < j; k++ {
+				d := cands[k].Pred.TokensPerS/cands[0].Pred.TokensPerS - 1
+				cands[k].Lost = fmt.Sprintf("%s: %+.1f%% tokens/s, %s", LostTie, 100*d, tieWhy(cands[k], cands[0], thin))
+			}
+		}
+		i = j
+	}
+	for i := range cands[:n] {
+		c := &cands[i]
+		c.Rank = i + 1
+		if i > 0 && c.Lost == "" {
+			c.Lost = LostSlower + " " + whySlower(c.Pred, cands[0].Pred)
+		}
+	}
+}
+
+// tieWhy says why c ranks below best, a tie: what best has that c does not.
+func tieWhy(c, best Candidate, thin func(Candidate) int) string {
+	switch {
+	case thin(c) > thin(best):
+		return fmt.Sprintf("but %.1f GiB is above %.0f%% of the memory limit: #1 leaves headroom", gibs(c.Pred.PeakDeviceMemBytes), 100*ThinHeadroom)
+	case plainness(c.Config) > plainness(best.Config):
+		return "within the model's resolution: #1 changes fewer settings"
+	case c.Pred.PeakDeviceMemBytes > best.Pred.PeakDeviceMemBytes:
+		return fmt.Sprintf("within the model's resolution: #1 takes %.1f GiB less", gibs(c.Pred.PeakDeviceMemBytes-best.Pred.PeakDeviceMemBytes))
+	}
+	return "within the model's resolution"
 }
 
 func btoi(b bool) int {

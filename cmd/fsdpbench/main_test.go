@@ -280,6 +280,9 @@ func TestSweepJobs(t *testing.T) {
 	assert.Contains(t, res.stderr, "6 runs: 6 ok")
 }
 
+// TestMaxFitSearch is issue 25's case: Llama 3 8B at seq 4096 on 8 × H100 with
+// checkpointing fits batch 3 (between two powers of two); the search must find
+// it, and say how many runs it took, in plan and in sweep.
 func TestMaxFitSearch(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -291,33 +294,34 @@ seq_len: 4096
 grid:
   world_size: [8]
   sharding: [full_shard]
+  activation_checkpointing: [true]
   batch_per_device: [1]
 search:
   batch_per_device: max_fit
 `)
-	// The largest batch the analytic model says fits, walking the search as the
-	// harness does: that is what the sweep must find.
+	// The largest batch the analytic model says fits, found by trying every
+	// batch from 1 up: that is what the search must find, with fewer runs.
 	plan := expectedRuns(t, spec)
 	require.Len(t, plan.Runs, 1)
-	rc, want := plan.Runs[0], 0
-	for {
+	want := 0
+	for b := 1; b <= 1024; b++ {
+		rc := plan.Runs[0]
+		rc.BatchPerDevice, rc.GlobalBatch = b, rc.WorldSize*b*rc.GradAccum
 		p, err := sim.Predict(rc)
 		require.NoError(t, err)
 		if !p.Feasible {
 			break
 		}
-		want = rc.BatchPerDevice
-		next, ok := sweeps.NextSearchPoint(rc)
-		if !ok {
-			break
-		}
-		rc = next
+		want = b
 	}
 	require.Positive(t, want)
 
+	pl := fsdpbench(t, dir, "plan", spec)
+	require.Equal(t, 0, pl.code, pl.stderr)
+	assert.Regexp(t, fmt.Sprintf(`batch_per_device\s*│\s*%d\s*│`, want), pl.stdout)
+
 	res := fsdpbench(t, dir, "sweep", spec)
 	require.Equal(t, 0, res.code, res.stderr)
-	assert.Regexp(t, fmt.Sprintf(`batch_per_device\s*│\s*%d\s`, want), res.stdout)
 
 	b, err := os.ReadFile(filepath.Join(dir, "fsdpbench-results", "wall", results.ManifestFile))
 	require.NoError(t, err)
@@ -336,6 +340,10 @@ search:
 	assert.Equal(t, "batch_per_device", man.Search[0].Axis)
 	assert.Contains(t, []string{"oom", "infeasible"}, man.Search[0].StoppedBy)
 	assert.Len(t, man.Runs, len(man.Search[0].Tried))
+	// The wall is exact: the batch just above the fit was tried and did not fit.
+	assert.Contains(t, man.Search[0].Tried, want+1)
+	// The table says how many runs the search took.
+	assert.Regexp(t, fmt.Sprintf(`batch_per_device\s*│\s*%d\s*│\s*%d\s*│`, want, len(man.Search[0].Tried)), res.stdout)
 }
 
 func TestBackendsAndVersion(t *testing.T) {

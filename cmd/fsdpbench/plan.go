@@ -175,33 +175,36 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	return nil
 }
 
-// printSearchPrediction walks each max_fit search as the harness would, with the
-// analytic model standing in for the runs, and prints where it predicts the wall.
+// printSearchPrediction walks each max_fit search as the harness would (doubling,
+// then bisection: sweeps.MaxFit), with the analytic model standing in for the
+// runs, and prints where it predicts the wall and how many runs the search takes.
 func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any, cal *sim.Calibration) error {
 	var rows [][]string
 	for _, rc := range plan.Runs {
 		if rc.Search == "" {
 			continue
 		}
-		fit, lastFit := "none fits", ""
-		for range 30 {
+		var walk sweeps.MaxFit
+		var tried []int
+		group := rc.SearchGroup
+		for {
 			pred, err := sim.PredictCalibrated(rc, extra, cal)
-			if err != nil || !pred.Feasible {
-				break
-			}
-			lastFit = rc.ID
-			fit = fmt.Sprint(axisValues(rc, []string{rc.Search})[0])
-			next, ok := sweeps.NextSearchPoint(rc)
-			if !ok {
+			tried = append(tried, rc.BatchPerDevice)
+			next, ok := walk.Record(rc, err == nil && pred.Feasible, "infeasible")
+			if err != nil || !ok {
 				break
 			}
 			rc = next
 		}
-		rows = append(rows, []string{rc.SearchGroup, rc.Search, fit, lastFit})
+		fit := "none fits"
+		if walk.Fit > 0 {
+			fit = fmt.Sprint(walk.Fit)
+		}
+		rows = append(rows, []string{group, rc.Search, fit, walk.FitID, fmt.Sprint(walk.Runs), joinInts(tried)})
 	}
 	if len(rows) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
-	return writeTable(w, []string{"search group", "axis", "predicted max fit", "run"}, rows)
+	return writeTable(w, []string{"search group", "axis", "predicted max fit", "run", "runs", "tried"}, rows)
 }

@@ -267,6 +267,27 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 		if err := writeTableFit(w, []string{"#", "configuration", "peak " + unit, "step s", "tokens/s", "tokens/s/GPU", "MFU %", "exposed comm %"}, rows, fit); err != nil {
 			return nil, err
 		}
+		ties := 1
+		for ties < len(ranked) && strings.HasPrefix(ranked[ties].Lost, sim.LostTie) {
+			ties++
+		}
+		if ties > 1 {
+			fmt.Fprintf(w, "#1–#%d are ties: %s\n", ties, sim.TieRule)
+		}
+	}
+	// A multi-node answer turns on the bandwidth between nodes: say which.
+	if f.nodes > 1 {
+		for _, c := range cands {
+			if c.Pred == nil {
+				continue
+			}
+			for _, n := range c.Pred.Notes {
+				if strings.HasPrefix(n, "inter-node:") {
+					fmt.Fprintln(w, "predicted assuming "+n)
+				}
+			}
+			break
+		}
 	}
 	// Why the others lost: per reason, how many and the best of them.
 	type group struct {
@@ -409,7 +430,7 @@ func measureTop(cmd *cobra.Command, f *recommendFlags, cal *sim.Calibration, sim
 		return failure(err)
 	}
 	plan, err := sweeps.Parse(data, "recommend --measure", sweeps.Options{Set: f.sets, CheckModel: shapes.Check, CheckHardware: hardware.Check,
-		CheckBackend: func(n string) error { _, err := reg.Get(n); return err }})
+		CheckBackend: func(n string) error { _, err := reg.Get(n); return err }, GPUsPerNode: gpusPerNode})
 	if err != nil {
 		return usageError(err)
 	}

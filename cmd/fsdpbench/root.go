@@ -118,11 +118,33 @@ func loadPlan(path string, sets []string, reg *backends.Registry) (*sweeps.Plan,
 			_, err := reg.Get(name)
 			return err
 		},
+		GPUsPerNode:    gpusPerNode,
+		PathOptions:    specPathOptions,
+		ProgramOptions: specProgramOptions,
 	})
 	if err != nil {
 		return nil, usageError(err)
 	}
 	return plan, nil
+}
+
+// specPathOptions are the backend and launcher options that name files: in a
+// spec they are relative to the spec file's folder, as model: is.
+// specProgramOptions name a program (a path when they hold a slash, else looked
+// up on PATH), or a command whose first element does.
+var (
+	specPathOptions    = []string{"backend_options.script", "backend_options.nccl_tests", "backend_options.calibration"}
+	specProgramOptions = []string{"backend_options.python", "backend_options.command"}
+)
+
+// gpusPerNode is how many GPUs one node of a hardware profile holds (0 for cpu,
+// auto and unknown names): world_size alone is split into nodes of that size.
+func gpusPerNode(hw string) int {
+	p, err := hardware.Lookup(hw)
+	if err != nil {
+		return 0
+	}
+	return p.GPUsPerNode
 }
 
 // ncclTestsFlag registers --nccl-tests, repeatable.

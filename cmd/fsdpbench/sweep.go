@@ -98,6 +98,9 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 				}
 			}
 			fmt.Fprintln(stderr, summaryLine(sum))
+			if hint := sum.RerunHint(); hint != "" {
+				fmt.Fprintln(stderr, hint)
+			}
 			if sum.Dir != "" {
 				fmt.Fprintf(stderr, "results: %s\nCSV:     fsdpbench export %s --format csv -o %s.csv\n", sum.Dir, sum.Dir, plan.Name)
 			}
@@ -124,10 +127,15 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 }
 
 // printWarnings prints what the spec says that is legal but probably not meant
-// (an exclude that matches nothing), one line each, on stderr.
+// (an exclude that matches nothing), and the notes on how it was read, one line
+// each, on stderr.
 func printWarnings(w io.Writer, plan *sweeps.Plan) {
 	for _, warn := range plan.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
+	}
+	// How the spec was read where it left a choice (nodes from world_size).
+	for _, n := range plan.Notes {
+		fmt.Fprintln(w, "note:", n)
 	}
 }
 
@@ -167,9 +175,10 @@ func printSweepResults(w io.Writer, sum harness.Summary, width int) error {
 		if sr.MaxFit == 0 {
 			fit = "none fits"
 		}
-		rows = append(rows, []string{sr.Group, sr.Axis, fit, joinInts(sr.Tried), sr.StoppedBy})
+		rows = append(rows, []string{sr.Group, sr.Axis, fit, fmt.Sprint(len(sr.Tried)), joinInts(sr.Tried), sr.StoppedBy})
 	}
-	return writeTable(w, []string{"search group", "axis", "max fit", "tried", "stopped by"}, rows)
+	// The search doubles, then bisects: runs says what finding the wall cost.
+	return writeTable(w, []string{"search group", "axis", "max fit", "runs", "tried", "stopped by"}, rows)
 }
 
 func summaryLine(sum harness.Summary) string {
