@@ -138,7 +138,18 @@ func TestReportReadsTorch2Prefixes(t *testing.T) {
 			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
 		}, "RuntimeError: expected self and mask to be on the same device, but got mask on cpu and self on cuda:0"},
 		{[]string{`[1]:ValueError: bad batch`}, "ValueError: bad batch"},
-		{[]string{`[not a prefix because it has spaces]: KeyError: x`}, "no error line on stderr"},
+		{[]string{`[not a prefix because it has spaces]: KeyError: x`}, "no error line on stderr; it ended with: [not a prefix because it has spaces]: KeyError: x"},
+		// A bare assert: the exception has no message, so where it was raised is
+		// the reason; rank 1's interleaved lines are not rank 0's traceback.
+		{[]string{
+			`[0]:Traceback (most recent call last):`,
+			`[1]:Traceback (most recent call last):`,
+			`[0]:  File "train.py", line 9, in <module>`,
+			`[1]:  File "other.py", line 3, in <module>`,
+			`[0]:    assert world % 2 == 0`,
+			`[0]:AssertionError`,
+			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
+		}, `AssertionError, raised at File "train.py", line 9, in <module> | assert world % 2 == 0`},
 	} {
 		rep := &Report{}
 		for _, l := range tc.lines {
