@@ -487,7 +487,7 @@ func (c *collector) measuredTimes(res *results.Result, times []float64) []float6
 		n, skip, warm, want, warm+want)
 	fix := "; nanoGPT runs max_iters + 1 iterations (iter 0 … iter max_iters): give it --max_iters={last_iter} (warmup_steps + steps - 1); a script that runs as many as it is told: {total_steps}"
 	if n < want {
-		c.warning(res, fmt.Sprintf("%s: only %d steps were measured%s", read, n, fix))
+		c.warning(res, fmt.Sprintf("%s: only %d steps were measured (expected when the script logs every few iterations, as nanoGPT's log_interval > 1 does)%s", read, n, fix))
 		return times
 	}
 	c.warning(res, fmt.Sprintf("%s: the last %d were measured and the first %d taken as warm-up%s", read, want, n-want, fix))
