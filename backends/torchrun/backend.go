@@ -705,7 +705,8 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 		if err := c.collect(res); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
 			return
-		} else if res.Status == results.StatusOK && rep.diverged != "" {
+		}
+		if res.Status == results.StatusOK && rep.diverged != "" {
 			res.Status, res.Error = results.StatusDiverged, "diverged: "+rep.diverged
 		}
 		j.checkScriptTokens(&c, res, rep.scriptTokens)
