@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/contract"
@@ -204,7 +205,8 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 		if err != nil {
 			return backends.SpecErr(err)
 		}
-		// Checked here where the runs start here; a Slurm node has a PATH of its own.
+		// Checked only where the runs start on this machine: a Slurm node has a
+		// PATH of its own.
 		if rc.Launcher != "slurm" {
 			if err := checkProgram(append(argv, "")[0]); err != nil {
 				return err
@@ -805,8 +807,8 @@ type Report struct {
 	// firstErr is the first error line that is not a consequence of another rank's
 	// failure, firstSecondary the first that is, lastErr the last of either.
 	firstErr, firstSecondary, lastErr string
-	// firstErrAt is where the traceback that ended in firstErr was (its last
-	// frame lines, from the same rank's stream).
+	// firstErrAt is where the exception of firstErr was raised: the traceback
+	// lines above it in the same rank's stream (frameLines).
 	firstErrAt []string
 	// badStep is why the first broken FSDPBENCH line is broken; diverged says
 	// where the first step line's loss was NaN or infinite.
@@ -900,10 +902,26 @@ func (o *Report) Stderr(line string) {
 	if o.recent == nil {
 		o.recent = map[string][]string{}
 	}
+	kept := clip(e)
 	if r, ok := o.recent[stream]; ok || len(o.recent) < recentStreams {
-		o.recent[stream] = append(r[max(len(r)-recentLines+1, 0):], e)
+		o.recent[stream] = append(r[max(len(r)-recentLines+1, 0):], kept)
 	}
-	o.tail = append(o.tail[max(len(o.tail)-tailLines+1, 0):], e)
+	o.tail = append(o.tail[max(len(o.tail)-tailLines+1, 0):], kept)
+}
+
+// maxKeptLine bounds each stderr line a Report keeps to quote in an error.
+const maxKeptLine = 300
+
+// clip cuts line to maxKeptLine bytes, at a rune boundary, marking the cut.
+func clip(line string) string {
+	if len(line) <= maxKeptLine {
+		return line
+	}
+	cut := maxKeptLine
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return line[:cut] + "…"
 }
 
 // frameLines are the traceback lines among recent (a rank's last lines before

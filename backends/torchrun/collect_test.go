@@ -3,6 +3,7 @@ package torchrun
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -150,6 +151,8 @@ func TestReportReadsTorch2Prefixes(t *testing.T) {
 			`[0]:AssertionError`,
 			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
 		}, `AssertionError, raised at File "train.py", line 9, in <module> | assert world % 2 == 0`},
+		// A line is quoted up to 300 bytes, cut at a rune.
+		{[]string{strings.Repeat("é", 400)}, "no error line on stderr; it ended with: " + strings.Repeat("é", 150) + "…"},
 	} {
 		rep := &Report{}
 		for _, l := range tc.lines {
