@@ -818,6 +818,11 @@ type Report struct {
 	// quote when no line says what went wrong.
 	recent map[string][]string
 	tail   []string
+	// rankTail is the last lines a rank wrote (the launcher's tee prefixes
+	// them), kept with their prefix; agentFailed is set once torchrun reported
+	// a failed rank (ChildFailedError), after which its lines are its own.
+	rankTail    []string
+	agentFailed bool
 	// scriptTokens is the tokens per iteration the script printed ("tokens per
 	// iteration will be: N", nanoGPT), or 0.
 	scriptTokens int64
@@ -886,9 +891,13 @@ func (o *Report) Stderr(line string) {
 	// first error that is not such a consequence, whatever the order of the lines.
 	e := stripRankPrefix(t)
 	stream := strings.TrimSpace(t[:len(t)-len(e)]) // the rank prefix, whatever the indentation after it
-	if isErrorLine(t) {
+	// torchrun's ChildFailedError only says that a rank failed: it is no
+	// reason, and the unprefixed lines after it are its summary, no rank's.
+	childFailed := strings.Contains(t, "ChildFailedError")
+	agentLine := childFailed || (o.agentFailed && stream == "")
+	o.agentFailed = o.agentFailed || childFailed
+	if isErrorLine(t) && !agentLine {
 		switch {
-		case strings.Contains(t, "ChildFailedError"):
 		case secondaryError.MatchString(e):
 			if o.firstSecondary == "" {
 				o.firstSecondary = e
@@ -906,7 +915,13 @@ func (o *Report) Stderr(line string) {
 	if r, ok := o.recent[stream]; ok || len(o.recent) < recentStreams {
 		o.recent[stream] = append(r[max(len(r)-recentLines+1, 0):], kept)
 	}
+	if agentLine || e == "" {
+		return
+	}
 	o.tail = append(o.tail[max(len(o.tail)-tailLines+1, 0):], kept)
+	if stream != "" {
+		o.rankTail = append(o.rankTail[max(len(o.rankTail)-tailLines+1, 0):], clip(t))
+	}
 }
 
 // maxKeptLine bounds each stderr line a Report keeps to quote in an error.
@@ -959,6 +974,8 @@ func (o *Report) reason() string {
 		return o.firstSecondary
 	case o.lastErr != "":
 		return o.lastErr
+	case len(o.rankTail) > 0:
+		return "no error line on stderr; the ranks' last lines: " + strings.Join(o.rankTail, " | ")
 	case len(o.tail) > 0:
 		return "no error line on stderr; it ended with: " + strings.Join(o.tail, " | ")
 	}

@@ -151,6 +151,19 @@ func TestReportReadsTorch2Prefixes(t *testing.T) {
 			`[0]:AssertionError`,
 			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
 		}, `AssertionError, raised at File "train.py", line 9, in <module> | assert world % 2 == 0`},
+		// A rank that exits with sys.exit("message") under torchrun: the ranks'
+		// own last lines, not torchrun's summary.
+		{[]string{
+			`WARNING:__main__:`,
+			`[default0]:loading`,
+			`[default0]:data/train.bin not found`,
+			`[default1]:loading`,
+			`ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 7358) of binary: /usr/bin/python3`,
+			`  File "/usr/lib/python3/dist-packages/torch/distributed/launcher/api.py", line 246, in launch_agent`,
+			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
+			`[0]:`,
+			`  exitcode  : 1 (pid: 6783)`,
+		}, "no error line on stderr; the ranks' last lines: [default0]:loading | [default0]:data/train.bin not found | [default1]:loading"},
 		// A line is quoted up to 300 bytes, cut at a rune.
 		{[]string{strings.Repeat("é", 400)}, "no error line on stderr; it ended with: " + strings.Repeat("é", 150) + "…"},
 	} {
