@@ -204,12 +204,26 @@ func TestNanoGPTWorkingDir(t *testing.T) {
 	assert.Contains(t, res.Error, "FileNotFoundError")
 	assert.Contains(t, res.Error, "configurator.py")
 
+	// The default is unchanged: the run's output/ directory.
+	probe := filepath.Join(t.TempDir(), "cwd.py")
+	require.NoError(t, os.WriteFile(probe, []byte("import os\nopen('cwd.txt', 'w').write(os.getcwd())\n"), 0o644))
+	rc = nanoGPTRC(probe, map[string]any{"args": []any{}})
+	delete(rc.BackendOptions, "working_dir")
+	runDir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
+	defer cancel()
+	_, err := New().Run(ctx, rc, backends.RunEnv{RunDir: runDir}, nil)
+	require.NoError(t, err)
+	cwd, err := os.ReadFile(filepath.Join(runDir, "output", "cwd.txt"))
+	require.NoError(t, err, "the script ran in the run's output/ directory")
+	assert.Equal(t, filepath.Join(runDir, "output"), string(cwd))
+
 	rc = nanoGPTRC(script, map[string]any{"working_dir": filepath.Dir(script)})
 	res, stderr := runOne(t, rc)
 	require.Equal(t, results.StatusOK, res.Status, "error %q; stderr:\n%s", res.Error, stderr)
 
 	rc = nanoGPTRC(script, map[string]any{"working_dir": filepath.Join(filepath.Dir(script), "nope")})
-	err := New().Validate(context.Background(), rc)
+	err = New().Validate(context.Background(), rc)
 	require.Error(t, err)
 	assert.True(t, backends.IsSpecError(err), "%v", err)
 	assert.Contains(t, err.Error(), "backend_options.working_dir")
