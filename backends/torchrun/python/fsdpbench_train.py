@@ -193,6 +193,9 @@ def build_params(s, seed, device=None):
             else:
                 vals = init_values((seed ^ fnv1a64(name)) & MASK64, n, std, device)
             params[name] = vals.reshape(shape).requires_grad_(True)
+    # init_values's temporaries (up to ~1 GiB) would otherwise stay reserved by
+    # the caching allocator and count in the run's reserved and device memory.
+    torch.cuda.empty_cache()
     return params
 
 
