@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/contract"
@@ -192,21 +194,32 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 			rc.SeqLen, rc.BatchPerDevice, rc.Steps, rc.WarmupSteps)
 	}
 	// Templates and the script are the spec's: a mistake in them is a spec error.
-	vars := contract.Vars(rc, contract.Paths{RunDir: "run", MetricsDir: "ranks", OutputDir: "output", ModelJSON: "model.json"})
+	vars := runVars(rc, validatePaths("run"), validateScript(o, "run"))
 	if o.Args != nil {
 		if _, err := contract.Expand("torchrun: backend_options.args", o.Args, vars); err != nil {
 			return backends.SpecErr(err)
 		}
 	}
 	if o.Launcher == LauncherCommand {
-		if _, err := CommandArgv(o, vars, nil, "script.py", nil); err != nil {
+		argv, err := CommandArgv(o, vars, nil, "script.py", nil)
+		if err != nil {
 			return backends.SpecErr(err)
+		}
+		// Checked only where the runs start on this machine: a Slurm node has a
+		// PATH of its own.
+		if rc.Launcher != "slurm" {
+			if err := checkProgram(append(argv, "")[0]); err != nil {
+				return err
+			}
 		}
 	}
 	if o.MetricsFile != "" {
 		if _, err := contract.Expand("torchrun: backend_options.metrics_file", []string{o.MetricsFile}, vars); err != nil {
 			return backends.SpecErr(err)
 		}
+	}
+	if err := validateWorkingDir(rc, o); err != nil {
+		return err
 	}
 	if o.Script != "" {
 		if info, err := os.Stat(o.Script); err != nil {
@@ -236,6 +249,121 @@ func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
 	}
 	if o.UsesProjectScript() {
 		return b.validateOwnScript(rc, o, info)
+	}
+	return nil
+}
+
+// runVars are the template variables of a run: the metrics contract's
+// (contract.Vars) and the backend's own: {grad_accum_global}, the accumulation
+// count of all ranks together (nanoGPT's gradient_accumulation_steps, which its
+// train.py divides by the world size); {last_iter}, the number of the last
+// iteration counted from 0 (nanoGPT runs iter 0 … iter max_iters, so
+// --max_iters={last_iter} runs warmup_steps + steps iterations); {script_dir},
+// the directory of the script (for working_dir).
+func runVars(rc sweeps.RunConfig, p contract.Paths, script string) map[string]string {
+	v := contract.Vars(rc, p)
+	v["grad_accum_global"] = strconv.Itoa(max(rc.GradAccum, 1) * rc.WorldSize)
+	v["last_iter"] = strconv.Itoa(rc.WarmupSteps + rc.Steps - 1)
+	v["script_dir"] = filepath.Dir(script)
+	return v
+}
+
+// checkProgram says, as a spec error, why the program of launcher: command
+// cannot be started: a name that is not on PATH, or a path that names no
+// executable file.
+func checkProgram(prog string) error {
+	if prog == "" {
+		return backends.SpecErrorf("%s: the program (its first element) expands to nothing", commandWhere)
+	}
+	if _, err := exec.LookPath(commandProgram(prog)); err != nil {
+		hint := "install it, or give its path"
+		if strings.Contains(prog, "/") {
+			hint = "a path relative to the directory fsdpbench runs in, or absolute"
+		}
+		return backends.SpecErrorf("%s: cannot run %q: %v (%s)", commandWhere, prog, err, hint)
+	}
+	return nil
+}
+
+// commandProgram is where launcher: command's program is: a name is looked up on
+// PATH when the run starts, a relative path is relative to the directory
+// fsdpbench runs in (as backend_options.script is), not to the run's working
+// directory, made absolute here.
+func commandProgram(prog string) string {
+	if !strings.Contains(prog, "/") || filepath.IsAbs(prog) {
+		return prog
+	}
+	if abs, err := filepath.Abs(prog); err == nil {
+		return abs
+	}
+	return prog
+}
+
+// validatePaths are stand-in paths of a run under root, for checking templates
+// before the run has a directory.
+func validatePaths(root string) contract.Paths {
+	return contract.Paths{RunDir: root, MetricsDir: filepath.Join(root, "ranks"), OutputDir: filepath.Join(root, "output"),
+		ModelJSON: filepath.Join(root, "model.json")}
+}
+
+// validateScript is the script's path as the run will see it, with root standing
+// for the run directory the project's script is written to.
+func validateScript(o Options, root string) string {
+	if o.Script != "" {
+		if abs, err := filepath.Abs(o.Script); err == nil {
+			return abs
+		}
+		return o.Script
+	}
+	return filepath.Join(root, "fsdpbench_train.py")
+}
+
+// validateWorkingDir refuses a working_dir template that does not expand, and one
+// that names no directory when it does not depend on the run's own directories
+// (one that does cannot exist before the run).
+func validateWorkingDir(rc sweeps.RunConfig, o Options) error {
+	if o.WorkingDir == "" {
+		return nil
+	}
+	dir := func(root string) (string, error) {
+		return expandWorkingDir(o, runVars(rc, validatePaths(root), validateScript(o, root)))
+	}
+	a, err := dir("/run-a")
+	if err != nil {
+		return backends.SpecErr(err)
+	}
+	if b, err := dir("/run-b"); err != nil || a != b {
+		return nil // under the run's directory: checked when the run starts
+	}
+	return checkDir(a)
+}
+
+// expandWorkingDir is working_dir expanded with vars, made absolute against the
+// directory fsdpbench runs in.
+func expandWorkingDir(o Options, vars map[string]string) (string, error) {
+	const where = "torchrun: backend_options.working_dir"
+	d, err := contract.Expand(where, []string{o.WorkingDir}, vars)
+	if err != nil {
+		return "", err
+	}
+	if len(d) != 1 || d[0] == "" {
+		return "", backends.SpecErrorf("%s: %q expands to nothing for this run; give a directory", where, o.WorkingDir)
+	}
+	abs, err := filepath.Abs(d[0])
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", where, err)
+	}
+	return abs, nil
+}
+
+// checkDir says, as a spec error, why dir cannot be a working directory.
+func checkDir(dir string) error {
+	info, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return backends.SpecErrorf("torchrun: backend_options.working_dir: %w (a path relative to the directory fsdpbench runs in, or \"{script_dir}\", the script's own)", err)
+	case !info.IsDir():
+		return backends.SpecErrorf("torchrun: backend_options.working_dir: %s is not a directory", dir)
 	}
 	return nil
 }
@@ -330,7 +458,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			return res, err
 		}
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Dir = job.Paths.OutputDir
+		cmd.Dir = job.Dir
 		cmd.Env = append(job.baseEnviron(os.Environ()), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
 		rep = job.NewReport()
 		var portTaken, stepped bool
@@ -391,11 +519,14 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 // Job is one repeat of a run made ready to start: its files are in place and its
 // command line can be built for any node. Run starts it here; a launcher that
 // starts the processes elsewhere (a Slurm job script) uses Argv, Env and
-// Paths.OutputDir (the working directory), feeds the logs to a Report, and calls
+// Dir (the working directory), feeds the logs to a Report, and calls
 // Finish.
 type Job struct {
 	// Paths are the run's files and directories.
-	Paths      contract.Paths
+	Paths contract.Paths
+	// Dir is the directory the processes run in: backend_options.working_dir, or
+	// Paths.OutputDir.
+	Dir        string
 	rc         sweeps.RunConfig
 	o          Options
 	vars       map[string]string
@@ -442,7 +573,10 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 		return nil, err
 	}
 	j.torch = info.Version
-	j.vars = contract.Vars(rc, p)
+	j.vars = runVars(rc, p, j.script)
+	if j.Dir, err = workDir(o, j.vars, p); err != nil {
+		return nil, err
+	}
 	j.scriptArgs = ScriptArgs(rc, o, p)
 	if o.Args != nil {
 		if j.scriptArgs, err = contract.Expand("torchrun: backend_options.args", o.Args, j.vars); err != nil {
@@ -463,6 +597,19 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 	return j, nil
 }
 
+// workDir is the directory a run's processes start in: working_dir, or the run's
+// output directory.
+func workDir(o Options, vars map[string]string, p contract.Paths) (string, error) {
+	if o.WorkingDir == "" {
+		return p.OutputDir, nil
+	}
+	dir, err := expandWorkingDir(o, vars)
+	if err != nil {
+		return "", err
+	}
+	return dir, checkDir(dir)
+}
+
 // Argv is the command line that starts the run's ranks on node (see
 // TorchrunArgv; nil is --standalone), or its one process (launcher python), or
 // the user's command (launcher command; the error is its template's).
@@ -473,7 +620,11 @@ func (j *Job) Argv(node *Node) ([]string, error) {
 	case LauncherPython:
 		return PythonArgv(j.o, j.script, j.scriptArgs), nil
 	case LauncherCommand:
-		return CommandArgv(j.o, j.vars, node, j.script, j.scriptArgs)
+		argv, err := CommandArgv(j.o, j.vars, node, j.script, j.scriptArgs)
+		if err == nil && len(argv) > 0 {
+			argv[0] = commandProgram(argv[0])
+		}
+		return argv, err
 	}
 	return TorchrunArgv(j.rc, j.o, node, j.logDir(), j.script, j.scriptArgs), nil
 }
@@ -542,7 +693,7 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 		res.Status, res.Error = results.StatusOOM, rep.oomLine
 	case exitErr != nil:
 		res.Status = results.StatusFailed
-		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)", j.program(), exitErr, rep.reason())
+		res.Error = fmt.Sprintf("%s exited with %v: %s (see stderr.log)%s", j.program(), exitErr, rep.reason(), j.configuratorHint(rep))
 	default:
 		if j.o.Logs != nil && rep.logs == nil {
 			res.Status, res.Error = results.StatusFailed, "torchrun: internal error: the job's output was not kept for backend_options.logs; feed it to Job.NewReport()"
@@ -555,10 +706,62 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 		c := collector{rc: j.rc, o: j.o, paths: j.Paths, vars: j.vars, stepLines: rep.steps, lines: &rep.lines, warn: warn}
 		if err := c.collect(res); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
-		} else if res.Status == results.StatusOK && rep.diverged != "" {
+			return
+		}
+		if res.Status == results.StatusOK && rep.diverged != "" {
 			res.Status, res.Error = results.StatusDiverged, "diverged: "+rep.diverged
 		}
+		j.checkScriptTokens(&c, res, rep.scriptTokens)
 	}
+}
+
+// checkScriptTokens compares the tokens per iteration the script printed, if it
+// did (nanoGPT: "tokens per iteration will be: N"), with the run's global batch
+// in tokens, and records a mismatch as a warning: the figures then count tokens
+// the script did not train on (nanoGPT's gradient_accumulation_steps is the
+// count of all ranks together).
+func (j *Job) checkScriptTokens(c *collector, res *results.Result, printed int64) {
+	if printed == 0 {
+		return
+	}
+	if res.Extra == nil {
+		res.Extra = map[string]any{}
+	}
+	res.Extra["script_tokens_per_step"] = printed
+	rc := j.rc
+	if want := rc.TokensPerStep(); printed != want {
+		c.warning(res, fmt.Sprintf("the script printed \"tokens per iteration will be: %d\" but the run's step is %d tokens "+
+			"(batch_per_device %d × grad_accum %d × world_size %d × seq_len %d), which its figures count; "+
+			"map the axes onto the script's flags so they agree: nanoGPT's gradient_accumulation_steps counts all ranks "+
+			"(--gradient_accumulation_steps={grad_accum_global}), its batch_size is per rank (--batch_size={batch_per_device}) "+
+			"and its block_size is seq_len (--block_size={seq_len})",
+			printed, want, rc.BatchPerDevice, max(rc.GradAccum, 1), rc.WorldSize, rc.SeqLen))
+	}
+}
+
+// configuratorHint says how to write the arguments when the script failed in
+// nanoGPT's configurator.py (it takes only --key=value and asserts otherwise)
+// and the arguments have a flag and its value as two elements; the caller
+// holds rep.mu.
+func (j *Job) configuratorHint(rep *Report) string {
+	inConfigurator := false
+	for _, l := range append(slices.Clone(rep.firstErrAt), rep.tail...) {
+		inConfigurator = inConfigurator || strings.Contains(l, "configurator")
+	}
+	if !inConfigurator {
+		return ""
+	}
+	args, where := j.o.Args, "backend_options.args"
+	if args == nil {
+		args, where = j.scriptArgs, "the script's arguments"
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			return fmt.Sprintf("; nanoGPT's configurator.py takes --key=value arguments only: %s has %q, %q as two arguments; write %q",
+				where, a, args[i+1], a+"="+args[i+1])
+		}
+	}
+	return ""
 }
 
 // script is the path of the script to run: the user's (made absolute, since the
@@ -604,10 +807,36 @@ type Report struct {
 	// firstErr is the first error line that is not a consequence of another rank's
 	// failure, firstSecondary the first that is, lastErr the last of either.
 	firstErr, firstSecondary, lastErr string
+	// firstErrAt is where the exception of firstErr was raised: the traceback
+	// lines above it in the same rank's stream (frameLines).
+	firstErrAt []string
 	// badStep is why the first broken FSDPBENCH line is broken; diverged says
 	// where the first step line's loss was NaN or infinite.
 	badStep, diverged string
+	// recent holds each stream's (each rank prefix's) last few stderr lines, for
+	// the traceback frame above an exception; tail the last lines of all, to
+	// quote when no line says what went wrong.
+	recent map[string][]string
+	tail   []string
+	// rankTail is the last lines a rank wrote (the launcher's tee prefixes
+	// them), kept with their prefix; agentFailed is set once torchrun reported
+	// a failed rank (ChildFailedError), after which its lines are its own.
+	rankTail    []string
+	agentFailed bool
+	// scriptTokens is the tokens per iteration the script printed ("tokens per
+	// iteration will be: N", nanoGPT), or 0.
+	scriptTokens int64
 }
+
+// Bounds of what a Report keeps of stderr.
+const (
+	recentLines   = 3    // per stream: a traceback's last frame is two lines
+	recentStreams = 1024 // rank prefixes remembered
+	tailLines     = 5
+)
+
+// tokensPerIter matches nanoGPT's "tokens per iteration will be: 491,520".
+var tokensPerIter = regexp.MustCompile(`tokens per iteration will be: ([0-9][0-9,]*)\s*$`)
 
 // Stdout takes one stdout line and returns the step it reports, if it is a valid
 // FSDPBENCH line; a broken one fails the run (Finish) with its position.
@@ -626,6 +855,11 @@ func (o *Report) Stdout(line string) (contract.StepLine, bool) {
 	}
 	if o.logs != nil {
 		o.lines.add(o.logs, line, false)
+	}
+	if m := tokensPerIter.FindStringSubmatch(line); m != nil && o.scriptTokens == 0 {
+		if n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64); err == nil && n > 0 && n <= backends.MaxTokens {
+			o.scriptTokens = n
+		}
 	}
 	return st, ok
 }
@@ -655,19 +889,67 @@ func (o *Report) Stderr(line string) {
 	// write through separate pipes, so a survivor's "connection closed by peer" can
 	// be read before the exception of the rank that died: the root cause is the
 	// first error that is not such a consequence, whatever the order of the lines.
-	if isErrorLine(t) {
-		e := stripRankPrefix(t)
+	e := stripRankPrefix(t)
+	stream := strings.TrimSpace(t[:len(t)-len(e)]) // the rank prefix, whatever the indentation after it
+	// torchrun's ChildFailedError only says that a rank failed: it is no
+	// reason, and the unprefixed lines after it are its summary, no rank's.
+	childFailed := strings.Contains(t, "ChildFailedError")
+	agentLine := childFailed || (o.agentFailed && stream == "")
+	o.agentFailed = o.agentFailed || childFailed
+	if isErrorLine(t) && !agentLine {
 		switch {
-		case strings.Contains(t, "ChildFailedError"):
 		case secondaryError.MatchString(e):
 			if o.firstSecondary == "" {
 				o.firstSecondary = e
 			}
 		case o.firstErr == "":
 			o.firstErr = e
+			o.firstErrAt = frameLines(o.recent[stream])
 		}
 		o.lastErr = e
 	}
+	if o.recent == nil {
+		o.recent = map[string][]string{}
+	}
+	kept := clip(e)
+	if r, ok := o.recent[stream]; ok || len(o.recent) < recentStreams {
+		o.recent[stream] = append(r[max(len(r)-recentLines+1, 0):], kept)
+	}
+	if agentLine || e == "" {
+		return
+	}
+	o.tail = append(o.tail[max(len(o.tail)-tailLines+1, 0):], kept)
+	if stream != "" {
+		o.rankTail = append(o.rankTail[max(len(o.rankTail)-tailLines+1, 0):], clip(t))
+	}
+}
+
+// maxKeptLine bounds each stderr line a Report keeps to quote in an error.
+const maxKeptLine = 300
+
+// clip cuts line to maxKeptLine bytes, at a rune boundary, marking the cut.
+func clip(line string) string {
+	if len(line) <= maxKeptLine {
+		return line
+	}
+	cut := maxKeptLine
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return line[:cut] + "…"
+}
+
+// frameLines are the traceback lines among recent (a rank's last lines before
+// its exception line), from the first "File ..." line on: the frame that raised
+// it, and the one that called it where that fits (nanoGPT's train.py runs
+// configurator.py with exec, whose frame shows no source line).
+func frameLines(recent []string) []string {
+	for i, l := range recent {
+		if strings.HasPrefix(l, "File ") {
+			return slices.Clone(recent[i:])
+		}
+	}
+	return nil
 }
 
 // secondaryError matches the errors a rank gets because another rank failed: its
@@ -678,25 +960,42 @@ var secondaryError = regexp.MustCompile(`(?i)connection (closed|reset) by peer|b
 	`DistNetworkError|DistBackendError|NCCL communicator was aborted|Watchdog caught collective operation timeout|` +
 	`SignalException|got signal: [0-9]+`)
 
-// reason is the line that says why the job failed; the caller holds o.mu.
+// reason says why the job failed: the error line, with the traceback frame
+// that raised it when the exception has no message of its own (a bare assert),
+// or the last lines of stderr when no line is an error; the caller holds o.mu.
 func (o *Report) reason() string {
-	if o.firstErr != "" {
+	switch {
+	case o.firstErr != "":
+		if len(o.firstErrAt) > 0 && !strings.Contains(o.firstErr, ": ") {
+			return o.firstErr + ", raised at " + strings.Join(o.firstErrAt, " | ")
+		}
 		return o.firstErr
-	}
-	if o.firstSecondary != "" {
+	case o.firstSecondary != "":
 		return o.firstSecondary
-	}
-	if o.lastErr != "" {
+	case o.lastErr != "":
 		return o.lastErr
+	case len(o.rankTail) > 0:
+		return "no error line on stderr; the ranks' last lines: " + strings.Join(o.rankTail, " | ")
+	case len(o.tail) > 0:
+		return "no error line on stderr; it ended with: " + strings.Join(o.tail, " | ")
 	}
-	return "no error line on stderr"
+	return "nothing on stderr"
 }
 
-// isErrorLine matches an exception line ("RuntimeError: ...", "[1]:ValueError: ..."),
-// NCCL's watchdog timeouts and our own "fsdpbench:" lines.
+// bareException matches an exception's name alone, as Python prints an
+// exception raised without a message (a failed assert: "AssertionError").
+var bareException = regexp.MustCompile(`^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Interrupt)$`)
+
+// isErrorLine matches an exception line ("RuntimeError: ...", "[1]:ValueError: ...",
+// "AssertionError"), NCCL's watchdog timeouts, our own "fsdpbench:" lines and the
+// run reaper's (a program that could not be started).
 func isErrorLine(t string) bool {
 	t = stripRankPrefix(t)
-	if strings.HasPrefix(t, "fsdpbench:") || strings.Contains(t, "Watchdog caught collective operation timeout") {
+	if strings.HasPrefix(t, "fsdpbench:") || strings.HasPrefix(t, "fsdpbench run reaper:") ||
+		strings.Contains(t, "Watchdog caught collective operation timeout") {
+		return true
+	}
+	if bareException.MatchString(t) {
 		return true
 	}
 	head, _, ok := strings.Cut(t, ": ")

@@ -3,6 +3,7 @@ package torchrun
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -138,7 +139,33 @@ func TestReportReadsTorch2Prefixes(t *testing.T) {
 			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
 		}, "RuntimeError: expected self and mask to be on the same device, but got mask on cpu and self on cuda:0"},
 		{[]string{`[1]:ValueError: bad batch`}, "ValueError: bad batch"},
-		{[]string{`[not a prefix because it has spaces]: KeyError: x`}, "no error line on stderr"},
+		{[]string{`[not a prefix because it has spaces]: KeyError: x`}, "no error line on stderr; it ended with: [not a prefix because it has spaces]: KeyError: x"},
+		// A bare assert: the exception has no message, so where it was raised is
+		// the reason; rank 1's interleaved lines are not rank 0's traceback.
+		{[]string{
+			`[0]:Traceback (most recent call last):`,
+			`[1]:Traceback (most recent call last):`,
+			`[0]:  File "train.py", line 9, in <module>`,
+			`[1]:  File "other.py", line 3, in <module>`,
+			`[0]:    assert world % 2 == 0`,
+			`[0]:AssertionError`,
+			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
+		}, `AssertionError, raised at File "train.py", line 9, in <module> | assert world % 2 == 0`},
+		// A rank that exits with sys.exit("message") under torchrun: the ranks'
+		// own last lines, not torchrun's summary.
+		{[]string{
+			`WARNING:__main__:`,
+			`[default0]:loading`,
+			`[default0]:data/train.bin not found`,
+			`[default1]:loading`,
+			`ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 7358) of binary: /usr/bin/python3`,
+			`  File "/usr/lib/python3/dist-packages/torch/distributed/launcher/api.py", line 246, in launch_agent`,
+			`torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `,
+			`[0]:`,
+			`  exitcode  : 1 (pid: 6783)`,
+		}, "no error line on stderr; the ranks' last lines: [default0]:loading | [default0]:data/train.bin not found | [default1]:loading"},
+		// A line is quoted up to 300 bytes, cut at a rune.
+		{[]string{strings.Repeat("é", 400)}, "no error line on stderr; it ended with: " + strings.Repeat("é", 150) + "…"},
 	} {
 		rep := &Report{}
 		for _, l := range tc.lines {

@@ -79,10 +79,15 @@ func (l *LogOptions) enabled() bool { return l != nil && (l.Builtin != "" || len
 //	  skip_steps: 1
 //	  metrics:
 //	    step_time: {regex: 'time (?P<ms>[\d.]+)ms', unit: ms, skip: 1}
+//
+// A string is the shorthand of {builtin: <string>}: logs: iter.
 func parseLogOptions(v any) (*LogOptions, error) {
+	if s, ok := v.(string); ok {
+		v = map[string]any{"builtin": s}
+	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("must be a mapping with builtin, skip_steps and metrics, got %T", v)
+		return nil, fmt.Errorf("must be %s or %s (shorthand of {builtin: NAME}), or a mapping with builtin, skip_steps and metrics; got %T", BuiltinIter, BuiltinHFTrainer, v)
 	}
 	l := &LogOptions{}
 	for _, k := range sortedKeys(m) {
@@ -392,7 +397,7 @@ func extractHF(out extracted, l *logLines, seqLen, skip int) error {
 // script's (Normalize takes medians and p10/p90 over the steps).
 func (c *collector) fromLogs(res *results.Result, x extracted) error {
 	tps := c.rc.TokensPerStep()
-	switch times := x[LogStepTime]; {
+	switch times := c.measuredTimes(res, x[LogStepTime]); {
 	case len(times) > 0:
 		res.Steps = make([]results.Step, len(times))
 		for i, t := range times {
@@ -462,6 +467,48 @@ func (c *collector) fromLogs(res *results.Result, x extracted) error {
 		}
 	}
 	return nil
+}
+
+// measuredTimes are the step times of the measured steps among those read from
+// the log (after skip_steps): the last rc.Steps of them. A script that ran
+// warmup_steps + steps iterations has its first warmup_steps dropped as warm-up;
+// any other count is measured as far as it goes, with a warning in the result
+// that says what to change (nanoGPT runs max_iters + 1 iterations).
+func (c *collector) measuredTimes(res *results.Result, times []float64) []float64 {
+	n, want, warm := len(times), c.rc.Steps, c.rc.WarmupSteps
+	if n == 0 || n == want || n == want+warm {
+		return times[max(n-want, 0):]
+	}
+	skip := 0
+	if c.o.Logs != nil {
+		skip = c.o.Logs.SkipSteps
+	}
+	read := fmt.Sprintf("the log has %d step times (after skip_steps %d) where warmup_steps %d + steps %d = %d iterations were configured",
+		n, skip, warm, want, warm+want)
+	fix := "; nanoGPT runs max_iters + 1 iterations (iter 0 … iter max_iters): give it --max_iters={last_iter} (warmup_steps + steps - 1); a script that runs as many as it is told: {total_steps}"
+	if n < want {
+		c.warning(res, fmt.Sprintf("%s: only %d steps were measured (expected when the script logs every few iterations, as nanoGPT's log_interval > 1 does)%s", read, n, fix))
+		return times
+	}
+	c.warning(res, fmt.Sprintf("%s: the last %d were measured and the first %d taken as warm-up%s", read, want, n-want, fix))
+	return times[n-want:]
+}
+
+// warning records msg in the run's result (extra.warnings) and its stderr.log.
+func (c *collector) warning(res *results.Result, msg string) {
+	addWarning(res, msg)
+	if c.warn != nil {
+		c.warn("fsdpbench: warning: " + msg)
+	}
+}
+
+// addWarning appends msg to res.Extra["warnings"], a list of strings.
+func addWarning(res *results.Result, msg string) {
+	if res.Extra == nil {
+		res.Extra = map[string]any{}
+	}
+	list, _ := res.Extra["warnings"].([]string)
+	res.Extra["warnings"] = append(list, msg)
 }
 
 // divergedLoss says where the first loss read from the log is NaN or infinite, or

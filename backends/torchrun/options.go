@@ -50,6 +50,12 @@ type Options struct {
 	// Script replaces the embedded fsdpbench_train.py (a path, relative to the
 	// directory fsdpbench runs in).
 	Script string
+	// WorkingDir is the directory the script (or command) runs in, a template
+	// like Args with {script_dir} as well; a relative path is relative to the
+	// directory fsdpbench runs in. Unset, it is the run's output directory.
+	// nanoGPT's train.py reads configurator.py and data/ relative to the
+	// directory it runs in, so it needs working_dir: "{script_dir}".
+	WorkingDir string
 	// Args, when set, is the script's whole argument list as a template: each
 	// element may hold {axis} placeholders (see Expand), so a script with its own
 	// flags runs unchanged. Unset, the script gets the project script's flags.
@@ -97,7 +103,7 @@ const (
 // knownOptions lists the backend_options keys, for errors.
 var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
 	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis", "logs",
-	"command"}
+	"command", "working_dir"}
 
 // ParseOptions reads backend_options. Unknown keys and ill-typed or out-of-bounds
 // values are *backends.SpecError values that name the key.
@@ -175,6 +181,10 @@ func (o *Options) set(k string, v any) error {
 	case "metrics_file":
 		s, err := str(v)
 		o.MetricsFile = s
+		return err
+	case "working_dir":
+		s, err := str(v)
+		o.WorkingDir = s
 		return err
 	case "layer_class":
 		s, err := str(v)

@@ -55,7 +55,7 @@ func (b *Backend) PrepareJob(ctx context.Context, rc sweeps.RunConfig, env backe
 		gpus = 0
 	}
 	return &slurmJob{job: j, rep: j.NewReport(), spec: backends.JobSpec{
-		TasksPerNode: 1, GPUsPerNode: gpus, Argv: argv, Env: j.Env(nil), Dir: j.Paths.OutputDir,
+		TasksPerNode: 1, GPUsPerNode: gpus, Argv: argv, Env: j.Env(nil), Dir: j.Dir,
 	}}, nil
 }
 
@@ -82,7 +82,10 @@ func (b *Backend) attach(ctx context.Context, rc sweeps.RunConfig, runDir string
 		return nil, err
 	}
 	j.torch = info.Version
-	j.vars = contract.Vars(rc, j.Paths)
+	j.vars = runVars(rc, j.Paths, j.script)
+	if j.Dir, err = workDir(o, j.vars, j.Paths); err != nil {
+		return nil, err
+	}
 	if o.Launcher == LauncherAccelerate {
 		j.accelCfg = filepath.Join(runDir, "accelerate_config.yaml")
 	}

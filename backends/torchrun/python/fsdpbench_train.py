@@ -59,12 +59,73 @@ def splitmix64(state, j):
         return z ^ (z >> np.uint64(31))
 
 
-def normal(key, n):
-    """Standard normal values 0..n-1 of the stream keyed by key (float64)."""
-    j = np.arange(n, dtype=np.uint64)
+def normal(key, n, j=None):
+    """Standard normal values 0..n-1 of the stream keyed by key (float64), or the
+    values at the indices j (a uint64 array) when given."""
+    if j is None:
+        j = np.arange(n, dtype=np.uint64)
     u1 = ((splitmix64(key, 2 * j) >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * 2.0**-53
     u2 = (splitmix64(key, 2 * j + np.uint64(1)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
+
+
+# The same values with torch's vectorized ops, on any device, in chunks. torch has
+# no uint64 arithmetic (1.13 none at all), so the stream runs in int64: two's
+# complement addition, multiplication and xor give the same 64 bits as uint64's,
+# and a logical right shift is the arithmetic one with the sign bits masked off.
+# Integers, u1 and u2, the products and sqrt are exact or correctly rounded in
+# both, so they agree bit for bit; log and cos are not (numpy's and torch's
+# libraries, or CUDA's, may differ in the last bit of a float64). The float32
+# that is kept differs only when the float64 lies within that error of a point
+# halfway between two float32s: such values (about 1 in 30,000) are recomputed
+# with numpy, so every float32 is the one normal() gives.
+
+INIT_CHUNK = 1 << 24  # elements per chunk: ~1 GiB of int64 temporaries at most
+# Relative distance to a float32 rounding midpoint within which a value is
+# recomputed: far above any float64 log/cos library's error (a few ulps, 2^-50).
+INIT_GUARD = 2.0**-40
+
+
+def _i64(u):
+    """The int64 with the bits of the uint64 u (a Python int)."""
+    u &= MASK64
+    return u - (1 << 64) if u >> 63 else u
+
+
+def _lsr(z, k):
+    """Logical right shift of int64 z by k bits, as uint64's."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def _splitmix64_t(key, j):
+    """splitmix64(key, j) on int64 tensors (key a Python int)."""
+    z = (j + 1) * _i64(GOLDEN) + _i64(key)
+    z = (z ^ _lsr(z, 30)) * _i64(0xBF58476D1CE4E5B9)
+    z = (z ^ _lsr(z, 27)) * _i64(0x94D049BB133111EB)
+    return z ^ _lsr(z, 31)
+
+
+def init_values(key, n, std, device="cpu"):
+    """float32(std * normal(key, n)) as a float32 tensor on device, bit for bit
+    what numpy gives, computed there with torch's vectorized ops."""
+    out = torch.empty(n, dtype=torch.float32, device=device)
+    key = int(key) & MASK64
+    for lo in range(0, n, INIT_CHUNK):
+        hi = min(n, lo + INIT_CHUNK)
+        j = torch.arange(lo, hi, dtype=torch.int64, device=device)
+        u1 = (_lsr(_splitmix64_t(key, 2 * j), 11) + 1).to(torch.float64) * 2.0**-53
+        u2 = _lsr(_splitmix64_t(key, 2 * j + 1), 11).to(torch.float64) * 2.0**-53
+        y = std * (torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2))
+        f = y.to(torch.float32)
+        # A float32 midpoint lies within INIT_GUARD of y exactly when y's two
+        # neighbours at that distance round to different float32s.
+        near = (y * (1 - INIT_GUARD)).to(torch.float32) != (y * (1 + INIT_GUARD)).to(torch.float32)
+        idx = near.nonzero().flatten()
+        if idx.numel():
+            redo = (std * normal(np.uint64(key), 0, (idx + lo).cpu().numpy().astype(np.uint64))).astype(np.float32)
+            f[idx] = torch.from_numpy(redo).to(device)
+        out[lo:hi] = f
+    return out
 
 
 # ---- shape and layout (model/layout.go) ----
@@ -116,9 +177,30 @@ def layout(s):
     return units
 
 
-def build_params(s, seed):
-    """Every tensor's initial value by name, float32: float32(std*normal(seed ^
-    fnv1a64(name), j)) rounded once, or ones."""
+def build_params(s, seed, device=None):
+    """Every tensor's initial value by name, float32: float32(std *
+    normal(seed ^ fnv1a64(name), j)) rounded once, or ones. On a CUDA device they
+    are computed there (init_values: seconds for llama-1b, where numpy on the
+    host took minutes); on the CPU numpy is as fast, and is the reference."""
+    if device is None or torch.device(device).type == "cpu":
+        return build_params_numpy(s, seed)
+    params = {}
+    for unit in layout(s):
+        for name, shape, std in unit:
+            n = int(np.prod(shape))
+            if std is None:
+                vals = torch.ones(n, dtype=torch.float32, device=device)
+            else:
+                vals = init_values((seed ^ fnv1a64(name)) & MASK64, n, std, device)
+            params[name] = vals.reshape(shape).requires_grad_(True)
+    # init_values's temporaries (up to ~1 GiB) would otherwise stay reserved by
+    # the caching allocator and count in the run's reserved and device memory.
+    torch.cuda.empty_cache()
+    return params
+
+
+def build_params_numpy(s, seed):
+    """build_params with numpy on the host, one tensor at a time."""
     params = {}
     for unit in layout(s):
         for name, shape, std in unit:
@@ -816,7 +898,7 @@ def run_distributed(a, s):
             m = HFModel(a.hf_config, a.activation_checkpointing)
             v = m.vocab
         else:
-            m = Model(s, build_params(s, a.seed & MASK64), a.activation_checkpointing)
+            m = Model(s, build_params(s, a.seed & MASK64, device), a.activation_checkpointing)
             v = s["vocab"]
         m = wrap(m.to(device), a, device, dist)
         return m, optimizer(m, a, device), v

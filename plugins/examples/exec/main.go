@@ -21,8 +21,11 @@
 //     {"rank", "world_size", "device", "tokens", "measured_wall_s", "steps": [{"step",
 //     "loss", "step_time_s"}], "peak_mem_allocated_bytes", "peak_mem_reserved_bytes",
 //     "peak_rss_bytes"} (the torchrun backend's format);
-//   - optionally print `FSDPBENCH {"step": 1, "loss": 2.3, "step_time_s": 0.1, "rank": 0}`
-//     lines on stdout for live progress;
+//   - or print, from rank 0 only, one `FSDPBENCH {"step": 1, "loss": 2.3, "step_time_s": 0.1}`
+//     line on stdout per measured step: without rank files they are the figures, as
+//     under the torchrun backend (the wall time is the sum of the step times, and
+//     every rank is taken to have done rank 0's share; no memory figures). With
+//     rank files they are only live progress;
 //   - exit 0 when it ran, 3 when the configuration cannot run (infeasible, reason on
 //     stderr's last line), 4 when it ran out of memory.
 package main
@@ -116,11 +119,25 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	if len(env.Devices) > 0 {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+contract.VisibleDevices(env.Devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	}
-	var lastLine string // stderr's, the command's reason when it fails
+	var (
+		lastLine  string         // stderr's, the command's reason when it fails
+		stepLines []results.Step // rank 0's, the figures when no rank file is written
+		badStep   error          // the first broken step line
+		diverged  string         // where a step line's loss was first NaN or infinite
+	)
 	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
 		Stdout: func(line string) {
-			// Step lines are progress here; the rank files carry the figures.
-			if st, ok, _ := contract.ParseStepLine(line); ok {
+			st, ok, err := contract.ParseStepLine(line)
+			if err != nil && badStep == nil {
+				badStep = err
+			}
+			if ok && st.Rank == 0 {
+				stepLines = append(stepLines, st.Step)
+				if st.Diverged != "" && diverged == "" {
+					diverged = st.Diverged
+				}
+			}
+			if ok {
 				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}
@@ -150,8 +167,10 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	case waitErr != nil:
 		res.Status, res.Error = results.StatusFailed, fmt.Sprintf("exec: %s %v: %s (see stderr.log)", args[0], waitErr, lastLine)
 	default:
-		if err := collect(&res, rc, metricsDir); err != nil {
+		if err := collect(&res, rc, metricsDir, stepLines, badStep); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
+		} else if res.Status == "" && len(res.PerRank) == 0 && diverged != "" {
+			res.Status, res.Error = results.StatusDiverged, "diverged: "+diverged // from the step lines alone
 		} else if res.Status == "" {
 			res.Status = results.StatusOK // or diverged, as the rank files said
 		}
@@ -169,11 +188,31 @@ func reason(lastLine, command string, code int) string {
 	return fmt.Sprintf("exec: %s exited with code %d and printed no reason on stderr", command, code)
 }
 
-// collect reads every rank's report into res (the metrics contract); the model
-// axis names what the command trained, so its FLOPs come from the shape.
-func collect(res *results.Result, rc sweeps.RunConfig, dir string) error {
-	if err := contract.ReadRanks(res, rc, dir, "exec"); err != nil {
+// collect reads every rank's report into res (the metrics contract), or, when
+// the command wrote none, rank 0's step lines; the model axis names what the
+// command trained, so its FLOPs come from the shape.
+func collect(res *results.Result, rc sweeps.RunConfig, dir string, steps []results.Step, badStep error) error {
+	ranks, err := contract.HasRankFiles(dir)
+	switch {
+	case err != nil:
 		return err
+	case ranks:
+		if err := contract.ReadRanks(res, rc, dir, "exec"); err != nil {
+			return err
+		}
+	case badStep != nil:
+		return fmt.Errorf("exec: the command wrote no rank files and printed a broken FSDPBENCH line: %w", badStep)
+	case len(steps) == 0:
+		return fmt.Errorf("exec: the command exited cleanly but reported nothing: no %s/rank-<r>.json and no FSDPBENCH step lines on stdout", dir)
+	case len(steps) > rc.Steps:
+		return fmt.Errorf("exec: the command printed %d FSDPBENCH step lines from rank 0 but the run measures %d steps: print one line per measured step (warm-up steps are not reported)",
+			len(steps), rc.Steps)
+	default:
+		res.Steps = steps
+		for i := range res.Steps {
+			res.Steps[i].Tokens = rc.TokensPerStep()
+			res.MeasuredWallS += res.Steps[i].StepTimeS
+		}
 	}
 	if shape, err := shapes.Lookup(rc.Model); err == nil {
 		res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)
