@@ -98,6 +98,11 @@ const (
 	AttnFwdTile = 32
 	// AttnBwdTile is the query and key tile of the backward kernels (block = 4 × tile).
 	AttnBwdTile = 16
+	// AttnTCRows is the query rows a block of the tensor-core attention kernels
+	// (attention_tc.cu) takes: 4 warps of 16.
+	AttnTCRows = 64
+	// AttnTCBlock is the tensor-core attention kernels' block (4 warps).
+	AttnTCBlock = 128
 )
 
 // GridStride is the grid for a grid-stride kernel over n elements.
@@ -299,6 +304,49 @@ var AttentionBackwardDkDv = Kernel{"fsdp_attn_bwd_dkdv",
 	append([]Param{p("dk"), p("dv"), p("dout"), p("q"), p("k"), p("v"), p("out"), p("lse")}, attnShape...),
 	4 * AttnBwdTile, AttnBwdShared}
 
+// AttnTCKeyTile is the key tile of the tensor-core forward for a head dim: 64 for
+// 64, 32 for 128, so that two K and two V tiles take 32 KiB (under the 47 KiB an
+// sm_90 block gets without opt-in) and two blocks fit an SM.
+func AttnTCKeyTile(headDim int) int {
+	if headDim == 128 {
+		return 32
+	}
+	return 64
+}
+
+// AttnTCShared is the tensor-core forward's dynamic shared memory for a head dim:
+// double-buffered bf16 key and value tiles [2][2][AttnTCKeyTile][headDim] (the
+// query tile borrows the second buffer before the loop).
+func AttnTCShared(headDim int) int {
+	return 2 * 4 * AttnTCKeyTile(headDim) * headDim
+}
+
+// AttentionForwardTC64 is AttentionForwardBF16 on tensor cores (attention_tc.cu,
+// FlashAttention-2's forward: mma.sync m16n8k16 bf16 with fp32 accumulators,
+// ldmatrix, cp.async double buffering) for head dim 64 only; P is rounded to bf16
+// before P·V, as FlashAttention does. Same parameters; grid (CeilDiv(seq,
+// AttnTCRows), heads, batch), shared AttnTCShared(64).
+var AttentionForwardTC64 = Kernel{"fsdp_attn_fwd_tc64_bf16",
+	append([]Param{p("out"), p("lse"), p("q"), p("k"), p("v")}, attnShape...), AttnTCBlock,
+	func(int) int { return AttnTCShared(64) }}
+
+// AttentionForwardTC128 is AttentionForwardTC64 for head dim 128.
+var AttentionForwardTC128 = Kernel{"fsdp_attn_fwd_tc128_bf16",
+	append([]Param{p("out"), p("lse"), p("q"), p("k"), p("v")}, attnShape...), AttnTCBlock,
+	func(int) int { return AttnTCShared(128) }}
+
+// AttentionForwardTC is the tensor-core forward for headDim, or nil when there is
+// none (head dims other than 64 and 128 take AttentionForwardBF16).
+func AttentionForwardTC(headDim int) *Kernel {
+	switch headDim {
+	case 64:
+		return &AttentionForwardTC64
+	case 128:
+		return &AttentionForwardTC128
+	}
+	return nil
+}
+
 // The bf16 twins of the op kernels (BF16Of).
 var (
 	EmbeddingForwardBF16      = BF16Of(EmbeddingForward)
@@ -329,6 +377,7 @@ var All = []*Kernel{
 	&AdamW,
 	&AttentionForward, &AttentionForwardBF16, &AttentionBackwardDq, &AttentionBackwardDqBF16,
 	&AttentionBackwardDkDv, &AttentionBackwardDkDvBF16,
+	&AttentionForwardTC64, &AttentionForwardTC128,
 }
 
 // Lookup returns the kernel named name, or nil.
