@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
-	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/devicetest"
 	. "github.com/fsdpbench/fsdpbench/backends/gotrain/device/cuda/kernels"
+	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/devicetest"
 )
 
 // The tensor-core attention kernels (attention_tc.cu) run on the CPU runner, whose
