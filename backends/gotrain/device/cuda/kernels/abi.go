@@ -103,6 +103,11 @@ const (
 	AttnTCRows = 64
 	// AttnTCBlock is the tensor-core attention kernels' block (4 warps).
 	AttnTCBlock = 128
+	// AttnTCMinBlocks is how many blocks of each tensor-core attention kernel the
+	// design keeps resident on an SM (its __launch_bounds__ minimum; registers and
+	// shared memory are sized for it), so one block's tile loads and softmax overlap
+	// another's tensor-core work.
+	AttnTCMinBlocks = 2
 )
 
 // GridStride is the grid for a grid-stride kernel over n elements.
@@ -379,6 +384,10 @@ var All = []*Kernel{
 	&AttentionBackwardDkDv, &AttentionBackwardDkDvBF16,
 	&AttentionForwardTC64, &AttentionForwardTC128,
 }
+
+// TensorCore are the kernels built on mma.sync (attention_tc.cu): the static test
+// requires tensor-core instructions in their SASS and AttnTCMinBlocks blocks per SM.
+var TensorCore = []*Kernel{&AttentionForwardTC64, &AttentionForwardTC128}
 
 // Lookup returns the kernel named name, or nil.
 func Lookup(name string) *Kernel {

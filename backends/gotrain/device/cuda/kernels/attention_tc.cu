@@ -109,7 +109,9 @@ __device__ __forceinline__ void attn_fwd_tc(bf16* __restrict__ out, float* __res
       tc_tile_async<D, BN>(nb, kh, ks, j0 + BN, seq);
       tc_tile_async<D, BN>(nb + BN * D, vh, ks, j0 + BN, seq);
       cp_async_commit();
-      cp_async_wait<1>();
+      // FAKECUDA_PLANT=cp-async-early reads tile j without waiting for it: the
+      // runner performs a copy only at its wait, so the tile is stale (poison).
+      if (!FSDP_PLANTED("cp-async-early")) cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }

@@ -116,14 +116,27 @@ func TestAttentionTC(t *testing.T) {
 // g+8 trade their columns 2t, 2t+1 and 8+2t, 8+2t+1. The emulated mma.sync must
 // then give results far outside the tolerance that TestAttentionTC holds.
 func TestAttentionTCPlantedLayoutBug(t *testing.T) {
+	testPlanted(t, "fragment-swap")
+}
+
+// TestAttentionTCPlantedEarlyRead skips the cp.async wait for each prefetched key
+// and value tile (FAKECUDA_PLANT=cp-async-early): the runner performs a copy only
+// when a wait covers it, so the kernel reads the poisoned buffer and its output
+// must fail the comparison (lse too: the scores read stale keys).
+func TestAttentionTCPlantedEarlyRead(t *testing.T) {
+	testPlanted(t, "cp-async-early")
+}
+
+func testPlanted(t *testing.T, plant string) {
 	needFake(t)
 	b := fake(t)
-	d := startDriver(t, b.Driver, fatbin, false, []string{"FAKECUDA_PLANT=fragment-swap"})
+	d := startDriver(t, b.Driver, fatbin, false, []string{"FAKECUDA_PLANT=" + plant})
 	defer d.close()
+	// Shapes with several key tiles, so a prefetched tile is read.
 	for _, s := range []device.AttnShape{tcShapes[2], tcShapes[4]} {
 		outErr, lseErr := runAttnTC(t, d, s)
-		t.Logf("head dim %d with the planted swap: out error %.3g, lse error %.3g", s.HeadDim, outErr, lseErr)
-		require.Greater(t, outErr, 4*devicetest.TolBF16, "out: the planted fragment swap went unnoticed")
-		require.Greater(t, lseErr, 4*devicetest.TolBF16Stat, "lse: the planted fragment swap went unnoticed")
+		t.Logf("head dim %d with %s planted: out error %.3g, lse error %.3g", s.HeadDim, plant, outErr, lseErr)
+		require.Greater(t, outErr, 4*devicetest.TolBF16, "out: %s went unnoticed", plant)
+		require.Greater(t, lseErr, 4*devicetest.TolBF16Stat, "lse: %s went unnoticed", plant)
 	}
 }

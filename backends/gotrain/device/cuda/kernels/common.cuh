@@ -148,6 +148,9 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 // FAKECUDA_PLANT=fragment-swap, swaps two fragment registers, the layout bug the
 // emulation tests require to be caught.
 #define FSDP_PLANT_SWAP(x, y)
+// FSDP_PLANTED(what): false on the GPU; on the CPU runner, whether FAKECUDA_PLANT
+// names what (a test-only switch for bugs the emulation tests must catch).
+#define FSDP_PLANTED(what) false
 #else
 inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
                            const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
@@ -183,6 +186,7 @@ inline void cp_async_wait() {
   fsdp_cpu::cp_async_wait(N);
 }
 inline unsigned pack_bf16x2(float lo, float hi) { return (unsigned)f32_to_bf16(lo) | ((unsigned)f32_to_bf16(hi) << 16); }
+#define FSDP_PLANTED(what) fsdp_cpu::planted(what)
 #define FSDP_PLANT_SWAP(x, y)                        \
   do {                                               \
     if (fsdp_cpu::planted("fragment-swap")) {        \
