@@ -260,20 +260,28 @@ func attnArgs(s device.AttnShape) []arg {
 		f32Arg(float32(1 / math.Sqrt(float64(s.HeadDim))))}
 }
 
-// AttentionForward runs the flash-style kernels.AttentionForward.
+// AttentionForward runs the flash-style kernels.AttentionForward, or with bf16
+// tensors at head dim 64 or 128 the tensor-core kernels.AttentionForwardTC.
 func (d *Device) AttentionForward(out, lse, q, k, v device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionForward", s)
 	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
 	qb, kb, vb := d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()), d.get("AttentionForward v", v, s.KVLen())
 	kf := d.pick("AttentionForward", &kernels.AttentionForward, &kernels.AttentionForwardBF16, []device.Buffer{lse}, out, q, k, v)
+	rows := kernels.AttnFwdTile
+	if kf == &kernels.AttentionForwardBF16 {
+		// bf16 at head dim 64 or 128 runs on tensor cores. Its 16-byte cp.async rows
+		// need 16-byte aligned tensors: every buffer is an arena block (512-aligned).
+		if tc := kernels.AttentionForwardTC(s.HeadDim); tc != nil {
+			kf, rows = tc, kernels.AttnTCRows
+		}
+	}
 	if s.QLen() == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	args := append([]arg{ptrArg(o), ptrArg(l), ptrArg(qb), ptrArg(kb), ptrArg(vb)}, attnArgs(s)...)
-	d.launch(kf, grid{kernels.CeilDiv(s.Seq, kernels.AttnFwdTile), s.Heads, s.Batch},
-		kf.Shared(s.HeadDim), args...)
+	d.launch(kf, grid{kernels.CeilDiv(s.Seq, rows), s.Heads, s.Batch}, kf.Shared(s.HeadDim), args...)
 }
 
 // AttentionBackward runs kernels.AttentionBackwardDq and kernels.AttentionBackwardDkDv.
