@@ -352,6 +352,64 @@ func AttentionForwardTC(headDim int) *Kernel {
 	return nil
 }
 
+// AttnTCBwdKeys is the key block of the tensor-core dk/dv kernel for a head dim
+// (16 a warp): 64 for 64, 48 for 128, so that K and V [AttnTCBwdKeys][headDim] and
+// double-buffered Q and dO tiles [2][2][AttnTCBwdQRows][headDim] fit without opt-in.
+func AttnTCBwdKeys(headDim int) int {
+	if headDim == 128 {
+		return 48
+	}
+	return 64
+}
+
+// AttnTCBwdQRows is the query tile of the tensor-core dk/dv kernel.
+const AttnTCBwdQRows = 16
+
+// AttnTCBwdKVShared is the tensor-core dk/dv kernel's dynamic shared memory: K and
+// V, two Q and dO tiles in bf16, and two float row statistics a query row.
+func AttnTCBwdKVShared(headDim int) int {
+	return 2*2*AttnTCBwdKeys(headDim)*headDim + 2*4*AttnTCBwdQRows*headDim + 4*2*AttnTCBwdQRows
+}
+
+var (
+	tcDqParams   = append([]Param{p("dq"), p("dout"), p("q"), p("k"), p("v"), p("out"), p("lse")}, attnShape...)
+	tcDkDvParams = append([]Param{p("dk"), p("dv"), p("dout"), p("q"), p("k"), p("v"), p("out"), p("lse")}, attnShape...)
+)
+
+// AttentionBackwardDqTC64 is AttentionBackwardDqBF16 on tensor cores for head dim
+// 64 (FlashAttention-2's dq: P recomputed from lse, D = rowsum(dout⊙out) per row,
+// dS and P rounded to bf16 for the products). Grid (CeilDiv(seq, AttnTCRows),
+// heads, batch), shared AttnTCShared(64).
+var AttentionBackwardDqTC64 = Kernel{"fsdp_attn_bwd_dq_tc64_bf16", tcDqParams, AttnTCBlock,
+	func(int) int { return AttnTCShared(64) }}
+
+// AttentionBackwardDqTC128 is AttentionBackwardDqTC64 for head dim 128.
+var AttentionBackwardDqTC128 = Kernel{"fsdp_attn_bwd_dq_tc128_bf16", tcDqParams, AttnTCBlock,
+	func(int) int { return AttnTCShared(128) }}
+
+// AttentionBackwardDkDvTC64 is AttentionBackwardDkDvBF16 on tensor cores for head
+// dim 64: a block of AttnTCBwdKeys(64)/16 warps per key block of one kv head walks
+// the group's query heads and tiles from the diagonal. Grid (CeilDiv(seq,
+// AttnTCBwdKeys(64)), kvHeads, batch), shared AttnTCBwdKVShared(64).
+var AttentionBackwardDkDvTC64 = Kernel{"fsdp_attn_bwd_dkdv_tc64_bf16", tcDkDvParams, 2 * AttnTCBwdKeys(64),
+	func(int) int { return AttnTCBwdKVShared(64) }}
+
+// AttentionBackwardDkDvTC128 is AttentionBackwardDkDvTC64 for head dim 128.
+var AttentionBackwardDkDvTC128 = Kernel{"fsdp_attn_bwd_dkdv_tc128_bf16", tcDkDvParams, 2 * AttnTCBwdKeys(128),
+	func(int) int { return AttnTCBwdKVShared(128) }}
+
+// AttentionBackwardTC is the tensor-core backward (dq, dk/dv kernels) for headDim,
+// or nils when there is none.
+func AttentionBackwardTC(headDim int) (dq, dkdv *Kernel) {
+	switch headDim {
+	case 64:
+		return &AttentionBackwardDqTC64, &AttentionBackwardDkDvTC64
+	case 128:
+		return &AttentionBackwardDqTC128, &AttentionBackwardDkDvTC128
+	}
+	return nil, nil
+}
+
 // The bf16 twins of the op kernels (BF16Of).
 var (
 	EmbeddingForwardBF16      = BF16Of(EmbeddingForward)
@@ -382,12 +440,14 @@ var All = []*Kernel{
 	&AdamW,
 	&AttentionForward, &AttentionForwardBF16, &AttentionBackwardDq, &AttentionBackwardDqBF16,
 	&AttentionBackwardDkDv, &AttentionBackwardDkDvBF16,
-	&AttentionForwardTC64, &AttentionForwardTC128,
+	&AttentionForwardTC64, &AttentionForwardTC128, &AttentionBackwardDqTC64, &AttentionBackwardDqTC128,
+	&AttentionBackwardDkDvTC64, &AttentionBackwardDkDvTC128,
 }
 
 // TensorCore are the kernels built on mma.sync (attention_tc.cu): the static test
 // requires tensor-core instructions in their SASS and AttnTCMinBlocks blocks per SM.
-var TensorCore = []*Kernel{&AttentionForwardTC64, &AttentionForwardTC128}
+var TensorCore = []*Kernel{&AttentionForwardTC64, &AttentionForwardTC128, &AttentionBackwardDqTC64,
+	&AttentionBackwardDqTC128, &AttentionBackwardDkDvTC64, &AttentionBackwardDkDvTC128}
 
 // Lookup returns the kernel named name, or nil.
 func Lookup(name string) *Kernel {

@@ -94,6 +94,61 @@ func runAttnTC(t *testing.T, d *driver, s device.AttnShape) (outErr, lseErr floa
 	return outErr, lseErr
 }
 
+// runAttnTCBackward runs the tensor-core dq and dk/dv kernels on d and the cpu
+// device's backward on the same bf16 inputs (out rounded to bf16 as the forward
+// stores it, lse from the reference forward, bf16 gradients to add into) and
+// returns the relative errors (tcErr) of dq, dk and dv.
+func runAttnTCBackward(t *testing.T, d *driver, s device.AttnShape) (errs [3]float64) {
+	t.Helper()
+	kdq, kdkdv := AttentionBackwardTC(s.HeadDim)
+	require.NotNil(t, kdq, "no tensor-core backward for head dim %d", s.HeadDim)
+	rng := rand.New(rand.NewPCG(uint64(s.Seq)+7, uint64(s.HeadDim*s.Heads)))
+	q, qb := roundBF16(randn(rng, s.QLen(), 1))
+	kk, kb := roundBF16(randn(rng, s.KVLen(), 1))
+	v, vb := roundBF16(randn(rng, s.KVLen(), 1))
+	dout, doutb := roundBF16(randn(rng, s.QLen(), 1))
+	dq0, dq0b := roundBF16(randn(rng, s.QLen(), 1))
+	dk0, dk0b := roundBF16(randn(rng, s.KVLen(), 1))
+	dv0, dv0b := roundBF16(randn(rng, s.KVLen(), 1))
+	r := newRef(t)
+	outF, lseB := r.buf(make([]float32, s.QLen())), r.buf(make([]float32, s.LSELen()))
+	r.d.AttentionForward(outF, lseB, r.buf(q), r.buf(kk), r.buf(v), s)
+	out, outb := roundBF16(r.host(outF))
+	lse := r.host(lseB)
+	dq, dk, dv := r.buf(dq0), r.buf(dk0), r.buf(dv0)
+	r.d.AttentionBackward(dq, dk, dv, r.buf(dout), r.buf(q), r.buf(kk), r.buf(v), r.buf(out), lseB, s)
+	scale := float32(1 / math.Sqrt(float64(s.HeadDim)))
+	shape := []any{int32(s.Batch), int32(s.Seq), int32(s.Heads), int32(s.KVHeads), int32(s.HeadDim), scale}
+	got := d.run(t, kdq, [3]int{CeilDiv(s.Seq, AttnTCRows), s.Heads, s.Batch}, kdq.Shared(s.HeadDim),
+		[][]byte{dq0b, doutb, qb, kb, vb, outb, f32b(lse)},
+		append([]any{buf(0), buf(1), buf(2), buf(3), buf(4), buf(5), buf(6)}, shape...)...)
+	errs[0], _ = tcErr(r.host(dq), fromBF16(got[0]))
+	got = d.run(t, kdkdv, [3]int{CeilDiv(s.Seq, AttnTCBwdKeys(s.HeadDim)), s.KVHeads, s.Batch},
+		kdkdv.Shared(s.HeadDim), [][]byte{dk0b, dv0b, doutb, qb, kb, vb, outb, f32b(lse)},
+		append([]any{buf(0), buf(1), buf(2), buf(3), buf(4), buf(5), buf(6), buf(7)}, shape...)...)
+	errs[1], _ = tcErr(r.host(dk), fromBF16(got[0]))
+	errs[2], _ = tcErr(r.host(dv), fromBF16(got[1]))
+	return errs
+}
+
+func TestAttentionTCBackward(t *testing.T) {
+	for _, o := range orders {
+		t.Run(o.name, func(t *testing.T) {
+			d := getDriver(t, o.reverse)
+			for _, s := range tcShapes {
+				t.Run(name("%d-%d-%d-%d-%d", s.Batch, s.Seq, s.Heads, s.KVHeads, s.HeadDim), func(t *testing.T) {
+					errs := runAttnTCBackward(t, d, s)
+					t.Logf("dq error %.3g, dk error %.3g, dv error %.3g (tolerance %.3g)", errs[0], errs[1], errs[2],
+						devicetest.TolBF16)
+					for i, what := range []string{"dq", "dk", "dv"} {
+						require.LessOrEqual(t, errs[i], devicetest.TolBF16, what)
+					}
+				})
+			}
+		})
+	}
+}
+
 func TestAttentionTC(t *testing.T) {
 	for _, o := range orders {
 		t.Run(o.name, func(t *testing.T) {
@@ -111,10 +166,11 @@ func TestAttentionTC(t *testing.T) {
 	}
 }
 
-// TestAttentionTCPlantedLayoutBug swaps two of the Q fragment's registers in the
-// kernel (FSDP_PLANT_SWAP, switched on by FAKECUDA_PLANT=fragment-swap): rows g and
-// g+8 trade their columns 2t, 2t+1 and 8+2t, 8+2t+1. The emulated mma.sync must
-// then give results far outside the tolerance that TestAttentionTC holds.
+// TestAttentionTCPlantedLayoutBug swaps two registers of an A fragment in the
+// kernels (FSDP_PLANT_SWAP, switched on by FAKECUDA_PLANT=fragment-swap: Q in the
+// forward and dq kernels, K in the dk/dv kernel): rows g and g+8 trade their
+// columns 2t, 2t+1 and 8+2t, 8+2t+1. The emulated mma.sync must then give results
+// far outside the tolerances TestAttentionTC and TestAttentionTCBackward hold.
 func TestAttentionTCPlantedLayoutBug(t *testing.T) {
 	testPlanted(t, "fragment-swap")
 }
@@ -138,5 +194,14 @@ func testPlanted(t *testing.T, plant string) {
 		t.Logf("head dim %d with %s planted: out error %.3g, lse error %.3g", s.HeadDim, plant, outErr, lseErr)
 		require.Greater(t, outErr, 4*devicetest.TolBF16, "out: %s went unnoticed", plant)
 		require.Greater(t, lseErr, 4*devicetest.TolBF16Stat, "lse: %s went unnoticed", plant)
+		if plant != "fragment-swap" {
+			continue
+		}
+		// The swap is planted into the backward kernels' Q and K fragments too.
+		errs := runAttnTCBackward(t, d, s)
+		t.Logf("backward with %s planted: dq error %.3g, dk error %.3g, dv error %.3g", plant, errs[0], errs[1], errs[2])
+		for i, what := range []string{"dq", "dk", "dv"} {
+			require.Greater(t, errs[i], 4*devicetest.TolBF16, "%s: %s went unnoticed", what, plant)
+		}
 	}
 }
