@@ -366,9 +366,10 @@ func AttnTCBwdKeys(headDim int) int {
 const AttnTCBwdQRows = 16
 
 // AttnTCBwdKVShared is the tensor-core dk/dv kernel's dynamic shared memory: K and
-// V, two Q and dO tiles in bf16, and two float row statistics a query row.
+// V, two Q and dO tiles in bf16, and per query row its lse and the headDim/8
+// partial sums of D = rowsum(dout⊙out) in float.
 func AttnTCBwdKVShared(headDim int) int {
-	return 2*2*AttnTCBwdKeys(headDim)*headDim + 2*4*AttnTCBwdQRows*headDim + 4*2*AttnTCBwdQRows
+	return 2*2*AttnTCBwdKeys(headDim)*headDim + 2*4*AttnTCBwdQRows*headDim + 4*AttnTCBwdQRows*(1+headDim/8)
 }
 
 var (

@@ -47,6 +47,11 @@ __device__ __forceinline__ void tc_tile_async(bf16* tile, const bf16* src, long 
   }
 }
 
+// tc_u4 is 16 bytes loaded at once (LDG.128): 8 bf16.
+struct alignas(16) tc_u4 {
+  unsigned w[4];
+};
+
 __device__ __forceinline__ float tc_quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -413,7 +418,8 @@ __device__ __forceinline__ void attn_bwd_dkdv_tc(bf16* __restrict__ dk, bf16* __
   bf16* Ks = sm;                     // [BK][D]
   bf16* Vs = Ks + BK * D;            // [BK][D]
   bf16* QD = Vs + BK * D;            // [2][Q, dO][TC_BQ][D]
-  float* stats = reinterpret_cast<float*>(QD + 4 * TC_BQ * D);  // [2][TC_BQ]: lse·log2 e, D
+  float* stats = reinterpret_cast<float*>(QD + 4 * TC_BQ * D);  // [TC_BQ]: lse·log2 e
+  float* part = stats + TC_BQ;                                   // [TC_BQ][D/8]: D's partials
   int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   int j0 = blockIdx.x * BK, kvh = blockIdx.y, b = blockIdx.z, rep = heads / kvHeads;
   if (b >= batch) return;
@@ -461,19 +467,28 @@ __device__ __forceinline__ void attn_bwd_dkdv_tc(bf16* __restrict__ dk, bf16* __
     } else {
       cp_async_wait<0>();
     }
-    // Warp 0 computes the tile's row statistics: lanes 2r, 2r+1 share query row r.
-    if (warp == 0) {
-      int r = lane >> 1, t = i0 + r;
-      bool ok = t < seq;
-      long long off = ((long long)b * seq * heads + h) * D + (long long)t * qs;
-      float s = 0.0f;
-      if (ok)
-        for (int c = (lane & 1) * (D / 2); c < ((lane & 1) + 1) * (D / 2); c++)
-          s += ld(dout + off + c) * ld(out + off + c);
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      if ((lane & 1) == 0) {
-        stats[r] = ok ? lse[((long long)b * heads + h) * seq + t] * 1.4426950408889634f : 0.0f;
-        stats[TC_BQ + r] = s;
+    // The tile's row statistics, by every thread from global memory (16-byte loads
+    // of out and dout): lse in the exp2 domain, and D = rowsum(dO⊙O) as partial dot
+    // products of 8-column chunks, summed in order by the lanes that need them.
+    {
+      long long qOff = ((long long)b * seq * heads + h) * D;
+      for (int e = tid; e < TC_BQ * (D / 8); e += THREADS) {
+        int r = e / (D / 8), c = e % (D / 8), t = i0 + r;
+        float acc = 0.0f;
+        if (t < seq) {
+          long long off = qOff + (long long)t * qs + c * 8;
+          tc_u4 ov = *reinterpret_cast<const tc_u4*>(out + off), dv = *reinterpret_cast<const tc_u4*>(dout + off);
+#pragma unroll
+          for (int w = 0; w < 4; w++) {
+            acc += __uint_as_float(ov.w[w] << 16) * __uint_as_float(dv.w[w] << 16);
+            acc += __uint_as_float(ov.w[w] & 0xffff0000u) * __uint_as_float(dv.w[w] & 0xffff0000u);
+          }
+        }
+        part[e] = acc;
+      }
+      if (tid < TC_BQ) {
+        int t = i0 + tid;
+        stats[tid] = t < seq ? lse[((long long)b * heads + h) * seq + t] * 1.4426950408889634f : 0.0f;
       }
     }
     __syncthreads();
@@ -502,6 +517,18 @@ __device__ __forceinline__ void attn_bwd_dkdv_tc(bf16* __restrict__ dk, bf16* __
       mma_bf16_16816(dp[0], va, o0);
       mma_bf16_16816(dp[1], va, o1);
     }
+    // D of this lane's 4 query columns 8nt + 2t4 + c.
+    float Dq[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        const float* pp = part + (nt * 8 + 2 * t4 + c) * (D / 8);
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < D / 8; k++) sum += pp[k];
+        Dq[nt][c] = sum;
+      }
     // Pᵀ and dSᵀ; element e of n-tile nt is key kr0 + 8(e>>1), query i0 + 8nt + 2t4 + (e&1).
     float ds[2][4];
 #pragma unroll
@@ -512,7 +539,7 @@ __device__ __forceinline__ void attn_bwd_dkdv_tc(bf16* __restrict__ dk, bf16* __
         float p = exp2f(s[nt][e] * sl2 - stats[qc]);
         if (qi < key || qi >= seq || key >= seq) p = 0.0f;
         s[nt][e] = p;
-        ds[nt][e] = p * (dp[nt][e] - stats[TC_BQ + qc]);
+        ds[nt][e] = p * (dp[nt][e] - Dq[nt][e & 1]);
       }
     }
     // dV += Pᵀ·dO and dK += dSᵀ·Q: A from the accumulators (one k-step of 16
