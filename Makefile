@@ -3,7 +3,7 @@
 # .ci/cluster on this machine, and runs every test with -race.
 GO ?= go
 
-.PHONY: test deps build install lint bench bench-cpu-engines kernels-asan cuda-asan gpu-check
+.PHONY: test deps build install lint bench bench-cpu-engines kernels-asan cuda-asan gpu-check gpu-check-quick
 
 # go-nvml's cgo wrappers call the NVML functions that NVML 13 marks deprecated, and
 # gcc warns about each (~150 lines) the first time the package compiles: a
@@ -104,3 +104,10 @@ bench-cpu-engines: build
 # different machines.
 gpu-check:
 	bash .ci/gpu-check
+
+# gpu-check-quick: issue 24's table within a few GPU minutes (bf16 tensor-core
+# attention against the cpu device, attention TFLOP/s, 20 bf16 steps tracking the
+# cpu losses, llama-1b at batch 1/2/4 on both engines); build here, carry
+# bin/gpu-check-quick, `bash .ci/gpu-check-quick run` there. See the script.
+gpu-check-quick:
+	bash .ci/gpu-check-quick

@@ -84,21 +84,40 @@ func BenchmarkMatMul(b *testing.B) {
 }
 
 // BenchmarkAttention times llama-1b's attention (32 heads, 8 kv heads, head dim
-// 64) at seq 2048, forward and backward, reporting TFLOP/s of the causal product
-// (forward 2·2·seq²/2·heads·headDim, backward 2.5× that).
+// 64) at seq 2048, forward and backward, in fp32 (the scalar kernels) and bf16 (the
+// tensor-core kernels), reporting TFLOP/s of the causal product (forward
+// 2·2·seq²/2·heads·headDim, backward 2.5× that, FlashAttention's convention).
 func BenchmarkAttention(b *testing.B) {
 	s := device.AttnShape{Batch: 1, Seq: 2048, Heads: 32, KVHeads: 8, HeadDim: 64}
 	flops := 2.0 * 2 * float64(s.Seq) * float64(s.Seq) / 2 * float64(s.Heads*s.HeadDim)
 	d := benchDevice(b, Options{})
-	q, k, v := benchBuf(b, d, s.QLen()), benchBuf(b, d, s.KVLen()), benchBuf(b, d, s.KVLen())
-	out, lse := benchBuf(b, d, s.QLen()), benchBuf(b, d, s.LSELen())
-	dq, dk, dv := benchBuf(b, d, s.QLen()), benchBuf(b, d, s.KVLen()), benchBuf(b, d, s.KVLen())
-	b.Run("forward", func(b *testing.B) {
-		n, elapsed := timeGPU(b, d, func() { d.AttentionForward(out, lse, q, k, v, s) })
-		b.ReportMetric(flops*float64(n)/elapsed.Seconds()/1e12, "TFLOP/s")
-	})
-	b.Run("backward", func(b *testing.B) {
-		n, elapsed := timeGPU(b, d, func() { d.AttentionBackward(dq, dk, dv, out, q, k, v, out, lse, s) })
-		b.ReportMetric(2.5*flops*float64(n)/elapsed.Seconds()/1e12, "TFLOP/s")
-	})
+	for _, dt := range []device.DType{device.F32, device.BF16} {
+		buf := func(n int) device.Buffer { return benchBufDType(b, d, n, dt) }
+		q, k, v := buf(s.QLen()), buf(s.KVLen()), buf(s.KVLen())
+		out, lse := buf(s.QLen()), benchBuf(b, d, s.LSELen())
+		dq, dk, dv := buf(s.QLen()), buf(s.KVLen()), buf(s.KVLen())
+		b.Run(fmt.Sprintf("%v/forward", dt), func(b *testing.B) {
+			n, elapsed := timeGPU(b, d, func() { d.AttentionForward(out, lse, q, k, v, s) })
+			b.ReportMetric(flops*float64(n)/elapsed.Seconds()/1e12, "TFLOP/s")
+		})
+		b.Run(fmt.Sprintf("%v/backward", dt), func(b *testing.B) {
+			n, elapsed := timeGPU(b, d, func() { d.AttentionBackward(dq, dk, dv, out, q, k, v, out, lse, s) })
+			b.ReportMetric(2.5*flops*float64(n)/elapsed.Seconds()/1e12, "TFLOP/s")
+		})
+	}
+}
+
+// benchBufDType is benchBuf in dtype dt (bf16 through a cast of the fp32 values).
+func benchBufDType(b *testing.B, d *Device, n int, dt device.DType) device.Buffer {
+	b.Helper()
+	src := benchBuf(b, d, n)
+	if dt == device.F32 {
+		return src
+	}
+	buf, err := d.AllocDType(n, dt, device.Other)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.Cast(buf, src)
+	return buf
 }

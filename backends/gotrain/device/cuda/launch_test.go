@@ -39,6 +39,12 @@ func launched(t *testing.T, d *Device) map[string][][]kernels.Kind {
 	for _, b := range []func(int) device.Buffer{st, h} {
 		allOps(d, b, st)
 	}
+	for _, hd := range []int{64, 128} { // the tensor-core kernels' head dims
+		as := device.AttnShape{Batch: 1, Seq: 3, Heads: 2, KVHeads: 1, HeadDim: hd}
+		d.AttentionForward(h(as.QLen()), st(as.LSELen()), h(as.QLen()), h(as.KVLen()), h(as.KVLen()), as)
+		d.AttentionBackward(h(as.QLen()), h(as.KVLen()), h(as.KVLen()), h(as.QLen()), h(as.QLen()), h(as.KVLen()),
+			h(as.KVLen()), h(as.QLen()), st(as.LSELen()), as)
+	}
 	d.Cast(h(4), st(4))
 	d.Cast(st(4), h(4))
 	d.Zero(h(3))

@@ -260,23 +260,32 @@ func attnArgs(s device.AttnShape) []arg {
 		f32Arg(float32(1 / math.Sqrt(float64(s.HeadDim))))}
 }
 
-// AttentionForward runs the flash-style kernels.AttentionForward.
+// AttentionForward runs the flash-style kernels.AttentionForward, or with bf16
+// tensors at head dim 64 or 128 the tensor-core kernels.AttentionForwardTC.
 func (d *Device) AttentionForward(out, lse, q, k, v device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionForward", s)
 	o, l := d.get("AttentionForward out", out, s.QLen()), d.get("AttentionForward lse", lse, s.LSELen())
 	qb, kb, vb := d.get("AttentionForward q", q, s.QLen()), d.get("AttentionForward k", k, s.KVLen()), d.get("AttentionForward v", v, s.KVLen())
 	kf := d.pick("AttentionForward", &kernels.AttentionForward, &kernels.AttentionForwardBF16, []device.Buffer{lse}, out, q, k, v)
+	rows := kernels.AttnFwdTile
+	if kf == &kernels.AttentionForwardBF16 {
+		// bf16 at head dim 64 or 128 runs on tensor cores. Its 16-byte cp.async rows
+		// need 16-byte aligned tensors: every buffer is an arena block (512-aligned).
+		if tc := kernels.AttentionForwardTC(s.HeadDim); tc != nil {
+			kf, rows = tc, kernels.AttnTCRows
+		}
+	}
 	if s.QLen() == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	args := append([]arg{ptrArg(o), ptrArg(l), ptrArg(qb), ptrArg(kb), ptrArg(vb)}, attnArgs(s)...)
-	d.launch(kf, grid{kernels.CeilDiv(s.Seq, kernels.AttnFwdTile), s.Heads, s.Batch},
-		kf.Shared(s.HeadDim), args...)
+	d.launch(kf, grid{kernels.CeilDiv(s.Seq, rows), s.Heads, s.Batch}, kf.Shared(s.HeadDim), args...)
 }
 
-// AttentionBackward runs kernels.AttentionBackwardDq and kernels.AttentionBackwardDkDv.
+// AttentionBackward runs kernels.AttentionBackwardDq and kernels.AttentionBackwardDkDv,
+// or with bf16 tensors at head dim 64 or 128 the tensor-core kernels.AttentionBackwardTC.
 func (d *Device) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Buffer, s device.AttnShape) {
 	d.checkAttn("AttentionBackward", s)
 	gq, gk, gv := d.get("AttentionBackward dq", dq, s.QLen()), d.get("AttentionBackward dk", dk, s.KVLen()), d.get("AttentionBackward dv", dv, s.KVLen())
@@ -284,19 +293,23 @@ func (d *Device) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Bu
 	qb, kb, vb := d.get("AttentionBackward q", q, s.QLen()), d.get("AttentionBackward k", k, s.KVLen()), d.get("AttentionBackward v", v, s.KVLen())
 	o, l := d.get("AttentionBackward out", out, s.QLen()), d.get("AttentionBackward lse", lse, s.LSELen())
 	kdq, kdkdv := &kernels.AttentionBackwardDq, &kernels.AttentionBackwardDkDv
+	qRows, kRows := kernels.AttnBwdTile, kernels.AttnBwdTile
 	if d.pick("AttentionBackward", kdq, &kernels.AttentionBackwardDqBF16, []device.Buffer{lse}, dq, dk, dv, dout, q, k, v, out) != kdq {
 		kdq, kdkdv = &kernels.AttentionBackwardDqBF16, &kernels.AttentionBackwardDkDvBF16
+		// As the forward: bf16 at head dim 64 or 128 on tensor cores.
+		if tq, tkv := kernels.AttentionBackwardTC(s.HeadDim); tq != nil {
+			kdq, kdkdv, qRows, kRows = tq, tkv, kernels.AttnTCRows, kernels.AttnTCBwdKeys(s.HeadDim)
+		}
 	}
 	if s.QLen() == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tiles := kernels.CeilDiv(s.Seq, kernels.AttnBwdTile)
 	args := append([]arg{ptrArg(gq), ptrArg(gout), ptrArg(qb), ptrArg(kb), ptrArg(vb), ptrArg(o), ptrArg(l)}, attnArgs(s)...)
-	d.launch(kdq, grid{tiles, s.Heads, s.Batch}, kdq.Shared(s.HeadDim), args...)
+	d.launch(kdq, grid{kernels.CeilDiv(s.Seq, qRows), s.Heads, s.Batch}, kdq.Shared(s.HeadDim), args...)
 	args = append([]arg{ptrArg(gk), ptrArg(gv), ptrArg(gout), ptrArg(qb), ptrArg(kb), ptrArg(vb), ptrArg(o), ptrArg(l)}, attnArgs(s)...)
-	d.launch(kdkdv, grid{tiles, s.KVHeads, s.Batch}, kdkdv.Shared(s.HeadDim), args...)
+	d.launch(kdkdv, grid{kernels.CeilDiv(s.Seq, kRows), s.KVHeads, s.Batch}, kdkdv.Shared(s.HeadDim), args...)
 }
 
 // SwiGLUForward runs kernels.SwiGLUForward.

@@ -98,6 +98,16 @@ const (
 	AttnFwdTile = 32
 	// AttnBwdTile is the query and key tile of the backward kernels (block = 4 × tile).
 	AttnBwdTile = 16
+	// AttnTCRows is the query rows a block of the tensor-core attention kernels
+	// (attention_tc.cu) takes: 4 warps of 16.
+	AttnTCRows = 64
+	// AttnTCBlock is the tensor-core attention kernels' block (4 warps).
+	AttnTCBlock = 128
+	// AttnTCMinBlocks is how many blocks of each tensor-core attention kernel the
+	// design keeps resident on an SM (its __launch_bounds__ minimum; registers and
+	// shared memory are sized for it), so one block's tile loads and softmax overlap
+	// another's tensor-core work.
+	AttnTCMinBlocks = 2
 )
 
 // GridStride is the grid for a grid-stride kernel over n elements.
@@ -299,6 +309,108 @@ var AttentionBackwardDkDv = Kernel{"fsdp_attn_bwd_dkdv",
 	append([]Param{p("dk"), p("dv"), p("dout"), p("q"), p("k"), p("v"), p("out"), p("lse")}, attnShape...),
 	4 * AttnBwdTile, AttnBwdShared}
 
+// AttnTCKeyTile is the key tile of the tensor-core forward for a head dim: 64 for
+// 64, 32 for 128, so that two K and two V tiles take 32 KiB (under the 47 KiB an
+// sm_90 block gets without opt-in) and two blocks fit an SM.
+func AttnTCKeyTile(headDim int) int {
+	if headDim == 128 {
+		return 32
+	}
+	return 64
+}
+
+// AttnTCShared is the tensor-core forward's dynamic shared memory for a head dim:
+// double-buffered bf16 key and value tiles [2][2][AttnTCKeyTile][headDim] (the
+// query tile borrows the second buffer before the loop).
+func AttnTCShared(headDim int) int {
+	return 2 * 4 * AttnTCKeyTile(headDim) * headDim
+}
+
+// AttentionForwardTC64 is AttentionForwardBF16 on tensor cores (attention_tc.cu,
+// FlashAttention-2's forward: mma.sync m16n8k16 bf16 with fp32 accumulators,
+// ldmatrix, cp.async double buffering) for head dim 64 only; P is rounded to bf16
+// before P·V, as FlashAttention does. Same parameters; grid (CeilDiv(seq,
+// AttnTCRows), heads, batch), shared AttnTCShared(64).
+var AttentionForwardTC64 = Kernel{"fsdp_attn_fwd_tc64_bf16",
+	append([]Param{p("out"), p("lse"), p("q"), p("k"), p("v")}, attnShape...), AttnTCBlock,
+	func(int) int { return AttnTCShared(64) }}
+
+// AttentionForwardTC128 is AttentionForwardTC64 for head dim 128.
+var AttentionForwardTC128 = Kernel{"fsdp_attn_fwd_tc128_bf16",
+	append([]Param{p("out"), p("lse"), p("q"), p("k"), p("v")}, attnShape...), AttnTCBlock,
+	func(int) int { return AttnTCShared(128) }}
+
+// AttentionForwardTC is the tensor-core forward for headDim, or nil when there is
+// none (head dims other than 64 and 128 take AttentionForwardBF16).
+func AttentionForwardTC(headDim int) *Kernel {
+	switch headDim {
+	case 64:
+		return &AttentionForwardTC64
+	case 128:
+		return &AttentionForwardTC128
+	}
+	return nil
+}
+
+// AttnTCBwdKeys is the key block of the tensor-core dk/dv kernel for a head dim
+// (16 a warp): 64 for 64, 48 for 128, so that K and V [AttnTCBwdKeys][headDim] and
+// double-buffered Q and dO tiles [2][2][AttnTCBwdQRows][headDim] fit without opt-in.
+func AttnTCBwdKeys(headDim int) int {
+	if headDim == 128 {
+		return 48
+	}
+	return 64
+}
+
+// AttnTCBwdQRows is the query tile of the tensor-core dk/dv kernel.
+const AttnTCBwdQRows = 16
+
+// AttnTCBwdKVShared is the tensor-core dk/dv kernel's dynamic shared memory: K and
+// V, two Q and dO tiles in bf16, and per query row its lse and the headDim/8
+// partial sums of D = rowsum(dout⊙out) in float.
+func AttnTCBwdKVShared(headDim int) int {
+	return 2*2*AttnTCBwdKeys(headDim)*headDim + 2*4*AttnTCBwdQRows*headDim + 4*AttnTCBwdQRows*(1+headDim/8)
+}
+
+var (
+	tcDqParams   = append([]Param{p("dq"), p("dout"), p("q"), p("k"), p("v"), p("out"), p("lse")}, attnShape...)
+	tcDkDvParams = append([]Param{p("dk"), p("dv"), p("dout"), p("q"), p("k"), p("v"), p("out"), p("lse")}, attnShape...)
+)
+
+// AttentionBackwardDqTC64 is AttentionBackwardDqBF16 on tensor cores for head dim
+// 64 (FlashAttention-2's dq: P recomputed from lse, D = rowsum(dout⊙out) per row,
+// dS and P rounded to bf16 for the products). Grid (CeilDiv(seq, AttnTCRows),
+// heads, batch), shared AttnTCShared(64).
+var AttentionBackwardDqTC64 = Kernel{"fsdp_attn_bwd_dq_tc64_bf16", tcDqParams, AttnTCBlock,
+	func(int) int { return AttnTCShared(64) }}
+
+// AttentionBackwardDqTC128 is AttentionBackwardDqTC64 for head dim 128.
+var AttentionBackwardDqTC128 = Kernel{"fsdp_attn_bwd_dq_tc128_bf16", tcDqParams, AttnTCBlock,
+	func(int) int { return AttnTCShared(128) }}
+
+// AttentionBackwardDkDvTC64 is AttentionBackwardDkDvBF16 on tensor cores for head
+// dim 64: a block of AttnTCBwdKeys(64)/16 warps per key block of one kv head walks
+// the group's query heads and tiles from the diagonal. Grid (CeilDiv(seq,
+// AttnTCBwdKeys(64)), kvHeads, batch), shared AttnTCBwdKVShared(64).
+var AttentionBackwardDkDvTC64 = Kernel{"fsdp_attn_bwd_dkdv_tc64_bf16", tcDkDvParams, 2 * AttnTCBwdKeys(64),
+	func(int) int { return AttnTCBwdKVShared(64) }}
+
+// AttentionBackwardDkDvTC128 is AttentionBackwardDkDvTC64 for head dim 128.
+var AttentionBackwardDkDvTC128 = Kernel{"fsdp_attn_bwd_dkdv_tc128_bf16", tcDkDvParams, 2 * AttnTCBwdKeys(128),
+	func(int) int { return AttnTCBwdKVShared(128) }}
+
+// AttentionBackwardTC is the tensor-core backward (dq, dk/dv kernels) for headDim,
+// or nils when there is none.
+func AttentionBackwardTC(headDim int) (dq, dkdv *Kernel) {
+	switch headDim {
+	case 64:
+		return &AttentionBackwardDqTC64, &AttentionBackwardDkDvTC64
+	case 128:
+		return &AttentionBackwardDqTC128, &AttentionBackwardDkDvTC128
+	}
+	return nil, nil
+}
+
 // The bf16 twins of the op kernels (BF16Of).
 var (
 	EmbeddingForwardBF16      = BF16Of(EmbeddingForward)
@@ -329,7 +441,14 @@ var All = []*Kernel{
 	&AdamW,
 	&AttentionForward, &AttentionForwardBF16, &AttentionBackwardDq, &AttentionBackwardDqBF16,
 	&AttentionBackwardDkDv, &AttentionBackwardDkDvBF16,
+	&AttentionForwardTC64, &AttentionForwardTC128, &AttentionBackwardDqTC64, &AttentionBackwardDqTC128,
+	&AttentionBackwardDkDvTC64, &AttentionBackwardDkDvTC128,
 }
+
+// TensorCore are the kernels built on mma.sync (attention_tc.cu): the static test
+// requires tensor-core instructions in their SASS and AttnTCMinBlocks blocks per SM.
+var TensorCore = []*Kernel{&AttentionForwardTC64, &AttentionForwardTC128, &AttentionBackwardDqTC64,
+	&AttentionBackwardDqTC128, &AttentionBackwardDkDvTC64, &AttentionBackwardDkDvTC128}
 
 // Lookup returns the kernel named name, or nil.
 func Lookup(name string) *Kernel {

@@ -4,7 +4,8 @@
 // defined; never part of the product.
 //
 // Not modelled: lock-step warps, the memory model, partial shuffle masks (aborts),
-// tensor cores / cp.async / inline PTX (kernels keep those behind __CUDA_ARCH__),
+// inline PTX other than the tensor-core primitives common.cuh wraps (mma.sync,
+// ldmatrix, cp.async: emulated below, lane by lane),
 // GPU fast-math and FMA contraction (tests compare with tolerances; kernels that
 // must match bit for bit use __fmul_rn / __fadd_rn, which both sides honour).
 #pragma once
@@ -75,6 +76,108 @@ T shfl(unsigned mask, T v, int srcLane, const char* file, int line) {
   std::memcpy(&v, shfl_slot(base + srcLane), sizeof(T));
   warp_barrier(mask, file, line);
   return v;
+}
+
+// ---- warp-level tensor-core primitives (common.cuh's host side) ----
+// The PTX ISA's fragment layouts, lane by lane: every lane stores its registers in
+// its exchange area, the warp meets, each lane computes its own outputs from the
+// other lanes' registers, the warp meets again before the areas are reused. So the
+// data moves between lanes exactly as the instruction moves it on a GPU.
+
+// xchg is the exchange area (16 words) of thread tid of the caller's block.
+uint32_t* xchg(int tid);
+// check_shared aborts unless [p, p+n) lies in the block's dynamic shared memory
+// and p is a multiple of n (the 16-byte rows and copies of ldmatrix and cp.async).
+void check_shared(const void* p, size_t n, const char* what, const char* file, int line);
+// cp_async queues a copy of bytes from src to dst (shared), of which only the first
+// srcBytes are read and the rest zero-filled. Queued copies happen at the
+// cp_async_wait that covers their group, not before: a kernel reading a tile before
+// waiting for it reads what was there (poison), as a GPU may.
+void cp_async(void* dst, const void* src, int bytes, int srcBytes);
+// cp_async_commit closes the caller's current group of copies.
+void cp_async_commit();
+// cp_async_wait performs the caller's copies of every committed group but the n
+// most recent.
+void cp_async_wait(int n);
+// planted reports whether FAKECUDA_PLANT names what: a test-only switch that
+// plants a bug into a kernel (FSDP_PLANT_SWAP), for tests that must catch it.
+bool planted(const char* what);
+
+inline float bf16_bits_to_float(uint32_t h) {
+  uint32_t u = (h & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// mma_m16n8k16_bf16 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 with
+// D = C = d. With g = lane>>2 and t = lane%4: A element (r, k) is a_i of lane
+// 4(r%8) + (k%8)/2 with i = (k&1) | (r≥8)<<1 | (k≥8)<<2; B element (k, n) is b_i of
+// lane 4n + (k%8)/2 with i = (k&1) | (k≥8)<<1; D element (r, n) is d_i of lane
+// 4(r%8) + n/2 with i = (n&1) | (r≥8)<<1. Register j holds elements 2j (low half)
+// and 2j+1 (high half). Products of bf16 are exact in float; the sum runs over k in
+// order.
+inline void mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const char* file,
+                              int line) {
+  check_mask(0xffffffffu, "mma.sync", file, line);
+  int tid = flat_tid(), base = tid & ~31, lane = tid & 31;
+  uint32_t* x = xchg(tid);
+  for (int i = 0; i < 4; i++) x[i] = a[i];
+  x[4] = b[0];
+  x[5] = b[1];
+  warp_barrier(0xffffffffu, file, line);
+  auto A = [&](int r, int k) {
+    int i = (k & 1) | ((r >> 3) << 1) | ((k >> 3) << 2);
+    return bf16_bits_to_float(xchg(base + (r & 7) * 4 + ((k & 7) >> 1))[i >> 1] >> (16 * (i & 1)));
+  };
+  auto B = [&](int k, int n) {
+    int i = (k & 1) | ((k >> 3) << 1);
+    return bf16_bits_to_float(xchg(base + n * 4 + ((k & 7) >> 1))[4 + (i >> 1)] >> (16 * (i & 1)));
+  };
+  int g = lane >> 2, t = lane & 3;
+  float out[4];
+  for (int i = 0; i < 4; i++) {
+    int r = g + 8 * (i >> 1), n = 2 * t + (i & 1);
+    float s = d[i];
+    for (int k = 0; k < 16; k++) s += A(r, k) * B(k, n);
+    out[i] = s;
+  }
+  warp_barrier(0xffffffffu, file, line);
+  for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
+// ldmatrix is ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16 into r[0..num):
+// lane 8j+i gives the address of row i of matrix j; register j of lane (g, t)
+// receives row g, columns 2t and 2t+1 of matrix j, or with trans column g, rows
+// 2t and 2t+1 (the transposed matrix's row g).
+inline void ldmatrix(unsigned* r, int num, bool trans, const void* p, const char* file, int line) {
+  check_mask(0xffffffffu, "ldmatrix", file, line);
+  int tid = flat_tid(), base = tid & ~31, lane = tid & 31;
+  if (lane < 8 * num) check_shared(p, 16, "ldmatrix row", file, line);
+  uint32_t* x = xchg(tid);
+  uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  std::memcpy(x, &addr, sizeof addr);
+  warp_barrier(0xffffffffu, file, line);
+  auto row = [&](int l) {
+    uintptr_t v;
+    std::memcpy(&v, xchg(base + l), sizeof v);
+    return reinterpret_cast<const uint16_t*>(v);
+  };
+  int g = lane >> 2, t = lane & 3;
+  unsigned out[4];
+  for (int j = 0; j < num; j++) {
+    uint16_t lo, hi;
+    if (!trans) {
+      lo = row(8 * j + g)[2 * t];
+      hi = row(8 * j + g)[2 * t + 1];
+    } else {
+      lo = row(8 * j + 2 * t)[g];
+      hi = row(8 * j + 2 * t + 1)[g];
+    }
+    out[j] = unsigned(lo) | (unsigned(hi) << 16);
+  }
+  warp_barrier(0xffffffffu, file, line);
+  for (int j = 0; j < num; j++) r[j] = out[j];
 }
 
 }  // namespace fsdp_cpu

@@ -77,7 +77,18 @@ struct Block {
   ucontext_t sched;
   int cur = 0;
   std::vector<uint64_t> slots;
+  std::vector<uint32_t> xchg;  // 16 words a thread for the warp-level primitives
   std::unique_ptr<char[]> dyn;
+  size_t dynBytes = 0;
+  // Each thread's cp.async copies not yet performed, and its committed groups.
+  struct Copy {
+    void* dst;
+    const void* src;
+    int bytes, srcBytes;
+    unsigned long long group;
+  };
+  std::vector<std::vector<Copy>> copies;
+  std::vector<unsigned long long> committed;
 };
 
 thread_local Block* cur_block = nullptr;
@@ -165,6 +176,8 @@ void run_block(Block& b, bool reverse) {
     makecontext(&f.ctx, fiber_main, 0);
     f.st = kRunnable;
     f.passed = f.warpPassed = 0;
+    b.copies[size_t(i)].clear();  // a GPU completes them; nobody can wait for them any more
+    b.committed[size_t(i)] = 0;
   }
   for (;;) {
     for (int j = 0; j < b.n; j++) {
@@ -244,6 +257,52 @@ void check_mask(unsigned mask, const char* what, const char* file, int line) {
 
 uint64_t* shfl_slot(int tid) { return &cur_block->slots[size_t(tid)]; }
 
+uint32_t* xchg(int tid) { return &cur_block->xchg[size_t(tid) * 16]; }
+
+void check_shared(const void* p, size_t n, const char* what, const char* file, int line) {
+  Block* b = cur_block;
+  const char* lo = b->dyn.get();
+  const char* q = static_cast<const char*>(p);
+  if (!lo || q < lo || q + n > lo + b->dynBytes)
+    fail(b, b->cur, "%s at %s:%d: address %p (%zu bytes) outside the block's %zu bytes of dynamic shared memory", what,
+         file, line, p, n, b->dynBytes);
+  if (size_t(q - lo) % n != 0)
+    fail(b, b->cur, "%s at %s:%d: shared offset %td not a multiple of %zu", what, file, line, q - lo, n);
+}
+
+void cp_async(void* dst, const void* src, int bytes, int srcBytes) {
+  Block* b = cur_block;
+  check_shared(dst, size_t(bytes), "cp.async destination", "", 0);
+  if (srcBytes < 0 || srcBytes > bytes) fail(b, b->cur, "cp.async: src-size %d outside [0, %d]", srcBytes, bytes);
+  size_t t = size_t(b->cur);
+  b->copies[t].push_back(Block::Copy{dst, src, bytes, srcBytes, b->committed[t]});
+}
+
+void cp_async_commit() { cur_block->committed[size_t(cur_block->cur)]++; }
+
+void cp_async_wait(int n) {
+  Block* b = cur_block;
+  size_t t = size_t(b->cur);
+  unsigned long long upto = b->committed[t] >= (unsigned long long)n ? b->committed[t] - n : 0;
+  auto& q = b->copies[t];
+  size_t keep = 0;
+  for (size_t i = 0; i < q.size(); i++) {
+    const Block::Copy& c = q[i];
+    if (c.group < upto) {
+      std::memcpy(c.dst, c.src, size_t(c.srcBytes));
+      std::memset(static_cast<char*>(c.dst) + c.srcBytes, 0, size_t(c.bytes - c.srcBytes));
+    } else {
+      q[keep++] = c;
+    }
+  }
+  q.resize(keep);
+}
+
+bool planted(const char* what) {
+  static const char* e = std::getenv("FAKECUDA_PLANT");
+  return e && std::strcmp(e, what) == 0;
+}
+
 void* dynamic_shared() { return cur_block->dyn.get(); }
 
 int run(const KernelEntry* k, dim3 grid, dim3 block, size_t shared, void** params, bool reverse) {
@@ -264,6 +323,9 @@ int run(const KernelEntry* k, dim3 grid, dim3 block, size_t shared, void** param
     b.n = nthreads;
     b.fibers.resize(size_t(nthreads));
     b.slots.resize(size_t(nthreads));
+    b.xchg.resize(size_t(nthreads) * 16);
+    b.copies.resize(size_t(nthreads));
+    b.committed.resize(size_t(nthreads));
     cur_block = &b;
     blockDim = block;
     gridDim = grid;
@@ -271,7 +333,8 @@ int run(const KernelEntry* k, dim3 grid, dim3 block, size_t shared, void** param
       blockIdx = unflatten(i, grid);
       // Fresh, poisoned dynamic shared memory per block (0xff bytes are NaNs), so a
       // read before a write shows and an overrun is caught by AddressSanitizer.
-      b.dyn.reset(shared ? new char[shared] : nullptr);
+      b.dyn.reset(shared ? new char[shared] : nullptr);  // malloc's 16-byte alignment, as a GPU's
+      b.dynBytes = shared;
       if (shared) std::memset(b.dyn.get(), 0xff, shared);
       run_block(b, reverse);
     }
