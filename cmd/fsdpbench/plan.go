@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -76,7 +79,15 @@ type planTable struct {
 	wide  bool
 }
 
+// planTableMax is the most runs plan draws one row each for without --wide: a
+// legal spec can expand to 2^20 points, and a million-row table (half a GB of
+// text, gigabytes of rows held to fit it) helps nobody read a plan.
+const planTableMax = 500
+
 func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration, pt planTable) error {
+	if len(plan.Runs) > planTableMax && !pt.wide {
+		return printPlanSummary(cmd, plan, be, extra, cal, pt)
+	}
 	w := cmd.OutOrStdout()
 	axes := plan.Axes
 	// Tokens/s per rank, as every other table; the total only under --wide.
@@ -208,3 +219,104 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any,
 	fmt.Fprintln(w)
 	return writeTable(w, []string{"search group", "axis", "predicted max fit", "run", "runs", "tried"}, rows)
 }
+
+// printPlanSummary is plan for a large sweep: counts instead of a row per run —
+// feasibility by each axis's values, the commonest reasons a run does not fit,
+// and the fastest feasible run — in memory that does not grow with the runs.
+func printPlanSummary(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration, pt planTable) error {
+	w := cmd.OutOrStdout()
+	axes := plan.Axes
+	type tally struct{ runs, feasible int }
+	byAxis := make([]map[string]*tally, len(axes))
+	var order [][]string // each axis's values in the order first seen (the spec's)
+	for i := range axes {
+		byAxis[i] = map[string]*tally{}
+		order = append(order, nil)
+	}
+	type reasonTally struct {
+		n       int
+		example string
+	}
+	reasons := map[string]*reasonTally{}
+	feasible := 0
+	var best sweeps.RunConfig
+	bestRate := -1.0
+	for _, rc := range plan.Runs {
+		if err := cmd.Context().Err(); err != nil {
+			return &exitError{code: ExitInterrupted, err: errors.New("interrupted")}
+		}
+		pred, perr := sim.PredictCalibrated(rc, extra, cal)
+		reason := ""
+		switch err, host := be.Validate(cmd.Context(), rc), harness.HostCapacity(plan, rc); {
+		case err != nil:
+			reason = err.Error()
+		case host != "":
+			reason = host
+		case perr != nil:
+			reason = "no prediction: " + perr.Error()
+		case !pred.Feasible:
+			reason = pred.Reason
+		}
+		ok := reason == ""
+		if ok {
+			feasible++
+			if rate := pred.TokensPerS / float64(rc.WorldSize); rate > bestRate {
+				best, bestRate = rc, rate
+			}
+		} else {
+			// Reasons quote each run's figures: grouped with the numbers out.
+			key := reasonShape.ReplaceAllString(reason, "N")
+			rt := reasons[key]
+			if rt == nil {
+				rt = &reasonTally{example: rc.ID + ": " + reason}
+				reasons[key] = rt
+			}
+			rt.n++
+		}
+		for i, v := range axisValues(rc, axes) {
+			t := byAxis[i][v]
+			if t == nil {
+				t = &tally{}
+				byAxis[i][v] = t
+				order[i] = append(order[i], v)
+			}
+			t.runs++
+			if ok {
+				t.feasible++
+			}
+		}
+	}
+	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; predicted by sim); nothing was run\n",
+		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend)
+	fmt.Fprintf(w, "more than %d runs: a summary; --wide prints one row per run\n\n", planTableMax)
+	var rows [][]string
+	for i, a := range axes {
+		for _, v := range order[i] {
+			t := byAxis[i][v]
+			rows = append(rows, []string{a, v, fmt.Sprint(t.runs), fmt.Sprint(t.feasible), fmt.Sprint(t.runs - t.feasible)})
+		}
+	}
+	if err := writeTableFit(w, []string{"axis", "value", "runs", "feasible", "infeasible"}, rows, results.TableFit{Width: pt.width}); err != nil {
+		return err
+	}
+	if len(reasons) > 0 {
+		keys := slices.SortedFunc(maps.Keys(reasons), func(a, b string) int {
+			if d := reasons[b].n - reasons[a].n; d != 0 {
+				return d
+			}
+			return strings.Compare(a, b)
+		})
+		fmt.Fprintf(w, "\nwhy runs do not fit (%d kinds of reason; the commonest, each with one run):\n", len(keys))
+		for _, k := range keys[:min(5, len(keys))] {
+			printWrapped(w, fmt.Sprintf("%d runs, e.g. %s", reasons[k].n, reasons[k].example), pt.width)
+		}
+	}
+	if bestRate >= 0 {
+		fmt.Fprintf(w, "\nfastest feasible run: %s, %.0f tokens/s/rank predicted\n", best.ID, bestRate)
+	}
+	return nil
+}
+
+// reasonShape matches the figures in a reason, so that reasons differing only
+// in them are counted together.
+var reasonShape = regexp.MustCompile(`[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?`)
