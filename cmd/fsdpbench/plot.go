@@ -66,11 +66,7 @@ SVG, into --out (default DIR/plots, or plots/ beside an exported JSON file):
 				figs = append(figs, f)
 			}
 			if history != "" {
-				nights, err := results.LoadHistory(history)
-				if err != nil {
-					return usageError(err)
-				}
-				f, err := plot.Trend(nights, metric)
+				f, err := plot.TrendHistory(history, metric)
 				if err != nil {
 					return usageError(err)
 				}

@@ -251,3 +251,27 @@ func TestCheckpoint(t *testing.T) {
 	_, err = Checkpoint(scalingRuns())
 	assert.ErrorIs(t, err, ErrNothingToPlot)
 }
+
+// A long history draws a chart of bounded size: at most maxTrendTicks labelled
+// nights and maxTrendWidth wide (a tick and 0.6 inch per night made 3,000
+// nights an 1,800-inch chart).
+func TestTrendOfManyNightsIsBounded(t *testing.T) {
+	col, err := results.LookupColumn("tokens_per_s_per_rank", results.KindMetric)
+	require.NoError(t, err)
+	nights := make([]trendNight, 3000)
+	for i := range nights {
+		nights[i] = trendNight{night: results.Night{Date: "2026-03-01", Commit: "abcdef0", Passed: true},
+			sum: map[string]float64{sweeps.FullShard: math.Log(1000 + float64(i%7))}, cnt: map[string]float64{sweeps.FullShard: 1}}
+	}
+	f, err := drawTrend(nights, col, "tokens_per_s_per_rank")
+	require.NoError(t, err)
+	assert.LessOrEqual(t, f.Width, maxTrendWidth)
+	labelled := 0
+	for _, tk := range f.Panels[0][0].X.Tick.Marker.Ticks(0, 3000) {
+		if tk.Label != "" {
+			labelled++
+		}
+	}
+	assert.LessOrEqual(t, labelled, maxTrendTicks+1)
+	assert.Positive(t, labelled)
+}
