@@ -258,12 +258,21 @@ func (k Constants) check() error {
 
 // Write stores the calibration at path (atomically, as every results file).
 func (c *Calibration) Write(path string) error {
-	c.Version = CalibrationVersion
-	b, err := json.MarshalIndent(c, "", "  ")
+	b, err := c.Encode()
 	if err != nil {
 		return err
 	}
-	return results.WriteFileAtomic(path, append(b, '\n'))
+	return results.WriteFileAtomic(path, b)
+}
+
+// Encode is the calibration file's content, as Write stores it.
+func (c *Calibration) Encode() ([]byte, error) {
+	c.Version = CalibrationVersion
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // Path is the file the calibration was read from ("" when built in memory).

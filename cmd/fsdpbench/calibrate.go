@@ -65,15 +65,25 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 			if out == "" {
 				out = filepath.Join(resultsDir, sim.CalibrationFile)
 			}
+			w := cmd.OutOrStdout()
 			if !dryRun {
-				if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				b, err := cal.Encode()
+				if err != nil {
 					return failure(fmt.Errorf("write calibration: %w", err))
 				}
-				if err := cal.Write(out); err != nil {
-					return failure(fmt.Errorf("write calibration: %w", err))
+				if resultsDir != "" && !cmd.Flags().Changed("out") {
+					// The default lies in the results directory, which may not exist yet.
+					if err := os.MkdirAll(filepath.Dir(out), 0o777); err != nil {
+						return usageError(fmt.Errorf("write calibration: %w", err))
+					}
+				}
+				if err := writeOutput("-o", out, b, w); err != nil {
+					return err
+				}
+				if results.IsStdout(out) {
+					w = cmd.ErrOrStderr() // stdout holds the calibration file
 				}
 			}
-			w := cmd.OutOrStdout()
 			switch format {
 			case results.FormatJSON:
 				enc := json.NewEncoder(w)
@@ -88,13 +98,13 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 			default:
 				return usageError(fmt.Errorf("--format %q: use table or json", format))
 			}
-			if !dryRun {
+			if !dryRun && !results.IsStdout(out) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "calibration: %s\nuse it:      fsdpbench plan SPEC --calibration %s   (or backend_options: {calibration: %s})\n", out, out, out)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&out, "out", "o", "", "calibration file to write (default <results>/"+sim.CalibrationFile+")")
+	cmd.Flags().StringVarP(&out, "out", "o", "", "calibration file to write (default <results>/"+sim.CalibrationFile+"); - writes it to stdout and the report to stderr")
 	cmd.Flags().StringVar(&resultsDir, "results", harness.DefaultResultsDir, "results directory the default --out lies in")
 	cmd.Flags().StringVar(&format, "format", results.FormatTable, "table or json")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "fit and report, write nothing")

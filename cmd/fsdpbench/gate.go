@@ -67,6 +67,12 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 			if !slices.Contains(results.GateFormats, format) {
 				return usageError(fmt.Errorf("--format %q: use %s", format, strings.Join(results.GateFormats, ", ")))
 			}
+			for _, out := range []struct{ flag, path, format string }{{"--junit", junitPath, results.FormatJUnit}, {"--markdown", markdownPath, results.FormatMarkdown}} {
+				if out.path != "" && results.IsStdout(out.path) {
+					// Two reports on one stream could be told apart by no reader.
+					return usageError(fmt.Errorf("%s %s: stdout carries the --format %s report; for %s on stdout give --format %s instead", out.flag, out.path, format, out.format, out.format))
+				}
+			}
 			var ruleList []results.Rule
 			if len(rules) > 0 {
 				rs, err := results.ParseRules(rules, "--rule")
@@ -145,8 +151,8 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				if err := report.Write(&buf, out.format); err != nil {
 					return usageError(err)
 				}
-				if err := results.WriteFileAtomic(out.path, buf.Bytes()); err != nil {
-					return usageError(fmt.Errorf("%w (check that the directory exists and is writable)", err))
+				if err := writeOutput("--"+out.format, out.path, buf.Bytes(), cmd.OutOrStdout()); err != nil {
+					return err
 				}
 			}
 			if format == results.FormatJUnit || format == results.FormatJSON {
@@ -181,8 +187,8 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 	f.StringArrayVar(&rules, "rule", nil, "a rule, e.g. tokens_per_s_per_rank:-5%, peak_mem_reserved_bytes:+3%, mfu>=0.35 (repeatable)")
 	f.StringVar(&rulesFile, "rules", "", "YAML rules file (rules: [...]); adds to --rule")
 	f.StringVar(&format, "format", results.FormatTable, "output on stdout: "+strings.Join(results.GateFormats, ", "))
-	f.StringVar(&junitPath, "junit", "", "also write JUnit XML to this file")
-	f.StringVar(&markdownPath, "markdown", "", "also write the Markdown summary to this file")
+	f.StringVar(&junitPath, "junit", "", "also write JUnit XML to this file (a device or FIFO is written through, a regular file replaced atomically)")
+	f.StringVar(&markdownPath, "markdown", "", "also write the Markdown summary to this file (as --junit)")
 	f.Float64Var(&alpha, "alpha", results.DefaultAlpha, "significance level with >= 6 repeats per side")
 	f.BoolVar(&allowMissing, "allow-missing", false, "let baseline runs be missing from the current results (a partial night); by default each fails")
 	f.BoolVar(&failMissing, "fail-missing", false, "fail when a baseline run is missing from the current results (the default now)")
