@@ -101,8 +101,12 @@ type FitReport struct {
 	Fitted []string `json:"fitted,omitempty"`
 	Kept   []string `json:"kept,omitempty"`
 	// LeaveOneOut has, per run, the error of its prediction by constants fitted
-	// to the other runs: the error to expect on a run the fit has not seen.
+	// to the other runs (or, beyond MaxFolds runs, to the runs outside its fold):
+	// the error to expect on a run the fit has not seen.
 	LeaveOneOut []LOORow `json:"leave_one_out,omitempty"`
+	// Folds is how many refits gave LeaveOneOut: Runs (each run left out alone)
+	// up to MaxFolds runs, MaxFolds beyond, each leaving out every MaxFolds-th run.
+	Folds int `json:"folds,omitempty"`
 }
 
 // LOORow is one run's leave-one-out error: predicted / measured − 1.
