@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
@@ -201,6 +202,12 @@ func ParseCalibration(data []byte) (*Calibration, error) {
 		hw, backend, two := strings.Cut(name, "/")
 		if hw == "" || (two && (backend == "" || strings.Contains(backend, "/"))) {
 			return nil, fmt.Errorf("profiles: key %s: give a hardware profile, or PROFILE/BACKEND", input.Quote(name, 64))
+		}
+		// Constants for no profile would never apply, and a prediction would be
+		// labelled with a calibration that changed nothing.
+		if _, err := hardware.Lookup(hw); err != nil {
+			return nil, fmt.Errorf("profiles: key %s: %s is no hardware profile (profiles are %s)",
+				input.Quote(name, 64), input.Quote(hw, 64), strings.Join(hardware.Names(), ", "))
 		}
 		if err := c.Profiles[name].check(); err != nil {
 			return nil, fmt.Errorf("profiles.%s.%w", input.Clip(name, 64), err)

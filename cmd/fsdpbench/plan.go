@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -72,9 +73,13 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	// The assumptions each prediction rests on, printed once per distinct set.
 	var assumed []string
 	feasible := 0
+	var cu calibrationUse
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
 		pred, perr := sim.PredictCalibrated(rc, extra, cal)
+		if perr == nil {
+			cu.add(rc, pred)
+		}
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 		} else {
@@ -123,7 +128,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	}
 	how := "predicted by sim"
 	if cal != nil {
-		how += ", calibrated by " + cal.Path()
+		how += ", " + cu.say(cal)
 	}
 	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time %s); nothing was run\n",
 		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how)
@@ -159,4 +164,40 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any,
 	}
 	fmt.Fprintln(w)
 	return writeTable(w, []string{"search group", "axis", "predicted max fit", "run"}, rows)
+}
+
+// calibrationUse counts the predictions a calibration changed: a file holding
+// only another profile's constants (what calibrate writes from cpu runs) changes
+// none, and the output must not say "calibrated" then.
+type calibrationUse struct {
+	used, predicted int
+	// missing are the hardware profiles of the predictions it had no constants for.
+	missing []string
+}
+
+func (u *calibrationUse) add(rc sweeps.RunConfig, pred sim.Prediction) {
+	u.predicted++
+	if pred.Calibration != nil {
+		u.used++
+		return
+	}
+	if hw := pred.Hardware.Name; !slices.Contains(u.missing, hw) {
+		u.missing = append(u.missing, hw)
+	}
+}
+
+// say is how the predictions were calibrated by cal: by it, for some of them,
+// or not at all, with the profiles it lacks.
+func (u *calibrationUse) say(cal *sim.Calibration) string {
+	has := strings.Join(slices.Sorted(maps.Keys(cal.Profiles)), ", ")
+	switch {
+	case u.predicted > 0 && u.used == u.predicted:
+		return "calibrated by " + cal.Path()
+	case u.used > 0:
+		return fmt.Sprintf("calibrated by %s for %d of %d predictions (it has no constants for %s; it has %s)",
+			cal.Path(), u.used, u.predicted, strings.Join(u.missing, ", "), has)
+	case len(u.missing) > 0:
+		return fmt.Sprintf("uncalibrated: %s has no constants for %s (it has %s)", cal.Path(), strings.Join(u.missing, ", "), has)
+	}
+	return "uncalibrated: nothing was predicted"
 }
