@@ -104,17 +104,53 @@ func Nights(history string) ([]Night, error) {
 	return out, nil
 }
 
-// LastPassingNight is the newest night whose gate passed and whose results hold an
-// ok run: the baseline of the next night. A night that did not pass is never a
-// baseline; nor is one stored as passed that holds nothing to compare with (an
-// empty night that older versions passed). nil when there is none yet.
+// MaxFutureDate is how far past today (UTC) a night's --date may lie: a day, for
+// a job whose time zone is ahead of UTC. A later label (a typo, a skewed CI
+// clock) would otherwise sort after every night to come.
+const MaxFutureDate = 24 * time.Hour
+
+// CheckNightDate refuses a night's date beyond now plus MaxFutureDate.
+func CheckNightDate(date, now time.Time) error {
+	if date.After(now.UTC().Add(MaxFutureDate)) {
+		return fmt.Errorf("date %s is after tomorrow (UTC): a night labelled in the future would be every later night's baseline; give today's date (or --allow-future-date to store it as labelled)",
+			date.UTC().Format(time.DateOnly))
+	}
+	return nil
+}
+
+// storedOrder is when a night counts as stored when the baseline is picked: its
+// recorded storage time, but no later than the end of its date, so that a night
+// backfilled today under an old date stays among the old nights, and a night
+// labelled with a future date counts from when it was stored, not from its label.
+func (n *Night) storedOrder() time.Time {
+	end, err := time.Parse(time.DateOnly, n.Date)
+	if err != nil {
+		return n.StoredAt
+	}
+	end = end.Add(24 * time.Hour)
+	if n.StoredAt.IsZero() || n.StoredAt.After(end) {
+		return end
+	}
+	return n.StoredAt
+}
+
+// LastPassingNight is the night stored last (by storedOrder, not the date label
+// alone) whose gate passed and whose results hold an ok run: the baseline of the
+// next night. A night that did not pass is never a baseline; nor is one stored as
+// passed that holds nothing to compare with (an empty night that older versions
+// passed), nor one that counts as stored more than MaxFutureDate from now (a
+// clock that was wrong then). nil when there is none yet.
 func LastPassingNight(history string) (*Night, error) {
 	nights, err := Nights(history)
 	if err != nil {
 		return nil, err
 	}
+	sort.SliceStable(nights, func(i, j int) bool {
+		return nights[i].storedOrder().Before(nights[j].storedOrder())
+	})
+	limit := time.Now().Add(MaxFutureDate)
 	for i := len(nights) - 1; i >= 0; i-- {
-		if !nights[i].Passed {
+		if !nights[i].Passed || nights[i].storedOrder().After(limit) {
 			continue
 		}
 		runs, err := Load(nights[i].Dir)

@@ -17,12 +17,12 @@ import (
 
 func newGateCmd() *cobra.Command {
 	var (
-		baseline, current, rulesFile, format string
-		junitPath, markdownPath              string
-		history, commit, date                string
-		rules                                []string
-		alpha                                float64
-		failMissing, allowMissing            bool
+		baseline, current, rulesFile, format  string
+		junitPath, markdownPath               string
+		history, commit, date                 string
+		rules                                 []string
+		alpha                                 float64
+		failMissing, allowMissing, futureDate bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gate --baseline A --current B [--rule METRIC:-5%]...",
@@ -47,7 +47,9 @@ finished run, when every check was skipped, and when a rule given decided nothin
 
 --history DIR keeps each night: the current results are stored under
 DIR/<date>-<commit>/ with the verdict, and without --baseline the last night that
-passed is the baseline.
+passed is the baseline: the one stored last (a night backfilled under an old
+--date counts from its date). A --date after tomorrow (UTC) is refused unless
+--allow-future-date.
 
 Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 		Args: cobra.NoArgs,
@@ -104,6 +106,11 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				if date != "" {
 					if night, err = time.Parse(time.DateOnly, date); err != nil {
 						return usageError(fmt.Errorf("--date %q: write it as 2006-01-02", date))
+					}
+					if !futureDate {
+						if err := results.CheckNightDate(night, time.Now()); err != nil {
+							return usageError(fmt.Errorf("--date: %w", err))
+						}
 					}
 				}
 			}
@@ -195,7 +202,8 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 	_ = f.MarkDeprecated("fail-missing", "missing runs fail by default; --allow-missing lets them through")
 	f.StringVar(&history, "history", "", "history directory: store this night under DIR/<date>-<commit>/; without --baseline, compare with the last passing night")
 	f.StringVar(&commit, "commit", "", "commit of this night (default: $GITHUB_SHA, else the commit the runs recorded)")
-	f.StringVar(&date, "date", "", "date of this night, 2006-01-02 (default: today, UTC)")
+	f.StringVar(&date, "date", "", "date of this night, 2006-01-02 (default: today, UTC; at most tomorrow)")
+	f.BoolVar(&futureDate, "allow-future-date", false, "store a --date after tomorrow as given (the baseline is still picked by when nights were stored)")
 	return cmd
 }
 
