@@ -130,6 +130,9 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 					if ns, _ := results.Nights(history); len(ns) > 0 {
 						baseName = "none (no night of " + history + " passed yet)"
 					}
+					if u := results.UnsealedNights(history); u > 0 {
+						baseName = fmt.Sprintf("none (%d nights of %s passed but carry no checksum of their verdict: stored by an older fsdpbench, or edited; none is a baseline)", u, history)
+					}
 				}
 			}
 			if baseline != "" {
