@@ -53,7 +53,10 @@ func WriteOutput(path string, data []byte, stdout io.Writer) error {
 	}
 	lst, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return writeAtomic(path, data, nil)
+		if err := writeAtomic(path, data, nil); err != nil {
+			return fmt.Errorf("%w (check that the directory exists and is writable)", err)
+		}
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, bareErr(err))
@@ -80,7 +83,10 @@ func WriteOutput(path string, data []byte, stdout io.Writer) error {
 		return fmt.Errorf("write %s: is a directory; give a file name (such as %s)", path, filepath.Join(path, "out"))
 	case mode.IsRegular():
 		perm := mode.Perm()
-		return writeAtomic(target, data, &perm)
+		if err := writeAtomic(target, data, &perm); err != nil {
+			return fmt.Errorf("%w (the file is replaced by a new one beside it: check that its directory is writable)", err)
+		}
+		return nil
 	case mode&fs.ModeCharDevice != 0, mode&fs.ModeNamedPipe != 0:
 		return writeThrough(path, data)
 	case mode&fs.ModeDevice != 0:
