@@ -103,6 +103,10 @@ type Options struct {
 	// are written: `sweep --predict` stores the analytic model's prediction
 	// beside the measurement (in Extra).
 	Annotate func(rc sweeps.RunConfig, m *results.Metrics)
+	// Inputs are the files the sweep was read from (the spec, nccl-tests output):
+	// Run refuses to start when the sweep would write over one of them (a spec kept
+	// as <results>/<name>/sweep.yaml or manifest.json), see guardInputs.
+	Inputs []string
 }
 
 // RefusedError is an error that stopped a sweep before any run started: its
@@ -195,6 +199,10 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	if err != nil {
 		return Summary{}, refused(err)
 	}
+	writeSpec, err := guardInputs(dir.Path, opts.Inputs, plan.Resolved)
+	if err != nil {
+		return Summary{}, refused(err)
+	}
 	// One process at a time in a sweep's directory, for the whole sweep: two
 	// would run every run twice, measure them against each other, and the one
 	// interrupted would overwrite what the other finished.
@@ -212,7 +220,7 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 	if err := checkRunDirs(dir, plan.Runs); err != nil {
 		return Summary{}, refused(err)
 	}
-	if len(plan.Resolved) > 0 {
+	if len(plan.Resolved) > 0 && writeSpec {
 		if err := dir.WriteSpec(plan.Resolved); err != nil {
 			return Summary{}, refused(err)
 		}

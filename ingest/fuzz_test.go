@@ -94,6 +94,11 @@ func FuzzIngestConfigsAndTrainer(f *testing.F) {
 		[]byte(`{"train_runtime": 10.0, "train_samples_per_second": 2.0, "train_tokens_per_second": 128.0}`))
 	f.Add([]byte("a = [[[[1]]]]\n"), []byte("fsdp_config: {fsdp_backward_prefetch: BACKWARD_POST}\n"),
 		[]byte(`{"train_batch_size": 1e300, "max_steps": -1}`), []byte(`{"train_runtime": 1e-300, "train_samples_per_second": 1e300}`))
+	// Dotted keys and headers, deep (issue 28: 100,000 levels took 6 GB) and within
+	// the bound, with quoted and spaced segments.
+	f.Add([]byte(strings.Repeat("a.", 100_000)+"a = 1\n"), []byte("{}"), []byte(`{}`), []byte(`{}`))
+	f.Add([]byte("["+strings.Repeat("a.", 30_000)+"a]\nb = 2\n"), []byte("{}"), []byte(`{}`), []byte(`{}`))
+	f.Add([]byte("training . \"local.batch\" . 'x.y' = 2.5\n[a . b.\"c\"]\nd.e = {f.g = 1979-05-27T07:32:00.5Z}\n"), []byte("{}"), []byte(`{}`), []byte(`{}`))
 	f.Add([]byte("x = \"\"\"[[[\"\"\"\n"), []byte("num_processes: 2\n"), []byte(`{"log_history": [null, 1, {"loss": "NaN"}]}`), []byte(`{}`))
 	f.Fuzz(func(t *testing.T, toml, yaml, state, res []byte) {
 		root := t.TempDir()

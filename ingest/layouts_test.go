@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -244,6 +245,13 @@ func TestIngestFolderErrors(t *testing.T) {
 			"job.toml:2:11: not valid TOML"},
 		{"TOML nested too deep", nil, map[string]string{"job.toml": "a = " + nest(40) + "\n"}, nil,
 			"arrays and tables nest deeper than 16 levels"},
+		// Issue 28: a 200 KB dotted key took the decoder 6 GB; bounded before it parses.
+		{"TOML dotted key too deep", nil, map[string]string{"job.toml": strings.Repeat("a.", 2000) + "a = 1\n"}, nil,
+			"job.toml:1:34: dotted keys and table headers nest deeper than 16 levels"},
+		{"TOML table header too deep", nil, map[string]string{"job.toml": "[" + strings.Repeat("a.", 2000) + "a]\nx = 1\n"}, nil,
+			"job.toml:1:33: dotted keys and table headers nest deeper than 16 levels"},
+		{"TOML dotted key in an inline table too deep", nil, map[string]string{"job.toml": "x = {" + strings.Repeat("b . ", 20) + "c = 1}\n"}, nil,
+			"dotted keys and table headers nest deeper than 16 levels"},
 		{"nanoGPT accumulation that the world size does not divide", map[string]any{"gradient_accumulation_steps": 5, "max_iters": 10}, nil, nil,
 			"5 does not divide by world_size 2"},
 	} {
@@ -401,4 +409,35 @@ func TestIngestMapReadsValuesAsTheAxis(t *testing.T) {
 		Map: map[string]string{"my_strategy": "sharding", "my_prec": "mixed_precision", "my_bs": "batch_per_device"}})
 	require.NoError(t, err)
 	assert.Subset(t, reports[0].Mapped, []string{"my_strategy -> sharding=full_shard", "my_prec -> mixed_precision=bf16", "my_bs -> batch_per_device=3"})
+}
+
+// TestTOMLDottedNamesWithinTheBoundIngest: the dotted-key bound leaves real
+// configs alone: a 16-level key and header, floats, dates and dotted strings.
+func TestTOMLDottedNamesWithinTheBoundIngest(t *testing.T) {
+	root := t.TempDir()
+	dir := writeRun(t, root, "run", nil, map[string]any{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 2})
+	writeFile(t, dir, "job.toml", "["+strings.Repeat("s.", 15)+"t]\n"+strings.Repeat("k.", 15)+"v = 1.5\n"+
+		"[training]\nlocal_batch_size = 4\nlr = [1.5e-4, 2.5, 3.25]\nwhen = 2026-11-27T10:00:00.123Z\nname = \"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s\"\n")
+	reports, err := Ingest(context.Background(), []string{dir}, filepath.Join(root, "out"), Options{Name: "x", FSDPSharding: sweeps.FullShard})
+	require.NoError(t, err)
+	require.Len(t, reports, 1)
+	assert.Contains(t, reports[0].Files, "job.toml")
+}
+
+// TestFlattenIsLinear: flattening a deep object allocated the key of every level
+// afresh (quadratic: 10,000 levels took hundreds of MB); now the leaf's key once.
+func TestFlattenIsLinear(t *testing.T) {
+	const depth = 10_000
+	m := map[string]any{"a": 1.0}
+	for range depth {
+		m = map[string]any{"a": m}
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out := flatten("", m, "x.toml")
+	runtime.ReadMemStats(&after)
+	require.Len(t, out, 1)
+	assert.Len(t, out[0].key, 2*(depth+1)-1)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8<<20), "bytes allocated flattening %d levels", depth)
 }

@@ -117,20 +117,28 @@ func readConfigs(dir string) (entries []entry, read, skipped []string, err error
 
 // flatten lists the keys of a nested object, joined by dots, with numbers as
 // float64 (as encoding/json gives them) whatever the format's decoder gave.
+// Linear in the size of what it lists: the path is one slice pushed and popped,
+// joined once per leaf, and every entry appended once (building each level's key
+// and list afresh was quadratic in the depth).
 func flatten(prefix string, m map[string]any, file string) []entry {
 	var out []entry
-	for _, k := range sortedKeys(m) {
-		key := k
-		if prefix != "" {
-			key = prefix + "." + k
-		}
-		switch v := m[k].(type) {
-		case map[string]any:
-			out = append(out, flatten(key, v, file)...)
-		default:
-			out = append(out, entry{key, plain(v), file})
+	var path []string
+	if prefix != "" {
+		path = append(path, prefix)
+	}
+	var walk func(m map[string]any)
+	walk = func(m map[string]any) {
+		for _, k := range sortedKeys(m) {
+			path = append(path, k)
+			if v, ok := m[k].(map[string]any); ok {
+				walk(v)
+			} else {
+				out = append(out, entry{strings.Join(path, "."), plain(m[k]), file})
+			}
+			path = path[:len(path)-1]
 		}
 	}
+	walk(m)
 	return out
 }
 
@@ -159,19 +167,27 @@ func plain(v any) any {
 	return v
 }
 
-// checkTOMLDepth bounds the nesting of arrays and inline tables before the TOML
-// decoder, which recurses per level, sees the file (as input.CheckJSON does for
-// JSON). Brackets inside strings and comments do not count; a table header
-// [a.b] opens and closes on its line, so its depth is 1.
+// checkTOMLDepth bounds the nesting of a TOML file before the decoder, which
+// recurses per level, sees it (as input.CheckJSON does for JSON): arrays and
+// inline tables, and the levels of dotted keys and table headers ([a.b.c] and
+// a.b.c = 1 are three levels each: a 200 KB key a.a.a... took the decoder 6 GB).
+// A dotted name's levels add to the brackets around it. A run of dots between
+// separators (=, comma, a bracket, a brace, a newline) is one dotted name; a
+// float or a date in a value has one dot, a level more, which the limit leaves
+// room for. Dots, brackets and braces inside strings and comments do not count.
 func checkTOMLDepth(path string, data []byte, limit int) error {
-	depth, line, col := 0, 1, 0
+	depth, dots, line, col := 0, 0, 1, 0
 	var quote byte
 	triple, comment := false, false
+	tooDeep := func(what string) error {
+		return &input.Error{Path: path, Line: line, Column: col,
+			Msg: fmt.Sprintf("%s nest deeper than %d levels; is this a job config?", what, limit)}
+	}
 	for i := 0; i < len(data); i++ {
 		c := data[i]
 		col++
 		if c == '\n' {
-			line, col, comment = line+1, 0, false
+			line, col, comment, dots = line+1, 0, false, 0
 			if quote != 0 && !triple {
 				quote = 0 // an unterminated one-line string: the decoder reports it
 			}
@@ -203,14 +219,22 @@ func checkTOMLDepth(path string, data []byte, limit int) error {
 				i += 2
 				col += 2
 			}
+		case c == '.':
+			dots++
+			if depth+dots+1 > limit+1 { // +1: the one dot of a float or a date
+				return tooDeep("dotted keys and table headers")
+			}
 		case c == '[' || c == '{':
 			depth++
+			dots = 0
 			if depth > limit {
-				return &input.Error{Path: path, Line: line, Column: col,
-					Msg: fmt.Sprintf("arrays and tables nest deeper than %d levels; is this a job config?", limit)}
+				return tooDeep("arrays and tables")
 			}
 		case c == ']' || c == '}':
 			depth = max(depth-1, 0)
+			dots = 0
+		case c == '=' || c == ',':
+			dots = 0
 		}
 	}
 	return nil

@@ -1,14 +1,19 @@
 package results
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -35,6 +40,12 @@ type Night struct {
 	Checks   int    `json:"checks"`
 	// Problems are the gate's reasons to fail besides failed checks.
 	Problems []string `json:"problems,omitempty"`
+	// Checksum is the SHA-256 of the fields above and of every file of the night's
+	// results (nightChecksum): a night whose night.json or runs were changed
+	// after the gate stored them (a failed night edited to "passed": true) is
+	// refused as a baseline. Empty in nights older versions stored, which are no
+	// baseline.
+	Checksum string `json:"checksum,omitempty"`
 	// Dir is the night's directory (not stored).
 	Dir string `json:"-"`
 }
@@ -104,18 +115,57 @@ func Nights(history string) ([]Night, error) {
 	return out, nil
 }
 
-// LastPassingNight is the newest night whose gate passed and whose results hold an
-// ok run: the baseline of the next night. A night that did not pass is never a
-// baseline; nor is one stored as passed that holds nothing to compare with (an
-// empty night that older versions passed). nil when there is none yet.
+// MaxFutureDate is how far past today (UTC) a night's --date may lie: a day, for
+// a job whose time zone is ahead of UTC. A later label (a typo, a skewed CI
+// clock) would otherwise sort after every night to come.
+const MaxFutureDate = 24 * time.Hour
+
+// CheckNightDate refuses a night's date beyond now plus MaxFutureDate.
+func CheckNightDate(date, now time.Time) error {
+	if date.After(now.UTC().Add(MaxFutureDate)) {
+		return fmt.Errorf("date %s is after tomorrow (UTC): a night labelled in the future would be every later night's baseline; give today's date (or --allow-future-date to store it as labelled)",
+			date.UTC().Format(time.DateOnly))
+	}
+	return nil
+}
+
+// storedOrder is when a night counts as stored when the baseline is picked: its
+// recorded storage time, but no later than the end of its date, so that a night
+// backfilled today under an old date stays among the old nights, and a night
+// labelled with a future date counts from when it was stored, not from its label.
+func (n *Night) storedOrder() time.Time {
+	end, err := time.Parse(time.DateOnly, n.Date)
+	if err != nil {
+		return n.StoredAt
+	}
+	end = end.Add(24 * time.Hour)
+	if n.StoredAt.IsZero() || n.StoredAt.After(end) {
+		return end
+	}
+	return n.StoredAt
+}
+
+// LastPassingNight is the night stored last (by storedOrder, not the date label
+// alone) whose gate passed and whose results hold an ok run: the baseline of the
+// next night. A night that did not pass is never a baseline; nor is one stored as
+// passed that holds nothing to compare with (an empty night that older versions
+// passed), nor one that counts as stored more than MaxFutureDate from now (a
+// clock that was wrong then). nil when there is none yet.
 func LastPassingNight(history string) (*Night, error) {
 	nights, err := Nights(history)
 	if err != nil {
 		return nil, err
 	}
+	sort.SliceStable(nights, func(i, j int) bool {
+		return nights[i].storedOrder().Before(nights[j].storedOrder())
+	})
+	limit := time.Now().Add(MaxFutureDate)
 	for i := len(nights) - 1; i >= 0; i-- {
-		if !nights[i].Passed {
+		if !nights[i].Passed || nights[i].storedOrder().After(limit) || nights[i].Checksum == "" {
 			continue
+		}
+		if err := verifyNight(nights[i].Dir); err != nil {
+			return nil, err
 		}
 		runs, err := Load(nights[i].Dir)
 		if err != nil {
@@ -142,7 +192,9 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 	if _, err := Load(resultsDir); err != nil {
 		return Night{}, fmt.Errorf("history: %w", err)
 	}
-	if err := os.MkdirAll(history, 0o755); err != nil {
+	// 0777 and the umask, as every other output: a shared history must be
+	// readable by the colleagues the umask allows.
+	if err := os.MkdirAll(history, 0o777); err != nil {
 		return Night{}, fmt.Errorf("history %s: %w", history, err)
 	}
 	n := Night{Name: NightName(date, commit), Date: date.UTC().Format(time.DateOnly), Commit: commit,
@@ -150,7 +202,7 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 	n.Passed, n.Failures, n.Checks = report.Passed, report.Failures, len(report.Checks)
 	n.Problems = report.Problems
 	n.Dir = filepath.Join(history, n.Name)
-	tmp, err := os.MkdirTemp(history, "."+n.Name+".tmp*")
+	tmp, err := mkdirTemp(history, "."+n.Name+".tmp")
 	if err != nil {
 		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareErr(err))
 	}
@@ -160,10 +212,14 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 		// Errors name the temporary copy; the user knows the night's directory.
 		return Night{}, fmt.Errorf("history: copying %s to %s: %w", resultsDir, n.Dir, bareErr(err))
 	}
-	b, err := json.MarshalIndent(n, "", "  ")
+	n.Checksum, err = nightChecksum(n, tmp)
+	var b []byte
+	if err == nil {
+		b, err = json.MarshalIndent(n, "", "  ")
+	}
 	if err == nil {
 		// Plainly written: the directory is renamed into place only once whole.
-		err = os.WriteFile(filepath.Join(tmp, NightFile), append(b, '\n'), 0o644)
+		err = os.WriteFile(filepath.Join(tmp, NightFile), append(b, '\n'), 0o666)
 	}
 	if err != nil {
 		return Night{}, fmt.Errorf("history: storing %s: %w", filepath.Join(n.Dir, NightFile), bareErr(err))
@@ -209,4 +265,97 @@ func LoadHistory(history string) ([]NightRuns, error) {
 		out = append(out, NightRuns{Night: n, Runs: runs})
 	}
 	return out, nil
+}
+
+// nightChecksum is the SHA-256, in hex, of n's stored fields (Checksum empty)
+// and of every file under dir but NightFile: each one's path, size and SHA-256,
+// in lexical order. It detects a night edited after the gate stored it; it is
+// not a signature (whoever edits the files can compute it again).
+func nightChecksum(n Night, dir string) (string, error) {
+	n.Checksum = ""
+	b, err := json.Marshal(n)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(b)
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		switch {
+		case rel == NightFile:
+			return nil
+		case d.IsDir():
+			fmt.Fprintf(h, "\x00dir %s", filepath.ToSlash(rel))
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s: not a regular file (a night holds only the files the gate copied)", path)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fh := sha256.New()
+		size, err := io.Copy(fh, f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "\x00file %s %d %x", filepath.ToSlash(rel), size, fh.Sum(nil))
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// verifyNight checks that the night at dir is as the gate stored it: its
+// night.json and files agree with the checksum night.json holds.
+func verifyNight(dir string) error {
+	var n Night
+	if err := readJSON(filepath.Join(dir, NightFile), &n); err != nil {
+		return fmt.Errorf("history night %s: %w", dir, err)
+	}
+	sum, err := nightChecksum(n, dir)
+	if err != nil {
+		return fmt.Errorf("history night %s: %w", dir, err)
+	}
+	if sum != n.Checksum {
+		return fmt.Errorf("history night %s: its %s or results were changed after the gate stored them (checksum %.12s, the files give %.12s): restore the night, or move it out of the history; a night is a baseline only as the gate stored it",
+			dir, NightFile, n.Checksum, sum)
+	}
+	return nil
+}
+
+// UnsealedNights counts the nights stored as passed that carry no checksum
+// (stored by an older fsdpbench, or edited): LastPassingNight takes none of them.
+func UnsealedNights(history string) int {
+	nights, _ := Nights(history)
+	c := 0
+	for _, n := range nights {
+		if n.Passed && n.Checksum == "" {
+			c++
+		}
+	}
+	return c
+}
+
+// mkdirTemp is os.MkdirTemp with mode 0777, which the kernel masks with the
+// umask (os.MkdirTemp's 0700 ignores it, and a stored night kept it).
+func mkdirTemp(dir, prefix string) (string, error) {
+	for range 1000 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		err := os.Mkdir(name, 0o777)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return name, err
+	}
+	return "", fmt.Errorf("no free temporary name in %s", dir)
 }

@@ -266,12 +266,24 @@ func readJSON(path string, v any) error {
 // a shared (NFS, Slurm) directory must be readable by the colleagues the umask
 // allows. Errors name path, never the temporary file.
 func WriteFileAtomic(path string, data []byte) error {
+	return writeAtomic(path, data, nil)
+}
+
+// writeAtomic is WriteFileAtomic; a non-nil perm sets the file's permission bits
+// (those of the file it replaces), else 0666 less the umask.
+func writeAtomic(path string, data []byte, perm *fs.FileMode) error {
 	f, err := createTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, bareErr(err))
 	}
 	tmp := f.Name()
-	_, werr := f.Write(data)
+	var werr error
+	if perm != nil {
+		werr = f.Chmod(*perm)
+	}
+	if werr == nil {
+		_, werr = f.Write(data)
+	}
 	if werr == nil {
 		werr = f.Sync()
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
@@ -101,8 +102,12 @@ type FitReport struct {
 	Fitted []string `json:"fitted,omitempty"`
 	Kept   []string `json:"kept,omitempty"`
 	// LeaveOneOut has, per run, the error of its prediction by constants fitted
-	// to the other runs: the error to expect on a run the fit has not seen.
+	// to the other runs (or, beyond MaxFolds runs, to the runs outside its fold):
+	// the error to expect on a run the fit has not seen.
 	LeaveOneOut []LOORow `json:"leave_one_out,omitempty"`
+	// Folds is how many refits gave LeaveOneOut: Runs (each run left out alone)
+	// up to MaxFolds runs, MaxFolds beyond, each leaving out every MaxFolds-th run.
+	Folds int `json:"folds,omitempty"`
 }
 
 // LOORow is one run's leave-one-out error: predicted / measured − 1.
@@ -198,6 +203,12 @@ func ParseCalibration(data []byte) (*Calibration, error) {
 		if hw == "" || (two && (backend == "" || strings.Contains(backend, "/"))) {
 			return nil, fmt.Errorf("profiles: key %s: give a hardware profile, or PROFILE/BACKEND", input.Quote(name, 64))
 		}
+		// Constants for no profile would never apply, and a prediction would be
+		// labelled with a calibration that changed nothing.
+		if _, err := hardware.Lookup(hw); err != nil {
+			return nil, fmt.Errorf("profiles: key %s: %s is no hardware profile (profiles are %s)",
+				input.Quote(name, 64), input.Quote(hw, 64), strings.Join(hardware.Names(), ", "))
+		}
 		if err := c.Profiles[name].check(); err != nil {
 			return nil, fmt.Errorf("profiles.%s.%w", input.Clip(name, 64), err)
 		}
@@ -258,12 +269,21 @@ func (k Constants) check() error {
 
 // Write stores the calibration at path (atomically, as every results file).
 func (c *Calibration) Write(path string) error {
-	c.Version = CalibrationVersion
-	b, err := json.MarshalIndent(c, "", "  ")
+	b, err := c.Encode()
 	if err != nil {
 		return err
 	}
-	return results.WriteFileAtomic(path, append(b, '\n'))
+	return results.WriteFileAtomic(path, b)
+}
+
+// Encode is the calibration file's content, as Write stores it.
+func (c *Calibration) Encode() ([]byte, error) {
+	c.Version = CalibrationVersion
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // Path is the file the calibration was read from ("" when built in memory).

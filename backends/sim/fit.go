@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,6 +63,22 @@ const ridge = 1e-6
 // figure is the accounting's noise, not a peak.
 const minMemBytes = 1 << 10
 
+// MaxFolds bounds the refits of the held-out errors: up to MaxFolds runs per
+// profile each run is left out alone (leave-one-out); beyond, the runs are dealt
+// into MaxFolds folds (run i into fold i mod MaxFolds) and each fold is left out
+// at once. Each refit costs time linear in the runs, so leaving each of n runs
+// out alone was quadratic (98 runs took over 15 minutes); with the folds bounded
+// the whole fit is linear.
+const MaxFolds = 20
+
+// FitOptions are Fit's optional settings.
+type FitOptions struct {
+	// Progress, when not nil, is called as each profile's fits start (done 0) and
+	// as its fit to all runs and each of its held-out refits finishes: the
+	// profile, how many of its fits are done and how many there are (1 + folds).
+	Progress func(profile string, done, total int)
+}
+
 // Fit fits the sim's free constants, per hardware profile, to measured runs and
 // reports each run's leave-one-out error. The constants (see Constants) are
 // compute efficiency with its model-size exponent, the bus bandwidth factors,
@@ -70,11 +87,20 @@ const minMemBytes = 1 << 10
 // tell it (a size exponent needs two model sizes, a reserved factor runs that
 // measure both figures) and kept at the model's value otherwise, with why.
 func Fit(ms []Measurement) (*Calibration, error) {
+	return FitContext(context.Background(), ms, FitOptions{})
+}
+
+// FitContext is Fit that stops, returning ctx's error, as soon as ctx is done
+// (the minimiser checks it between evaluations), and reports progress.
+func FitContext(ctx context.Context, ms []Measurement, opts FitOptions) (*Calibration, error) {
 	if len(ms) == 0 {
 		return nil, errors.New("no measured runs to fit")
 	}
 	groups := map[string][]sample{}
 	for i, m := range ms {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		s, err := newSample(m)
 		if err != nil {
 			return nil, fmt.Errorf("run %s (%d of %d): %w", m.Run, i+1, len(ms), err)
@@ -88,31 +114,66 @@ func Fit(ms []Measurement) (*Calibration, error) {
 		}
 		groups[key] = append(groups[key], s)
 	}
+	progress := func(string, int, int) {}
+	if opts.Progress != nil {
+		progress = opts.Progress
+	}
 	cal := &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{}}
 	for _, key := range slices.Sorted(maps.Keys(groups)) {
 		g := groups[key]
 		hw := g[0].hw
-		k, err := fitGroup(g, nil)
+		folds := 0
+		if len(g) > 1 {
+			folds = min(len(g), MaxFolds)
+		}
+		progress(key, 0, 1+folds)
+		k, err := fitGroup(ctx, g, nil)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
+		progress(key, 1, 1+folds)
 		backs := map[string]bool{}
 		for _, s := range g {
 			backs[s.m.Backend] = true
 		}
 		k.Fit.Backends = slices.Sorted(maps.Keys(backs))
+		k.Fit.Folds = folds
+		k.Fit.LeaveOneOut = make([]LOORow, len(g))
 		for i := range g {
 			row := LOORow{Run: g[i].m.Run, Backend: g[i].m.Backend}
 			if sp := g[i].m.TokensPerSSpread; sp > 0 {
 				row.TputSpread = &sp
 			}
-			if len(g) > 1 {
-				rest := append(append([]sample(nil), g[:i]...), g[i+1:]...)
-				if kl, err := fitGroup(rest, &k); err == nil {
-					row.MemErr, row.TputErr = g[i].errors(hw, &kl)
+			k.Fit.LeaveOneOut[i] = row
+		}
+		for f := range folds {
+			// Fold f holds runs f, f+folds, f+2·folds...: dealt, not cut in
+			// blocks, so that no fold takes a whole corner of a sorted grid.
+			var rest, out []int
+			for i := range g {
+				if i%folds == f {
+					out = append(out, i)
+				} else {
+					rest = append(rest, i)
 				}
 			}
-			k.Fit.LeaveOneOut = append(k.Fit.LeaveOneOut, row)
+			rs := make([]sample, 0, len(rest))
+			for _, i := range rest {
+				rs = append(rs, g[i])
+			}
+			kl, err := fitGroup(ctx, rs, &k)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if err == nil {
+				for _, i := range out {
+					k.Fit.LeaveOneOut[i].MemErr, k.Fit.LeaveOneOut[i].TputErr = g[i].errors(hw, &kl)
+				}
+			}
+			progress(key, 2+f, 1+folds)
 		}
 		cal.Profiles[key] = k
 	}
@@ -195,7 +256,7 @@ type param struct {
 
 // fitGroup fits one hardware profile's constants to its samples, starting from
 // start's where given (a leave-one-out fit starts from the fit to all runs).
-func fitGroup(g []sample, start *Constants) (Constants, error) {
+func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, error) {
 	k := Constants{Fit: FitReport{Runs: len(g)}}
 	hw := g[0].hw
 	keep := func(name, why string) { k.Fit.Kept = append(k.Fit.Kept, name+": "+why) }
@@ -296,7 +357,7 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 			}
 			return sum / float64(len(ts))
 		}
-		if err := minimize(&k, ps, loss, start); err != nil {
+		if err := minimize(ctx, &k, ps, loss, start); err != nil {
 			return k, fmt.Errorf("throughput fit: %w", err)
 		}
 		for _, p := range ps {
@@ -363,8 +424,11 @@ func fitGroup(g []sample, start *Constants) (Constants, error) {
 }
 
 // minimize fits ps to minimise loss (plus the ridge) with Nelder-Mead, and
-// leaves the best constants in k.
-func minimize(k *Constants, ps []param, loss func(*Constants) float64, start *Constants) error {
+// leaves the best constants in k. From start (a held-out refit, warm-started at
+// the fit to all runs, which is near its answer) the simplex starts small and is
+// not rebuilt: a full-size simplex threw the warm start away. It stops with
+// ctx's error as soon as ctx is done.
+func minimize(ctx context.Context, k *Constants, ps []param, loss func(*Constants) float64, start *Constants) error {
 	if len(ps) == 0 {
 		return nil
 	}
@@ -398,11 +462,28 @@ func minimize(k *Constants, ps []param, loss func(*Constants) float64, start *Co
 	// Nelder-Mead needs no gradient (the model has min/max kinks); a restart
 	// from its answer rebuilds the simplex, which gets it out of a collapsed one.
 	best := math.Inf(1)
-	for range 3 {
-		res, err := optimize.Minimize(optimize.Problem{Func: f}, x, &optimize.Settings{
+	restarts, simplex := 3, 1.0
+	conv := &optimize.FunctionConverge{Absolute: 1e-15, Relative: 1e-13, Iterations: 200}
+	if start != nil {
+		// A held-out error is read to a tenth of a percent: the loss (mean squared
+		// log error) need not settle to 13 digits for that.
+		restarts, simplex = 1, 0.1
+		conv = &optimize.FunctionConverge{Absolute: 1e-12, Relative: 1e-6, Iterations: 50}
+	}
+	status := func() (optimize.Status, error) {
+		if err := ctx.Err(); err != nil {
+			return optimize.Failure, err
+		}
+		return optimize.NotTerminated, nil
+	}
+	for range restarts {
+		res, err := optimize.Minimize(optimize.Problem{Func: f, Status: status}, x, &optimize.Settings{
 			FuncEvaluations: 20000,
-			Converger:       &optimize.FunctionConverge{Absolute: 1e-15, Relative: 1e-13, Iterations: 200},
-		}, &optimize.NelderMead{SimplexSize: 1})
+			Converger:       conv,
+		}, &optimize.NelderMead{SimplexSize: simplex})
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
 		if err != nil && res == nil {
 			return err
 		}

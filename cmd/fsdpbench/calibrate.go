@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -58,22 +61,37 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 				return usageError(fmt.Errorf("none of the %d runs in %s is a measured ok run with tokens/s or memory: give results of a real backend (gotrain, torchrun, a plugin, ingested runs)",
 					len(runs), strings.Join(args, ", ")))
 			}
-			cal, err := sim.Fit(ms)
+			update, stop := fitProgress(cmd.ErrOrStderr())
+			cal, err := sim.FitContext(cmd.Context(), ms, sim.FitOptions{Progress: update})
+			stop()
 			if err != nil {
+				if cmd.Context().Err() != nil {
+					return &exitError{code: ExitInterrupted, err: errors.New("calibrate: interrupted; nothing was written")}
+				}
 				return failure(fmt.Errorf("calibrate: %w", err))
 			}
 			if out == "" {
 				out = filepath.Join(resultsDir, sim.CalibrationFile)
 			}
+			w := cmd.OutOrStdout()
 			if !dryRun {
-				if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				b, err := cal.Encode()
+				if err != nil {
 					return failure(fmt.Errorf("write calibration: %w", err))
 				}
-				if err := cal.Write(out); err != nil {
-					return failure(fmt.Errorf("write calibration: %w", err))
+				if resultsDir != "" && !cmd.Flags().Changed("out") {
+					// The default lies in the results directory, which may not exist yet.
+					if err := os.MkdirAll(filepath.Dir(out), 0o777); err != nil {
+						return usageError(fmt.Errorf("write calibration: %w", err))
+					}
+				}
+				if err := writeOutput("-o", out, b, w); err != nil {
+					return err
+				}
+				if results.IsStdout(out) {
+					w = cmd.ErrOrStderr() // stdout holds the calibration file
 				}
 			}
-			w := cmd.OutOrStdout()
 			switch format {
 			case results.FormatJSON:
 				enc := json.NewEncoder(w)
@@ -88,13 +106,13 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 			default:
 				return usageError(fmt.Errorf("--format %q: use table or json", format))
 			}
-			if !dryRun {
+			if !dryRun && !results.IsStdout(out) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "calibration: %s\nuse it:      fsdpbench plan SPEC --calibration %s   (or backend_options: {calibration: %s})\n", out, out, out)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&out, "out", "o", "", "calibration file to write (default <results>/"+sim.CalibrationFile+")")
+	cmd.Flags().StringVarP(&out, "out", "o", "", "calibration file to write (default <results>/"+sim.CalibrationFile+"); - writes it to stdout and the report to stderr")
 	cmd.Flags().StringVar(&resultsDir, "results", harness.DefaultResultsDir, "results directory the default --out lies in")
 	cmd.Flags().StringVar(&format, "format", results.FormatTable, "table or json")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "fit and report, write nothing")
@@ -165,7 +183,12 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 		loo = append(loo, []string{"mean |error|", "", meanPct(memAbs), meanPct(tputAbs), ""},
 			[]string{"max |error|", "", maxPct(memAbs), maxPct(tputAbs), ""})
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "leave-one-out: each run predicted by constants fitted to the others (predicted / measured - 1);")
+		if k.Fit.Folds > 0 && k.Fit.Folds < k.Fit.Runs {
+			fmt.Fprintf(w, "leave-one-out in %d folds (more than %d runs: the runs are dealt into %d folds, each left out at once): each run predicted by constants fitted to the runs outside its fold (predicted / measured - 1);\n",
+				k.Fit.Folds, sim.MaxFolds, k.Fit.Folds)
+		} else {
+			fmt.Fprintln(w, "leave-one-out: each run predicted by constants fitted to the others (predicted / measured - 1);")
+		}
 		fmt.Fprintln(w, "repeat spread: max / min - 1 of the run's own repeats' tokens/s (the machine's noise; the fit uses their median)")
 		if err := writeTable(w, []string{"run", "backend", "memory error", "tokens/s error", "repeat spread"}, loo); err != nil {
 			return err
@@ -177,6 +200,57 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 	}
 	return nil
 }
+
+// fitProgress reports a long fit's progress on stderr, so that a fit of many
+// runs is seen to move (98 runs printed nothing for 15 minutes): nothing for a
+// fit done within progressAfter, then a line every progressEvery saying how many
+// of the profile's fits are done. update is sim.FitOptions.Progress; stop ends
+// the reports.
+func fitProgress(stderr io.Writer) (update func(profile string, done, total int), stop func()) {
+	var mu sync.Mutex
+	var profile string
+	var done, total int
+	start := time.Now()
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-time.After(progressAfter):
+		case <-quit:
+			return
+		}
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		for {
+			mu.Lock()
+			fmt.Fprintf(stderr, "calibrate: %s: %d of %d fits done (the fit to all runs, then one per held-out fold), %.0f s\n",
+				profile, done, total, time.Since(start).Seconds())
+			mu.Unlock()
+			select {
+			case <-tick.C:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	update = func(p string, d, t int) {
+		mu.Lock()
+		profile, done, total = p, d, t
+		mu.Unlock()
+	}
+	stop = func() {
+		close(quit)
+		<-finished
+	}
+	return update, stop
+}
+
+// Progress of a long fit: first after progressAfter, then every progressEvery.
+const (
+	progressAfter = 2 * time.Second
+	progressEvery = 5 * time.Second
+)
 
 // quietSpread is the repeat spread under which a run's tokens/s is steady enough
 // to judge the model by: the issue's 15% throughput target.

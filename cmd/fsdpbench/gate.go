@@ -17,12 +17,12 @@ import (
 
 func newGateCmd() *cobra.Command {
 	var (
-		baseline, current, rulesFile, format string
-		junitPath, markdownPath              string
-		history, commit, date                string
-		rules                                []string
-		alpha                                float64
-		failMissing, allowMissing            bool
+		baseline, current, rulesFile, format  string
+		junitPath, markdownPath               string
+		history, commit, date                 string
+		rules                                 []string
+		alpha                                 float64
+		failMissing, allowMissing, futureDate bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gate --baseline A --current B [--rule METRIC:-5%]...",
@@ -47,7 +47,9 @@ finished run, when every check was skipped, and when a rule given decided nothin
 
 --history DIR keeps each night: the current results are stored under
 DIR/<date>-<commit>/ with the verdict, and without --baseline the last night that
-passed is the baseline.
+passed is the baseline: the one stored last (a night backfilled under an old
+--date counts from its date). A --date after tomorrow (UTC) is refused unless
+--allow-future-date.
 
 Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 		Args: cobra.NoArgs,
@@ -66,6 +68,12 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 			}
 			if !slices.Contains(results.GateFormats, format) {
 				return usageError(fmt.Errorf("--format %q: use %s", format, strings.Join(results.GateFormats, ", ")))
+			}
+			for _, out := range []struct{ flag, path, format string }{{"--junit", junitPath, results.FormatJUnit}, {"--markdown", markdownPath, results.FormatMarkdown}} {
+				if out.path != "" && results.IsStdout(out.path) {
+					// Two reports on one stream could be told apart by no reader.
+					return usageError(fmt.Errorf("%s %s: stdout carries the --format %s report; for %s on stdout give --format %s instead", out.flag, out.path, format, out.format, out.format))
+				}
 			}
 			var ruleList []results.Rule
 			if len(rules) > 0 {
@@ -99,6 +107,11 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 					if night, err = time.Parse(time.DateOnly, date); err != nil {
 						return usageError(fmt.Errorf("--date %q: write it as YYYY-MM-DD, e.g. 2026-01-31", date))
 					}
+					if !futureDate {
+						if err := results.CheckNightDate(night, time.Now()); err != nil {
+							return usageError(fmt.Errorf("--date: %w", err))
+						}
+					}
 				}
 			}
 
@@ -116,6 +129,9 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 					baseName, noBaseline = "none (first night of "+history+")", true
 					if ns, _ := results.Nights(history); len(ns) > 0 {
 						baseName = "none (no night of " + history + " passed yet)"
+					}
+					if u := results.UnsealedNights(history); u > 0 {
+						baseName = fmt.Sprintf("none (%d nights of %s passed but carry no checksum of their verdict: stored by an older fsdpbench, or edited; none is a baseline)", u, history)
 					}
 				}
 			}
@@ -145,8 +161,8 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 				if err := report.Write(&buf, out.format); err != nil {
 					return usageError(err)
 				}
-				if err := results.WriteFileAtomic(out.path, buf.Bytes()); err != nil {
-					return usageError(fmt.Errorf("%w (check that the directory exists and is writable)", err))
+				if err := writeOutput("--"+out.format, out.path, buf.Bytes(), cmd.OutOrStdout()); err != nil {
+					return err
 				}
 			}
 			if format == results.FormatJUnit || format == results.FormatJSON {
@@ -181,15 +197,16 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 	f.StringArrayVar(&rules, "rule", nil, "a rule, e.g. tokens_per_s_per_rank:-5%, peak_mem_reserved_bytes:+3%, mfu>=0.35 (repeatable)")
 	f.StringVar(&rulesFile, "rules", "", "YAML rules file (rules: [...]); adds to --rule")
 	f.StringVar(&format, "format", results.FormatTable, "output on stdout: "+strings.Join(results.GateFormats, ", "))
-	f.StringVar(&junitPath, "junit", "", "also write JUnit XML to this file")
-	f.StringVar(&markdownPath, "markdown", "", "also write the Markdown summary to this file")
+	f.StringVar(&junitPath, "junit", "", "also write JUnit XML to this file (a device or FIFO is written through, a regular file replaced atomically)")
+	f.StringVar(&markdownPath, "markdown", "", "also write the Markdown summary to this file (as --junit)")
 	f.Float64Var(&alpha, "alpha", results.DefaultAlpha, "significance level with >= 6 repeats per side")
 	f.BoolVar(&allowMissing, "allow-missing", false, "let baseline runs be missing from the current results (a partial night); by default each fails")
 	f.BoolVar(&failMissing, "fail-missing", false, "fail when a baseline run is missing from the current results (the default now)")
 	_ = f.MarkDeprecated("fail-missing", "missing runs fail by default; --allow-missing lets them through")
 	f.StringVar(&history, "history", "", "history directory: store this night under DIR/<date>-<commit>/; without --baseline, compare with the last passing night")
 	f.StringVar(&commit, "commit", "", "commit of this night (default: $GITHUB_SHA, else the commit the runs recorded)")
-	f.StringVar(&date, "date", "", "date of this night, written YYYY-MM-DD (default: today, UTC)")
+	f.StringVar(&date, "date", "", "date of this night, written YYYY-MM-DD (default: today, UTC; at most tomorrow)")
+	f.BoolVar(&futureDate, "allow-future-date", false, "store a --date after tomorrow as given (the baseline is still picked by when nights were stored)")
 	return cmd
 }
 

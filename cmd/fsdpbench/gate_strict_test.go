@@ -291,7 +291,7 @@ func TestWriteErrorsNameTheDestination(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(isDir, "keep"), 0o755))
 	for _, out := range []string{filepath.Join(dir, "nope", "x.csv"), isDir} {
 		r := cli(t, "export", base, "--format", "csv", "-o", out)
-		assert.Equal(t, ExitFailed, r.code)
+		assert.Equal(t, ExitUsage, r.code, "an unwritable path is a usage error, as in gate")
 		assert.Contains(t, r.stderr, "write "+out+":")
 		assert.NotContains(t, r.stderr, ".tmp")
 		r = cli(t, "gate", "--baseline", base, "--current", same, "--junit", out)

@@ -107,9 +107,13 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	// The assumptions each prediction rests on, printed once per distinct set.
 	var assumed []string
 	feasible := 0
+	var cu calibrationUse
 	for _, rc := range plan.Runs {
 		row := append([]string{rc.ID}, axisValues(rc, axes)...)
 		pred, perr := sim.PredictCalibrated(rc, extra, cal)
+		if perr == nil {
+			cu.add(rc, pred)
+		}
 		if perr != nil {
 			row = append(row, "-", "-", "-", "-")
 			if pt.wide {
@@ -179,7 +183,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	}
 	how := "predicted by sim"
 	if cal != nil {
-		how += ", calibrated by " + cal.Path()
+		how += ", " + cu.say(cal)
 	}
 	printWrapped(w, fmt.Sprintf("%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time %s); nothing was run",
 		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how), pt.width)
@@ -238,6 +242,7 @@ func printPlanSummary(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend
 		example string
 	}
 	reasons := map[string]*reasonTally{}
+	var cu calibrationUse
 	feasible := 0
 	var best sweeps.RunConfig
 	bestRate := -1.0
@@ -246,6 +251,9 @@ func printPlanSummary(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend
 			return &exitError{code: ExitInterrupted, err: errors.New("interrupted")}
 		}
 		pred, perr := sim.PredictCalibrated(rc, extra, cal)
+		if perr == nil {
+			cu.add(rc, pred)
+		}
 		reason := ""
 		switch err, host := be.Validate(cmd.Context(), rc), harness.HostCapacity(plan, rc); {
 		case err != nil:
@@ -286,8 +294,12 @@ func printPlanSummary(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend
 			}
 		}
 	}
-	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; predicted by sim); nothing was run\n",
-		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend)
+	how := "predicted by sim"
+	if cal != nil {
+		how += ", " + cu.say(cal)
+	}
+	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; %s); nothing was run\n",
+		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how)
 	fmt.Fprintf(w, "more than %d runs: a summary; --wide prints one row per run\n\n", planTableMax)
 	var rows [][]string
 	for i, a := range axes {
@@ -320,3 +332,39 @@ func printPlanSummary(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend
 // reasonShape matches the figures in a reason, so that reasons differing only
 // in them are counted together.
 var reasonShape = regexp.MustCompile(`[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?`)
+
+// calibrationUse counts the predictions a calibration changed: a file holding
+// only another profile's constants (what calibrate writes from cpu runs) changes
+// none, and the output must not say "calibrated" then.
+type calibrationUse struct {
+	used, predicted int
+	// missing are the hardware profiles of the predictions it had no constants for.
+	missing []string
+}
+
+func (u *calibrationUse) add(rc sweeps.RunConfig, pred sim.Prediction) {
+	u.predicted++
+	if pred.Calibration != nil {
+		u.used++
+		return
+	}
+	if hw := pred.Hardware.Name; !slices.Contains(u.missing, hw) {
+		u.missing = append(u.missing, hw)
+	}
+}
+
+// say is how the predictions were calibrated by cal: by it, for some of them,
+// or not at all, with the profiles it lacks.
+func (u *calibrationUse) say(cal *sim.Calibration) string {
+	has := strings.Join(slices.Sorted(maps.Keys(cal.Profiles)), ", ")
+	switch {
+	case u.predicted > 0 && u.used == u.predicted:
+		return "calibrated by " + cal.Path()
+	case u.used > 0:
+		return fmt.Sprintf("calibrated by %s for %d of %d predictions (it has no constants for %s; it has %s)",
+			cal.Path(), u.used, u.predicted, strings.Join(u.missing, ", "), has)
+	case len(u.missing) > 0:
+		return fmt.Sprintf("uncalibrated: %s has no constants for %s (it has %s)", cal.Path(), strings.Join(u.missing, ", "), has)
+	}
+	return "uncalibrated: nothing was predicted"
+}

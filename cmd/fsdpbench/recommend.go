@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/goccy/go-yaml"
 	"github.com/spf13/cobra"
@@ -200,8 +202,26 @@ func recommendCalibration(w io.Writer, f *recommendFlags) (*sim.Calibration, err
 		return nil, nil
 	case "":
 		def := filepath.Join(f.resultsDir, sim.CalibrationFile)
-		if _, err := os.Stat(def); err != nil {
+		lst, err := os.Lstat(def)
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
+		}
+		// Anything else there (a link that leads nowhere or loops, a file that
+		// cannot be read) is an error, not a quiet "uncalibrated": the user put
+		// it there to be used.
+		if err == nil {
+			_, err = os.Stat(def)
+		}
+		if err != nil {
+			if lst != nil && lst.Mode()&fs.ModeSymlink != 0 {
+				dest, _ := os.Readlink(def)
+				why := "leads to nothing"
+				if errors.Is(err, syscall.ELOOP) {
+					why = "loops"
+				}
+				err = fmt.Errorf("is a symbolic link that %s (-> %s)", why, dest)
+			}
+			return nil, fmt.Errorf("calibration %s: %w; fix it, or give --calibration none to predict uncalibrated", def, err)
 		}
 		fmt.Fprintf(w, "recommend: using the calibration %s (--calibration none to predict uncalibrated)\n", def)
 		return loadCalibration(def)
@@ -243,7 +263,13 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 	}
 	calib := "uncalibrated"
 	if req.Calibration != nil {
-		calib = "calibrated by " + req.Calibration.Path()
+		var cu calibrationUse
+		for _, c := range cands {
+			if c.Pred != nil {
+				cu.add(c.Config, *c.Pred)
+			}
+		}
+		calib = cu.say(req.Calibration)
 	}
 	fmt.Fprintf(w, "%s on %d × %d %s, global batch %d × %d tokens, budget %s per GPU (%s): %d configurations, %d within budget\n",
 		f.model, f.nodes, f.gpusPerNode, f.hardware, f.globalBatch, f.seqLen, budget, calib, len(cands), len(ranked))

@@ -78,7 +78,7 @@ func newExportCmd() *cobra.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			if output == "" || output == "-" {
+			if output == "" || results.IsStdout(output) {
 				if err := write(cmd.OutOrStdout(), runs); err != nil {
 					return failure(err)
 				}
@@ -88,14 +88,14 @@ func newExportCmd() *cobra.Command {
 			if err := write(&buf, runs); err != nil {
 				return failure(err)
 			}
-			if err := results.WriteFileAtomic(output, buf.Bytes()); err != nil {
-				return failure(fmt.Errorf("%w (check that the directory exists and is writable)", err))
+			if err := writeOutput("-o", output, buf.Bytes(), cmd.OutOrStdout()); err != nil {
+				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d runs to %s\n", len(runs), output)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "csv", "csv, json, or benchfmt (Go benchmark format, for benchstat)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: stdout)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: stdout); - is stdout, a device or FIFO is written through, a regular file replaced atomically")
 	return cmd
 }

@@ -65,6 +65,8 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 				return usageError(err)
 			}
 			opts.Registry = reg
+			// The files read, which the sweep must never write over.
+			opts.Inputs = append([]string{args[0]}, ncclTests...)
 			opts.Out = stderr // progress is not a result: stdout stays a clean table
 			opts.Env = results.Env{Fsdpbench: version(), Commit: commit()}
 			switch m := harness.ProgressMode(progress); m {
