@@ -247,25 +247,6 @@ type NightRuns struct {
 	Runs  []Run
 }
 
-// LoadHistory reads every night of a history directory, oldest first.
-func LoadHistory(history string) ([]NightRuns, error) {
-	nights, err := Nights(history)
-	if err != nil {
-		return nil, err
-	}
-	if len(nights) == 0 {
-		return nil, fmt.Errorf("history %s: no nights stored (`fsdpbench gate --history %s` stores one per run)", history, history)
-	}
-	out := make([]NightRuns, 0, len(nights))
-	for _, n := range nights {
-		runs, err := Load(n.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("history night %s: %w", n.Name, err)
-		}
-		out = append(out, NightRuns{Night: n, Runs: runs})
-	}
-	return out, nil
-}
 
 // nightChecksum is the SHA-256, in hex, of n's stored fields (Checksum empty)
 // and of every file under dir but NightFile: each one's path, size and SHA-256,
