@@ -247,7 +247,6 @@ type NightRuns struct {
 	Runs  []Run
 }
 
-
 // nightChecksum is the SHA-256, in hex, of n's stored fields (Checksum empty)
 // and of every file under dir but NightFile: each one's path, size and SHA-256,
 // in lexical order. It detects a night edited after the gate stored it; it is
