@@ -97,14 +97,43 @@ func ExpandLists(where string, tmpl []string, vars map[string]string, lists map[
 		}
 		s, conditional, err := expandOne(el, vars)
 		if err != nil {
-			return nil, fmt.Errorf("%s[%d] %q: %w", where, i, el, err)
+			return nil, fmt.Errorf("%s[%d] %q: %w", where, i, clipTemplate(el), err)
 		}
 		if s == "" && conditional {
 			continue
 		}
+		if err := checkArg(s); err != nil {
+			return nil, fmt.Errorf("%s[%d] %q: %w", where, i, clipTemplate(el), err)
+		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// MaxArgBytes is the longest single argument Linux passes to a program
+// (MAX_ARG_STRLEN, 32 pages, less the terminating NUL): execve fails on a longer
+// one, and only when the run starts.
+const MaxArgBytes = 32*4096 - 1
+
+// checkArg refuses an expanded argument no program can receive, so that Validate
+// (preflight) says so with the template's position instead of the run failing
+// at start with "argument list too long" or "invalid argument".
+func checkArg(s string) error {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fmt.Errorf("byte %d is a NUL, which no program argument can hold; remove it", i+1)
+	}
+	if len(s) > MaxArgBytes {
+		return fmt.Errorf("expands to %d bytes, more than the %d one argument may hold on Linux; pass it in a file instead", len(s), MaxArgBytes)
+	}
+	return nil
+}
+
+// clipTemplate shortens a template element quoted in an error.
+func clipTemplate(el string) string {
+	if len(el) > 80 {
+		return el[:60] + "…"
+	}
+	return el
 }
 
 func expandOne(el string, vars map[string]string) (string, bool, error) {
