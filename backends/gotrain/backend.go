@@ -31,7 +31,6 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
-	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -223,7 +222,11 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 // Validate refuses what the cpu trainer cannot run: a model that is not a llama-arch
 // shape the model package builds, any precision but fp32, cpu_offload, compile, a
 // world size that is not nodes × gpus_per_node, and a library the options ask for
-// (comm: nccl, blas: openblas) that does not load.
+// (comm: nccl, blas: openblas) that does not load. An OpenBLAS that blas: openblas
+// asks for, or that FSDPBENCH_LIBOPENBLAS names, and that does not load is a
+// *backends.SpecError: a problem of this host's environment, not a verdict on the
+// run, so the sweep refuses to start (exit 2) instead of storing every run as
+// infeasible, which a resume would then skip as done.
 func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	opts, err := ParseOptions(rc.BackendOptions)
 	if err != nil {
@@ -240,11 +243,11 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 			return fmt.Errorf("gotrain: backend_options.comm nccl: %w", err)
 		}
 	}
-	if !gpu && opts.BLAS == BLASOpenBLAS {
+	if !gpu {
 		// Refused here, before the sweep starts, rather than by every rank of
 		// every run (openCPU says the same where a worker finds it missing).
-		if _, err := openblas.Load(); err != nil {
-			return openBLASMissing(err)
+		if err := checkBLAS(opts.BLAS); err != nil {
+			return err
 		}
 	}
 	switch rc.MixedPrecision {
