@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // TestOpenBLASThatDoesNotLoadIsAnEnvironmentError names an OpenBLAS that does not
@@ -49,6 +51,37 @@ func TestOpenBLASThatDoesNotLoadIsAnEnvironmentError(t *testing.T) {
 				assert.Contains(t, res.stderr, missing)
 				_, err := os.Stat(filepath.Join(out, "nocgo", "runs"))
 				assert.True(t, os.IsNotExist(err), "nothing is stored for an environment error: %v", err)
+			}
+		})
+	}
+}
+
+// TestReportAndExportCheckRunArgs: a run_args.json with world_size -3 or sharding
+// "banana" was shown by report and export as it was (exit 0); it is refused as a
+// damaged metrics.json is (exit 2), naming the file and the field.
+func TestReportAndExportCheckRunArgs(t *testing.T) {
+	t.Parallel()
+	rc, _ := gateRun(2, sweeps.FullShard, nil)
+	for _, tc := range []struct{ name, field, value, want string }{
+		{"world size", "world_size", "-3", "world_size -3 is not between 1 and"},
+		{"sharding", "sharding", `"banana"`, `sharding "banana" is not one of full_shard`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := writeGateTree(t, filepath.Join(t.TempDir(), "bad"), okSpecs)
+			path := filepath.Join(bad, results.RunsDir, rc.ID, results.RunArgsFile)
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			var m map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(b, &m))
+			m[tc.field] = json.RawMessage(tc.value)
+			b, err = json.Marshal(m)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, b, 0o644))
+			for _, args := range [][]string{{"report", bad}, {"export", bad, "--format", "json"}, {"export", bad, "--format", "csv"}} {
+				r := cli(t, args...)
+				assert.Equal(t, ExitUsage, r.code, "%v: %s", args, r.stdout)
+				assert.Contains(t, r.stderr, path, "%v", args)
+				assert.Contains(t, r.stderr, tc.want, "%v", args)
 			}
 		})
 	}
