@@ -299,14 +299,16 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig, invalid string
 		o.Status, o.Error = results.StatusFailed, err.Error()
 		return o
 	}
-	defer stdout.Close()
 	stderr, err := os.Create(filepath.Join(runDir, results.StderrFile))
 	if err != nil {
+		stdout.Close()
 		o.Status, o.Error = results.StatusFailed, err.Error()
 		return o
 	}
-	defer stderr.Close()
-	logs := &runLogs{stdout: stdout, stderr: stderr}
+	// Each log is capped (MaxLogBytes: its head and its tail); closing writes
+	// the tail, and drops whatever an abandoned backend writes after.
+	logs := &runLogs{stdout: newCappedLog(stdout, LogHeadBytes, LogTailBytes), stderr: newCappedLog(stderr, LogHeadBytes, LogTailBytes)}
+	defer logs.close()
 	if invalid != "" {
 		logs.line("stderr", "fsdpbench: the stored result was invalid, so the run ran again: "+invalid)
 	}
@@ -634,8 +636,16 @@ func clearDebris(dir string) {
 // runLogs serializes the writes of a run's ranks and events into its log files.
 type runLogs struct {
 	mu     sync.Mutex
-	stdout io.Writer
-	stderr io.Writer
+	stdout io.WriteCloser
+	stderr io.WriteCloser
+}
+
+// close writes out and closes both logs; later writes are dropped.
+func (l *runLogs) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.stdout.Close()
+	_ = l.stderr.Close()
 }
 
 func (l *runLogs) line(stream, line string) {

@@ -8,7 +8,6 @@
 package gotrain
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -434,20 +433,17 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 					wg.Add(2)
 					go func() {
 						defer wg.Done()
-						sc := bufio.NewScanner(errPipe)
-						sc.Buffer(make([]byte, 64<<10), 1<<20)
-						for sc.Scan() {
-							w.addTail(sc.Text())
-							writeLine(stderr, w.rank, sc.Text())
-						}
+						// contract.ScanLines bounds each line and reads on past a long
+						// one, as torchrun's output is read.
+						_ = contract.ScanLines(errPipe, func(line string) {
+							w.addTail(line)
+							writeLine(stderr, w.rank, line)
+						})
 						_, _ = io.Copy(io.Discard, errPipe)
 					}()
 					go func() {
 						defer wg.Done()
-						sc := bufio.NewScanner(outPipe)
-						sc.Buffer(make([]byte, 64<<10), 1<<20)
-						for sc.Scan() {
-							line := sc.Text()
+						_ = contract.ScanLines(outPipe, func(line string) {
 							writeLine(stdout, w.rank, line)
 							we, ok, err := stepEvent(line)
 							if err != nil {
@@ -464,10 +460,10 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 									blamedOrder = append(blamedOrder, *we.Peer)
 								}
 								stepsMu.Unlock()
-								continue
+								return
 							}
 							if !ok {
-								continue
+								return
 							}
 							loss := we.Loss
 							stepsMu.Lock()
@@ -476,7 +472,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 							stepsMu.Unlock()
 							emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: w.rank,
 								Step: n, Loss: &loss, StepTimeS: we.StepTimeS, Tokens: we.Tokens})
-						}
+						})
 						_, _ = io.Copy(io.Discard, outPipe)
 					}()
 					wg.Wait()
