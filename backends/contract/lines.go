@@ -81,3 +81,13 @@ func LineTooLong(what, line string) error {
 	return fmt.Errorf("%s is %d bytes, more than the %d bytes a line may have, so it was cut and cannot be read (print one short line per step): %s",
 		what, n, MaxLineBytes, quoteLine(line))
 }
+
+// CutLine is line bounded as ScanLines bounds the lines it reads: whole when it
+// has at most MaxLineBytes bytes, else its first MaxLineBytes followed by the note
+// LineCut reads. For lines that arrive whole (a plugin's log events).
+func CutLine(line string) string {
+	if len(line) <= MaxLineBytes {
+		return line
+	}
+	return line[:MaxLineBytes] + fmt.Sprintf(cutNote, len(line), MaxLineBytes)
+}
