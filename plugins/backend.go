@@ -30,7 +30,6 @@ const (
 	DefaultCallTimeout  = 30 * time.Second
 )
 
-
 // Options tune how the host runs one plugin binary. The zero value works.
 type Options struct {
 	// Checksum is the SHA-256 the binary must have (from plugins.lock); go-plugin's
