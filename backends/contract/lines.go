@@ -91,3 +91,15 @@ func CutLine(line string) string {
 	}
 	return line[:MaxLineBytes] + fmt.Sprintf(cutNote, len(line), MaxLineBytes)
 }
+
+// CutPrefix is what ScanLines hands on for a line of total bytes whose first
+// bytes are prefix (at least MaxLineBytes of them, or all the line had): the line
+// itself when total is within the bound, else its first MaxLineBytes bytes and
+// the cut note. For readers that see a line in pieces (a file followed as it
+// grows) and keep only its start.
+func CutPrefix(prefix string, total int64) string {
+	if total <= MaxLineBytes {
+		return prefix
+	}
+	return prefix[:min(len(prefix), MaxLineBytes)] + fmt.Sprintf(cutNote, total, MaxLineBytes)
+}
