@@ -418,7 +418,7 @@ func ptrOr[T any](p *T, def T) T {
 const maxConfigText = 1024
 
 // CheckRunArgs checks a run's stored config (run_args.json), as CheckMetrics checks
-// its figures: every count within the bounds a spec may give (sweeps' Max*), world
+// its figures: every count within the bounds a plan may hold (sweeps' Max*), world
 // size equal to nodes × gpus_per_node, every enumerated axis one of its values and
 // names bounded. Load applies it to every run it reads, and a resumed sweep to every
 // run it would skip, so a damaged or hand-edited file is neither reported as it is
@@ -435,8 +435,11 @@ func CheckRunArgs(rc *sweeps.RunConfig) error {
 		absent0 bool // 0 is what a config stored before the field was added holds
 	}{
 		{"world_size", int64(rc.WorldSize), 1, sweeps.MaxWorldSize, false},
-		{"nodes", int64(rc.Nodes), 1, sweeps.MaxNodes, false},
-		{"gpus_per_node", int64(rc.GPUsPerNode), 1, sweeps.MaxGPUsPerNode, false},
+		// Derived from world_size, nodes and gpus_per_node may pass the bounds a
+		// spec gives them (sweeps.MaxNodes, MaxGPUsPerNode) up to world_size's:
+		// such a run is stored, infeasible (it does not fit the host).
+		{"nodes", int64(rc.Nodes), 1, sweeps.MaxWorldSize, false},
+		{"gpus_per_node", int64(rc.GPUsPerNode), 1, sweeps.MaxWorldSize, false},
 		{"batch_per_device", int64(rc.BatchPerDevice), 1, sweeps.MaxBatchPerDevice, false},
 		{"grad_accum", int64(rc.GradAccum), 1, sweeps.MaxGradAccum, false},
 		{"global_batch", int64(rc.GlobalBatch), 1, sweeps.MaxGlobalBatch, false},

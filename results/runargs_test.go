@@ -20,7 +20,7 @@ func TestLoadChecksRunArgs(t *testing.T) {
 		want  string
 	}{
 		{"world_size", -3, "world_size -3 is not between 1 and 131072"},
-		{"nodes", 0, "nodes 0 is not between 1 and 16384"},
+		{"nodes", 0, "nodes 0 is not between 1 and 131072"},
 		{"gpus_per_node", 3, "world_size 1 is not nodes 1 × gpus_per_node 3"},
 		{"sharding", "banana", `sharding "banana" is not one of full_shard, shard_grad_op, hybrid_shard, no_shard, ddp`},
 		{"mixed_precision", "fp8", `mixed_precision "fp8" is not one of`},
