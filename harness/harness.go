@@ -238,6 +238,9 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 		slurm:    slurm,
 	}
 	tasks := makeTasks(plan.Runs)
+	if !opts.Rerun {
+		noteInvalid(opts.Out, dir, plan.Runs)
+	}
 	s.progress = newProgress(opts, plan.Name, len(plan.Runs))
 	if err := s.manifest.flush(); err != nil {
 		s.progress.close()
@@ -483,4 +486,26 @@ func backendName(plan *sweeps.Plan, rc sweeps.RunConfig) string {
 		return rc.Backend
 	}
 	return plan.Backend
+}
+
+// invalidListed is how many runs noteInvalid names before "and N more".
+const invalidListed = 5
+
+// noteInvalid says, before the progress display starts, which finished runs are
+// run again because their stored result is damaged (done), and why: a resume
+// otherwise seems to redo finished work without reason. Each run's stderr.log
+// says it too.
+func noteInvalid(out io.Writer, dir *results.SweepDir, runs []sweeps.RunConfig) {
+	n := 0
+	for _, rc := range runs {
+		if _, _, why := done(dir, rc); why != "" {
+			if n < invalidListed {
+				fmt.Fprintf(out, "fsdpbench: run %s: its stored result is invalid, so it runs again: %s\n", rc.ID, why)
+			}
+			n++
+		}
+	}
+	if n > invalidListed {
+		fmt.Fprintf(out, "fsdpbench: and %d more runs whose stored results are invalid run again (each run's %s says why)\n", n-invalidListed, results.StderrFile)
+	}
 }

@@ -32,15 +32,17 @@ func Preview(plan *sweeps.Plan, opts Options) []Planned {
 		p := Planned{Config: rc, Action: "run", Why: "new"}
 		m, err := dir.ReadMetrics(rc.ID)
 		lerr := realDir(dir.RunDir(rc.ID))
-		_, state := done(dir, rc)
+		_, state, invalid := done(dir, rc)
 		switch {
 		case lerr != nil:
 			p.Action, p.Why = "refuse", lerr.Error()
 		case state == doneIngested:
 			p.Action, p.Why = "refuse", "its directory holds a run that ingest wrote"
-		case err != nil:
-		case opts.Rerun:
+		case opts.Rerun && err == nil:
 			p.Action, p.Why = "rerun", "--rerun"
+		case invalid != "":
+			p.Action, p.Why = "rerun", "its stored result is invalid: "+invalid
+		case err != nil:
 		case !m.Status.Final():
 			p.Action, p.Why = "rerun", "was "+string(m.Status)
 		default:

@@ -48,7 +48,7 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 		s.progress.finished(o)
 		return o
 	}
-	m, state := done(s.dir, rc)
+	m, state, invalid := done(s.dir, rc)
 	if state == doneIngested {
 		// A past run that `fsdpbench ingest` wrote: not this sweep's
 		// measurement, so neither skipped as done nor overwritten.
@@ -73,7 +73,10 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 	}
 	s.progress.started(rc)
 	started := s.opts.Now()
-	o := s.execute(ctx, rc)
+	if s.opts.Rerun {
+		invalid = "" // rerun anyway: nothing to explain
+	}
+	o := s.execute(ctx, rc, invalid)
 	o.Wall = s.opts.Now().Sub(started)
 	if launcherName(s.plan, rc) == launch.SlurmName && o.Metrics.Started.After(started) {
 		// A job's time in the queue is not its run time: Slurm runs count from
@@ -124,25 +127,53 @@ func migrateRunDir(dir *results.SweepDir, rc sweeps.RunConfig) {
 // same configuration; anything unreadable means "not done" and the run is redone.
 // The configuration is compared by fingerprint, which leaves the ID out, so a
 // run stored under a directory that its files disagree with is still found.
-func done(dir *results.SweepDir, rc sweeps.RunConfig) (results.Metrics, doneState) {
+//
+// A final result whose files are damaged (metrics.json that does not decode, or
+// that fails CheckMetrics or CheckRunArgs, as every later Load would) is not done
+// either: skipping it would leave a sweep that report and export refuse until
+// --rerun redoes every run. invalid then says why, for the run's log and the
+// console; it is "" otherwise.
+func done(dir *results.SweepDir, rc sweeps.RunConfig) (m results.Metrics, state doneState, invalid string) {
 	m, err := dir.ReadMetrics(rc.ID)
-	if err != nil {
-		return results.Metrics{}, notDone
+	if errors.Is(err, fs.ErrNotExist) {
+		return results.Metrics{}, notDone, ""
+	} else if err != nil {
+		return results.Metrics{}, notDone, err.Error()
 	}
 	if _, ok := m.Extra[ingestedKey]; ok {
-		return m, doneIngested
+		return m, doneIngested, ""
 	}
 	if !m.Status.Final() {
-		return results.Metrics{}, notDone
+		return results.Metrics{}, notDone, ""
 	}
 	stored, err := dir.ReadRunArgs(rc.ID)
 	if err != nil || stored.Fingerprint() != rc.Fingerprint() {
-		return results.Metrics{}, notDone
+		return results.Metrics{}, notDone, ""
+	}
+	// Checked against rc, the configuration this run has now (stored's ID may
+	// be another's, which doneForeignID relabels).
+	if err := results.CheckRunArgs(&stored); err != nil {
+		return results.Metrics{}, notDone, invalidField(results.RunArgsFile, err)
+	}
+	checked := m
+	checked.RunID = rc.ID
+	if err := results.CheckMetrics(&rc, &checked); err != nil {
+		return results.Metrics{}, notDone, invalidField(results.MetricsFile, err)
 	}
 	if stored.ID != rc.ID || stored.Sweep != rc.Sweep || (m.RunID != "" && m.RunID != rc.ID) {
-		return m, doneForeignID
+		return m, doneForeignID, ""
 	}
-	return m, doneOK
+	return m, doneOK, ""
+}
+
+// invalidField says which field of file err found invalid and why, without the
+// advice to rerun that the error carries for a reader: the sweep reruns it.
+func invalidField(file string, err error) string {
+	var ie *results.InvalidRunError
+	if errors.As(err, &ie) {
+		return fmt.Sprintf("%s: %s %s", file, ie.Field, ie.Msg)
+	}
+	return fmt.Sprintf("%s: %v", file, err)
 }
 
 // repairID rewrites the run_args.json and metrics.json of a finished run whose
@@ -238,7 +269,10 @@ func checkRunDirs(dir *results.SweepDir, runs []sweeps.RunConfig) error {
 
 // execute runs rc's lifecycle: run_args.json first, the logs, Validate, the repeats,
 // then steps.csv, ranks/ and metrics.json last (its presence marks completion).
-func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig) Outcome {
+//
+// invalid, when not "", is why the stored result could not stand (done): it is
+// the first line of the new stderr.log, so the log says why the run ran again.
+func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig, invalid string) Outcome {
 	runDir := s.dir.RunDir(rc.ID)
 	o := Outcome{Config: rc}
 	keepJob := false
@@ -270,14 +304,19 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig) Outcome {
 		o.Status, o.Error = results.StatusFailed, err.Error()
 		return o
 	}
-	defer stdout.Close()
 	stderr, err := os.Create(filepath.Join(runDir, results.StderrFile))
 	if err != nil {
+		stdout.Close()
 		o.Status, o.Error = results.StatusFailed, err.Error()
 		return o
 	}
-	defer stderr.Close()
-	logs := &runLogs{stdout: stdout, stderr: stderr}
+	// Each log is capped (MaxLogBytes: its head and its tail); closing writes
+	// the tail, and drops whatever an abandoned backend writes after.
+	logs := &runLogs{stdout: newCappedLog(stdout, LogHeadBytes, LogTailBytes), stderr: newCappedLog(stderr, LogHeadBytes, LogTailBytes)}
+	defer logs.close()
+	if invalid != "" {
+		logs.line("stderr", "fsdpbench: the stored result was invalid, so the run ran again: "+invalid)
+	}
 
 	status, msg, repeats := s.attempt(ctx, rc, runDir, logs)
 	if msg != "" && status != results.StatusOK {
@@ -604,8 +643,16 @@ func clearDebris(dir string) {
 // runLogs serializes the writes of a run's ranks and events into its log files.
 type runLogs struct {
 	mu     sync.Mutex
-	stdout io.Writer
-	stderr io.Writer
+	stdout io.WriteCloser
+	stderr io.WriteCloser
+}
+
+// close writes out and closes both logs; later writes are dropped.
+func (l *runLogs) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.stdout.Close()
+	_ = l.stderr.Close()
 }
 
 func (l *runLogs) line(stream, line string) {

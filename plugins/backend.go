@@ -2,7 +2,6 @@ package plugins
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,10 +29,6 @@ const (
 	DefaultKillGrace    = 3 * time.Second
 	DefaultCallTimeout  = 30 * time.Second
 )
-
-// maxMessage bounds one message from a plugin: a Result with every step of a long
-// run is far above gRPC's default 4 MiB.
-const maxMessage = 256 << 20
 
 // Options tune how the host runs one plugin binary. The zero value works.
 type Options struct {
@@ -262,6 +257,25 @@ type session struct {
 	cancelProc context.CancelFunc
 	// release frees the thread the plugin was forked from (contract.Tie).
 	release func()
+	// plugin is the plugin's pid; cmd.Process is its reaper.
+	plugin int
+}
+
+// reaperGrace bounds the reaper's wait between SIGTERM and SIGKILL to what a
+// plugin left, below go-plugin's 2 s wait for a plugin to exit (past it, go-plugin
+// SIGKILLs the reaper, and anything still below it would escape to init).
+const reaperGrace = time.Second
+
+// others lists the live processes below the reaper but the plugin itself: what
+// the plugin started.
+func (s *session) others() []int {
+	var out []int
+	for _, p := range contract.Descendants(s.cmd.Process.Pid) {
+		if p != s.plugin {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // start starts the plugin and completes the handshake, or says why it could not.
@@ -269,32 +283,45 @@ func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr
 	if b.refusal != "" {
 		return nil, backends.SpecErr(errors.New(b.refusal))
 	}
+	if b.opts.Checksum != nil {
+		// Checked here, not by go-plugin's SecureConfig: the process go-plugin
+		// starts is the reaper (this executable), which would be what it hashes.
+		sum, err := FileSHA256(b.path)
+		if err != nil {
+			return nil, b.startError(err, "")
+		}
+		if sum != hex.EncodeToString(b.opts.Checksum) {
+			return nil, b.startError(plugin.ErrChecksumsDoNotMatch, "")
+		}
+	}
 	procCtx, cancelProc := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(procCtx, b.path)
-	// SIGTERM when fsdpbench dies, even by SIGKILL: a plugin built with plugins/sdk
-	// then kills what it started and exits; any other dies of it.
+	// The plugin runs under a run reaper, as torchrun's command does
+	// (contract.RunGroup): a child subreaper that outlives the plugin until
+	// everything below it is gone, so a daemon the plugin's run leaves (setsid,
+	// double fork) cannot escape to init when the plugin exits, as one did in 2 of
+	// 8 sweeps under the SDK's own subreaper. Its grace is short: what the plugin
+	// started was killed already when the plugin is asked to exit (stop).
+	contract.ReaperCmd(cmd, min(b.opts.KillGrace, reaperGrace))
+	// SIGTERM when fsdpbench dies, even by SIGKILL: the reaper then ends the
+	// plugin and everything below it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Cancel = func() error {
 		contract.KillTree(cmd.Process.Pid)
 		return nil
-	}
-	var secure *plugin.SecureConfig
-	if b.opts.Checksum != nil {
-		secure = &plugin.SecureConfig{Checksum: b.opts.Checksum, Hash: sha256.New()}
 	}
 	s := &session{b: b, logger: logger, cmd: cmd, stderr: &tail{max: 1 << 10}, cancelProc: cancelProc}
 	s.client = plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  protocol.Handshake,
 		VersionedPlugins: protocol.Plugins(nil),
 		Cmd:              cmd,
-		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           logger,
 		Stderr:           s.stderr,
 		SyncStdout:       stdout,
 		SyncStderr:       stderr,
 		StartTimeout:     b.opts.StartTimeout,
-		GRPCDialOptions:  []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage))},
+		GRPCDialOptions:  []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(protocol.MaxRunMessageBytes))},
 	})
 	ch := make(chan started, 1)
 	go func() {
@@ -330,6 +357,11 @@ func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr
 			return nil, b.startError(st.err, s.stderr.String())
 		}
 		s.proto, s.release = st.proto, st.release
+		// The plugin is the reaper's first child; nothing else runs below the
+		// reaper before the first call.
+		if d := contract.Descendants(cmd.Process.Pid); len(d) > 0 {
+			s.plugin = d[0]
+		}
 		return s, nil
 	}
 }
@@ -393,8 +425,14 @@ func (s *session) answered(err error) bool {
 // failed explains a call that broke off: the plugin died (exit status and last
 // stderr lines) or sent something unreadable.
 func (s *session) failed(ctx context.Context, call string, err error) error {
-	// Whatever the plugin left running goes now; its exit status is known after.
-	contract.KillTree(s.cmd.Process.Pid)
+	// Whatever the plugin left running goes now, the plugin too; its exit status
+	// is known after. The reaper is left to exit as the plugin did (with its code,
+	// or of its signal), which go-plugin's Kill waits for.
+	left := s.others()
+	if s.plugin > 0 { // never 0: kill(0) would signal fsdpbench's own group
+		left = append(left, s.plugin)
+	}
+	contract.SignalAll(left, syscall.SIGKILL)
 	s.client.Kill()
 	where := fmt.Sprintf("plugin %s (%s)", s.b.name, s.b.path)
 	e := s.stderr.String()
@@ -417,23 +455,28 @@ func killedBySIGKILL(st *os.ProcessState) bool {
 // the processes it started (its backend sees the cancelled stream); then the
 // plugin, its group and every descendant are killed whatever they are doing.
 func (s *session) stop(cancelled bool) {
-	pid := s.cmd.Process.Pid
+	pid := s.cmd.Process.Pid // the reaper
 	if cancelled {
 		deadline := time.Now().Add(s.b.opts.KillGrace)
-		left := contract.Descendants(pid)
+		left := s.others()
 		for len(left) > 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
-			left = contract.Descendants(pid)
+			left = s.others()
 		}
 		if s.b.opts.Leftovers != nil {
 			s.b.opts.Leftovers(len(left))
 		}
-		contract.KillTree(pid)
+		// The plugin too: it did not stop its processes, or hangs. The reaper
+		// stays, and ends whatever forks meanwhile.
+		if s.plugin > 0 { // never 0: kill(0) would signal fsdpbench's own group
+			left = append(left, s.plugin)
+		}
+		contract.SignalAll(left, syscall.SIGKILL)
 	}
-	// The call is over, so whatever the plugin started goes now, before the plugin
-	// exits: a process that left its session (a daemon) is found as the plugin's
-	// descendant only while the plugin, its subreaper, lives.
-	contract.SignalAll(contract.Descendants(pid), syscall.SIGKILL)
+	// The call is over, so whatever the plugin started goes now; the reaper ends
+	// anything started meanwhile once the plugin exits, and exits itself only when
+	// nothing is left below it, which is what go-plugin's Kill waits for.
+	contract.SignalAll(s.others(), syscall.SIGKILL)
 	// go-plugin's Kill asks the plugin to exit and waits up to 2 s for it; a plugin
 	// that does not answer is killed below meanwhile, which ends that wait.
 	defer s.release()

@@ -73,7 +73,7 @@ func buildPlugins(dir string) error {
 			return fmt.Errorf("building %s: %w", pkg, err)
 		}
 	}
-	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2", "liar", "daemon", "slow"} {
+	for _, mode := range []string{"simx", "crash", "hang", "garbage", "v2", "liar", "daemon", "slow", "huge", "swarm"} {
 		if err := os.Link(filepath.Join(dir, "fixture"), filepath.Join(dir, plugins.Prefix+mode)); err != nil {
 			return err
 		}
@@ -514,4 +514,54 @@ func BenchmarkRunOverhead(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestDaemonSwarmsDieWithTheirRuns: a plugin built with the SDK whose every run
+// starts 50 daemons (setsid, orphaned at once). Under the SDK's own subreaper one
+// was left alive (parent 1) in 2 of 8 sweeps, and all 50 outlived their run by
+// 1.5-3 s; under the run reaper torchrun uses (contract.RunGroup's) none may be
+// alive when Run returns, run after run.
+func TestDaemonSwarmsDieWithTheirRuns(t *testing.T) {
+	t.Parallel()
+	b := plugins.New("swarm", bin("swarm"), plugins.Options{})
+	for i := range 6 {
+		env := backends.RunEnv{RunDir: t.TempDir()}
+		res, err := b.Run(context.Background(), simRC(2, ""), env, nil)
+		require.NoError(t, err)
+		require.Equal(t, results.StatusOK, res.Status, res.Error)
+		data, err := os.ReadFile(filepath.Join(env.RunDir, "swarm.pids"))
+		require.NoError(t, err)
+		var alive []int
+		pids := strings.Fields(string(data))
+		require.Len(t, pids, 50, "run %d: the fixture started its daemons", i)
+		for _, f := range pids {
+			pid, err := strconv.Atoi(f)
+			require.NoError(t, err)
+			if !dead(pid) {
+				alive = append(alive, pid)
+			}
+		}
+		for _, pid := range alive {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		assert.Empty(t, alive, "run %d: daemons alive when Run returned", i)
+	}
+}
+
+// TestOversizedRepliesAreRefused: a plugin whose Describe returns a 64 MB summary
+// made `fsdpbench backends` die out of memory (5.1 GB); it is listed unavailable,
+// the reason naming the plugin and the bound. A 100 KB refusal is cut to
+// MaxTextBytes, saying how long it was.
+func TestOversizedRepliesAreRefused(t *testing.T) {
+	t.Parallel()
+	b := plugins.New("huge", bin("huge"), plugins.Options{})
+	d, err := b.Describe(context.Background())
+	require.NoError(t, err)
+	assert.False(t, d.Available)
+	assert.Regexp(t, `^plugin huge \(.*fsdpbench-backend-huge\): describe failed, so the plugin was killed: its describe reply is larger than the 1048576 bytes a reply may have`, d.Reason)
+	assert.Less(t, len(d.Reason), 2000)
+	err = b.Validate(context.Background(), simRC(3, ""))
+	require.Error(t, err)
+	assert.Less(t, len(err.Error()), 4200)
+	assert.Regexp(t, `^(no )+n?o?… \(cut: 102399 bytes in all\)$`, err.Error())
 }

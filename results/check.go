@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
@@ -410,4 +411,80 @@ func ptrOr[T any](p *T, def T) T {
 		return def
 	}
 	return *p
+}
+
+// maxConfigText bounds each name in run_args.json (model, hardware, backend, ...):
+// far past any real one, short enough that a report column stays a column.
+const maxConfigText = 1024
+
+// CheckRunArgs checks a run's stored config (run_args.json), as CheckMetrics checks
+// its figures: every count within the bounds a plan may hold (sweeps' Max*), world
+// size equal to nodes × gpus_per_node, every enumerated axis one of its values and
+// names bounded. Load applies it to every run it reads, and a resumed sweep to every
+// run it would skip, so a damaged or hand-edited file is neither reported as it is
+// (world_size -3, sharding "banana") nor kept as a finished run. The error is an
+// *InvalidRunError naming the run and the field.
+func CheckRunArgs(rc *sweeps.RunConfig) error {
+	bad := func(field, format string, args ...any) error {
+		return &InvalidRunError{Run: rc.ID, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	for _, c := range []struct {
+		field   string
+		v       int64
+		lo, hi  int64
+		absent0 bool // 0 is what a config stored before the field was added holds
+	}{
+		{"world_size", int64(rc.WorldSize), 1, sweeps.MaxWorldSize, false},
+		// Derived from world_size, nodes and gpus_per_node may pass the bounds a
+		// spec gives them (sweeps.MaxNodes, MaxGPUsPerNode) up to world_size's:
+		// such a run is stored, infeasible (it does not fit the host).
+		{"nodes", int64(rc.Nodes), 1, sweeps.MaxWorldSize, false},
+		{"gpus_per_node", int64(rc.GPUsPerNode), 1, sweeps.MaxWorldSize, false},
+		{"batch_per_device", int64(rc.BatchPerDevice), 1, sweeps.MaxBatchPerDevice, false},
+		{"grad_accum", int64(rc.GradAccum), 1, sweeps.MaxGradAccum, false},
+		{"global_batch", int64(rc.GlobalBatch), 1, sweeps.MaxGlobalBatch, false},
+		{"seq_len", int64(rc.SeqLen), 1, sweeps.MaxSeqLen, false},
+		{"steps", int64(rc.Steps), 1, sweeps.MaxSteps, false},
+		{"warmup_steps", int64(rc.WarmupSteps), 0, sweeps.MaxSteps, false},
+		{"repeats", int64(rc.Repeats), 1, sweeps.MaxRepeats, true},
+		{"seed", rc.Seed, 0, sweeps.MaxSeed, false},
+		{"checkpoint_every", int64(rc.CheckpointEvery), 1, sweeps.MaxSteps, true},
+		{"timeout", int64(time.Duration(rc.Timeout) / time.Second), 0, int64(sweeps.MaxTimeout / time.Second), false},
+	} {
+		if c.absent0 && c.v == 0 {
+			continue
+		}
+		if c.v < c.lo || c.v > c.hi {
+			return bad(c.field, "%d is not between %d and %d", c.v, c.lo, c.hi)
+		}
+	}
+	if int64(rc.Nodes)*int64(rc.GPUsPerNode) != int64(rc.WorldSize) {
+		return bad("world_size", "%d is not nodes %d × gpus_per_node %d", rc.WorldSize, rc.Nodes, rc.GPUsPerNode)
+	}
+	for _, c := range []struct {
+		field, v string
+		values   []string
+		absent   bool // "" is allowed: a config stored before the field was added
+	}{
+		{"sharding", rc.Sharding, sweeps.ShardingValues, false},
+		{"mixed_precision", rc.MixedPrecision, sweeps.MixedPrecisionValues, false},
+		{"backward_prefetch", rc.BackwardPrefetch, sweeps.BackwardPrefetchValues, true},
+		{"checkpoint", rc.Checkpoint, sweeps.CheckpointValues, true},
+		{"launcher", rc.Launcher, sweeps.LauncherValues, true},
+	} {
+		if (c.absent && c.v == "") || slices.Contains(c.values, c.v) {
+			continue
+		}
+		return bad(c.field, "%q is not one of %s", clip(c.v), strings.Join(c.values, ", "))
+	}
+	for _, c := range []struct{ field, v string }{
+		{"id", rc.ID}, {"slug", rc.Slug}, {"sweep", rc.Sweep}, {"backend", rc.Backend},
+		{"hardware", rc.Hardware}, {"model", rc.Model}, {"wrap_policy", rc.WrapPolicy},
+		{"search", rc.Search}, {"search_group", rc.SearchGroup},
+	} {
+		if len(c.v) > maxConfigText {
+			return bad(c.field, "is %d bytes long, more than %d", len(c.v), maxConfigText)
+		}
+	}
+	return nil
 }

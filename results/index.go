@@ -273,11 +273,18 @@ func sameJSON(indented, compact []byte) bool {
 }
 
 // checkRun checks a run read from directory rd (named name): its stored ID is the
-// directory's name, and its metrics pass CheckMetrics.
+// directory's name, its config passes CheckRunArgs and its metrics CheckMetrics.
 func checkRun(name, rd string, r *Run) error {
 	if r.Config.ID != name {
 		return &InvalidRunError{Run: name, Path: filepath.Join(rd, RunArgsFile), Field: "id",
 			Msg: fmt.Sprintf("%q is not the name of its directory %q", clip(r.Config.ID), name)}
+	}
+	if err := CheckRunArgs(&r.Config); err != nil {
+		var ie *InvalidRunError
+		if errors.As(err, &ie) {
+			ie.Path = filepath.Join(rd, RunArgsFile)
+		}
+		return err
 	}
 	if err := CheckMetrics(&r.Config, &r.Metrics); err != nil {
 		var ie *InvalidRunError

@@ -1,7 +1,6 @@
 package contract
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"os"
@@ -117,18 +116,17 @@ func RunGroup(ctx context.Context, cmd *exec.Cmd, grace time.Duration, lines Lin
 	return true, err
 }
 
-// scan copies r to sink (when set) line by line and hands each line to f.
+// scan copies r to sink (when set) line by line and hands each line to f, each
+// bounded by MaxLineBytes (ScanLines): a longer line no longer ends the reading,
+// leaving every later step line unread.
 func scan(r io.Reader, sink io.Writer, f func(string)) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
+	_ = ScanLines(r, func(line string) {
 		if sink != nil {
 			_, _ = io.WriteString(sink, line+"\n")
 		}
 		if f != nil {
 			f(line)
 		}
-	}
+	})
 	_, _ = io.Copy(io.Discard, r)
 }

@@ -278,6 +278,9 @@ func ParseStepLine(line string) (st StepLine, ok bool, err error) {
 	if i < 0 || !strings.HasPrefix(strings.TrimLeft(line[i+len(StepPrefix):], " \t"), "{") {
 		return st, false, nil
 	}
+	if err := LineTooLong("step line", line); err != nil {
+		return st, false, err
+	}
 	// The prefix is blanked rather than cut, so columns count in the whole line.
 	data := []byte(line)
 	for j := range i + len(StepPrefix) {

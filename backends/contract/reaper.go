@@ -42,6 +42,13 @@ func init() {
 	os.Exit(reap(grace, os.Args[1], os.Args[2:]))
 }
 
+// ReaperCmd rewrites cmd so that a run reaper of this executable starts cmd's
+// program (see the top of this file), with grace between its SIGTERM and SIGKILL
+// to what the program leaves. For callers that start the process themselves
+// (plugins: go-plugin starts it) rather than through RunGroup: cmd.Process is then
+// the reaper, which exits as the program did once nothing is left below it.
+func ReaperCmd(cmd *exec.Cmd, grace time.Duration) { reaperCmd(cmd, grace) }
+
 // reaperCmd rewrites cmd so that a reaper starts its program.
 func reaperCmd(cmd *exec.Cmd, grace time.Duration) {
 	env := cmd.Env

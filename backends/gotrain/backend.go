@@ -8,7 +8,6 @@
 package gotrain
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +30,6 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
-	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/hardware"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
@@ -223,7 +221,11 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 // Validate refuses what the cpu trainer cannot run: a model that is not a llama-arch
 // shape the model package builds, any precision but fp32, cpu_offload, compile, a
 // world size that is not nodes × gpus_per_node, and a library the options ask for
-// (comm: nccl, blas: openblas) that does not load.
+// (comm: nccl, blas: openblas) that does not load. An OpenBLAS that blas: openblas
+// asks for, or that FSDPBENCH_LIBOPENBLAS names, and that does not load is a
+// *backends.SpecError: a problem of this host's environment, not a verdict on the
+// run, so the sweep refuses to start (exit 2) instead of storing every run as
+// infeasible, which a resume would then skip as done.
 func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 	opts, err := ParseOptions(rc.BackendOptions)
 	if err != nil {
@@ -240,11 +242,11 @@ func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
 			return fmt.Errorf("gotrain: backend_options.comm nccl: %w", err)
 		}
 	}
-	if !gpu && opts.BLAS == BLASOpenBLAS {
+	if !gpu {
 		// Refused here, before the sweep starts, rather than by every rank of
 		// every run (openCPU says the same where a worker finds it missing).
-		if _, err := openblas.Load(); err != nil {
-			return openBLASMissing(err)
+		if err := checkBLAS(opts.BLAS); err != nil {
+			return err
 		}
 	}
 	switch rc.MixedPrecision {
@@ -431,20 +433,17 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 					wg.Add(2)
 					go func() {
 						defer wg.Done()
-						sc := bufio.NewScanner(errPipe)
-						sc.Buffer(make([]byte, 64<<10), 1<<20)
-						for sc.Scan() {
-							w.addTail(sc.Text())
-							writeLine(stderr, w.rank, sc.Text())
-						}
+						// contract.ScanLines bounds each line and reads on past a long
+						// one, as torchrun's output is read.
+						_ = contract.ScanLines(errPipe, func(line string) {
+							w.addTail(line)
+							writeLine(stderr, w.rank, line)
+						})
 						_, _ = io.Copy(io.Discard, errPipe)
 					}()
 					go func() {
 						defer wg.Done()
-						sc := bufio.NewScanner(outPipe)
-						sc.Buffer(make([]byte, 64<<10), 1<<20)
-						for sc.Scan() {
-							line := sc.Text()
+						_ = contract.ScanLines(outPipe, func(line string) {
 							writeLine(stdout, w.rank, line)
 							we, ok, err := stepEvent(line)
 							if err != nil {
@@ -461,10 +460,10 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 									blamedOrder = append(blamedOrder, *we.Peer)
 								}
 								stepsMu.Unlock()
-								continue
+								return
 							}
 							if !ok {
-								continue
+								return
 							}
 							loss := we.Loss
 							stepsMu.Lock()
@@ -473,7 +472,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 							stepsMu.Unlock()
 							emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: w.rank,
 								Step: n, Loss: &loss, StepTimeS: we.StepTimeS, Tokens: we.Tokens})
-						}
+						})
 						_, _ = io.Copy(io.Discard, outPipe)
 					}()
 					wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device/cpu/openblas"
@@ -156,10 +157,10 @@ func openCPU(limit int64, blas string, threads int) (device.Device, error) {
 	case BLASGonum:
 		o.BLAS = cpu.BLASGonum
 	case BLASOpenBLAS, BLASAuto, "":
-		lib, err := openblas.Load()
-		if err != nil && blas == BLASOpenBLAS {
-			return nil, openBLASMissing(err)
+		if err := checkBLAS(blas); err != nil {
+			return nil, err
 		}
+		lib, err := openblas.Load()
 		if err == nil {
 			if err := lib.SetThreads(min(threads, openblas.MaxThreads)); err != nil {
 				return nil, err
@@ -169,9 +170,28 @@ func openCPU(limit int64, blas string, threads int) (device.Device, error) {
 	return cpu.New(o), nil
 }
 
-// openBLASMissing is why a run that asks for OpenBLAS (blas: openblas) cannot run.
-func openBLASMissing(err error) error {
-	return fmt.Errorf("gotrain: backend_options.blas is openblas and it does not load: %w (install libopenblas0-pthread, or set blas: auto to fall back to gonum)", err)
+// checkBLAS says why the cpu device cannot run on the BLAS blas asks for: OpenBLAS
+// does not load and blas is openblas, or the user named a library in
+// FSDPBENCH_LIBOPENBLAS that does not load (with blas: auto, falling back to gonum
+// would measure another library than the one named, without a word). Both are
+// spec errors: the environment, not the run, is at fault, and every run would
+// fail alike.
+func checkBLAS(blas string) error {
+	if blas == BLASGonum {
+		return nil
+	}
+	_, err := openblas.Load()
+	if err == nil {
+		return nil
+	}
+	if blas == BLASOpenBLAS {
+		return backends.SpecErrorf("gotrain: backend_options.blas is openblas and it does not load: %w (install libopenblas0-pthread, or set blas: auto to fall back to gonum)", err)
+	}
+	if named := strings.TrimSpace(os.Getenv(openblas.EnvVar)); named != "" {
+		return backends.SpecErrorf("gotrain: %s=%s names an OpenBLAS that does not load: %w (point it at libopenblas.so.0, or unset it to use the loader's libopenblas.so.0 or gonum; backend_options.blas: gonum ignores it)",
+			openblas.EnvVar, named, err)
+	}
+	return nil
 }
 
 // blasName is what results.Env.BLAS says: OpenBLAS's own configuration line,

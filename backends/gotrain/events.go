@@ -23,6 +23,9 @@ func stepEvent(line string) (we workerEvent, ok bool, err error) {
 	if !isEvent {
 		return we, false, nil
 	}
+	if err := contract.LineTooLong("worker event", line); err != nil {
+		return we, false, err
+	}
 	if err := json.Unmarshal([]byte(ev), &we); err != nil {
 		return we, false, fmt.Errorf("%s: %v: %q", contract.JSONPos("event", []byte(ev), err), err, line)
 	}

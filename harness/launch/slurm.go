@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
@@ -601,34 +602,57 @@ type tail struct {
 	stream string
 	sink   io.Writer
 	off    int64
-	part   []byte // a line not finished yet
+	part   []byte // a line not finished yet: its first contract.MaxLineBytes at most
+	cut    int64  // bytes of that line past part, dropped
 }
+
+// tailChunk is how much of a job's output file read takes at once, so that memory
+// stays bounded however fast the job writes.
+const tailChunk = 1 << 20
 
 // srunLabel is srun --label's prefix: the task's index.
 var srunLabel = regexp.MustCompile(`^\s*([0-9]+): `)
 
 // read hands every complete new line to f (and copies it to the sink); final
 // also hands over an unfinished last line.
+// Lines are bounded as every reader of run output bounds them (contract.ScanLines):
+// a longer one is handed cut, saying how long it was.
 func (t *tail) read(final bool, f func(stream string, task int, line string)) {
 	if fh, err := os.Open(t.path); err == nil {
 		if _, err := fh.Seek(t.off, io.SeekStart); err == nil {
-			data, _ := io.ReadAll(fh)
-			t.off += int64(len(data))
-			t.part = append(t.part, data...)
+			buf := make([]byte, tailChunk)
+			for {
+				n, err := io.ReadFull(fh, buf)
+				t.off += int64(n)
+				t.part = append(t.part, buf[:n]...)
+				t.lines(f)
+				if err != nil {
+					break
+				}
+			}
 		}
 		fh.Close()
 	}
+	if final && (len(t.part) > 0 || t.cut > 0) {
+		t.line(contract.CutPrefix(string(t.part), int64(len(t.part))+t.cut), f)
+		t.part, t.cut = nil, 0
+	}
+}
+
+// lines hands on every complete line in part, and keeps of the unfinished one
+// only its first contract.MaxLineBytes.
+func (t *tail) lines(f func(stream string, task int, line string)) {
 	for {
 		i := bytes.IndexByte(t.part, '\n')
 		if i < 0 {
 			break
 		}
-		t.line(string(t.part[:i]), f)
-		t.part = t.part[i+1:]
+		t.line(contract.CutPrefix(string(t.part[:i]), int64(i)+t.cut), f)
+		t.part, t.cut = t.part[i+1:], 0
 	}
-	if final && len(t.part) > 0 {
-		t.line(string(t.part), f)
-		t.part = nil
+	if over := len(t.part) - contract.MaxLineBytes; over > 0 {
+		t.cut += int64(over)
+		t.part = t.part[:contract.MaxLineBytes:contract.MaxLineBytes]
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -318,4 +319,35 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestTailBoundsLongLines: a job that writes a 5 MB line (in pieces, as Slurm
+// appends) used to be held whole until its newline and handed on whole; it is
+// handed cut at contract.MaxLineBytes, saying how long it was, and the lines
+// around it arrive as they were.
+func TestTailBoundsLongLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "slurm-2.out")
+	var sink strings.Builder
+	tl := &tail{path: path, stream: "stdout", sink: &sink}
+	var got []string
+	f := func(_ string, _ int, line string) { got = append(got, line) }
+	fh, err := os.Create(path)
+	require.NoError(t, err)
+	_, _ = fh.WriteString("before\n0: FSDPBENCH ")
+	for range 5 {
+		_, _ = fh.WriteString(strings.Repeat("x", 1<<20))
+		tl.read(false, f)
+		assert.LessOrEqual(t, len(tl.part), contract.MaxLineBytes, "the unfinished line is held bounded")
+	}
+	_, _ = fh.WriteString("\nafter\n")
+	require.NoError(t, fh.Close())
+	tl.read(true, f)
+	require.Len(t, got, 3)
+	assert.Equal(t, "before", got[0])
+	assert.Equal(t, "after", got[2])
+	n, cut := contract.LineCut(got[1])
+	assert.True(t, cut)
+	assert.Equal(t, int64(3+len("FSDPBENCH ")+5<<20), n)
+	assert.Less(t, len(got[1]), contract.MaxLineBytes+100)
+	assert.Less(t, sink.Len(), contract.MaxLineBytes+200)
 }

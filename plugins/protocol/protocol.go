@@ -11,14 +11,18 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	pb "github.com/fsdpbench/fsdpbench/plugins/proto"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -28,6 +32,26 @@ import (
 // backend.proto or to the meaning of its JSON payloads would break plugins built
 // against the previous one; go-plugin then refuses the mismatch at the handshake.
 const Version = 1
+
+// Bounds of what the host takes from a plugin: a reply past them is refused (or a
+// text cut, saying so) before anything else reads it, so a broken or hostile
+// plugin costs one call, not the host's memory (a 64 MB description once took
+// `fsdpbench backends` to 5.1 GB and an out-of-memory death).
+const (
+	// MaxReplyBytes bounds a Describe or Validate reply, as gRPC receives it.
+	MaxReplyBytes = 1 << 20
+	// MaxRunMessageBytes bounds each message of a Run's stream; the last carries
+	// the whole result, steps included (a million steps is some 100 MB).
+	MaxRunMessageBytes = 256 << 20
+	// MaxTextBytes bounds a description's summary and reason, and a refusal.
+	MaxTextBytes = 4 << 10
+	// maxNameBytes bounds a name: the backend's, an axis's, an axis value, an
+	// event's kind, stream or status.
+	maxNameBytes = 256
+	// maxAxes and maxAxisValues bound a description's axes.
+	maxAxes       = 64
+	maxAxisValues = 4096
+)
 
 // PluginName is the one plugin kind a plugin binary serves.
 const PluginName = "backend"
@@ -235,17 +259,80 @@ type Client struct {
 	c pb.BackendClient
 }
 
-// Describe asks the plugin to describe its backend.
+// Describe asks the plugin to describe its backend. A reply past MaxReplyBytes,
+// or a field past its bound (DecodeDescription), is an error.
 func (c *Client) Describe(ctx context.Context) (backends.Description, error) {
-	resp, err := c.c.Describe(ctx, &pb.DescribeRequest{})
+	resp, err := c.c.Describe(ctx, &pb.DescribeRequest{}, grpc.MaxCallRecvMsgSize(MaxReplyBytes))
 	if err != nil {
-		return backends.Description{}, err
+		return backends.Description{}, tooLarge("describe", err)
 	}
+	return DecodeDescription(resp.GetDescriptionJson())
+}
+
+// DecodeDescription reads a plugin's description (the description_json of its
+// Describe reply) and checks every field against its bound.
+func DecodeDescription(data []byte) (backends.Description, error) {
 	var d backends.Description
-	if err := json.Unmarshal(resp.GetDescriptionJson(), &d); err != nil {
-		return d, fmt.Errorf("the plugin sent an unreadable description: %w", err)
+	if err := json.Unmarshal(data, &d); err != nil {
+		return backends.Description{}, fmt.Errorf("the plugin sent an unreadable description: %w", err)
+	}
+	bad := func(format string, a ...any) (backends.Description, error) {
+		return backends.Description{}, fmt.Errorf("the plugin sent a description past the bounds: "+format, a...)
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"name", d.Name, maxNameBytes}, {"summary", d.Summary, MaxTextBytes}, {"reason", d.Reason, MaxTextBytes}, {"source", d.Source, MaxTextBytes}} {
+		if len(f.v) > f.max {
+			return bad("its %s is %d bytes, more than %d", f.name, len(f.v), f.max)
+		}
+	}
+	if len(d.Axes) > maxAxes {
+		return bad("%d axes, more than %d", len(d.Axes), maxAxes)
+	}
+	for k, vs := range d.Axes {
+		if len(k) > maxNameBytes {
+			return bad("an axis name of %d bytes, more than %d", len(k), maxNameBytes)
+		}
+		if len(vs) > maxAxisValues {
+			return bad("axis %.64q has %d values, more than %d", k, len(vs), maxAxisValues)
+		}
+		for _, v := range vs {
+			if len(v) > maxNameBytes {
+				return bad("axis %.64q has a value of %d bytes, more than %d", k, len(v), maxNameBytes)
+			}
+		}
 	}
 	return d, nil
+}
+
+// CheckEvent bounds an event from a plugin: a log line longer than
+// contract.MaxLineBytes is cut as the lines of a process's output are
+// (contract.CutLine); a kind, stream or status past maxNameBytes is an error.
+func CheckEvent(ev backends.Event) (backends.Event, error) {
+	for _, f := range []struct{ name, v string }{{"kind", string(ev.Kind)}, {"stream", ev.Stream}, {"status", string(ev.Status)}} {
+		if len(f.v) > maxNameBytes {
+			return ev, fmt.Errorf("the plugin sent an event whose %s is %d bytes, more than %d", f.name, len(f.v), maxNameBytes)
+		}
+	}
+	ev.Line = contract.CutLine(ev.Line)
+	return ev, nil
+}
+
+// tooLarge says plainly that a reply was past its bound (gRPC's ResourceExhausted).
+func tooLarge(call string, err error) error {
+	if status.Code(err) == codes.ResourceExhausted {
+		return fmt.Errorf("its %s reply is larger than the %d bytes a reply may have: %w", call, MaxReplyBytes, err)
+	}
+	return err
+}
+
+// clipText cuts a text from a plugin to MaxTextBytes, saying how long it was.
+func clipText(s string) string {
+	if len(s) <= MaxTextBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:MaxTextBytes], "") + fmt.Sprintf("… (cut: %d bytes in all)", len(s))
 }
 
 // Validate returns the backend's refusal of rc (nil when accepted; a
@@ -256,17 +343,18 @@ func (c *Client) Validate(ctx context.Context, rc sweeps.RunConfig) (refusal, er
 	if err != nil {
 		return nil, fmt.Errorf("encoding the run config: %w", err)
 	}
-	resp, err := c.c.Validate(ctx, &pb.ValidateRequest{RunConfigJson: data})
+	resp, err := c.c.Validate(ctx, &pb.ValidateRequest{RunConfigJson: data}, grpc.MaxCallRecvMsgSize(MaxReplyBytes))
 	if err != nil {
-		return nil, err
+		return nil, tooLarge("validate", err)
 	}
+	why := clipText(resp.GetRefusal()) // it becomes the run's error
 	switch {
-	case resp.GetRefusal() == "":
+	case why == "":
 		return nil, nil
 	case resp.GetSpecError():
-		return backends.SpecErr(errors.New(resp.GetRefusal())), nil
+		return backends.SpecErr(errors.New(why)), nil
 	}
-	return errors.New(resp.GetRefusal()), nil
+	return errors.New(why), nil
 }
 
 // Run executes one repeat on the plugin: events go to emit, output to env's
@@ -297,8 +385,12 @@ func (c *Client) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunE
 		}
 		switch body := msg.GetBody().(type) {
 		case *pb.RunMessage_Event:
+			ev, err := CheckEvent(EventFromPB(body.Event))
+			if err != nil {
+				return results.Result{}, err
+			}
 			if emit != nil {
-				emit(EventFromPB(body.Event))
+				emit(ev)
 			}
 		case *pb.RunMessage_Output:
 			w := env.Stdout

@@ -44,7 +44,9 @@ func Logger() hclog.Logger {
 //
 // The process keeps what it starts within reach: it is a child subreaper, so a
 // process the backend starts that daemonizes (double fork, setsid) stays its
-// descendant, where fsdpbench finds and kills it when the call ends; and on
+// descendant, where fsdpbench finds and kills it when the call ends (fsdpbench
+// also runs the plugin under a run reaper of its own, which takes such processes
+// over when the plugin exits and ends them before the call returns); and on
 // SIGTERM, which fsdpbench arranges for its plugins to get if it dies, it kills
 // every descendant and exits.
 func Serve(b backends.Backend) {

@@ -15,6 +15,10 @@ import (
 	"sync"
 )
 
+// EnvVar is the variable naming the library to load instead of searching
+// (dynload.OpenBLAS.EnvVar, which a build without cgo does not have).
+const EnvVar = "FSDPBENCH_LIBOPENBLAS"
+
 // MaxThreads bounds SetThreads: past any host this trainer runs on, and below
 // the MAX_THREADS Debian builds OpenBLAS with (64 and up).
 const MaxThreads = 64
