@@ -101,6 +101,9 @@ type FitReport struct {
 	// (kept at the model's value), each with why.
 	Fitted []string `json:"fitted,omitempty"`
 	Kept   []string `json:"kept,omitempty"`
+	// Warnings say when the fit rests on too little: fewer throughput runs than
+	// the constants fitted to them.
+	Warnings []string `json:"warnings,omitempty"`
 	// LeaveOneOut has, per run, the error of its prediction by constants fitted
 	// to the other runs (or, beyond MaxFolds runs, to the runs outside its fold):
 	// the error to expect on a run the fit has not seen.

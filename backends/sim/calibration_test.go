@@ -208,14 +208,23 @@ func TestMeasurementsLeaveOutWhatCannotCalibrate(t *testing.T) {
 		run("unknown hw", func(r *results.Run) { r.Config.Hardware = "auto" }),
 		run("no figures", func(r *results.Run) { r.Metrics.TokensPerS, r.Metrics.PeakMemAllocatedBytes = nil, nil }),
 		run("repeated", func(r *results.Run) { r.Metrics.Samples = map[string][]float64{"tokens_per_s": {900, 1000, 1350}} }),
-	})
-	require.Len(t, ms, 3)
+		run("whole run", func(r *results.Run) { r.Metrics.WholeRunWallTime = true }),
+	}, false)
+	require.Len(t, ms, 4)
+	// A whole-run (†) throughput is no steady state: its memory is fitted, its
+	// tokens/s only when asked.
+	assert.Equal(t, "whole run", ms[3].Run)
+	assert.Zero(t, ms[3].TokensPerS)
+	assert.Positive(t, ms[3].AllocatedBytes)
 	assert.Equal(t, "good", ms[0].Run)
 	assert.Zero(t, ms[0].TokensPerSSpread, "one repeat has no spread")
 	assert.InDelta(t, 0.5, ms[2].TokensPerSSpread, 1e-12, "max / min − 1 of the repeats")
 	assert.Equal(t, "h100-sxm", ms[1].Config.Hardware)
-	assert.Len(t, skipped, 4)
+	assert.Len(t, skipped, 5)
 	assert.Contains(t, skipped[0], "predicted, not measured")
+	assert.Contains(t, skipped[4], "whole run: tokens/s over the whole run's wall time (†")
+	ms, _ = Measurements([]results.Run{run("whole run", func(r *results.Run) { r.Metrics.WholeRunWallTime = true })}, true)
+	assert.Positive(t, ms[0].TokensPerS, "--whole-run keeps it")
 }
 
 func joinNotes(ns []string) string {

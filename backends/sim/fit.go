@@ -345,6 +345,12 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 		} else {
 			keep(ConstLatency, "no run communicates")
 		}
+		if len(ts) < len(ps) {
+			// As many unknowns as equations or more: any such fit matches its
+			// runs exactly and says little about the next one.
+			k.Fit.Warnings = append(k.Fit.Warnings, fmt.Sprintf("%s: %d throughput constants fitted to %d run(s), so the fit matches them whatever the model's error; "+
+				"measure more runs (other batch sizes, world sizes, strategies) before trusting its predictions", hw, len(ps), len(ts)))
+		}
 		loss := func(k *Constants) float64 {
 			var sum float64
 			for i := range ts {
@@ -585,7 +591,12 @@ func fitMemory(k *Constants, ms []sample, rss bool) error {
 // ok, with a throughput or a memory figure, on a known hardware profile (a run
 // configured as auto names the profile it ran on in env.hardware). skipped says
 // why each other run was left out.
-func Measurements(runs []results.Run) (ms []Measurement, skipped []string) {
+//
+// A whole-run throughput (results' †: the script's whole wall time, start-up and
+// warm-up included, as ingested seed metrics.json and Trainer output_dirs give
+// it) is no steady state, and fitting the step model to it biases every
+// constant: its tokens/s is left out unless wholeRun, and its memory kept.
+func Measurements(runs []results.Run, wholeRun bool) (ms []Measurement, skipped []string) {
 	for i := range runs {
 		r := &runs[i]
 		m := &r.Metrics
@@ -608,7 +619,12 @@ func Measurements(runs []results.Run) (ms []Measurement, skipped []string) {
 		}
 		meas := Measurement{Run: id, Backend: rc.Backend, Config: rc}
 		if m.TokensPerS != nil && *m.TokensPerS > 0 {
-			meas.TokensPerS = *m.TokensPerS
+			if m.WholeRunWallTime && !wholeRun {
+				skipped = append(skipped, id+": tokens/s over the whole run's wall time (†: start-up and warm-up included), not steady state: "+
+					"left out of the throughput fit (--whole-run keeps it)")
+			} else {
+				meas.TokensPerS = *m.TokensPerS
+			}
 		}
 		get := func(p *int64) int64 {
 			if p == nil || *p < 0 {

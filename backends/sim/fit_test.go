@@ -133,3 +133,19 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// A fit with fewer throughput runs than the constants it sets says so: it
+// matches its runs whatever the model's error (calibrate fitted four constants
+// to one whole-run figure without a word).
+func TestFitWarnsWhenUnderdetermined(t *testing.T) {
+	ms := syntheticRuns(t, "h100-sxm", Constants{Efficiency: 0.4})
+	cal, err := Fit(ms[:1])
+	require.NoError(t, err)
+	w := cal.Profiles["h100-sxm"].Fit.Warnings
+	require.Len(t, w, 1)
+	assert.Contains(t, w[0], "throughput constants fitted to 1 run(s)")
+
+	cal, err = Fit(ms)
+	require.NoError(t, err)
+	assert.Empty(t, cal.Profiles["h100-sxm"].Fit.Warnings)
+}

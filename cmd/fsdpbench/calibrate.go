@@ -25,6 +25,7 @@ func newCalibrateCmd() *cobra.Command {
 	var (
 		out, resultsDir, format string
 		dryRun                  bool
+		wholeRun                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "calibrate DIR...",
@@ -53,7 +54,7 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 				}
 				runs = append(runs, rs...)
 			}
-			ms, skipped := sim.Measurements(runs)
+			ms, skipped := sim.Measurements(runs, wholeRun)
 			for _, s := range skipped {
 				fmt.Fprintln(cmd.ErrOrStderr(), "calibrate: left out", s)
 			}
@@ -116,6 +117,7 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 	cmd.Flags().StringVar(&resultsDir, "results", harness.DefaultResultsDir, "results directory the default --out lies in")
 	cmd.Flags().StringVar(&format, "format", results.FormatTable, "table or json")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "fit and report, write nothing")
+	cmd.Flags().BoolVar(&wholeRun, "whole-run", false, "fit throughput to whole-run figures (†: ingested runs' wall time with start-up) too; by default only their memory is used")
 	return cmd
 }
 
@@ -161,6 +163,9 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 		}
 		for _, kept := range k.Fit.Kept {
 			fmt.Fprintln(w, "kept:", kept)
+		}
+		for _, warn := range k.Fit.Warnings {
+			fmt.Fprintln(w, "warning:", warn)
 		}
 		var loo [][]string
 		var memAbs, tputAbs, quietAbs []float64
