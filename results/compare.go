@@ -308,7 +308,7 @@ type Comparison struct {
 	// PredErr.
 	PredictedSide string `json:"predicted_side,omitempty"`
 	// MeanAbsPredErr holds, per metric, the mean |PredErr| over the runs that
-	// have one (with PredictedSide).
+	// have one (with PredictedSide), whole-run (†) figures left out.
 	MeanAbsPredErr []*float64 `json:"mean_abs_pred_err,omitempty"`
 	cols           []Column
 	width          int // see Fit
@@ -453,6 +453,11 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 					continue
 				}
 				d.PredErr = F64(e)
+				// A whole-run (†) figure is no steady state: its error is the
+				// start-up's as much as the model's, and stays out of the mean.
+				if row := &cmp.Rows[i]; wholeRunColumn(&cols[j]) && (row.BaselineWholeRun || row.CurrentWholeRun) {
+					continue
+				}
 				sum += math.Abs(e)
 				n++
 			}

@@ -120,8 +120,18 @@ func TestComparePredictedAgainstMeasured(t *testing.T) {
 			assert.Contains(t, out, "the "+c.side+" side is the analytic model's prediction")
 		})
 	}
+	// A whole-run (†) measurement keeps its pred err on its row but stays out of
+	// the mean: its error is the start-up's as much as the model's.
+	whole := append([]Run(nil), measured...)
+	whole[1].Metrics.WholeRunWallTime = true
+	whole[1].Metrics.TokensPerSPerRank = F64(*whole[1].Metrics.TokensPerSPerRank * 2)
+	cmp, err := Compare(whole, predicted, CompareOptions{Metrics: []string{"tokens_per_s_per_rank"}})
+	require.NoError(t, err)
+	require.NotNil(t, cmp.Rows[1].Deltas[0].PredErr)
+	assert.InDelta(t, 0.2, *cmp.MeanAbsPredErr[0], 1e-9, "the † row is left out")
+
 	// Two measured sides: an ordinary comparison.
-	cmp, err := Compare(measured, measured, CompareOptions{})
+	cmp, err = Compare(measured, measured, CompareOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, cmp.PredictedSide)
 	assert.Nil(t, cmp.Rows[0].Deltas[0].PredErr)
