@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,4 +36,21 @@ func TestProgressLineMemoryUnit(t *testing.T) {
 	assert.Contains(t, out.String(), " peak_reserved=300 MiB")
 	assert.Contains(t, out.String(), " peak_rss=512 MiB")
 	assert.NotContains(t, out.String(), "0.00 GiB")
+}
+
+// A run measured with warnings (a script that ran more iterations than
+// configured) says so on its progress line, not only in metrics.json.
+func TestProgressLineShowsWarnings(t *testing.T) {
+	be := &fake{name: "fake", run: func(_ context.Context, rc sweeps.RunConfig, _ backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+		res := okResult(rc, emit)
+		if rc.BatchPerDevice == 1 {
+			res.Extra = map[string]any{"warnings": []string{"the script ran 31 iterations for 30 steps\nmore", "second"}}
+		}
+		return res, nil
+	}}
+	opts, out := options(t, be)
+	_, err := Run(context.Background(), plan("warn", 2), opts)
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "; warning: the script ran 31 iterations for 30 steps ... (and 1 more in metrics.json's extra.warnings)")
+	assert.Equal(t, 1, strings.Count(out.String(), "warning:"))
 }

@@ -74,6 +74,15 @@ func describe(o Outcome) string {
 		case m.PeakRSSBytes != nil:
 			fmt.Fprintf(&b, " peak_rss=%s", results.FormatBytes(float64(*m.PeakRSSBytes)))
 		}
+		// A run measured with a caveat (a script that ran more iterations than
+		// configured, tokens per step that disagree) says so here, not only in
+		// metrics.json.
+		if ws := warnings(o.Metrics.Extra); len(ws) > 0 {
+			fmt.Fprintf(&b, "; warning: %s", termsafe.Line(firstLine(ws[0])))
+			if len(ws) > 1 {
+				fmt.Fprintf(&b, " (and %d more in metrics.json's extra.warnings)", len(ws)-1)
+			}
+		}
 	case results.StatusCanceled:
 	default:
 		if o.Error != "" {
@@ -84,6 +93,24 @@ func describe(o Outcome) string {
 		}
 	}
 	return b.String()
+}
+
+// warnings reads a run's extra.warnings: the backends' []string, or []any once
+// read back from metrics.json.
+func warnings(extra map[string]any) []string {
+	switch ws := extra["warnings"].(type) {
+	case []string:
+		return ws
+	case []any:
+		var out []string
+		for _, w := range ws {
+			if s, ok := w.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 func firstLine(s string) string {
