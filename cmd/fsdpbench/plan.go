@@ -79,6 +79,23 @@ type planTable struct {
 	wide  bool
 }
 
+// whyNot is why rc would not run ("" when it is feasible): the backend's
+// refusal, then the host's (the refusal `sweep` records, word for word), then
+// the prediction's.
+func whyNot(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, rc sweeps.RunConfig, pred sim.Prediction, perr error) string {
+	switch err, host := be.Validate(cmd.Context(), rc), harness.HostCapacity(plan, rc); {
+	case err != nil:
+		return err.Error()
+	case host != "":
+		return host
+	case perr != nil:
+		return "no prediction: " + perr.Error()
+	case !pred.Feasible:
+		return pred.Reason
+	}
+	return ""
+}
+
 // planTableMax is the most runs plan draws one row each for without --wide: a
 // legal spec can expand to 2^20 points, and a million-row table (half a GB of
 // text, gigabytes of rows held to fit it) helps nobody read a plan.
@@ -133,18 +150,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 				row = append(row, fmt.Sprintf("%.0f", pred.TokensPerS))
 			}
 		}
-		reason := ""
-		// host is the refusal `sweep` records for this run, word for word.
-		switch err, host := be.Validate(cmd.Context(), rc), harness.HostCapacity(plan, rc); {
-		case err != nil:
-			reason = err.Error()
-		case host != "":
-			reason = host
-		case perr != nil:
-			reason = "no prediction: " + perr.Error()
-		case !pred.Feasible:
-			reason = pred.Reason
-		}
+		reason := whyNot(cmd, plan, be, rc, pred, perr)
 		if reason == "" {
 			feasible++
 			row = append(row, "feasible")
@@ -254,17 +260,7 @@ func printPlanSummary(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend
 		if perr == nil {
 			cu.add(rc, pred)
 		}
-		reason := ""
-		switch err, host := be.Validate(cmd.Context(), rc), harness.HostCapacity(plan, rc); {
-		case err != nil:
-			reason = err.Error()
-		case host != "":
-			reason = host
-		case perr != nil:
-			reason = "no prediction: " + perr.Error()
-		case !pred.Feasible:
-			reason = pred.Reason
-		}
+		reason := whyNot(cmd, plan, be, rc, pred, perr)
 		ok := reason == ""
 		if ok {
 			feasible++
