@@ -26,3 +26,6 @@ func (*Library) Serial(f func()) { f() }
 func Sgemm(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int) {
 	panic(errNoCgo)
 }
+
+// DeterministicCoreType has no library to choose for without cgo.
+func DeterministicCoreType() string { return "" }

@@ -51,6 +51,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/dynload"
 )
 
@@ -67,6 +69,11 @@ var load = sync.OnceValues(func() (*Library, error) {
 	if _, set := os.LookupEnv("OPENBLAS_THREAD_TIMEOUT"); !set {
 		_ = os.Setenv("OPENBLAS_THREAD_TIMEOUT", threadTimeout)
 	}
+	if _, set := os.LookupEnv("OPENBLAS_CORETYPE"); !set {
+		if core := coreType(); core != "" {
+			_ = os.Setenv("OPENBLAS_CORETYPE", core)
+		}
+	}
 	l, err := dynload.Open(dynload.OpenBLAS)
 	if err != nil {
 		return nil, err
@@ -82,6 +89,36 @@ var load = sync.OnceValues(func() (*Library, error) {
 	C.fb_bind(ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4])
 	return &Library{Path: l.Path, Config: strings.TrimSpace(C.GoString(C.fb_get_config())), threads: int(C.fb_get_threads())}, nil
 })
+
+// coreType is the OpenBLAS kernel set to use where the library's own choice
+// would make results depend on the thread count: on a CPU with AVX-512 F, BW,
+// DQ and VL, "SkylakeX". Debian's OpenBLAS 0.3.21 takes an AMD Zen 4 for a
+// Haswell, and its Haswell (and Zen) SGEMM kernels round the same product
+// differently on 1 and 2 threads (the split moves columns between the main and
+// the edge kernels), so a rank's loss would depend on how many threads it was
+// given; its SkylakeX kernels, which such a CPU runs natively, do not (measured:
+// TestThreadsDoNotChangeResults). Elsewhere the library's own choice stands
+// (""), and OPENBLAS_CORETYPE set by the user always wins.
+func coreType() string {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL {
+		return "SkylakeX"
+	}
+	return ""
+}
+
+// DeterministicCoreType is a kernel set whose results do not depend on the
+// thread count on this CPU: SkylakeX with AVX-512, else Sandybridge (AVX).
+// Tests that compare products bitwise across thread counts, or across ranks
+// sharing one process, set OPENBLAS_CORETYPE to it before the first Load,
+// whatever the environment chose (a Haswell set there rounds differently on
+// 1 and 2 threads, and on 2 threads differently when another goroutine holds
+// the thread pool).
+func DeterministicCoreType() string {
+	if c := coreType(); c != "" {
+		return c
+	}
+	return "Sandybridge"
+}
 
 // Load opens OpenBLAS through dynload's search (FSDPBENCH_LIBOPENBLAS, then
 // libopenblas.so.0 through the loader), once per process; the error lists every
