@@ -460,7 +460,8 @@ func TestAResultThatCannotBeRightFailsTheRun(t *testing.T) {
 	}
 	// The same plugin's honest runs pass.
 	rc := simRC(3, "")
-	rc.WorldSize, rc.GPUsPerNode, rc.GlobalBatch = 16, 16, 16
+	// (Two nodes of 8: one h100-sxm node holds 8 GPUs.)
+	rc.WorldSize, rc.Nodes, rc.GPUsPerNode, rc.GlobalBatch = 16, 2, 8, 16
 	res, err := plugins.New("liar", bin("liar"), plugins.Options{}).Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, results.StatusOK, res.Status, res.Error)
