@@ -175,7 +175,7 @@ var optionTable = map[string]option{
 			o.Attention = c
 			return err
 		}},
-	"checkpointing": {"what activation_checkpointing does: selective (torchtitan's op policy, the default) or full (every layer whole)",
+	"checkpointing": {"what activation_checkpointing: true does: full (every layer checkpointed whole, the default, as Hugging Face's gradient_checkpointing, PyTorch's apply_activation_checkpointing, llm-foundry and Lightning do) or selective (torchtitan's op policy: every other matmul and attention saved)",
 		func(o *Options, v any) error {
 			c, err := choice(v, CheckpointSelective, CheckpointFull)
 			o.Checkpointing = c
