@@ -87,6 +87,10 @@ type Prediction struct {
 	Calibration *CalibrationUse `json:"calibration,omitempty"`
 	// Assumptions are the memory assumptions the prediction was made under.
 	Assumptions Assumptions `json:"assumptions"`
+	// Verdict, for a GPU point that does not fit or fits within NearLimit of the
+	// device, names the assumptions whose other values would turn the verdict,
+	// with the peak under each (memoryVerdict); an infeasible Reason ends with it.
+	Verdict string `json:"verdict,omitempty"`
 }
 
 // Constants of the model that are not hardware figures. Each is a documented
@@ -391,6 +395,13 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	}
 	p.calibrateTime(strategy, wu, &pred)
 	pred.Feasible, pred.Reason = feasible(p, pred)
+	// A verdict about memory only: not one refused for gpus_per_node.
+	if pred.Feasible || pred.PeakDeviceMemBytes > pred.DeviceMemBytes {
+		pred.Verdict = memoryVerdict(rc, opts, p, strategy, pred)
+	}
+	if pred.Verdict != "" && !pred.Feasible {
+		pred.Reason += "; the verdict rests on an assumption: " + pred.Verdict
+	}
 	return pred, nil
 }
 

@@ -56,6 +56,9 @@ type Options struct {
 	// Links are the curves read from InterNodeFabric, IntraNodeFabric and
 	// NCCLTests, filled by ParseOptions.
 	Links Links
+	// noVerdict stops a prediction made for a verdict's alternatives from
+	// asking for alternatives of its own.
+	noVerdict bool
 }
 
 // assumptions merges the options over base.

@@ -133,6 +133,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 		if reason == "" {
 			feasible++
 			row = append(row, "feasible")
+			if perr == nil && pred.Verdict != "" {
+				reasons = append(reasons, fmt.Sprintf("%s: near the memory limit: %s", rc.ID, pred.Verdict))
+			}
 		} else {
 			row = append(row, "infeasible")
 			reasons = append(reasons, fmt.Sprintf("%s: infeasible: %s", rc.ID, reason))

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPlanAndRecommendNameTheDecidingAssumption (issue 26): a point that does
+// not fit only because of the loss the sim assumes says so with the peak under
+// each loss, and one that fits within 10% of the device says which assumption
+// would push it over; recommend says it of the fastest point that one assumption
+// keeps out.
+func TestPlanAndRecommendNameTheDecidingAssumption(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, `name: verdict
+backend: sim
+hardware: h100-sxm
+model: llama3-8b
+seq_len: 4096
+grid:
+  gpus_per_node: [8]
+  batch_per_device: [2, 3]
+`)
+	res := fsdpbench(t, dir, "plan", spec)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Regexp(t, `ws8-bs3-\S+: infeasible: predicted peak [\d.]+ GiB .*; the verdict rests on an assumption: infeasible with loss upcast \([\d.]+ GiB\); fits with loss chunked \([\d.]+ GiB\)`, res.stdout)
+	assert.Regexp(t, `ws8-bs2-\S+: near the memory limit: fits with attention flash \([\d.]+ GiB\); infeasible with attention math \([\d.]+ GiB\)`, res.stdout)
+
+	res = fsdpbench(t, dir, "recommend", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus-per-node", "8",
+		"--global-batch", "64", "--seq-len", "4096", "--calibration", "none")
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Regexp(t, `does not fit, but one assumption decides it \(the fastest such, [^)]+\): infeasible with loss upcast \([\d.]+ GiB\); fits with loss fused`, res.stdout)
+}
