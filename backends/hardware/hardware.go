@@ -47,6 +47,13 @@ type Profile struct {
 	// training step reaches (communication is modelled separately).
 	Efficiency float64 `json:"efficiency"`
 	IsGPU      bool    `json:"is_gpu"`
+	// File is the profile file a user-defined profile was read from (LoadFile);
+	// empty for the built-in ones.
+	File string `json:"file,omitempty"`
+	// InterNodeDefault says InterNodeBusBWBytesPerS is the default for a
+	// cluster nothing is known about (DefaultInterNodeBusBW), not a figure
+	// given for this hardware: predictions across nodes say so.
+	InterNodeDefault bool `json:"inter_node_default,omitempty"`
 }
 
 // Peak returns the dense peak FLOP/s at a precision ("bf16", "fp16", "fp32"),
@@ -101,6 +108,9 @@ const a100Efficiency = 0.60
 // should replace it; plain TCP clusters (the seed's two-node run) get a few GB/s.
 const defaultInterNodeBusBW = 25 * giga
 
+// DefaultInterNodeBusBW is defaultInterNodeBusBW, for notes that explain it.
+const DefaultInterNodeBusBW = defaultInterNodeBusBW
+
 // gpuProfiles are the GPU profiles. Peaks are NVIDIA's datasheet dense figures
 // (the datasheets print tensor-core figures with 2:4 sparsity; dense is half). "fp32"
 // is the non-tensor-core FP32 figure, because PyTorch runs fp32 matmuls without TF32
@@ -119,6 +129,7 @@ var gpuProfiles = []Profile{
 		MemBWBytesPerS:          3.35e12,
 		IntraNodeBusBWBytesPerS: 450 * giga, // NVLink 4: 900 GB/s bidirectional per GPU
 		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		InterNodeDefault:        true,
 		HostLinkBWBytesPerS:     64 * giga, // PCIe Gen5 x16, per direction
 		GPUsPerNode:             8,
 		Efficiency:              gpuEfficiency,
@@ -134,6 +145,7 @@ var gpuProfiles = []Profile{
 		// NVLink bridge pairs only two cards, so collectives over 8 see PCIe.
 		IntraNodeBusBWBytesPerS: 64 * giga,
 		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		InterNodeDefault:        true,
 		HostLinkBWBytesPerS:     64 * giga,
 		GPUsPerNode:             8,
 		Efficiency:              gpuEfficiency,
@@ -148,6 +160,7 @@ var gpuProfiles = []Profile{
 		MemBWBytesPerS:          4.8e12,
 		IntraNodeBusBWBytesPerS: 450 * giga, // NVLink 4
 		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		InterNodeDefault:        true,
 		HostLinkBWBytesPerS:     64 * giga,
 		GPUsPerNode:             8,
 		Efficiency:              gpuEfficiency,
@@ -161,6 +174,7 @@ var gpuProfiles = []Profile{
 		MemBWBytesPerS:          1.555e12,
 		IntraNodeBusBWBytesPerS: 300 * giga, // NVLink 3: 600 GB/s bidirectional per GPU
 		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		InterNodeDefault:        true,
 		HostLinkBWBytesPerS:     32 * giga, // PCIe Gen4 x16, per direction
 		GPUsPerNode:             8,
 		Efficiency:              a100Efficiency,
@@ -174,6 +188,7 @@ var gpuProfiles = []Profile{
 		MemBWBytesPerS:          2.039e12,
 		IntraNodeBusBWBytesPerS: 300 * giga, // NVLink 3: 600 GB/s bidirectional per GPU
 		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
+		InterNodeDefault:        true,
 		HostLinkBWBytesPerS:     32 * giga, // PCIe Gen4 x16, per direction
 		GPUsPerNode:             8,
 		Efficiency:              a100Efficiency,
@@ -255,9 +270,13 @@ func Names() []string {
 	return names
 }
 
-// Lookup returns the named profile, or an error that lists them and suggests the
-// nearest name. "auto" is not a profile: call Detect for it.
+// Lookup returns the named profile, or the profile a YAML file defines when name
+// is a path ending in .yaml or .yml (LoadFile), or an error that lists them and
+// suggests the nearest name. "auto" is not a profile: call Detect for it.
 func Lookup(name string) (Profile, error) {
+	if IsFile(name) {
+		return LoadFile(name)
+	}
 	if name == "cpu" {
 		return cpuProfile(), nil
 	}
@@ -270,7 +289,7 @@ func Lookup(name string) (Profile, error) {
 	if c := sweeps.Closest(name, Names()); c != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", c)
 	}
-	return Profile{}, fmt.Errorf("%s: profiles are %s, or auto to detect", msg, strings.Join(Names(), ", "))
+	return Profile{}, fmt.Errorf("%s: profiles are %s, or auto to detect, or the path of a profile file (.yaml, see examples/hardware/my-gpu.yaml)", msg, strings.Join(Names(), ", "))
 }
 
 // Check reports whether name is a profile or "auto".

@@ -324,7 +324,14 @@ func interNodeNote(p point, opts Options) string {
 	case opts.InterNodeBusBW > 0:
 		return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth (inter_node_bus_bw_gbps)", p.hw.InterNodeBusBWBytesPerS/1e9)
 	}
-	return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth, the %s profile's default (measure yours: nccl_tests, inter_node_fabric or inter_node_bus_bw_gbps)",
+	if !p.hw.InterNodeDefault {
+		src := "the " + p.hw.Name + " profile's figure"
+		if p.hw.File != "" {
+			src = "from the profile file " + p.hw.File
+		}
+		return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth, %s", p.hw.InterNodeBusBWBytesPerS/1e9, src)
+	}
+	return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth, the %s profile's default, one 200 Gb/s NIC's line rate for a cluster nothing is known about (rail-optimized InfiniBand measures 250–400 GB/s, plain TCP a few: measure yours: nccl_tests, inter_node_fabric or inter_node_bus_bw_gbps)",
 		p.hw.InterNodeBusBWBytesPerS/1e9, p.hw.Name)
 }
 

@@ -74,7 +74,7 @@ only the points the backend accepts are ranked.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model preset or path to a Hugging Face config.json (required)")
-	fl.StringVar(&f.hardware, "hardware", "", "hardware profile: "+strings.Join(hardware.Names(), ", ")+" (required)")
+	fl.StringVar(&f.hardware, "hardware", "", "hardware profile: "+strings.Join(hardware.Names(), ", ")+", or the path of a profile file (.yaml, see examples/hardware/my-gpu.yaml) (required)")
 	fl.IntVar(&f.nodes, "nodes", 1, "nodes")
 	fl.IntVar(&f.gpusPerNode, "gpus-per-node", 8, "GPUs (ranks) per node")
 	fl.IntVar(&f.seqLen, "seq-len", 2048, "sequence length in tokens")

@@ -54,7 +54,7 @@ grid:
 `)
 	res := fsdpbench(t, dir, "plan", spec)
 	require.Equal(t, 0, res.code, res.stderr)
-	const note = "predicted assuming inter-node: 25 GB/s bus bandwidth, the a100-80g profile's default (measure yours: nccl_tests, inter_node_fabric or inter_node_bus_bw_gbps)"
+	const note = "predicted assuming inter-node: 25 GB/s bus bandwidth, the a100-80g profile's default, one 200 Gb/s NIC's line rate for a cluster nothing is known about (rail-optimized InfiniBand measures 250–400 GB/s, plain TCP a few: measure yours: nccl_tests, inter_node_fabric or inter_node_bus_bw_gbps)"
 	at, table := strings.Index(res.stdout, note), strings.Index(res.stdout, "┌")
 	require.GreaterOrEqual(t, at, 0, res.stdout)
 	assert.Less(t, at, table, "before the table")
