@@ -69,10 +69,11 @@ var alternatives = []alternative{
 // under the value used and under each value that turns it, e.g. "infeasible
 // with loss upcast (93.7 GiB); fits with loss fused (71.2 GiB)". Empty when
 // the point is far from the limit, when no single assumption turns it, or for
-// the Go trainer, whose peak is replayed, not assumed.
+// the Go trainer, whose loss, attention and sharding are facts of its code, not
+// assumptions.
 func memoryVerdict(rc sweeps.RunConfig, opts Options, p point, strategy string, pred Prediction) string {
 	capacity := pred.DeviceMemBytes
-	if opts.noVerdict || !p.hw.IsGPU || capacity <= 0 || gotrainApplies(p) {
+	if opts.noVerdict || !p.hw.IsGPU || capacity <= 0 || p.as.Trainer == TrainerGotrain {
 		return ""
 	}
 	over := pred.PeakDeviceMemBytes > capacity
