@@ -83,3 +83,21 @@ func TestNearLimitVerdict(t *testing.T) {
 	require.Less(t, float64(far.PeakDeviceMemBytes), NearLimit*float64(far.DeviceMemBytes))
 	assert.Empty(t, far.Verdict)
 }
+
+// TestNoVerdictForTheGoTrainer: the Go trainer's loss, attention and sharding
+// are facts of its code, so its runs near or over the limit name no assumption.
+func TestNoVerdictForTheGoTrainer(t *testing.T) {
+	rc := cfg("llama3-8b", 8, "full_shard")
+	rc.SeqLen = 4096
+	decided := 0
+	for b := 1; b <= 8; b++ {
+		rc.BatchPerDevice, rc.GlobalBatch = b, 0
+		rc.Backend = Name
+		if p := mustPredict(t, rc); p.Verdict != "" {
+			decided++
+		}
+		rc.Backend = "gotrain"
+		assert.Empty(t, mustPredict(t, rc).Verdict, "batch %d", b)
+	}
+	require.Positive(t, decided, "some of these points are decided by an assumption for the sim")
+}
