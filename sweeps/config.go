@@ -148,6 +148,15 @@ func (rc *RunConfig) writtenModel() string {
 	return rc.Model
 }
 
+// writtenHardware is the hardware as the spec wrote it (a profile file's path
+// relative to the spec): what IDs hash.
+func (rc *RunConfig) writtenHardware() string {
+	if s, ok := rc.SpecPaths["hardware"].(string); ok {
+		return s
+	}
+	return rc.Hardware
+}
+
 // asWritten returns rc with the resolved paths put back as the spec wrote them
 // and SpecPaths cleared: what a fingerprint hashes.
 func (rc RunConfig) asWritten() RunConfig {
@@ -155,7 +164,7 @@ func (rc RunConfig) asWritten() RunConfig {
 		rc.SpecPaths = nil
 		return rc
 	}
-	rc.Model = rc.writtenModel()
+	rc.Model, rc.Hardware = rc.writtenModel(), rc.writtenHardware()
 	for key, v := range rc.SpecPaths {
 		for _, sec := range []struct {
 			prefix string
@@ -208,7 +217,7 @@ type trainingKey struct {
 }
 
 func (rc *RunConfig) trainingKey() trainingKey {
-	k := trainingKey{Hardware: rc.Hardware, Model: rc.writtenModel(), SeqLen: rc.SeqLen, Seed: rc.Seed, Nodes: rc.Nodes,
+	k := trainingKey{Hardware: rc.writtenHardware(), Model: rc.writtenModel(), SeqLen: rc.SeqLen, Seed: rc.Seed, Nodes: rc.Nodes,
 		GPUsPerNode: rc.GPUsPerNode, WorldSize: rc.WorldSize, BatchPerDevice: rc.BatchPerDevice,
 		GradAccum: rc.GradAccum, GlobalBatch: rc.GlobalBatch, Sharding: rc.Sharding,
 		ActivationCheckpointing: rc.ActivationCheckpointing, BackwardPrefetch: rc.BackwardPrefetch,
@@ -266,7 +275,7 @@ func (rc *RunConfig) MigrateID() bool {
 // appendTrainingKey appends the JSON encoding of rc's trainingKey to b.
 func (rc *RunConfig) appendTrainingKey(b []byte) []byte {
 	b = append(b, `{"hardware":`...)
-	b = appendJSONString(b, rc.Hardware)
+	b = appendJSONString(b, rc.writtenHardware())
 	b = append(b, `,"model":`...)
 	b = appendJSONString(b, rc.writtenModel())
 	b = append(b, `,"seq_len":`...)

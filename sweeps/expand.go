@@ -269,7 +269,7 @@ func (x *expander) nodeSize(hw string) int {
 	}
 	n, ok := x.nodeSizes[hw]
 	if !ok {
-		n = x.p.opts.GPUsPerNode(hw)
+		n = x.p.opts.GPUsPerNode(x.p.hardwarePath(hw))
 		x.nodeSizes[hw] = n
 	}
 	return n

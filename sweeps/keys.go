@@ -352,6 +352,9 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 		if d.f == fModel {
 			p.resolveModel(s, n.pos)
 		}
+		if d.f == fHardware {
+			p.resolveHardware(s, n.pos)
+		}
 		var err string
 		v.s, v.i, err = p.readString(d, s)
 		if err != "" {
@@ -409,6 +412,9 @@ func (p *parsing) readString(d *keyDef, s string) (canon string, i int64, err st
 		arg := s
 		if d.f == fModel {
 			arg = p.modelPath(s) // checked where it will be opened
+		}
+		if d.f == fHardware {
+			arg = p.hardwarePath(s)
 		}
 		if cerr := check(arg); cerr != nil {
 			return "", 0, fmt.Sprintf("%s %s: %v", d.name, q(s), cerr)

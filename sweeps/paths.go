@@ -141,6 +141,30 @@ func (p *parsing) resolveModel(s string, at pos) {
 	}
 }
 
+// resolveHardware records the resolved path of a hardware value the spec file
+// gave that names a profile file (.yaml or .yml), as model: paths are.
+func (p *parsing) resolveHardware(s string, at pos) {
+	l := strings.ToLower(s)
+	if at.file == setFile || !(strings.HasSuffix(l, ".yaml") || strings.HasSuffix(l, ".yml")) {
+		return
+	}
+	if r := p.resolvePath(s, at, "hardware", false); r != s {
+		if p.hardwarePaths == nil {
+			p.hardwarePaths = map[string]string{}
+		}
+		p.hardwarePaths[s] = r
+	}
+}
+
+// hardwarePath is the path a hardware value opens: resolved when the spec file
+// gave it.
+func (p *parsing) hardwarePath(s string) string {
+	if r, ok := p.hardwarePaths[s]; ok {
+		return r
+	}
+	return s
+}
+
 // modelPath is the path a model value opens: resolved when the spec file gave it.
 func (p *parsing) modelPath(s string) string {
 	if r, ok := p.modelPaths[s]; ok {
@@ -153,24 +177,30 @@ func (p *parsing) modelPath(s string) string {
 // SpecPaths (expansion, exclude matching and the IDs all used what was written).
 // Runs with the same model share one SpecPaths map, as they share options.
 func (p *parsing) resolveRuns(plan *Plan, sp *spec) {
-	if len(p.modelPaths) == 0 && len(sp.writtenOptions) == 0 {
+	if len(p.modelPaths) == 0 && len(p.hardwarePaths) == 0 && len(sp.writtenOptions) == 0 {
 		return
 	}
-	shared := map[string]map[string]any{}
+	shared := map[[2]string]map[string]any{}
 	for i := range plan.Runs {
 		rc := &plan.Runs[i]
-		written, ok := shared[rc.Model]
+		key := [2]string{rc.Model, rc.Hardware}
+		written, ok := shared[key]
 		if !ok {
 			written = maps.Clone(sp.writtenOptions)
-			if _, resolved := p.modelPaths[rc.Model]; resolved {
-				if written == nil {
-					written = map[string]any{}
+			for _, x := range []struct {
+				name, v string
+				paths   map[string]string
+			}{{"model", rc.Model, p.modelPaths}, {"hardware", rc.Hardware, p.hardwarePaths}} {
+				if _, resolved := x.paths[x.v]; resolved {
+					if written == nil {
+						written = map[string]any{}
+					}
+					written[x.name] = x.v
 				}
-				written["model"] = rc.Model
 			}
-			shared[rc.Model] = written
+			shared[key] = written
 		}
-		rc.Model = p.modelPath(rc.Model)
+		rc.Model, rc.Hardware = p.modelPath(rc.Model), p.hardwarePath(rc.Hardware)
 		rc.SpecPaths = written
 	}
 }

@@ -146,3 +146,42 @@ func TestCwdRelativeSpecPathWarns(t *testing.T) {
 	assert.Contains(t, plan.Warnings[0], `specs/spec.yaml:2:8: model "specs/models/m/config.json" is found relative to the current directory`)
 	assert.Contains(t, plan.Warnings[0], `write "models/m/config.json"`)
 }
+
+// TestHardwareFilePathResolvesAgainstTheSpecFile: hardware: ./my-gpu.yaml (a
+// user-defined profile, issue 26) opens relative to the spec's folder as model:
+// does, is checked there, sizes nodes there, and the IDs keep it as written.
+func TestHardwareFilePathResolvesAgainstTheSpecFile(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"specs/spec.yaml":        "name: hw\nhardware: ./gpus/my-gpu.yaml\nmodel: tiny\ngrid:\n  world_size: [8, 16]\n",
+		"specs/gpus/my-gpu.yaml": "x: 1\n",
+	})
+	dir := filepath.Join(root, "specs")
+	want := filepath.Join(dir, "gpus/my-gpu.yaml")
+	var checked, sized []string
+	opts := Options{
+		CheckHardware: func(h string) error { checked = append(checked, h); _, err := os.Stat(h); return err },
+		GPUsPerNode: func(h string) int {
+			sized = append(sized, h)
+			if h == want {
+				return 8
+			}
+			return 0
+		},
+	}
+	t.Chdir(t.TempDir())
+	plan, err := Load(filepath.Join(dir, "spec.yaml"), opts)
+	require.NoError(t, err)
+	require.Len(t, plan.Runs, 2)
+	assert.Equal(t, []string{want}, checked)
+	assert.Contains(t, sized, want)
+	assert.Equal(t, want, plan.Runs[0].Hardware)
+	assert.Equal(t, "./gpus/my-gpu.yaml", plan.Runs[0].SpecPaths["hardware"])
+	assert.Equal(t, 2, plan.Runs[1].Nodes, "16 GPUs split into nodes of the file's 8")
+
+	data, err := os.ReadFile(filepath.Join(dir, "spec.yaml"))
+	require.NoError(t, err)
+	asWritten, err := Parse(data, "spec.yaml", Options{})
+	require.NoError(t, err)
+	assert.Equal(t, asWritten.Runs[0].ID, plan.Runs[0].ID)
+	assert.Equal(t, asWritten.Runs[0].Fingerprint(), plan.Runs[0].Fingerprint())
+}

@@ -149,7 +149,10 @@ type parsing struct {
 	// modelPaths maps a model value the spec file wrote to its resolved path,
 	// where they differ.
 	modelPaths map[string]string
-	warnings   []string
+	// hardwarePaths is the same for hardware values that name a profile file
+	// (.yaml, .yml).
+	hardwarePaths map[string]string
+	warnings      []string
 }
 
 // spec is the checked content of a spec file, before expansion.

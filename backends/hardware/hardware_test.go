@@ -34,8 +34,9 @@ func TestProfilesAreConsistent(t *testing.T) {
 				assert.Greater(t, p.IntraNodeBusBWBytesPerS, p.InterNodeBusBWBytesPerS)
 				assert.Positive(t, p.GPUsPerNode)
 				assert.Positive(t, p.HostLinkBWBytesPerS)
-				// Memory is "80 GB" or "141 GB" as marketed, within nvidia-smi's rounding.
-				assert.Greater(t, p.MemBytes, int64(79e9))
+				// Memory is "40 GB", "80 GB" or "141 GB" as marketed, within
+				// nvidia-smi's rounding.
+				assert.Greater(t, p.MemBytes, int64(39e9))
 			}
 		})
 	}
@@ -50,11 +51,31 @@ func TestH100MatchesFacts(t *testing.T) {
 	assert.Less(t, p.Efficiency*p.PeakFLOPS["bf16"], 800e12)
 }
 
+// TestA100Profiles: the A100 40GB profile exists with its own memory, and both
+// A100 profiles default to the efficiency A100 runs publish (llm-foundry's MFU
+// 0.55–0.64), above the H100's (issue 26: with H100's, A100 80GB predictions were
+// 25% low).
+func TestA100Profiles(t *testing.T) {
+	p40, err := Lookup("a100-40g")
+	require.NoError(t, err)
+	p80, err := Lookup("a100-80g")
+	require.NoError(t, err)
+	h100, err := Lookup("h100-sxm")
+	require.NoError(t, err)
+	assert.Equal(t, int64(40960)<<20, p40.MemBytes)
+	assert.Equal(t, p80.PeakFLOPS, p40.PeakFLOPS)
+	for _, p := range []Profile{p40, p80} {
+		assert.Greater(t, p.Efficiency, h100.Efficiency, p.Name)
+		assert.GreaterOrEqual(t, p.Efficiency, 0.55, p.Name)
+		assert.LessOrEqual(t, p.Efficiency, 0.64, p.Name)
+	}
+}
+
 func TestLookupUnknown(t *testing.T) {
 	tests := []struct{ in, suggestion string }{
 		{"h100", "h100-sxm"}, // a prefix of two: the nearer one
 		{"h100-sxm5", "h100-sxm"},
-		{"a100", "a100-80g"},
+		{"a100", "a100-40g"}, // two at the same distance: the first in order
 		{"H200", "h200"},
 		{"tpu-v5", ""},
 	}
@@ -62,7 +83,7 @@ func TestLookupUnknown(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			_, err := Lookup(tt.in)
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), "a100-80g, cpu, h100-pcie, h100-sxm, h200")
+			assert.Contains(t, err.Error(), "a100-40g, a100-80g, cpu, h100-pcie, h100-sxm, h200")
 			assert.Contains(t, err.Error(), "auto")
 			if tt.suggestion != "" {
 				assert.Contains(t, err.Error(), `did you mean "`+tt.suggestion+`"?`)

@@ -8,7 +8,8 @@ import (
 
 // The assumptions that decide a prediction's memory, each a backend option. The
 // defaults are what today's PyTorch FSDP2 does (torch.distributed.fsdp.fully_shard
-// as torchtitan drives it); another trainer is predicted by setting the options to
+// as torchtitan drives it), except checkpointing, whole-block as the word means
+// in most trainers (CheckpointFull); another trainer is predicted by setting the options to
 // what it does (BackendAssumptions holds the project's own trainers' settings).
 const (
 	// GradSyncEveryMicroStep: gradients are reduced after every micro-step's
@@ -69,11 +70,19 @@ const (
 	// CheckpointFull: every transformer layer is checkpointed whole (torch.utils.
 	// checkpoint around the block, FSDP's apply_activation_checkpointing):
 	// Korthikanti et al.'s 2·s·b·h per layer plus one layer live in recompute.
+	// It is what activation_checkpointing: true means unless the checkpointing
+	// option says otherwise, because it is what a boolean means to most users:
+	// Hugging Face's gradient_checkpointing, PyTorch's
+	// apply_activation_checkpointing, llm-foundry's activation_checkpointing and
+	// Lightning's FSDPStrategy(activation_checkpointing_policy=...) all
+	// checkpoint whole blocks (issue 26: with selective as the default, every
+	// checkpointed llm-foundry row, trained on 80 GB, was predicted at 190–243 GiB).
 	CheckpointFull = "full"
-	// CheckpointSelective: torchtitan's default selective policy
+	// CheckpointSelective: torchtitan's selective policy
 	// (activation_checkpoint.mode = "selective", selective_ac_option = "op"):
 	// inside each layer the outputs of attention and of every other matmul are
 	// saved (_save_list with "save every other mm"), the rest is recomputed.
+	// Explicit only (checkpointing: selective), as torchtitan users set it.
 	CheckpointSelective = "selective"
 )
 
@@ -107,13 +116,14 @@ type Assumptions struct {
 	Trainer string `json:"trainer,omitempty"`
 }
 
-// DefaultAssumptions are today's PyTorch FSDP2 defaults (see the constants).
+// DefaultAssumptions are today's PyTorch FSDP2 defaults, with whole-block
+// checkpointing (see the constants).
 func DefaultAssumptions() Assumptions {
 	return Assumptions{
 		GradSync:      GradSyncEveryMicroStep,
 		Loss:          LossUpcast,
 		Attention:     AttentionAuto,
-		Checkpointing: CheckpointSelective,
+		Checkpointing: CheckpointFull,
 		FSDPVersion:   2,
 		// DDP's gradient_as_bucket_view defaults to False
 		// (torch.nn.parallel.DistributedDataParallel).
@@ -147,7 +157,6 @@ func BackendAssumptions(backend string, rc sweeps.RunConfig) Assumptions {
 		// no second copy, as gradient_as_bucket_view=True.
 		a.GradientAsBucketView, a.Trainer = true, TrainerGotrain
 	case "torchrun":
-		a.Checkpointing = CheckpointFull
 		a.Attention = AttentionSDPA
 		if v, ok := rc.BackendOptions["fsdp_api"]; ok && fmt.Sprint(v) == "1" {
 			a.FSDPVersion = 1
@@ -214,7 +223,12 @@ func (a Assumptions) notes(p point, strategy string) []string {
 		out = append(out, "no dropout: 32·s·b·h per layer (Korthikanti's 34 less the dropout masks)")
 	}
 	if r.ActivationCheckpointing {
-		out = append(out, "activation checkpointing "+a.Checkpointing)
+		switch a.Checkpointing {
+		case CheckpointSelective:
+			out = append(out, "activation checkpointing selective: torchtitan's op policy, every other matmul and attention saved")
+		default:
+			out = append(out, "activation checkpointing full: every layer checkpointed whole")
+		}
 	}
 	if sharded {
 		out = append(out, fmt.Sprintf("fsdp_version %d", a.FSDPVersion))

@@ -134,7 +134,7 @@ func TestNotesNameTheAssumptions(t *testing.T) {
 	rc.GradAccum, rc.ActivationCheckpointing = 2, true
 	p := mustPredict(t, rc)
 	notes := fmt.Sprint(p.Notes)
-	for _, want := range []string{"grad_sync every_micro_step", "loss upcast", "attention flash", "activation checkpointing selective", "fsdp_version 2", "reserved = 1.10 × allocated"} {
+	for _, want := range []string{"grad_sync every_micro_step", "loss upcast", "attention flash", "activation checkpointing full", "fsdp_version 2", "reserved = 1.10 × allocated"} {
 		assert.Contains(t, notes, want)
 	}
 	assert.Equal(t, DefaultAssumptions().GradSync, p.Assumptions.GradSync)
@@ -144,6 +144,25 @@ func TestNotesNameTheAssumptions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, p.Notes, res.Extra["notes"])
 	assert.Equal(t, p.Assumptions, res.Extra["assumptions"])
+}
+
+// TestCheckpointingTrueMeansWholeBlocks: activation_checkpointing: true alone is
+// whole-block checkpointing, as Hugging Face's gradient_checkpointing, PyTorch's
+// apply_activation_checkpointing, llm-foundry and Lightning mean it (issue 26);
+// torchtitan's selective policy stays an explicit option.
+func TestCheckpointingTrueMeansWholeBlocks(t *testing.T) {
+	rc := cfg("llama3-8b", 8, sweeps.FullShard)
+	rc.SeqLen, rc.BatchPerDevice, rc.ActivationCheckpointing = 4096, 2, true
+	def := mustPredict(t, rc)
+	full := mustPredict(t, withOpts(rc, "checkpointing", CheckpointFull))
+	sel := mustPredict(t, withOpts(rc, "checkpointing", CheckpointSelective))
+	assert.Equal(t, CheckpointFull, def.Assumptions.Checkpointing)
+	assert.Equal(t, full.Breakdown, def.Breakdown)
+	assert.Equal(t, full.StepTimeS, def.StepTimeS)
+	assert.Greater(t, sel.Breakdown[MemActivations], def.Breakdown[MemActivations], "selective keeps more than whole blocks")
+	assert.Contains(t, fmt.Sprint(sel.Notes), "activation checkpointing selective")
+	// The torchrun backend's script checkpoints whole blocks too.
+	assert.Equal(t, CheckpointFull, BackendAssumptions("torchrun", rc).Checkpointing)
 }
 
 func TestBackendAssumptions(t *testing.T) {

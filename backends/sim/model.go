@@ -87,6 +87,10 @@ type Prediction struct {
 	Calibration *CalibrationUse `json:"calibration,omitempty"`
 	// Assumptions are the memory assumptions the prediction was made under.
 	Assumptions Assumptions `json:"assumptions"`
+	// Verdict, for a GPU point that does not fit or fits within NearLimit of the
+	// device, names the assumptions whose other values would turn the verdict,
+	// with the peak under each (memoryVerdict); an infeasible Reason ends with it.
+	Verdict string `json:"verdict,omitempty"`
 }
 
 // Constants of the model that are not hardware figures. Each is a documented
@@ -320,7 +324,14 @@ func interNodeNote(p point, opts Options) string {
 	case opts.InterNodeBusBW > 0:
 		return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth (inter_node_bus_bw_gbps)", p.hw.InterNodeBusBWBytesPerS/1e9)
 	}
-	return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth, the %s profile's default (measure yours: nccl_tests, inter_node_fabric or inter_node_bus_bw_gbps)",
+	if !p.hw.InterNodeDefault {
+		src := "the " + p.hw.Name + " profile's figure"
+		if p.hw.File != "" {
+			src = "from the profile file " + p.hw.File
+		}
+		return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth, %s", p.hw.InterNodeBusBWBytesPerS/1e9, src)
+	}
+	return fmt.Sprintf("inter-node: %.3g GB/s bus bandwidth, the %s profile's default, one 200 Gb/s NIC's line rate for a cluster nothing is known about (rail-optimized InfiniBand measures 250–400 GB/s, plain TCP a few: measure yours: nccl_tests, inter_node_fabric or inter_node_bus_bw_gbps)",
 		p.hw.InterNodeBusBWBytesPerS/1e9, p.hw.Name)
 }
 
@@ -391,6 +402,13 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 	}
 	p.calibrateTime(strategy, wu, &pred)
 	pred.Feasible, pred.Reason = feasible(p, pred)
+	// A verdict about memory only: not one refused for gpus_per_node.
+	if pred.Feasible || pred.PeakDeviceMemBytes > pred.DeviceMemBytes {
+		pred.Verdict = memoryVerdict(rc, opts, p, strategy, pred)
+	}
+	if pred.Verdict != "" && !pred.Feasible {
+		pred.Reason += "; the verdict rests on an assumption: " + pred.Verdict
+	}
 	return pred, nil
 }
 

@@ -56,6 +56,9 @@ type Options struct {
 	// Links are the curves read from InterNodeFabric, IntraNodeFabric and
 	// NCCLTests, filled by ParseOptions.
 	Links Links
+	// noVerdict stops a prediction made for a verdict's alternatives from
+	// asking for alternatives of its own.
+	noVerdict bool
 }
 
 // assumptions merges the options over base.
@@ -175,7 +178,7 @@ var optionTable = map[string]option{
 			o.Attention = c
 			return err
 		}},
-	"checkpointing": {"what activation_checkpointing does: selective (torchtitan's op policy, the default) or full (every layer whole)",
+	"checkpointing": {"what activation_checkpointing: true does: full (every layer checkpointed whole, the default, as Hugging Face's gradient_checkpointing, PyTorch's apply_activation_checkpointing, llm-foundry and Lightning do) or selective (torchtitan's op policy: every other matmul and attention saved)",
 		func(o *Options, v any) error {
 			c, err := choice(v, CheckpointSelective, CheckpointFull)
 			o.Checkpointing = c

@@ -100,6 +100,9 @@ func (*Backend) Run(ctx context.Context, rc sweeps.RunConfig, _ backends.RunEnv,
 	}
 	stepTime = pred.StepTimeS
 	emit(backends.Event{Kind: backends.EventLog, Time: time.Now(), Stream: "stdout", Line: summary(pred)})
+	if pred.Verdict != "" && pred.Feasible {
+		emit(backends.Event{Kind: backends.EventLog, Time: time.Now(), Stream: "stdout", Line: "sim: near the memory limit: " + pred.Verdict})
+	}
 	if !pred.Feasible {
 		return finish(results.StatusInfeasible, pred.Reason)
 	}
@@ -176,6 +179,9 @@ func fillResult(res *results.Result, pred Prediction) {
 	}
 	if pred.Calibration != nil {
 		res.Extra["calibration"] = pred.Calibration
+	}
+	if pred.Verdict != "" {
+		res.Extra["verdict"] = pred.Verdict
 	}
 }
 

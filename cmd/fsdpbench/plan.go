@@ -121,8 +121,10 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	memRows := map[int][2]float64{}
 	// Reasons are long: they go under the table, one line per refused run.
 	var reasons []string
-	// The assumptions each prediction rests on, printed once per distinct set.
-	var assumed []string
+	// The assumptions each prediction rests on, printed once per distinct set;
+	// the bandwidth between nodes, which a multi-node run's time turns on and
+	// the profile only guesses, also above the table.
+	var assumed, interNode []string
 	feasible := 0
 	var cu calibrationUse
 	for _, rc := range plan.Runs {
@@ -140,6 +142,11 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 			if a := strings.Join(pred.Notes, "; "); !slices.Contains(assumed, a) {
 				assumed = append(assumed, a)
 			}
+			for _, n := range pred.Notes {
+				if strings.HasPrefix(n, "inter-node:") && !slices.Contains(interNode, n) {
+					interNode = append(interNode, n)
+				}
+			}
 			peaks, devices = append(peaks, float64(pred.PeakMemReservedBytes)), append(devices, float64(pred.DeviceMemBytes))
 			memRows[len(rows)] = [2]float64{float64(pred.PeakMemReservedBytes), float64(pred.DeviceMemBytes)}
 			row = append(row, "", "",
@@ -154,6 +161,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 		if reason == "" {
 			feasible++
 			row = append(row, "feasible")
+			if perr == nil && pred.Verdict != "" {
+				reasons = append(reasons, fmt.Sprintf("%s: near the memory limit: %s", rc.ID, pred.Verdict))
+			}
 		} else {
 			row = append(row, "infeasible")
 			reasons = append(reasons, fmt.Sprintf("%s: infeasible: %s", rc.ID, reason))
@@ -175,6 +185,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	drop = append(drop, "step s")
 	short := map[string]string{header[peakAt]: "peak " + peakUnit.Name, header[peakAt+1]: "device " + deviceUnit.Name,
 		"tokens/s/rank": "tok/s/rank"}
+	for _, n := range interNode {
+		printWrapped(w, "predicted assuming "+n, pt.width)
+	}
 	if err := writeTableFit(w, header, rows, results.TableFit{Width: pt.width, RunIDs: true, Short: short, Drop: drop}); err != nil {
 		return err
 	}

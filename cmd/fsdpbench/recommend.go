@@ -76,7 +76,7 @@ only the points the backend accepts are ranked.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model preset or path to a Hugging Face config.json (required)")
-	fl.StringVar(&f.hardware, "hardware", "", "hardware profile: "+strings.Join(hardware.Names(), ", ")+" (required)")
+	fl.StringVar(&f.hardware, "hardware", "", "hardware profile: "+strings.Join(hardware.Names(), ", ")+", or the path of a profile file (.yaml, see examples/hardware/my-gpu.yaml) (required)")
 	fl.IntVar(&f.nodes, "nodes", 1, "nodes")
 	fl.IntVar(&f.gpusPerNode, "gpus-per-node", 8, "GPUs (ranks) per node")
 	fl.IntVar(&f.seqLen, "seq-len", 2048, "sequence length in tokens")
@@ -300,6 +300,10 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 		if ties > 1 {
 			fmt.Fprintf(w, "#1–#%d are ties: %s\n", ties, sim.TieRule)
 		}
+		// #1 within 10% of the device: which assumption would push it over.
+		if v := ranked[0].Pred.Verdict; v != "" {
+			printWrapped(w, "#1 is near the memory limit: "+v, f.width)
+		}
 	}
 	// A multi-node answer turns on the bandwidth between nodes: say which.
 	if f.nodes > 1 {
@@ -354,6 +358,16 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 		fit := results.TableFit{Width: f.width, Short: map[string]string{"configurations": "n"}, Drop: []string{"tokens/s"}}
 		if err := writeTableFit(w, []string{"reason", "configurations", "best of them", "peak " + unit, "tokens/s", "why"}, rows, fit); err != nil {
 			return nil, err
+		}
+		// A point that does not fit because of one assumption (the loss, the
+		// attention kernel, ...) would win if the trainer does otherwise: say
+		// so for the fastest of them, in full (the "why" column is clipped).
+		for _, c := range cands {
+			if strings.HasPrefix(c.Lost, sim.LostNoFit) && c.Pred != nil && c.Pred.Verdict != "" {
+				printWrapped(w, fmt.Sprintf("%s, but one assumption decides it (the fastest such, %s, %.0f tokens/s): %s",
+					sim.LostNoFit, describe(c.Config), c.Pred.TokensPerS, c.Pred.Verdict), f.width)
+				break
+			}
 		}
 	}
 	if f.all {
