@@ -111,7 +111,7 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, b.opts.StartTimeout+b.opts.CallTimeout)
 	defer cancel()
-	s, err := b.start(ctx, b.callLogger(), nil, nil)
+	s, err := b.start(ctx, b.callLogger(), nil, nil, nil)
 	if err != nil {
 		if parent.Err() != nil {
 			return d, err
@@ -153,7 +153,7 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 // "infeasible", a final verdict that a resume would never revisit, while a broken
 // plugin is a failure.
 func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
-	s, err := b.start(ctx, b.callLogger(), nil, nil)
+	s, err := b.start(ctx, b.callLogger(), nil, nil, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -202,7 +202,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		Exclude: func(level hclog.Level, msg string, _ ...any) bool {
 			return level == hclog.Info && msg == "plugin process exited"
 		}})
-	s, err := b.start(ctx, logger, stdout, stderr)
+	s, err := b.start(ctx, logger, stdout, stderr, rc.Env)
 	if err != nil {
 		return results.Result{}, err
 	}
@@ -265,12 +265,17 @@ type session struct {
 }
 
 // start starts the plugin and completes the handshake, or says why it could not.
-func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr io.Writer) (*session, error) {
+// runEnv is the run's variables from the spec (nil outside a run): the plugin
+// process, and so whatever it starts, gets them on top of this one's environment.
+func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr io.Writer, runEnv map[string]string) (*session, error) {
 	if b.refusal != "" {
 		return nil, backends.SpecErr(errors.New(b.refusal))
 	}
 	procCtx, cancelProc := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(procCtx, b.path)
+	if len(runEnv) > 0 {
+		cmd.Env = contract.WithEnv(os.Environ(), runEnv)
+	}
 	// SIGTERM when fsdpbench dies, even by SIGKILL: a plugin built with plugins/sdk
 	// then kills what it started and exits; any other dies of it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

@@ -53,6 +53,8 @@ type RankFile struct {
 	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
 	AllocRetries          *int64         `json:"alloc_retries"`
 	CUDAOOMs              *int64         `json:"cuda_ooms"`
+	// SpecEnv is the spec's variables (env:) as the rank's process saw them.
+	SpecEnv map[string]string `json:"spec_env,omitempty"`
 	CheckpointFigures
 }
 
