@@ -346,3 +346,42 @@ func (p *parsing) addEnv(have, more []value) []value {
 	}
 	return have
 }
+
+// OptionValueKey is the Plan.OptionPos key of one value of a backend option
+// axis: where that value was written, for a backend's complaint about it in
+// the runs that have it.
+func OptionValueKey(name string, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return optPrefix + name
+	}
+	return optPrefix + name + "=" + string(b)
+}
+
+// valuePosition records where a value of a backend option axis was written.
+func valuePosition(m map[string]string, v value) map[string]string {
+	name, ok := strings.CutPrefix(v.key, optPrefix)
+	if v.f != fDyn || !ok {
+		return m
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	k := OptionValueKey(name, v.raw)
+	if _, seen := m[k]; !seen {
+		m[k] = where(v.pos)
+	}
+	return m
+}
+
+// where renders a position as OptionPos does: "file:line:col", or
+// "--set #N column C" for a flag.
+func where(at pos) string {
+	switch {
+	case at.file == setFile:
+		return "--set #" + strconv.Itoa(at.line) + " column " + strconv.Itoa(at.col)
+	case at.line > 0:
+		return at.file + ":" + strconv.Itoa(at.line) + ":" + strconv.Itoa(at.col)
+	}
+	return at.file
+}

@@ -77,7 +77,9 @@ type Plan struct {
 	Resolved []byte
 	// OptionPos is where each backend and launcher option was given, keyed
 	// "backend_options.NAME": "file:line:col" (or "--set #N column C"), so a
-	// backend's complaint about an option can point at it.
+	// backend's complaint about an option can point at it. A value of a
+	// backend_options.NAME axis is keyed "backend_options.NAME=<value as JSON>"
+	// (see OptionValueKey).
 	OptionPos map[string]string
 }
 
@@ -405,6 +407,7 @@ func (p *parsing) readGrid(sp *spec, e *entry) {
 			}
 			if ok {
 				g.vals = append(g.vals, v)
+				sp.optionPos = valuePosition(sp.optionPos, v)
 			}
 		}
 		if okAll {
@@ -502,6 +505,7 @@ func (p *parsing) readInclude(sp *spec, e *entry) {
 				continue
 			}
 			in.vals = append(in.vals, v)
+			sp.optionPos = valuePosition(sp.optionPos, v)
 		}
 		if ok {
 			sp.include = append(sp.include, in)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,4 +111,83 @@ func TestEnvReachesEveryRankThroughSlurm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEnvSpecMistakesExitWithUsage: a bad variable name, a variable the
+// harness owns, a value over the bound, and a value of a backend option axis
+// the backend rejects are spec errors at file:line:col, before anything runs.
+func TestEnvSpecMistakesExitWithUsage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	head := "name: envbad\nbackend: gotrain\nhardware: cpu\nmodel: tiny\nseq_len: 16\nsteps: 1\n"
+	for _, tc := range []struct{ body, want string }{
+		{"env: {nccl_algo: Ring}\n", "spec.yaml:7:7: environment variable name \"nccl_algo\" must be upper-case letters"},
+		{"grid: {env.MASTER_PORT: [\"1\", \"2\"]}\n", "spec.yaml:7:8: MASTER_PORT belongs to the harness and cannot be set by a spec"},
+		{"env: {NCCL_IB_HCA: " + strings.Repeat("x", 5000) + "}\n", "spec.yaml:7:20: env NCCL_IB_HCA: the value is 5000 bytes, more than 4096"},
+		{"grid:\n  backend_options.transport: [shm, rdma]\n", "spec.yaml:8:36: gotrain: backend_options.transport: must be one of [auto shm tcp], got rdma (run "},
+	} {
+		spec := writeSpec(t, dir, head+tc.body)
+		res := fsdpbench(t, dir, "sweep", spec, "--results", "out")
+		assert.Equal(t, ExitUsage, res.code, "%s: %s", tc.body, res.stderr)
+		assert.Contains(t, res.stderr, tc.want)
+	}
+	assert.NoDirExists(t, filepath.Join(dir, "out"), "nothing may run or be written")
+}
+
+// TestEnvSetDoublesRunsAndResumeRerunsOnlyTheChanged: --set env.X=a,b doubles
+// a sweep's runs; after one value changes, running the sweep again runs only
+// the runs of the new value and keeps the others; a sweep without env keeps
+// the IDs it had.
+func TestEnvSetDoublesRunsAndResumeRerunsOnlyTheChanged(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, `name: envres
+backend: sim
+hardware: h100-sxm
+model: tiny
+seq_len: 64
+steps: 3
+grid:
+  world_size: [1, 2]
+`)
+	res := fsdpbench(t, dir, "sweep", spec, "--results", "plain")
+	require.Equal(t, 0, res.code, res.stderr)
+	plainRuns := finished(t, filepath.Join(dir, "plain", "envres"))
+	require.Len(t, plainRuns, 2)
+	for id := range plainRuns {
+		// IDs computed before env existed (commit a50c99a) for this spec.
+		assert.Contains(t, []string{"ws1-bs1-full_shard-ac0-pre-540a6d2825c19dda", "ws2-bs1-full_shard-ac0-pre-399d6cb744d03031"}, id)
+	}
+
+	out := filepath.Join(dir, "out")
+	sweepDir := filepath.Join(out, "envres")
+	res = fsdpbench(t, dir, "sweep", spec, "--results", out, "--set", "env.NCCL_ALGO=Ring,Tree")
+	require.Equal(t, 0, res.code, res.stderr)
+	first := finished(t, sweepDir)
+	require.Len(t, first, 4, "two env values double the two runs")
+	_, rows := csvRows(t, sweepDir)
+	algos := map[string]int{}
+	for _, r := range rows {
+		algos[r["env.NCCL_ALGO"]]++
+	}
+	assert.Equal(t, map[string]int{"Ring": 2, "Tree": 2}, algos)
+
+	time.Sleep(20 * time.Millisecond)
+	res = fsdpbench(t, dir, "sweep", spec, "--results", out, "--set", "env.NCCL_ALGO=Ring,CollnetDirect")
+	require.Equal(t, 0, res.code, res.stderr)
+	second := finished(t, sweepDir)
+	_, rows = csvRows(t, sweepDir)
+	reran := 0
+	for _, r := range rows {
+		id := r["id"]
+		switch r["env.NCCL_ALGO"] {
+		case "Ring":
+			assert.Equal(t, first[id], second[id], "%s: unchanged, kept", id)
+		case "CollnetDirect":
+			_, before := first[id]
+			assert.False(t, before, "%s: a new run", id)
+			reran++
+		}
+	}
+	assert.Equal(t, 2, reran, "only the changed value's runs ran")
 }
