@@ -50,6 +50,15 @@ func checkRanksGotEnv(t *testing.T, sweepDir string, ws int) {
 		probe := r["env.ENVAXES_PROBE"]
 		probes[probe] = true
 		assert.Equal(t, "Ring", r["env.NCCL_ALGO"], r["id"])
+		var m struct {
+			Env struct {
+				Given map[string]string `json:"given_env"`
+			} `json:"env"`
+		}
+		data, err := os.ReadFile(filepath.Join(sweepDir, results.RunsDir, r["id"], results.MetricsFile))
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(data, &m))
+		assert.Equal(t, map[string]string{"NCCL_ALGO": "Ring", "ENVAXES_PROBE": probe}, m.Env.Given, "metrics.json: the env given")
 		files, err := filepath.Glob(filepath.Join(sweepDir, results.RunsDir, r["id"], results.RanksDir, "rank-*.json"))
 		require.NoError(t, err)
 		require.Len(t, files, ws, "%s: one rank file per rank", r["id"])
