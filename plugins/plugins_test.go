@@ -515,3 +515,15 @@ func BenchmarkRunOverhead(b *testing.B) {
 		})
 	}
 }
+
+// TestPluginRunGetsTheSpecEnv: a plugin's run (here the exec plugin's command)
+// gets the spec's environment variables.
+func TestPluginRunGetsTheSpecEnv(t *testing.T) {
+	t.Parallel()
+	rc := execRC("sh", "-c", `echo "probe=[$ENVAXES_PROBE]" >&2; exit 3`)
+	rc.Env = map[string]string{"ENVAXES_PROBE": "a b$HOME"}
+	res, err := plugins.New("exec", bin("exec"), plugins.Options{}).Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusInfeasible, res.Status)
+	assert.Contains(t, res.Error, "probe=[a b$HOME]")
+}
