@@ -120,6 +120,12 @@ func (p *parsing) dynDef(key string, at pos) (d *keyDef, isDyn, ok bool) {
 			p.e.at(at, "backend option axis %s: name one option, backend_options.NAME (a nested option cannot be an axis)", q(key))
 			return nil, true, false
 		}
+		if slices.Contains(p.opts.PathOptions, key) || slices.Contains(p.opts.ProgramOptions, key) {
+			// Run IDs hash paths as the spec wrote them, relative to its folder;
+			// an axis value would be hashed as resolved here.
+			p.e.at(at, "%s names a file and cannot be an axis; give it under backend_options: and run one sweep per value (--set %s=...)", key, key)
+			return nil, true, false
+		}
 	default:
 		return nil, false, false
 	}

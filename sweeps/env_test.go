@@ -122,3 +122,12 @@ func TestEnvRefusals(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--set:1:1: WORLD_SIZE belongs to the harness")
 }
+
+// TestPathOptionIsNoAxis: an option naming a file cannot be an axis (IDs hash
+// paths as written, relative to the spec).
+func TestPathOptionIsNoAxis(t *testing.T) {
+	_, err := Parse([]byte("name: a\ngrid: {backend_options.script: [a.py, b.py]}\n"), "s.yaml",
+		Options{PathOptions: []string{"backend_options.script"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "s.yaml:2:8: backend_options.script names a file and cannot be an axis")
+}
