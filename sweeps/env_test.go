@@ -131,3 +131,19 @@ func TestPathOptionIsNoAxis(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "s.yaml:2:8: backend_options.script names a file and cannot be an axis")
 }
+
+// TestEnvInBase: base takes env: and env.NAME; --set replaces either.
+func TestEnvInBase(t *testing.T) {
+	const spec = "name: a\nbase: {world_size: 2, env: {NCCL_ALGO: Ring}, env.NCCL_PROTO: LL}\n"
+	p, err := Parse([]byte(spec), "s.yaml", Options{})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, p.Runs[0].Env)
+	p, err = Parse([]byte(spec), "s.yaml", Options{Set: []string{"env.NCCL_ALGO=Tree", "env.NCCL_PROTO=Simple,LL128"}})
+	require.NoError(t, err)
+	require.Len(t, p.Runs, 2)
+	assert.Equal(t, map[string]string{"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"}, p.Runs[0].Env)
+	assert.Equal(t, "LL128", p.Runs[1].Env["NCCL_PROTO"])
+	_, err = Parse([]byte("name: a\nenv: {X: a}\nbase: {env.X: b}\n"), "s.yaml", Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "s.yaml:3:15: env.X is given twice (first at 2:10)")
+}
