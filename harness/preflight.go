@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,13 +41,17 @@ func Preflight(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry) e
 		mu       sync.Mutex
 		problems = map[string]*problem{}
 		order    []string
+		// positioned holds the messages that begin with where the spec gave
+		// the option.
+		positioned = map[string]bool{}
 	)
 	found := func(rc sweeps.RunConfig, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		msg := err.Error()
-		if where := optionWhere(plan, msg); where != "" {
+		if where := optionWhere(plan, rc, msg); where != "" {
 			msg = where + ": " + msg
+			positioned[msg] = true
 		}
 		p, ok := problems[msg]
 		if !ok {
@@ -93,13 +98,16 @@ func Preflight(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry) e
 		index[rc.ID] = i
 	}
 	lines := make([]string, 0, len(order))
+	linePositioned := map[string]bool{}
 	for _, msg := range order {
 		pr := problems[msg]
 		sort.Slice(pr.runs, func(i, j int) bool { return index[pr.runs[i]] < index[pr.runs[j]] })
-		lines = append(lines, msg+" ("+runList(pr.runs, len(plan.Runs))+")")
+		line := msg + " (" + runList(pr.runs, len(plan.Runs)) + ")"
+		lines = append(lines, line)
+		linePositioned[line] = positioned[msg]
 	}
 	sort.Strings(lines)
-	if len(plan.OptionPos) > 0 && optionWhere(plan, lines[0]) != "" {
+	if linePositioned[lines[0]] {
 		// file:line:col first, as compilers print, so editors can jump to it.
 		return backends.SpecErrorf("%s", strings.Join(lines, "\n"))
 	}
@@ -110,13 +118,19 @@ func Preflight(ctx context.Context, plan *sweeps.Plan, reg *backends.Registry) e
 var optionName = regexp.MustCompile(`\b((?:backend|launcher)_options\.[A-Za-z0-9_.-]+?)(?:[:\s\[]|$)`)
 
 // optionWhere is where the spec gave the option msg is about ("spec.yaml:9:3"),
-// or "" when msg names none the plan knows.
-func optionWhere(plan *sweeps.Plan, msg string) string {
+// or "" when msg names none the plan knows. For an option rc has from an axis
+// (backend_options.transport: [shm, tcp]), that is where rc's value was written.
+func optionWhere(plan *sweeps.Plan, rc sweeps.RunConfig, msg string) string {
 	m := optionName.FindStringSubmatch(msg)
 	if m == nil {
 		return ""
 	}
 	key := m[1]
+	if name, ok := strings.CutPrefix(key, "backend_options."); ok && slices.Contains(rc.OptionAxes, name) {
+		if where, ok := plan.OptionPos[sweeps.OptionValueKey(name, rc.BackendOptions[name])]; ok {
+			return where
+		}
+	}
 	for {
 		if where, ok := plan.OptionPos[key]; ok {
 			return where

@@ -457,6 +457,7 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 			}
 			return be.Run(runCtx, rc, env, emit)
 		})
+		res.Env.GivenEnv, res.Env.InheritedEnv = rc.Env, inheritedEnv(os.Environ(), rc.Env)
 		if rep := smp.Stop(); rep.Apply(&res, r) {
 			samples = append(samples, rep.Samples...)
 			if err := sampler.WriteFile(filepath.Join(runDir, results.SamplesFile), samples); err != nil {

@@ -106,7 +106,7 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, b.opts.StartTimeout+b.opts.CallTimeout)
 	defer cancel()
-	s, err := b.start(ctx, b.callLogger(), nil, nil)
+	s, err := b.start(ctx, b.callLogger(), nil, nil, nil)
 	if err != nil {
 		if parent.Err() != nil {
 			return d, err
@@ -148,7 +148,7 @@ func (b *Backend) Describe(ctx context.Context) (backends.Description, error) {
 // "infeasible", a final verdict that a resume would never revisit, while a broken
 // plugin is a failure.
 func (b *Backend) Validate(ctx context.Context, rc sweeps.RunConfig) error {
-	s, err := b.start(ctx, b.callLogger(), nil, nil)
+	s, err := b.start(ctx, b.callLogger(), nil, nil, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -197,7 +197,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		Exclude: func(level hclog.Level, msg string, _ ...any) bool {
 			return level == hclog.Info && msg == "plugin process exited"
 		}})
-	s, err := b.start(ctx, logger, stdout, stderr)
+	s, err := b.start(ctx, logger, stdout, stderr, rc.Env)
 	if err != nil {
 		return results.Result{}, err
 	}
@@ -279,7 +279,9 @@ func (s *session) others() []int {
 }
 
 // start starts the plugin and completes the handshake, or says why it could not.
-func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr io.Writer) (*session, error) {
+// runEnv is the run's variables from the spec (nil outside a run): the plugin
+// process, and so whatever it starts, gets them on top of this one's environment.
+func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr io.Writer, runEnv map[string]string) (*session, error) {
 	if b.refusal != "" {
 		return nil, backends.SpecErr(errors.New(b.refusal))
 	}
@@ -296,6 +298,9 @@ func (b *Backend) start(ctx context.Context, logger hclog.Logger, stdout, stderr
 	}
 	procCtx, cancelProc := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(procCtx, b.path)
+	if len(runEnv) > 0 {
+		cmd.Env = contract.WithEnv(os.Environ(), runEnv)
+	}
 	// The plugin runs under a run reaper, as torchrun's command does
 	// (contract.RunGroup): a child subreaper that outlives the plugin until
 	// everything below it is gone, so a daemon the plugin's run leaves (setsid,

@@ -566,3 +566,15 @@ func TestOversizedRepliesAreRefused(t *testing.T) {
 	assert.Less(t, len(err.Error()), 4200)
 	assert.Regexp(t, `^(no )+n?o?… \(cut: 102399 bytes in all\)$`, err.Error())
 }
+
+// TestPluginRunGetsTheSpecEnv: a plugin's run (here the exec plugin's command)
+// gets the spec's environment variables.
+func TestPluginRunGetsTheSpecEnv(t *testing.T) {
+	t.Parallel()
+	rc := execRC("sh", "-c", `echo "probe=[$ENVAXES_PROBE]" >&2; exit 3`)
+	rc.Env = map[string]string{"ENVAXES_PROBE": "a b$HOME"}
+	res, err := plugins.New("exec", bin("exec"), plugins.Options{}).Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, results.StatusInfeasible, res.Status)
+	assert.Contains(t, res.Error, "probe=[a b$HOME]")
+}

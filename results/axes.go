@@ -87,7 +87,7 @@ func (s *axisSet) get(c Column) *axisValues {
 // varying lists the axes (registry order) whose value is not the same in every run.
 func (s *axisSet) varying() []*axisValues {
 	var out []*axisValues
-	for _, c := range ColumnsOf(KindAxis) {
+	for _, c := range append(ColumnsOf(KindAxis), DynamicColumns(s.runs)...) {
 		if a := s.get(c); len(a.values) > 1 {
 			out = append(out, a)
 		}

@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -322,6 +323,11 @@ func ColumnsOf(kind ColumnKind) []Column {
 // LookupColumn finds a column by name; the error lists the valid names of the kinds
 // asked for (all kinds when none is given).
 func LookupColumn(name string, kinds ...ColumnKind) (Column, error) {
+	if _, ok := registryIndex[name]; !ok {
+		if c, ok := dynamicColumn(name); ok && (len(kinds) == 0 || slices.Contains(kinds, KindAxis)) {
+			return c, nil
+		}
+	}
 	if i, ok := registryIndex[name]; ok || predictedIndex[name] > 0 {
 		c := predictedColumn(name)
 		if ok {

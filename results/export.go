@@ -17,7 +17,9 @@ import (
 // (bytes, seconds, fractions); an unknown value is an empty cell, never 0. The
 // output is RFC 4180 (encoding/csv), so spreadsheets open it as is.
 func WriteCSV(w io.Writer, runs []Run) error {
-	cols := Columns()
+	// The spec's env.NAME and varied backend_options.NAME axes follow the
+	// registry's columns (none for runs without them).
+	cols := append(Columns(), DynamicColumns(runs)...)
 	cw := csv.NewWriter(w)
 	rec := make([]string, len(cols))
 	for j, c := range cols {

@@ -68,6 +68,13 @@ type Env struct {
 	// BLASThreads the threads each rank gave it.
 	BLAS        string `json:"blas,omitempty"`
 	BLASThreads int    `json:"blas_threads,omitempty"`
+	// GivenEnv is the environment the spec gave the run (env:, env.NAME axes);
+	// InheritedEnv the variables that tune training (NCCL_*, OMP_*, PYTORCH_*,
+	// CUDA_*, ...) the run's processes inherited from fsdpbench's environment
+	// without the spec giving them. Kept apart, so a table can tell what the
+	// sweep chose from what the machine happened to have.
+	GivenEnv     map[string]string `json:"given_env,omitempty"`
+	InheritedEnv map[string]string `json:"inherited_env,omitempty"`
 }
 
 // RankResult is what one rank reported.

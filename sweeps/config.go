@@ -128,6 +128,17 @@ type RunConfig struct {
 	BackendOptions  map[string]any `json:"backend_options,omitempty"`
 	LauncherOptions map[string]any `json:"launcher_options,omitempty"`
 
+	// Env holds the environment variables the spec gives the run (env:, and
+	// env.NAME axes): every process of the run gets them on top of the
+	// environment it inherits. They enter the ID when there are any.
+	Env map[string]string `json:"env,omitempty"`
+	// OptionAxes names, sorted, the backend options the spec varies per point
+	// (backend_options.NAME as a grid or include axis): their values, in
+	// BackendOptions, enter the ID, so the points of such an axis are distinct
+	// runs. Options given once for the whole sweep (backend_options:) stay out
+	// of the ID, as they always have.
+	OptionAxes []string `json:"option_axes,omitempty"`
+
 	// Search names the axis searched adaptively for this point ("batch_per_device"
 	// under search: max_fit); empty for a plain grid point. SearchGroup is the same
 	// for every run of one search (the point of the other axes).
@@ -214,6 +225,10 @@ type trainingKey struct {
 	Checkpoint      string `json:"checkpoint,omitempty"`
 	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
 	ResumeCheck     *bool  `json:"resume_check,omitempty"`
+	// Env and the varied backend options are present only when the run has
+	// some, so runs without them keep their IDs.
+	Env     map[string]string `json:"env,omitempty"`
+	Options map[string]any    `json:"backend_options,omitempty"`
 }
 
 func (rc *RunConfig) trainingKey() trainingKey {
@@ -227,7 +242,48 @@ func (rc *RunConfig) trainingKey() trainingKey {
 		rcheck := rc.ResumeCheck
 		k.Checkpoint, k.CheckpointEvery, k.ResumeCheck = rc.Checkpoint, rc.CheckpointEvery, &rcheck
 	}
+	if len(rc.Env) > 0 {
+		k.Env = rc.Env
+	}
+	k.Options = rc.axisOptions()
 	return k
+}
+
+// axisOptions is the varied backend options with their values (nil when none).
+func (rc *RunConfig) axisOptions() map[string]any {
+	if len(rc.OptionAxes) == 0 {
+		return nil
+	}
+	m := make(map[string]any, len(rc.OptionAxes))
+	for _, k := range rc.OptionAxes {
+		m[k] = rc.BackendOptions[k]
+	}
+	if w := rc.asWritten().BackendOptions; w != nil {
+		for k := range m {
+			m[k] = w[k]
+		}
+	}
+	return m
+}
+
+// appendEnvKey appends the env and varied options parts of the training key
+// (nothing for a run without them). encoding/json writes map keys sorted, so the
+// bytes are the same as the struct's.
+func (rc *RunConfig) appendEnvKey(b []byte) []byte {
+	if len(rc.Env) > 0 {
+		j, _ := json.Marshal(rc.Env) // strings always marshal
+		b = append(b, `,"env":`...)
+		b = append(b, j...)
+	}
+	if o := rc.axisOptions(); o != nil {
+		j, err := json.Marshal(o)
+		if err != nil {
+			j = []byte(strconv.Quote(fmt.Sprint(o)))
+		}
+		b = append(b, `,"backend_options":`...)
+		b = append(b, j...)
+	}
+	return b
 }
 
 // HashBytes is how many bytes of SHA-256 a run ID carries: 64 bits, so a grid of
@@ -311,6 +367,7 @@ func (rc *RunConfig) appendTrainingKey(b []byte) []byte {
 	b = append(b, `,"compile":`...)
 	b = strconv.AppendBool(b, rc.Compile)
 	b = rc.appendCheckpointKey(b)
+	b = rc.appendEnvKey(b)
 	return append(b, '}')
 }
 

@@ -54,7 +54,7 @@ func TestSpecErrors(t *testing.T) {
 			name: "unknown top-level key suggests the axis",
 			spec: "name: x\ngrad_acum: 2\n",
 			line: 2, col: 1,
-			want: `unknown key "grad_acum" (allowed: name, backend, launcher, hardware, model, seq_len, steps, warmup_steps, repeats, timeout, seed, base, grid, exclude, include, search, backend_options, launcher_options; did you mean grad_accum? (an axis: put it under base: or grid:))`, exact: true,
+			want: `unknown key "grad_acum" (allowed: name, backend, launcher, hardware, model, seq_len, steps, warmup_steps, repeats, timeout, seed, base, grid, exclude, include, search, backend_options, launcher_options, env; did you mean grad_accum? (an axis: put it under base: or grid:))`, exact: true,
 		},
 		{
 			name: "unknown top-level key suggests a key",

@@ -104,3 +104,23 @@ func TestExampleContents(t *testing.T) {
 	p = load("quickstart.yaml")
 	assert.LessOrEqual(t, len(p.Runs), 12, "the first command stays small")
 }
+
+// TestEnvExamples pins the env and option axis examples (issue 30): one table
+// of backend_options.transport × env.OMP_NUM_THREADS, and the GPU example's
+// allocator settings.
+func TestEnvExamples(t *testing.T) {
+	p, err := Load(filepath.Join("examples", "gotrain-transport-threads.yaml"), Options{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"backend_options.transport", "env.OMP_NUM_THREADS"}, p.Axes)
+	var got []string
+	for _, rc := range p.Runs {
+		assert.Equal(t, 2, rc.WorldSize)
+		got = append(got, rc.BackendOptions["transport"].(string)+"/"+rc.Env["OMP_NUM_THREADS"])
+	}
+	assert.Equal(t, []string{"shm/1", "shm/2", "tcp/1", "tcp/2"}, got)
+
+	p, err = Load(filepath.Join("..", "examples", "gpu", "torchrun-alloc-conf-1xh100.yaml"), Options{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"env.PYTORCH_CUDA_ALLOC_CONF", "activation_checkpointing"}, p.Axes)
+	assert.Equal(t, "expandable_segments:True", p.Runs[2].Env["PYTORCH_CUDA_ALLOC_CONF"])
+}

@@ -67,6 +67,9 @@ func (p *parsing) expand(sp *spec) *Plan {
 	}
 	x.base.BackendOptions = sp.backendOptions
 	x.base.LauncherOptions = sp.launcherOptions
+	for _, v := range sp.env {
+		v.apply(&x.base)
+	}
 	if sp.search != "" {
 		x.base.Search = sp.search
 		x.groups = map[string]int{}
@@ -297,7 +300,15 @@ func (x *expander) isExcluded(rc *RunConfig) bool {
 
 func matchesAll(rc *RunConfig, conds []excludeCond) bool {
 	for _, c := range conds {
-		have := fieldValue(rc, c.f)
+		var have value
+		if c.f == fDyn {
+			var ok bool
+			if have, ok = dynValue(rc, c.key); !ok {
+				return false
+			}
+		} else {
+			have = fieldValue(rc, c.f)
+		}
 		found := false
 		for _, v := range c.vals {
 			if v.equal(have) {
@@ -345,7 +356,8 @@ func (x *expander) keep(rc *RunConfig, from pos) bool {
 		x.included[rc.ID] = idx
 		return true
 	}
-	if x.runs[prev].trainingKey() != rc.trainingKey() {
+	var ka, kb [512]byte
+	if string(x.runs[prev].appendTrainingKey(ka[:0])) != string(rc.appendTrainingKey(kb[:0])) {
 		x.collision(&x.runs[prev], rc, from)
 		return false
 	}
@@ -666,7 +678,14 @@ func (x *expander) varyingAxes() []string {
 		markDifferent(&vary, first, &x.runs[i])
 	}
 	var out []string
+	dyn := x.sp.dynKeys()
 	for _, g := range x.sp.grid {
+		if g.d.f == fDyn {
+			if dynVaries(x.runs, g.d.name) {
+				out = append(out, g.d.name)
+			}
+			continue
+		}
 		if vary[g.d.f] {
 			out = append(out, g.d.name)
 			vary[g.d.f] = false
@@ -675,6 +694,11 @@ func (x *expander) varyingAxes() []string {
 	for f := field(0); f < fName; f++ {
 		if vary[f] {
 			out = append(out, keyDefs[f].name)
+		}
+	}
+	for _, k := range dyn {
+		if !slices.Contains(out, k) && dynVaries(x.runs, k) {
+			out = append(out, k)
 		}
 	}
 	return out

@@ -172,7 +172,7 @@ const (
 // resolved spec writes them.
 var TopLevelKeys = []string{"name", "backend", "launcher", "hardware", "model", "seq_len",
 	"steps", "warmup_steps", "repeats", "timeout", "seed",
-	keyBase, keyGrid, keyExclude, keyInclude, keySearch, keyBackendOptions, keyLauncherOptions}
+	keyBase, keyGrid, keyExclude, keyInclude, keySearch, keyBackendOptions, keyLauncherOptions, keyEnv}
 
 // Axes lists the canonical axis names: what grid, include, exclude and base take.
 var Axes = func() []string {
@@ -211,10 +211,17 @@ type value struct {
 	i   int64  // int and bool (0/1) kinds
 	s   string // string kinds, canonical form
 	pos pos
+	// key and raw are set for fDyn: the key (env.NAME, backend_options.NAME),
+	// and an option's value as the spec gave it (s is then its JSON).
+	key string
+	raw any
 }
 
 // String renders the value as a spec would write it.
 func (v value) String() string {
+	if v.f == fDyn {
+		return v.dynString()
+	}
 	switch keyDefs[v.f].kind {
 	case kindInt:
 		return strconv.FormatInt(v.i, 10)
@@ -229,6 +236,8 @@ func (v value) equal(w value) bool { return v.i == w.i && v.s == w.s }
 // apply writes v into rc.
 func (v value) apply(rc *RunConfig) {
 	switch v.f {
+	case fDyn:
+		v.applyDyn(rc)
 	case fNodes:
 		rc.Nodes = int(v.i)
 	case fGPUsPerNode:
@@ -297,6 +306,9 @@ var wrapSize = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)([kKmMbB
 // readValue checks one scalar n as a value of key d. A failure is reported to e;
 // ok is false then.
 func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
+	if d.f == fDyn {
+		return p.readDyn(d, n)
+	}
 	v := value{f: d.f, pos: n.pos}
 	if n.kind != scalarNode {
 		p.e.at(n.pos, "%s must be %s, got %s", d.name, d.expect(), n.describe())

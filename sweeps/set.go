@@ -28,7 +28,8 @@ func (p *parsing) applySets(root *node) []string {
 		if !ok {
 			continue
 		}
-		if p.applySet(root, key, keyAt, val) {
+		bracketed := strings.HasPrefix(strings.TrimSpace(s[eq+1:]), "[")
+		if p.applyDynSet(root, key, keyAt, val, bracketed) || p.applySet(root, key, keyAt, val) {
 			applied = append(applied, s)
 		}
 	}
@@ -160,4 +161,64 @@ func setScalar(s string, at pos) *node {
 		}
 	}
 	return n
+}
+
+// applyDynSet applies --set env.NAME=... and --set backend_options.NAME=a,b
+// (a comma list without brackets: the option becomes a grid axis, as Hydra's
+// multirun reads key=a,b; backend_options.NAME=[a,b] stays one list value). It
+// reports whether it handled the flag (a refused one included).
+func (p *parsing) applyDynSet(root *node, key string, keyAt pos, val *node, bracketed bool) bool {
+	isEnv := strings.HasPrefix(key, envPrefix)
+	isOptAxis := strings.HasPrefix(key, optPrefix) && val.kind == seqNode && !bracketed &&
+		!strings.Contains(key[len(optPrefix):], ".")
+	if !isEnv && !isOptAxis {
+		return false
+	}
+	name := key[strings.IndexByte(key, '.')+1:]
+	if _, _, ok := p.dynDef(key, keyAt); !ok {
+		return true
+	}
+	dropGrid := func() {
+		if g := root.get(keyGrid); g != nil && g.val.kind == mapNode && g.val.get(key) != nil {
+			grid := root.ownMap(keyGrid, keyAt)
+			grid.remove(key)
+			if len(grid.entries) == 0 {
+				root.remove(keyGrid)
+			}
+		}
+	}
+	// Drop the single values the flag replaces: env: at the top level and under
+	// base:, the option under backend_options:.
+	section := keyEnv
+	if !isEnv {
+		section = keyBackendOptions
+	}
+	if e := root.get(section); e != nil && e.val.kind == mapNode && e.val.get(name) != nil {
+		m := root.ownMap(section, keyAt)
+		m.remove(name)
+		if len(m.entries) == 0 {
+			root.remove(section)
+		}
+	}
+	if base := root.get(keyBase); isEnv && base != nil && base.val.kind == mapNode {
+		for _, k := range []string{key, keyEnv} {
+			be := base.val.get(k)
+			if be == nil {
+				continue
+			}
+			b := root.ownMap(keyBase, keyAt)
+			if k == key {
+				b.remove(k)
+			} else if be.val.kind == mapNode && be.val.get(name) != nil {
+				b.ownMap(keyEnv, keyAt).remove(name)
+			}
+		}
+	}
+	if val.kind == seqNode {
+		root.ownMap(keyGrid, keyAt).set(key, keyAt, val)
+		return true
+	}
+	dropGrid()
+	root.ownMap(keyEnv, keyAt).set(name, keyAt, val)
+	return true
 }

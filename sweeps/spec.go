@@ -77,7 +77,9 @@ type Plan struct {
 	Resolved []byte
 	// OptionPos is where each backend and launcher option was given, keyed
 	// "backend_options.NAME": "file:line:col" (or "--set #N column C"), so a
-	// backend's complaint about an option can point at it.
+	// backend's complaint about an option can point at it. A value of a
+	// backend_options.NAME axis is keyed "backend_options.NAME=<value as JSON>"
+	// (see OptionValueKey).
 	OptionPos map[string]string
 }
 
@@ -153,6 +155,8 @@ type parsing struct {
 	// (.yaml, .yml).
 	hardwarePaths map[string]string
 	warnings      []string
+	// dynDefs holds the env.NAME and backend_options.NAME keys met so far.
+	dynDefs map[string]*keyDef
 }
 
 // spec is the checked content of a spec file, before expansion.
@@ -172,6 +176,9 @@ type spec struct {
 	// writtenOptions holds the options whose paths were resolved, as written
 	// ("backend_options.script": "train.py").
 	writtenOptions map[string]any
+	// env holds the variables given to every run (env: at the top level and
+	// under base:), as env.NAME values.
+	env []value
 }
 
 type keyed struct {
@@ -190,9 +197,11 @@ type excludeEntry struct {
 	conds []excludeCond
 }
 
-// excludeCond matches when the field holds any of vals.
+// excludeCond matches when the field holds any of vals; key names the dynamic
+// key when f is fDyn.
 type excludeCond struct {
 	f    field
+	key  string
 	vals []value
 }
 
@@ -222,6 +231,8 @@ func (p *parsing) read(root *node) *spec {
 			sp.backendOptions, w = p.resolveOptions(p.readOptions(e), e)
 			sp.writtenOptions = addAll(sp.writtenOptions, w)
 			sp.optionPos = optionPositions(sp.optionPos, e)
+		case keyEnv:
+			sp.env = p.addEnv(sp.env, p.readEnvMap(e))
 		case keyLauncherOptions:
 			var w map[string]any
 			sp.launcherOptions, w = p.resolveOptions(p.readOptions(e), e)
@@ -250,6 +261,9 @@ func (p *parsing) read(root *node) *spec {
 		}
 	}
 	for _, g := range sp.grid {
+		if g.d.f == fDyn {
+			continue // checkDynConflicts
+		}
 		where := sp.top[g.d.f]
 		if where == nil {
 			where = sp.base[g.d.f]
@@ -258,6 +272,7 @@ func (p *parsing) read(root *node) *spec {
 			p.e.at(g.keyPos, "%s is a grid axis and also has one value at %s; keep one (a grid axis varies across runs, a single value applies to every run)", g.d.name, where.keyPos)
 		}
 	}
+	p.checkDynConflicts(sp)
 	return sp
 }
 
@@ -284,6 +299,9 @@ func (p *parsing) unknownTopKey(e *entry) {
 // axisDef looks up a key used as an axis (in grid, include, exclude), reporting why
 // it cannot be one.
 func (p *parsing) axisDef(e *entry, where string) (*keyDef, bool) {
+	if d, isDyn, ok := p.dynDef(e.key, e.keyPos); isDyn {
+		return d, ok
+	}
 	d, ok := keyByName[e.key]
 	if !ok {
 		p.e.at(e.keyPos, "unknown axis %s in %s (allowed: %s%s)", q(e.key), where, strings.Join(Axes, ", "), didYouMean(e.key, Axes))
@@ -313,6 +331,24 @@ func (p *parsing) readBase(sp *spec, e *entry) {
 		return
 	}
 	for _, be := range m.entries {
+		if be.key == keyEnv {
+			sp.env = p.addEnv(sp.env, p.readEnvMap(be))
+			continue
+		}
+		if strings.HasPrefix(be.key, envPrefix) {
+			if d, _, ok := p.dynDef(be.key, be.keyPos); ok {
+				if be.val.kind == seqNode {
+					p.e.at(be.val.pos, "base gives one value per key, but %s has a list; to try several, move it to grid:", be.key)
+				} else if v, ok := p.readDyn(d, be.val); ok {
+					sp.env = p.addEnv(sp.env, []value{v})
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(be.key, optPrefix) {
+			p.e.at(be.keyPos, "a backend option for every run goes under backend_options: at the top level (backend_options: {%s: ...}); base: takes axes", be.key[len(optPrefix):])
+			continue
+		}
 		d, ok := keyByName[be.key]
 		if !ok || d.where&inBase == 0 {
 			p.e.at(be.keyPos, "unknown key %s in base (allowed: %s%s)", q(be.key), strings.Join(baseKeys, ", "), didYouMean(be.key, baseKeys))
@@ -374,6 +410,7 @@ func (p *parsing) readGrid(sp *spec, e *entry) {
 			}
 			if ok {
 				g.vals = append(g.vals, v)
+				sp.optionPos = valuePosition(sp.optionPos, v)
 			}
 		}
 		if okAll {
@@ -427,6 +464,9 @@ func (p *parsing) readExclude(sp *spec, e *entry) {
 				continue
 			}
 			c := excludeCond{f: d.f}
+			if d.f == fDyn {
+				c.key = d.name
+			}
 			for _, it := range items {
 				v, vok := p.readValue(d, it)
 				if !vok {
@@ -448,6 +488,10 @@ func (p *parsing) readInclude(sp *spec, e *entry) {
 		in := includeEntry{pos: m.pos}
 		ok := true
 		for _, ie := range m.entries {
+			if ie.key == keyEnv {
+				in.vals = append(in.vals, p.readEnvMap(ie)...)
+				continue
+			}
 			d, dok := p.axisDef(ie, "include")
 			if !dok {
 				ok = false
@@ -464,6 +508,7 @@ func (p *parsing) readInclude(sp *spec, e *entry) {
 				continue
 			}
 			in.vals = append(in.vals, v)
+			sp.optionPos = valuePosition(sp.optionPos, v)
 		}
 		if ok {
 			sp.include = append(sp.include, in)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -53,6 +54,8 @@ type RankFile struct {
 	PeakRSSBytes          *int64         `json:"peak_rss_bytes"`
 	AllocRetries          *int64         `json:"alloc_retries"`
 	CUDAOOMs              *int64         `json:"cuda_ooms"`
+	// SpecEnv is the spec's variables (env:) as the rank's process saw them.
+	SpecEnv map[string]string `json:"spec_env,omitempty"`
 	CheckpointFigures
 }
 
@@ -201,6 +204,17 @@ func checkRankFile(rc sweeps.RunConfig, f RankFile, r int) error {
 		return fmt.Errorf("world_size is %d but the run has %d ranks: the script did not run this configuration", f.WorldSize, rc.WorldSize)
 	case len(f.Steps) != rc.Steps:
 		return fmt.Errorf("steps holds %d measured steps, want %d (steps: in the spec; warm-up steps are not reported)", len(f.Steps), rc.Steps)
+	}
+	if f.SpecEnv != nil {
+		// The rank says what it received of the spec's variables: a value
+		// that did not arrive (a launcher, a wrapper, a site profile changed
+		// it) means the run measured another configuration than asked.
+		for _, k := range slices.Sorted(maps.Keys(rc.Env)) {
+			if got, ok := f.SpecEnv[k]; !ok || got != rc.Env[k] {
+				return fmt.Errorf("spec_env: the rank's process had %s=%s, but the spec gives %s: something between fsdpbench and the rank changed it",
+					k, strconv.Quote(clipEnv(got)), strconv.Quote(clipEnv(rc.Env[k])))
+			}
+		}
 	}
 	for _, t := range []struct{ field, v string }{{"device", f.Device}, {"torch", f.Torch}, {"gpu", f.GPU},
 		{"cuda", f.CUDA}, {"nccl", f.NCCL}, {"host", f.Host}} {
@@ -400,4 +414,12 @@ func valueStart(data []byte, end int) int {
 		i--
 	}
 	return i
+}
+
+// clipEnv shortens a variable's value for a message.
+func clipEnv(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }

@@ -402,7 +402,9 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		// A worker dies with this process, even by SIGKILL: nothing else would stop
 		// it before its next write, or before the rendezvous times out.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		cmd.Env = append(os.Environ(),
+		// The spec's variables (env:) on top of what this process inherited; the
+		// harness's own come after them (a spec cannot name those).
+		cmd.Env = append(contract.WithEnv(os.Environ(), rc.Env),
 			"MASTER_ADDR=127.0.0.1",
 			"MASTER_PORT="+strconv.Itoa(port),
 			"RANK="+strconv.Itoa(r),

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fsdpbench/fsdpbench/backends/contract"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/comm/nccl"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
@@ -121,6 +122,8 @@ type RankFile struct {
 	// Gathers is how the unit all-gathers moved the parameters
 	// (fsdp.RankReport.Gathers: none, zero-copy, shared, copy).
 	Gathers string `json:"gathers,omitempty"`
+	// SpecEnv is the spec's variables (env:) as this rank's process saw them.
+	SpecEnv map[string]string `json:"spec_env,omitempty"`
 	// Checkpoint is the checkpoint phase, when the run checkpoints.
 	Checkpoint *CheckpointReport `json:"checkpoint,omitempty"`
 }
@@ -229,7 +232,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 	}
 	defer tr.Close()
 
-	out := RankFile{Rank: info.Rank, Env: denv, NCCL: ncclVersion}
+	out := RankFile{Rank: info.Rank, Env: denv, NCCL: ncclVersion, SpecEnv: contract.Received(rc.Env, env.Getenv)}
 	ckpt := newCheckpointer(rc, filepath.Dir(path), info.Rank)
 	out.Host, _ = os.Hostname()
 	enc := json.NewEncoder(env.Stdout)

@@ -47,7 +47,8 @@ func (*Backend) Describe(context.Context) (backends.Description, error) {
 // backend_options. Memory that does not fit is not a Validate error: Run reports it
 // as infeasible with the predicted and available figures.
 func (*Backend) Validate(_ context.Context, rc sweeps.RunConfig) error {
-	opts, err := ParseOptions(rc.BackendOptions)
+	m, _ := envOptions(rc)
+	opts, err := ParseOptions(m)
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,8 @@ func (*Backend) Run(ctx context.Context, rc sweeps.RunConfig, _ backends.RunEnv,
 	if emit == nil {
 		emit = func(backends.Event) {}
 	}
-	opts, err := ParseOptions(rc.BackendOptions)
+	m, envNotes := envOptions(rc)
+	opts, err := ParseOptions(m)
 	if err != nil {
 		return results.Result{}, err
 	}
@@ -94,6 +96,7 @@ func (*Backend) Run(ctx context.Context, rc sweeps.RunConfig, _ backends.RunEnv,
 	if err != nil {
 		return finish(results.StatusInfeasible, err.Error())
 	}
+	pred.Notes = append(pred.Notes, envNotes...)
 	fillResult(&res, pred)
 	if err := fillCheckpoint(&res, rc, opts, pred); err != nil {
 		return finish(results.StatusInfeasible, err.Error())

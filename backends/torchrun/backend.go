@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -459,7 +460,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		}
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = job.Dir
-		cmd.Env = append(job.baseEnviron(os.Environ()), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
+		cmd.Env = append(contract.WithEnv(job.baseEnviron(os.Environ()), rc.Env), append(job.Env(env.Devices), "TMPDIR="+tmp)...)
 		rep = job.NewReport()
 		var portTaken, stepped bool
 		var started bool
@@ -661,6 +662,12 @@ func (j *Job) Env(devices []int) []string {
 		contract.EnvOutputDir + "=" + j.Paths.OutputDir, contract.EnvRunID + "=" + j.rc.ID}
 	if j.rc.Hardware == "cpu" {
 		env = append(env, "FSDPBENCH_DEVICE=cpu")
+	}
+	if len(j.rc.Env) > 0 {
+		// The names of the spec's variables, for the project's script to record
+		// what each rank received (its rank file's spec_env). The values travel
+		// in the environment itself (contract.WithEnv; the Slurm job's exports).
+		env = append(env, contract.EnvSpecEnv+"="+strings.Join(slices.Sorted(maps.Keys(j.rc.Env)), ","))
 	}
 	if j.o.Launcher == LauncherPython || j.o.Launcher == LauncherCommand {
 		// Step lines arrive as they are printed, not when a pipe's buffer fills

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -258,6 +259,14 @@ func (o SlurmOptions) Script(rc sweeps.RunConfig, backend string, spec backends.
 		k, v, _ := strings.Cut(kv, "=")
 		p("export %s=%s", k, shellWord(v))
 	}
+	if len(rc.Env) > 0 {
+		// The spec's variables (env:), literally: a $ in one is not expanded.
+		p("# The run's environment from the spec.")
+		names := slices.Sorted(maps.Keys(rc.Env))
+		for _, k := range names {
+			p("export %s=%s", k, literalWord(rc.Env[k]))
+		}
+	}
 	if spec.Dir != "" && spec.Dir != runDir {
 		p("cd %s", shellWord(spec.Dir))
 	}
@@ -266,7 +275,11 @@ func (o SlurmOptions) Script(rc sweeps.RunConfig, backend string, spec backends.
 	// launcher does, instead of leaving them blocked in a collective until the
 	// time limit. --label prefixes every line with its task, which the harness
 	// reads back.
-	srun := "srun --label --kill-on-bad-exit=1"
+	// --export=ALL: the tasks get the script's environment, the exports above
+	// included, even when sbatch ran with --export=NONE (an #SBATCH line of the
+	// options, or the site's default), which srun would otherwise inherit
+	// through SLURM_EXPORT_ENV and start the tasks without them.
+	srun := "srun --export=ALL --label --kill-on-bad-exit=1"
 	cmd := commandLine(spec.Argv)
 	if perNode(spec.Argv) {
 		// The node's own values ($SLURM_NODEID) exist only inside each task, so
@@ -355,6 +368,15 @@ func shellWord(s string) string {
 		}
 		b.WriteByte('"')
 		return b.String()
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// literalWord quotes s for bash so that it stays as it is: unquoted when
+// nothing in it is special, in single quotes otherwise.
+func literalWord(s string) string {
+	if s != "" && plainWord.MatchString(s) {
+		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

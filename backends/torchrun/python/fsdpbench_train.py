@@ -982,6 +982,11 @@ def run_distributed(a, s):
             v = torch.cuda.nccl.version()
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     out.update(peak_memory(device))
+    # The spec's environment variables (env:) as this rank received them, so a
+    # run shows that each of its ranks got them.
+    names = [k for k in os.environ.get("FSDPBENCH_SPEC_ENV", "").split(",") if k]
+    if names:
+        out["spec_env"] = {k: os.environ.get(k) for k in names}
     if ckpt is not None:
         if a.resume_check:
             # A fresh model and optimizer load the first checkpoint and train the

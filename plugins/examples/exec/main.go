@@ -114,7 +114,7 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 	cmd.Dir = runDir
 	// RunGroup ends whatever the command starts, daemons included, when it exits,
 	// when ctx ends, and should this plugin die first.
-	cmd.Env = append(os.Environ(), contract.EnvMetricsDir+"="+metricsDir, contract.EnvRunDir+"="+runDir,
+	cmd.Env = append(contract.WithEnv(os.Environ(), rc.Env), contract.EnvMetricsDir+"="+metricsDir, contract.EnvRunDir+"="+runDir,
 		contract.EnvRunID+"="+rc.ID)
 	if len(env.Devices) > 0 {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+contract.VisibleDevices(env.Devices, os.Getenv("CUDA_VISIBLE_DEVICES")))
