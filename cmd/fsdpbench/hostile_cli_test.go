@@ -52,7 +52,7 @@ grid:
 	assert.Regexp(t, `│ batch_per_device\s+│ 16\s+│\s+40 │`, res.stdout)
 	assert.Contains(t, res.stdout, "why runs do not fit")
 	assert.Contains(t, res.stdout, "fastest feasible run: ws8-")
-	assert.Less(t, strings.Count(res.stdout, "\n"), 120, "no row per run")
+	assert.Less(t, strings.Count(res.stdout, "\n"), 200, "no row per run (640 runs)")
 
 	wide := fsdpbench(t, dir, "plan", spec, "--wide")
 	require.Equal(t, 0, wide.code, wide.stderr)
