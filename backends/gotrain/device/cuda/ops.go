@@ -405,6 +405,30 @@ func (d *Device) CrossEntropyBackward(dlogits, logits device.Buffer, targets []i
 	}
 }
 
+// CrossEntropyFused is CrossEntropyForward then CrossEntropyBackward in one
+// launch of kernels.CrossEntropyFused: each row's loss into losses and
+// dlogits = scale·(softmax(logits) − onehot(targets)), from two reads of the row
+// and one write (the separate ops read it five times). dlogits may be logits.
+// The logits stay in their dtype: bf16 logits are never widened into an fp32
+// copy, so the head of a 128k vocabulary costs no memory beyond its bf16 logits.
+func (d *Device) CrossEntropyFused(losses, dlogits, logits device.Buffer, targets []int32, vocab int, scale float32) {
+	d.checkTargets("CrossEntropyFused", targets, vocab)
+	n := len(targets) * vocab
+	l := d.get("CrossEntropyFused losses", losses, len(targets))
+	gz, z := d.get("CrossEntropyFused dlogits", dlogits, n), d.get("CrossEntropyFused logits", logits, n)
+	k := d.pick("CrossEntropyFused", &kernels.CrossEntropyFused, &kernels.CrossEntropyFusedBF16, []device.Buffer{losses}, dlogits, logits)
+	if len(targets) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostCrossEntropyFused(z.a.dt, len(targets), vocab) })()
+	if tg, ok := d.uploadInt32("targets", targets); ok {
+		d.launch(k, grid{len(targets), 1, 1}, 0, ptrArg(l), ptrArg(gz), ptrArg(z), addrArg(tg),
+			i32Arg(len(targets)), i32Arg(vocab), f32Arg(scale))
+	}
+}
+
 // AdamW computes torch's scalars in float64 and rounds them once, as the cpu
 // device does, so both devices run the same float32 arithmetic per element.
 func (d *Device) AdamW(params, grads, m, v device.Buffer, c device.AdamWConfig) {

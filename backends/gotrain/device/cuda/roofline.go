@@ -165,6 +165,15 @@ func CostCrossEntropyBackward(t device.DType, rows, vocab int) OpCost {
 		FLOPs: 7 * n, Bytes: 2*elemSize(t)*n + 4*float64(rows)}
 }
 
+// CostCrossEntropyFused is both in one pass: the online logsumexp (4 FLOPs a
+// logit) and the write (3); logits read once, dlogits written, the losses and
+// targets.
+func CostCrossEntropyFused(t device.DType, rows, vocab int) OpCost {
+	n := float64(rows) * float64(vocab)
+	return OpCost{Op: "CrossEntropyFused", Shape: fmt.Sprintf("%v rows=%d vocab=%d", t, rows, vocab),
+		FLOPs: 7 * n, Bytes: 2*elemSize(t)*n + 4*2*float64(rows)}
+}
+
 // CostEmbeddingForward gathers len(tokens) rows: no FLOPs, the rows read and
 // written, the int32 tokens read.
 func CostEmbeddingForward(t device.DType, tokens, dim int) OpCost {

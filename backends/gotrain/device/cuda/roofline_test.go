@@ -37,6 +37,8 @@ func TestCostsByHand(t *testing.T) {
 		{CostCrossEntropyForward(device.BF16, 2, 5), 40, 20 + 16},
 		// 7 per logit; logits read, dlogits written (20 bf16); targets.
 		{CostCrossEntropyBackward(device.BF16, 2, 5), 70, 40 + 8},
+		// 7 per logit; logits read once, dlogits written (20 bf16); losses written, targets read.
+		{CostCrossEntropyFused(device.BF16, 2, 5), 70, 40 + 16},
 		// b·seq·heads·hd = 1·3·2·4 = 24 elements, 3 FLOPs each; read and written; cos, sin 3·2 fp32 each.
 		{CostRoPE("RoPEForward", device.F32, device.RoPEShape{Batch: 1, Seq: 3, Heads: 2, HeadDim: 4, Theta: 10}), 72, 2*96 + 48},
 		// 13 per element; p, g, m, v read, p, m, v written: 7 × 4 bytes × 10.
