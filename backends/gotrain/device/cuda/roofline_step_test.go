@@ -98,7 +98,7 @@ func TestRooflineTableOnTheRunner(t *testing.T) {
 		ops[o.Op] = o
 	}
 	for _, op := range []string{"MatMul", "AttentionForward", "AttentionBackward", "RMSNormForward", "RMSNormBackward",
-		"RoPEForward", "RoPEBackward", "SwiGLUForward", "SwiGLUBackward", "CrossEntropyForward", "CrossEntropyBackward",
+		"RoPEForward", "RoPEBackward", "SwiGLUForward", "SwiGLUBackward", "CrossEntropyFused",
 		"EmbeddingForward", "EmbeddingBackward", "Sum", "Cast", "Zero", "AdamW"} {
 		assert.Contains(t, ops, op, "the step's %s has no row", op)
 	}
@@ -106,7 +106,10 @@ func TestRooflineTableOnTheRunner(t *testing.T) {
 	as := device.AttnShape{Batch: 2, Seq: 17, Heads: 2, KVHeads: 1, HeadDim: 64}
 	assert.Equal(t, CostAttentionForward(device.BF16, true, as), ops["AttentionForward"].OpCost)
 	assert.Equal(t, 2, ops["AttentionForward"].Calls) // one per layer
-	assert.Equal(t, CostCrossEntropyForward(device.BF16, 34, 300), ops["CrossEntropyForward"].OpCost)
+	// The training forward runs the fused cross-entropy, and nothing else does.
+	assert.Equal(t, CostCrossEntropyFused(device.BF16, 34, 300), ops["CrossEntropyFused"].OpCost)
+	assert.NotContains(t, ops, "CrossEntropyForward")
+	assert.NotContains(t, ops, "CrossEntropyBackward")
 	var buf bytes.Buffer
 	require.NoError(t, WriteRoofline(&buf, H100(), times))
 	out := buf.String()
