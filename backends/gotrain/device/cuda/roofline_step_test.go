@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,8 +22,9 @@ import (
 // as the FSDP trainer's bf16 policy runs them on one rank: bf16 parameters cast
 // from the fp32 masters, forward and backward, the gradients cast to fp32 and
 // AdamW on the masters. The op timings of the last step are kept (the earlier
-// ones are warmup) and returned with the step's launch count.
-func rooflineStep(tb testing.TB, d *Device, s shapes.Shape, batch, seq, steps int) ([]OpTime, int64) {
+// ones are warmup) and returned with the step's launch count and wall time (from
+// a synchronized device to the step's end on the GPU).
+func rooflineStep(tb testing.TB, d *Device, s shapes.Shape, batch, seq, steps int) ([]OpTime, int64, time.Duration) {
 	tb.Helper()
 	m, err := model.New(d, s)
 	require.NoError(tb, err)
@@ -59,10 +61,12 @@ func rooflineStep(tb testing.TB, d *Device, s shapes.Shape, batch, seq, steps in
 		tokens[i] = int32((i*7919 + 13) % s.Vocab)
 	}
 	var launches int64
+	var start time.Time
 	for step := 1; step <= steps; step++ {
 		if step == steps {
 			require.NoError(tb, d.ResetOpTimes())
 			launches = d.Launches()
+			start = time.Now()
 		}
 		for i := range master {
 			d.Cast(params[i], master[i])
@@ -75,9 +79,11 @@ func rooflineStep(tb testing.TB, d *Device, s shapes.Shape, batch, seq, steps in
 			d.AdamW(master[i], g32[i], mom[i], vel[i], device.AdamWConfig{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: step})
 		}
 	}
+	require.NoError(tb, d.Sync())
+	wall := time.Since(start)
 	times, err := d.OpTimes()
 	require.NoError(tb, err)
-	return times, d.Launches() - launches
+	return times, d.Launches() - launches, wall
 }
 
 // TestRooflineTableOnTheRunner runs a small bf16 model's step (head dim 64: the
@@ -90,7 +96,8 @@ func TestRooflineTableOnTheRunner(t *testing.T) {
 	d := newTestDevice(t, Options{Profile: true})
 	s := shapes.Shape{Name: "tiny", Arch: shapes.ArchLlama, Hidden: 128, Layers: 2, Heads: 2, KVHeads: 1,
 		Intermediate: 256, Vocab: 300, MaxPositions: 64, RopeTheta: 10000, NormEps: 1e-5}
-	times, launches := rooflineStep(t, d, s, 2, 17, 2)
+	times, launches, wall := rooflineStep(t, d, s, 2, 17, 2)
+	assert.Positive(t, wall)
 	ops := map[string]OpTime{}
 	for _, o := range times {
 		assert.Positive(t, o.Calls, o.Op)
@@ -144,14 +151,22 @@ func BenchmarkRooflineStep(b *testing.B) {
 	}
 	var times []OpTime
 	var launches int64
+	var wall time.Duration
 	for i := 0; i < b.N; i++ {
-		times, launches = rooflineStep(b, d, s, batch, 2048, 2)
+		times, launches, wall = rooflineStep(b, d, s, batch, 2048, 2)
 	}
 	b.StopTimer()
+	var gpu time.Duration
+	for _, o := range times {
+		gpu += o.Measured
+	}
 	var buf bytes.Buffer
 	require.NoError(b, WriteRoofline(&buf, H100(), times))
-	fmt.Printf("# roofline: llama-1b untied, bf16, batch %d, seq 2048, %s; %d launches in the step\n%s",
-		batch, d.Info().GPU, launches, buf.String())
+	// The step's wall time against the ops' GPU time: the gap is what the GPU
+	// waited for the host (launches, host syncs); divided by the launches it bounds
+	// what a CUDA graph could save per launch.
+	fmt.Printf("# roofline: llama-1b untied, bf16, batch %d, seq 2048, %s; the step: %d launches, %.1f ms wall, %.1f ms in the ops on the GPU (%.2f µs of gap a launch)\n%s",
+		batch, d.Info().GPU, launches, float64(wall)/1e6, float64(gpu)/1e6, float64(wall-gpu)/1e3/float64(max(launches, 1)), buf.String())
 	b.ReportMetric(float64(launches), "launches/step")
 }
 
@@ -171,4 +186,25 @@ func TestLaunchesCounted(t *testing.T) {
 	d.Sum(a)                                     // 1 kernel (the host finishes)
 	require.NoError(t, d.Sync())
 	assert.Equal(t, int64(6), d.Launches())
+}
+
+// TestOpTimesNeedProfile: without Options.Profile OpTimes says how to get them;
+// with it, a reset forgets the ops so far and calls of one op and shape add up;
+// Close runs with a timed op not yet read (its events are freed there).
+func TestOpTimesNeedProfile(t *testing.T) {
+	requireFakes(t)
+	_, err := newTestDevice(t, Options{}).OpTimes()
+	require.ErrorContains(t, err, "opened without Options.Profile")
+
+	d := newTestDevice(t, Options{Profile: true})
+	x := alloc(t, d, 8)
+	d.Scale(x, 2)
+	require.NoError(t, d.ResetOpTimes())
+	d.Scale(x, 2)
+	d.Scale(x, 3)
+	times, err := d.OpTimes()
+	require.NoError(t, err)
+	require.Len(t, times, 1)
+	assert.Equal(t, OpTime{OpCost: CostScale(device.F32, 8), Calls: 2, Measured: times[0].Measured}, times[0])
+	d.Zero(x) // timed, never read: Close frees its events
 }
