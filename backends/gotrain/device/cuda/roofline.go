@@ -247,8 +247,9 @@ type OpTime struct {
 
 // WriteRoofline prints times (one row per op and shape) against r: FLOPs,
 // bytes, arithmetic intensity, expected and measured time per call and their
-// ratio, then the top 10 rows by total measured time with their share of the
-// total. It is the table of issue 24's item 5.
+// ratio, then the top 10 rows by total measured time (expected time when none
+// was measured: a prediction) with their share of the total. It is the table
+// of issue 24's item 5.
 func WriteRoofline(w io.Writer, r Roofline, times []OpTime) error {
 	rows := append([]OpTime(nil), times...)
 	sort.SliceStable(rows, func(i, j int) bool {
@@ -278,15 +279,25 @@ func WriteRoofline(w io.Writer, r Roofline, times []OpTime) error {
 	}
 	fmt.Fprintf(w, "# %s roofline: %.1f TFLOP/s tensor, %.1f TFLOP/s fp32, %.2f TB/s; expected %.3f ms, measured %.3f ms in all\n",
 		r.Name, r.TensorFLOPS/1e12, r.FP32FLOPS/1e12, r.MemBW/1e12, expTotal*1e3, float64(total)/1e6)
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Measured > rows[j].Measured })
-	fmt.Fprintln(w, "# top 10 by measured time")
+	// The top 10 by measured time; a prediction (nothing measured) by expected.
+	by := "measured"
+	key := func(o OpTime) float64 { return float64(o.Measured) }
+	if total == 0 {
+		by = "expected"
+		key = func(o OpTime) float64 { e, _ := r.Expected(o.OpCost); return e * float64(o.Calls) }
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return key(rows[i]) > key(rows[j]) })
+	fmt.Fprintf(w, "# top 10 by %s time\n", by)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "rank\top\tshape\tcalls\tmeasured µs\tshare\texpected µs\t\n")
 	for i, o := range rows[:min(10, len(rows))] {
 		exp, _ := r.Expected(o.OpCost)
 		share := 0.0
-		if total > 0 {
+		switch {
+		case total > 0:
 			share = float64(o.Measured) / float64(total)
+		case expTotal > 0:
+			share = exp * float64(o.Calls) / expTotal
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.1f%%\t%.3f\t\n", i+1, o.Op, o.Shape, o.Calls, float64(o.Measured)/1e3, 100*share,
 			exp*float64(o.Calls)*1e6)
