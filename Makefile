@@ -61,14 +61,15 @@ kernels-asan:
 # The cuda device's tests over fakes built with AddressSanitizer: the test binary is
 # built first, so that only it, not the go tool, runs with the sanitizer preloaded.
 # A second pass runs the ops and the stream tests with every stream of the fake on a
-# thread of its own (FAKECUDA_STREAMS=async), the code that event lifetimes live in.
+# thread of its own (FAKECUDA_STREAMS=async), the code that event lifetimes live in
+# (the op profiler's timing events included).
 cuda-asan:
 	$(GO) test -c -o bin/cuda-asan.test ./backends/gotrain/device/cuda
 	cd backends/gotrain/device/cuda && FSDPBENCH_FAKE_ASAN=1 ASAN_OPTIONS=detect_leaks=0 \
 		LD_PRELOAD="$$(g++ -print-file-name=libasan.so)" ../../../../bin/cuda-asan.test -test.count=1 -test.timeout 20m
 	cd backends/gotrain/device/cuda && FSDPBENCH_FAKE_ASAN=1 ASAN_OPTIONS=detect_leaks=0 FAKECUDA_STREAMS=async FAKECUDA_STREAM_DELAY_US=1:200 \
 		LD_PRELOAD="$$(g++ -print-file-name=libasan.so)" ../../../../bin/cuda-asan.test -test.count=1 -test.timeout 20m \
-		-test.run 'TestConformance/forward|TestFreeAfter|TestCollectiveStream|TestUseAfterClose|TestExtras'
+		-test.run 'TestConformance/forward|TestFreeAfter|TestCollectiveStream|TestUseAfterClose|TestExtras|TestRooflineTableOnTheRunner'
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

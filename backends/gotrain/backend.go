@@ -721,6 +721,11 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 		// no byte), and tells a transport comparison what it compared.
 		res.Extra["gathers"] = r0.Gathers
 	}
+	if r0.KernelLaunchesPerStep > 0 {
+		// Rank 0's kernel launches per measured step (the cuda device): whether
+		// the step is launch-bound, and what fusing ops saves.
+		res.Extra["kernel_launches_per_step"] = r0.KernelLaunchesPerStep
+	}
 	// Rank 0's losses (every rank computes the same global loss); a step lasts as
 	// long as its slowest rank.
 	res.Steps = make([]results.Step, rc.Steps)

@@ -60,6 +60,10 @@ func divergedError(rank int, tail string) string {
 	return fmt.Sprintf("diverged: rank %d's loss became NaN or infinite", rank)
 }
 
+// maxLaunchesPerStep bounds RankFile.KernelLaunchesPerStep: a billion launches of
+// a few microseconds each would be a step of an hour.
+const maxLaunchesPerStep = 1e9
+
 // gatherPaths are the values of RankFile.Gathers.
 var gatherPaths = []string{fsdp.GathersNone, fsdp.GathersZeroCopy, fsdp.GathersShared, fsdp.GathersCopy}
 
@@ -104,7 +108,8 @@ func readRankFile(path string, r int, rc sweeps.RunConfig) (RankFile, error) {
 		{"comm_bytes_per_step.all_gather", float64(f.CommBytesPerStep.AllGather), backends.MaxBytes},
 		{"comm_bytes_per_step.reduce_scatter", float64(f.CommBytesPerStep.ReduceScatter), backends.MaxBytes},
 		{"comm_bytes_per_step.all_reduce", float64(f.CommBytesPerStep.AllReduce), backends.MaxBytes},
-		{"comm_bytes_per_step.inter_node", float64(ptrOr(f.CommBytesPerStep.InterNode)), backends.MaxBytes}} {
+		{"comm_bytes_per_step.inter_node", float64(ptrOr(f.CommBytesPerStep.InterNode)), backends.MaxBytes},
+		{"kernel_launches_per_step", float64(f.KernelLaunchesPerStep), maxLaunchesPerStep}} {
 		if err := check(c.field, c.v, c.hi, false); err != nil {
 			return f, bad(err)
 		}

@@ -45,6 +45,8 @@ func TestWorkerReportsAreChecked(t *testing.T) {
 			results.StatusFailed, "rank-0.json: step_times_s[1] is 0; a time must be a number of seconds from 1e-09 to"},
 		{"unknown gather path", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; echo '{"rank": '$RANK', "step_times_s": [0.1, 0.1, 0.1], "losses": [1, 1, 1], "gathers": "teleport"}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
 			results.StatusFailed, `rank-0.json: gathers is "teleport", not one of [none zero-copy shared copy]`},
+		{"absurd launch count", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; echo '{"rank": '$RANK', "step_times_s": [0.1, 0.1, 0.1], "losses": [1, 1, 1], "kernel_launches_per_step": 2000000000}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
+			results.StatusFailed, `rank-0.json: kernel_launches_per_step is 2e+09`},
 		{"rank file type error", `mkdir -p "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks"; printf '{"rank": 0,\n "losses": "x"}' > "$(dirname "$FSDPBENCH_RUN_CONFIG")/ranks/rank-$RANK.json"; exit 0`,
 			results.StatusFailed, "rank-0.json:2:12: json: cannot unmarshal string"},
 	} {

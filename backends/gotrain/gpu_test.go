@@ -109,12 +109,15 @@ func TestCUDATracksCPU(t *testing.T) {
 			assert.NotEmpty(t, gpuRes.Env.CUBLAS)
 			assert.NotNil(t, gpuRes.PeakMemReservedBytes, "the arena's reserved peak")
 			assert.NotNil(t, gpuRes.PeakDeviceMemBytes, "the GPU's memory in use at its peak")
+			assert.Positive(t, gpuRes.Extra["kernel_launches_per_step"], "metrics.json's extra.kernel_launches_per_step")
+			assert.NotContains(t, cpuRes.Extra, "kernel_launches_per_step", "the cpu device launches nothing")
 			require.Len(t, gpuRes.Steps, len(cpuRes.Steps))
 			for i := range cpuRes.Steps {
 				c, g := *cpuRes.Steps[i].Loss, *gpuRes.Steps[i].Loss
 				assert.LessOrEqual(t, math.Abs(c-g), tol*math.Abs(c), "step %d: cpu %v, cuda %v", i+1, c, g)
 			}
 			assert.Equal(t, cpuRes.MemBreakdownBytes, gpuRes.MemBreakdownBytes, "the same bytes per category")
+			t.Logf("%s: %v launches a step", sharding, gpuRes.Extra["kernel_launches_per_step"])
 			t.Logf("%s: cpu %.3fs, cuda %.3fs measured; GPU %s, driver %s, CUDA %s, cuBLAS %s, NCCL %s, reserved %v",
 				sharding, cpuRes.MeasuredWallS, gpuRes.MeasuredWallS, gpuRes.Env.GPU, gpuRes.Env.Driver,
 				gpuRes.Env.CUDA, gpuRes.Env.CUBLAS, gpuRes.Env.NCCL, deref(gpuRes.PeakMemReservedBytes))

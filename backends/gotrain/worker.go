@@ -124,6 +124,11 @@ type RankFile struct {
 	Gathers string `json:"gathers,omitempty"`
 	// SpecEnv is the spec's variables (env:) as this rank's process saw them.
 	SpecEnv map[string]string `json:"spec_env,omitempty"`
+	// KernelLaunchesPerStep is the kernel launches (cuBLAS calls, memsets and
+	// device copies included: cuda.Device.Launches) of a measured step, averaged
+	// over them; 0 on devices that launch nothing (cpu). A step whose launches
+	// times a few microseconds approach its time is launch-bound.
+	KernelLaunchesPerStep int64 `json:"kernel_launches_per_step,omitempty"`
 	// Checkpoint is the checkpoint phase, when the run checkpoints.
 	Checkpoint *CheckpointReport `json:"checkpoint,omitempty"`
 }
@@ -237,6 +242,10 @@ func work(ctx context.Context, env WorkerEnv) error {
 	out.Host, _ = os.Hostname()
 	enc := json.NewEncoder(env.Stdout)
 	var before comm.Stats
+	// launches counts the device's kernel launches (the cuda device's); the
+	// measured steps' are reported per step.
+	launches, counts := dev.(interface{ Launches() int64 })
+	var launchesBefore int64
 	for i := 1; i <= rc.WarmupSteps+rc.Steps; i++ {
 		// A step runs no collective at world size 1, and the cpu device's ops do
 		// not watch ctx: without this check a stopped worker trained on until
@@ -247,6 +256,9 @@ func work(ctx context.Context, env WorkerEnv) error {
 		warmup := i <= rc.WarmupSteps
 		if i == rc.WarmupSteps+1 {
 			before = tr.Report().Comm
+			if counts {
+				launchesBefore = launches.Launches()
+			}
 		}
 		if opts.StepDelay > 0 {
 			// A test knob: it makes a run last, outside the measured step.
@@ -312,6 +324,9 @@ func work(ctx context.Context, env WorkerEnv) error {
 		out.ExtraBytes = x.ExtraMemory()
 		out.PeakMemReservedBytes = out.ExtraBytes["arena_peak_reserved"]
 		out.PeakDeviceMemBytes = out.ExtraBytes["peak_device_used"]
+	}
+	if n := int64(rc.Steps); n > 0 && counts {
+		out.KernelLaunchesPerStep = (launches.Launches() - launchesBefore) / n
 	}
 	if n := int64(rc.Steps); n > 0 {
 		d := rr.Comm

@@ -44,6 +44,15 @@ type Streams interface {
 	FreeAfter(b Buffer, e Event)
 }
 
+// FusedCrossEntropy is implemented by devices with a one-pass cross-entropy (the
+// cuda device): CrossEntropyForward(losses, logits, ...) then
+// CrossEntropyBackward(dlogits, logits, ..., scale) in one call, reading the
+// logits once for both; dlogits may be logits. The model's training forward uses
+// it, so the head's backward finds the gradient already in place.
+type FusedCrossEntropy interface {
+	CrossEntropyFused(losses, dlogits, logits Buffer, targets []int32, vocab int, scale float32)
+}
+
 // ExtraMemory is implemented by devices that hold memory beyond the tracked
 // buffers (an allocator's slack, library workspaces, the context): bytes by name,
 // reported next to the tracker's figures and never mixed into them.

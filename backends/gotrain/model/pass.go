@@ -19,6 +19,8 @@ type Pass struct {
 	// LossScale multiplies the gradient: backward computes the gradient of
 	// LossScale × Σ per-token losses. NewPass sets 1/tokens (the mean over this
 	// micro-batch); with gradient accumulation over k micro-batches use 1/(k·tokens).
+	// Set it before the head's forward: on a device.FusedCrossEntropy the
+	// training forward computes the logits' gradient already.
 	LossScale float32
 
 	loss    float64
@@ -43,6 +45,8 @@ type blockActs struct {
 // headActs are the head's activations kept for backward.
 type headActs struct {
 	xn, rstd, logits device.Buffer
+	// fused says logits hold their gradient already (device.FusedCrossEntropy).
+	fused bool
 }
 
 // NewPass starts a micro-batch of len(inputs)/seqLen samples of seqLen tokens
@@ -381,7 +385,14 @@ func (p *Pass) headForward(w []device.Buffer, save bool) *headActs {
 	d.RMSNormForward(h.xn, h.rstd, p.hidden[s.Layers], w[tFinalNorm], n, c, float32(s.NormEps))
 	d.MatMul(h.logits, h.xn, w[tOutput], false, true, n, v, c, 1, 0)
 	losses := p.allocStat(n)
-	d.CrossEntropyForward(losses, h.logits, p.targets, v)
+	if f, ok := d.(device.FusedCrossEntropy); ok && save {
+		// Training: the loss and the logits' gradient (in place) in one pass over
+		// the logits instead of a forward pass and a backward pass.
+		f.CrossEntropyFused(losses, h.logits, h.logits, p.targets, v, p.LossScale)
+		h.fused = true
+	} else {
+		d.CrossEntropyForward(losses, h.logits, p.targets, v)
+	}
 	p.loss = d.Sum(losses) / float64(n)
 	p.free(losses)
 	if !save {
@@ -396,7 +407,9 @@ func (p *Pass) headForward(w []device.Buffer, save bool) *headActs {
 func (p *Pass) headBackward(w, g []device.Buffer, h *headActs) device.Buffer {
 	d, s := p.m.dev, p.m.Shape
 	n, c, v := p.rows, s.Hidden, s.Vocab
-	d.CrossEntropyBackward(h.logits, h.logits, p.targets, v, p.LossScale)
+	if !h.fused {
+		d.CrossEntropyBackward(h.logits, h.logits, p.targets, v, p.LossScale)
+	}
 	d.MatMul(g[tOutput], h.logits, h.xn, true, false, v, c, n, 1, 1) // dWout += dzᵀ·xn
 	dxn := p.alloc(n * c)
 	d.MatMul(dxn, h.logits, w[tOutput], false, false, n, c, v, 1, 0) // dxn = dz·Wout

@@ -59,5 +59,6 @@ func (d *Device) Cast(dst, src device.Buffer) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostCast(t.a.dt, s.a.dt, s.n) })()
 	d.launch(k, grid{kernels.GridStride(int64(s.n)), 1, 1}, 0, ptrArg(t), ptrArg(s), i64Arg(s.n))
 }

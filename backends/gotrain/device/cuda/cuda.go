@@ -79,6 +79,11 @@ type Device struct {
 	// deferred are blocks freed by FreeAfter whose event has not completed yet.
 	deferred []deferredFree
 
+	// prof holds the op timings when Options.Profile is set (nil otherwise).
+	prof *profiler
+	// launches counts the kernels and cuBLAS calls issued (Launches).
+	launches atomic.Int64
+
 	// launchHook, when set (tests), sees every launch before it is issued.
 	launchHook func(k *kernels.Kernel, args []arg)
 }
@@ -127,6 +132,9 @@ func New(o Options) (*Device, error) {
 	d := &Device{name: fmt.Sprintf("cuda:%d", o.Ordinal), opts: o, tr: device.NewTracker(o.LimitBytes),
 		scratch: map[string]scratch{}}
 	d.arena = newArena(driverSegments{d})
+	if o.Profile {
+		d.prof = &profiler{done: map[[2]string]*OpTime{}}
+	}
 
 	var name [256]C.char
 	var total C.size_t
@@ -190,6 +198,7 @@ func (d *Device) open() error {
 // release frees everything open created, in reverse order, ignoring errors: it
 // runs on failure paths and at Close after the errors were collected.
 func (d *Device) release() {
+	d.releaseProfiler()
 	if d.k != nil {
 		d.k.unload(d)
 		d.k = nil
@@ -421,6 +430,7 @@ func (d *Device) issueBLAS(what string, call func() int) {
 	if d.err != nil {
 		return
 	}
+	d.countWork()
 	if s := call(); s != 0 {
 		d.err = fmt.Errorf("%s: %w", what, blasErr("cuBLAS", s))
 	}
@@ -504,6 +514,7 @@ func (d *Device) Copy(dst, src device.Buffer) {
 	bytes := uint64(s.n) * uint64(s.a.dt.Size())
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostCopy(s.a.dt, s.n) })()
 	from := s.ptr
 	if s.a == t.a && s.ptr < t.ptr+bytes && t.ptr < s.ptr+bytes {
 		tmp, ok := d.scratchLocked("copy", int64(bytes))
@@ -514,7 +525,9 @@ func (d *Device) Copy(dst, src device.Buffer) {
 			return int(C.fsdp_dtod(d.ctx, C.CUdeviceptr(tmp), C.CUdeviceptr(s.ptr), C.size_t(bytes), d.compute))
 		})
 		from = tmp
+		d.countWork()
 	}
+	d.countWork()
 	d.issue("Copy", func() int {
 		return int(C.fsdp_dtod(d.ctx, C.CUdeviceptr(t.ptr), C.CUdeviceptr(from), C.size_t(bytes), d.compute))
 	})
@@ -528,10 +541,12 @@ func (d *Device) Zero(b device.Buffer) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostZero(x.a.dt, x.n) })()
 	if x.a.dt == device.BF16 {
 		d.launch(&kernels.ZeroBF16, grid{kernels.GridStride(int64(x.n)), 1, 1}, 0, ptrArg(x), i64Arg(x.n))
 		return
 	}
+	d.countWork()
 	d.issue("Zero", func() int {
 		return int(C.fsdp_memset32(d.ctx, C.CUdeviceptr(x.ptr), 0, C.size_t(x.n), d.compute))
 	})

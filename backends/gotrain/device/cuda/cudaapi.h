@@ -71,6 +71,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventQuery(CUevent hEvent);
 CUresult cuEventDestroy_v2(CUevent hEvent);
+CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 
 // ---- libcublas.so.{13,12,11} ----
 cublasStatus_t cublasCreate_v2(cublasHandle_t *handle);
@@ -97,7 +98,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   X(cuMemcpyDtoDAsync_v2) X(cuMemsetD32Async) X(cuModuleLoadData) X(cuModuleUnload) \
   X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy_v2) \
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventRecord) \
-  X(cuEventSynchronize) X(cuEventQuery) X(cuEventDestroy_v2)
+  X(cuEventSynchronize) X(cuEventQuery) X(cuEventDestroy_v2) X(cuEventElapsedTime)
 
 #define FSDP_CUBLAS_SYMBOLS(X) \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasGetVersion_v2) X(cublasSetStream_v2) \

@@ -66,6 +66,7 @@ func (d *Device) MatMul(c, a, b device.Buffer, transA, transB bool, m, n, k int,
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostMatMul(dt, mode != 0, m, n, k, beta) })()
 	d.issueBLAS("MatMul", func() int {
 		return int(C.fsdp_sgemm(d.ctx, d.blas, C.int(mode), cbool(g.transA), cbool(g.transB), C.int(g.m), C.int(g.n),
 			C.int(g.k), C.float(alpha), C.CUdeviceptr(g.a), C.int(g.lda), C.CUdeviceptr(g.b), C.int(g.ldb),

@@ -103,6 +103,7 @@ func (d *Device) launch(k *kernels.Kernel, g grid, shared int, args ...arg) {
 		return
 	}
 	f := d.k.fns[k]
+	d.countWork()
 	d.issue(k.Name, func() int {
 		return int(C.fsdp_launch(d.ctx, f, C.uint(g.x), C.uint(g.y), C.uint(g.z), C.uint(k.Block), C.uint(shared),
 			d.compute, &slots[0], C.int(len(args))))

@@ -74,6 +74,7 @@ func allOps(d *Device, b, st func(int) device.Buffer) {
 	d.SwiGLUBackward(b(5), b(5), b(5), b(5), b(5))
 	d.CrossEntropyForward(st(2), b(6), []int32{0, 2}, 3)
 	d.CrossEntropyBackward(b(6), b(6), []int32{0, 2}, 3, 0.5)
+	d.CrossEntropyFused(st(2), b(6), b(6), []int32{0, 2}, 3, 0.5)
 }
 
 // ptxParams parses each .entry's parameter types from PTX text.

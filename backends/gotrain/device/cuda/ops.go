@@ -32,6 +32,7 @@ func (d *Device) Add(dst, src device.Buffer, alpha float32) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostAdd(t.a.dt, s.a.dt, s.n) })()
 	d.launch(k, grid{kernels.GridStride(int64(s.n)), 1, 1}, 0, ptrArg(t), ptrArg(s), f32Arg(alpha), i64Arg(s.n))
 }
 
@@ -44,6 +45,7 @@ func (d *Device) Scale(x device.Buffer, alpha float32) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostScale(b.a.dt, b.n) })()
 	d.launch(k, grid{kernels.GridStride(int64(b.n)), 1, 1}, 0, ptrArg(b), f32Arg(alpha), i64Arg(b.n))
 }
 
@@ -65,6 +67,7 @@ func (d *Device) sum(op string, x device.Buffer, squares int) float64 {
 	blocks := kernels.SumGrid(int64(b.n))
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostSum(op, b.a.dt, b.n) })()
 	partials, ok := d.scratchLocked("sum", kernels.SumMaxPartials*elemBytes)
 	if !ok {
 		return math.NaN()
@@ -121,6 +124,7 @@ func (d *Device) EmbeddingForward(out, table device.Buffer, tokens []int32, dim 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostEmbeddingForward(o.a.dt, len(tokens), dim) })()
 	if tok, ok := d.uploadInt32("tokens", tokens); ok {
 		d.launch(k, grid{len(tokens), 1, 1}, 0, ptrArg(o), ptrArg(tab), addrArg(tok),
 			i32Arg(len(tokens)), i32Arg(dim))
@@ -138,6 +142,7 @@ func (d *Device) EmbeddingBackward(dtable, dout device.Buffer, tokens []int32, d
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostEmbeddingBackward(tab.a.dt, len(tokens), dim) })()
 	if tok, ok := d.uploadInt32("tokens", tokens); ok {
 		d.launch(k, grid{kernels.CeilDiv(dim, kernels.ElemBlock), 1, 1}, 0, ptrArg(tab), ptrArg(g),
 			addrArg(tok), i32Arg(len(tokens)), i32Arg(dim))
@@ -155,6 +160,7 @@ func (d *Device) RMSNormForward(out, rstd, x, weight device.Buffer, rows, dim in
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostRMSNormForward(o.a.dt, rows, dim) })()
 	d.launch(k, grid{rows, 1, 1}, 0, ptrArg(o), ptrArg(r), ptrArg(xb), ptrArg(w),
 		i32Arg(rows), i32Arg(dim), f32Arg(eps))
 }
@@ -174,6 +180,7 @@ func (d *Device) RMSNormBackward(dx, dweight, dout, x, weight, rstd device.Buffe
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostRMSNormBackward(gx.a.dt, rows, dim) })()
 	d.launch(kdx, grid{rows, 1, 1}, 0, ptrArg(gx), ptrArg(gy), ptrArg(xb), ptrArg(w), ptrArg(r),
 		i32Arg(rows), i32Arg(dim))
 	d.launch(kdw, grid{kernels.CeilDiv(dim, kernels.ElemBlock), 1, 1}, 0, ptrArg(gw), ptrArg(gy),
@@ -208,6 +215,11 @@ func (d *Device) rotate(x *buffer, s device.RoPEShape, sign float32) {
 	half := s.HeadDim / 2
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	op := "RoPEForward"
+	if sign < 0 {
+		op = "RoPEBackward"
+	}
+	defer d.timed(func() OpCost { return CostRoPE(op, x.a.dt, s) })()
 	tab, ok := d.scratchLocked("rope", int64(2*s.Seq*half)*elemBytes)
 	if !ok {
 		return
@@ -280,6 +292,9 @@ func (d *Device) AttentionForward(out, lse, q, k, v device.Buffer, s device.Attn
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost {
+		return CostAttentionForward(o.a.dt, rows == kernels.AttnTCRows && kf != &kernels.AttentionForwardBF16 && kf != &kernels.AttentionForward, s)
+	})()
 	args := append([]arg{ptrArg(o), ptrArg(l), ptrArg(qb), ptrArg(kb), ptrArg(vb)}, attnArgs(s)...)
 	d.launch(kf, grid{kernels.CeilDiv(s.Seq, rows), s.Heads, s.Batch}, kf.Shared(s.HeadDim), args...)
 }
@@ -306,6 +321,9 @@ func (d *Device) AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse device.Bu
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost {
+		return CostAttentionBackward(gq.a.dt, kdq != &kernels.AttentionBackwardDq && kdq != &kernels.AttentionBackwardDqBF16, s)
+	})()
 	args := append([]arg{ptrArg(gq), ptrArg(gout), ptrArg(qb), ptrArg(kb), ptrArg(vb), ptrArg(o), ptrArg(l)}, attnArgs(s)...)
 	d.launch(kdq, grid{kernels.CeilDiv(s.Seq, qRows), s.Heads, s.Batch}, kdq.Shared(s.HeadDim), args...)
 	args = append([]arg{ptrArg(gk), ptrArg(gv), ptrArg(gout), ptrArg(qb), ptrArg(kb), ptrArg(vb), ptrArg(o), ptrArg(l)}, attnArgs(s)...)
@@ -322,6 +340,7 @@ func (d *Device) SwiGLUForward(out, gate, up device.Buffer) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostSwiGLUForward(o.a.dt, g.n) })()
 	d.launch(k, grid{kernels.GridStride(int64(g.n)), 1, 1}, 0, ptrArg(o), ptrArg(g), ptrArg(u), i64Arg(g.n))
 }
 
@@ -337,6 +356,7 @@ func (d *Device) SwiGLUBackward(dgate, dup, dout, gate, up device.Buffer) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostSwiGLUBackward(gg.a.dt, n) })()
 	d.launch(k, grid{kernels.GridStride(int64(n)), 1, 1}, 0, ptrArg(gg), ptrArg(gu), ptrArg(gy),
 		ptrArg(g), ptrArg(u), i64Arg(n))
 }
@@ -360,6 +380,7 @@ func (d *Device) CrossEntropyForward(losses, logits device.Buffer, targets []int
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostCrossEntropyForward(z.a.dt, len(targets), vocab) })()
 	if tg, ok := d.uploadInt32("targets", targets); ok {
 		d.launch(k, grid{len(targets), 1, 1}, 0, ptrArg(l), ptrArg(z), addrArg(tg),
 			i32Arg(len(targets)), i32Arg(vocab))
@@ -377,8 +398,33 @@ func (d *Device) CrossEntropyBackward(dlogits, logits device.Buffer, targets []i
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostCrossEntropyBackward(z.a.dt, len(targets), vocab) })()
 	if tg, ok := d.uploadInt32("targets", targets); ok {
 		d.launch(k, grid{len(targets), 1, 1}, 0, ptrArg(gz), ptrArg(z), addrArg(tg),
+			i32Arg(len(targets)), i32Arg(vocab), f32Arg(scale))
+	}
+}
+
+// CrossEntropyFused is CrossEntropyForward then CrossEntropyBackward in one
+// launch of kernels.CrossEntropyFused: each row's loss into losses and
+// dlogits = scale·(softmax(logits) − onehot(targets)), from two reads of the row
+// and one write (the separate ops read it five times). dlogits may be logits.
+// The logits stay in their dtype: bf16 logits are never widened into an fp32
+// copy, so the head of a 128k vocabulary costs no memory beyond its bf16 logits.
+func (d *Device) CrossEntropyFused(losses, dlogits, logits device.Buffer, targets []int32, vocab int, scale float32) {
+	d.checkTargets("CrossEntropyFused", targets, vocab)
+	n := len(targets) * vocab
+	l := d.get("CrossEntropyFused losses", losses, len(targets))
+	gz, z := d.get("CrossEntropyFused dlogits", dlogits, n), d.get("CrossEntropyFused logits", logits, n)
+	k := d.pick("CrossEntropyFused", &kernels.CrossEntropyFused, &kernels.CrossEntropyFusedBF16, []device.Buffer{losses}, dlogits, logits)
+	if len(targets) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostCrossEntropyFused(z.a.dt, len(targets), vocab) })()
+	if tg, ok := d.uploadInt32("targets", targets); ok {
+		d.launch(k, grid{len(targets), 1, 1}, 0, ptrArg(l), ptrArg(gz), ptrArg(z), addrArg(tg),
 			i32Arg(len(targets)), i32Arg(vocab), f32Arg(scale))
 	}
 }
@@ -398,6 +444,7 @@ func (d *Device) AdamW(params, grads, m, v device.Buffer, c device.AdamWConfig) 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.timed(func() OpCost { return CostAdamW(n) })()
 	d.launch(&kernels.AdamW, grid{kernels.GridStride(int64(n)), 1, 1}, 0, ptrArg(p), ptrArg(g), ptrArg(mb), ptrArg(vb), i64Arg(n),
 		f32Arg(float32(1-c.LR*c.WeightDecay)), f32Arg(float32(1-c.Beta1)), f32Arg(float32(c.Beta2)),
 		f32Arg(float32(1-c.Beta2)), f32Arg(float32(c.LR/(1-math.Pow(c.Beta1, float64(c.Step))))),

@@ -48,6 +48,10 @@ type Options struct {
 	GEMM GEMMMode
 	// WorkspaceBytes is the cuBLAS workspace (0: DefaultWorkspaceBytes).
 	WorkspaceBytes int64
+	// Profile times every op with a pair of CUDA events on the compute stream
+	// (OpTimes reads them, WriteRoofline prints them against the roofline). The
+	// events cost a little per op, so it is off for the measured runs.
+	Profile bool
 }
 
 // Info describes the GPU and the libraries behind a device.

@@ -128,6 +128,9 @@ CUresult fsdp_stream_query(CUcontext ctx, CUstream s) { WITH(ctx, p_cuStreamQuer
 CUresult fsdp_make_current(CUcontext ctx) { return use(ctx); }
 // CU_EVENT_DISABLE_TIMING: events only order streams, and untimed ones are cheaper.
 CUresult fsdp_event_create(CUcontext ctx, CUevent *e) { WITH(ctx, p_cuEventCreate(e, 2)); }
+// fsdp_event_create_timed is a default (timing) event: the op profiler's.
+CUresult fsdp_event_create_timed(CUcontext ctx, CUevent *e) { WITH(ctx, p_cuEventCreate(e, 0)); }
+CUresult fsdp_event_elapsed(CUcontext ctx, float *ms, CUevent a, CUevent b) { WITH(ctx, p_cuEventElapsedTime(ms, a, b)); }
 CUresult fsdp_event_destroy(CUcontext ctx, CUevent e) { WITH(ctx, p_cuEventDestroy_v2(e)); }
 CUresult fsdp_event_record(CUcontext ctx, CUevent e, CUstream s) { WITH(ctx, p_cuEventRecord(e, s)); }
 CUresult fsdp_event_sync(CUcontext ctx, CUevent e) { WITH(ctx, p_cuEventSynchronize(e)); }

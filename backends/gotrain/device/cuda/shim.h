@@ -34,6 +34,8 @@ CUresult fsdp_stream_query(CUcontext ctx, CUstream s);
 // fsdp_make_current makes ctx current on the calling thread.
 CUresult fsdp_make_current(CUcontext ctx);
 CUresult fsdp_event_create(CUcontext ctx, CUevent *e);
+CUresult fsdp_event_create_timed(CUcontext ctx, CUevent *e);
+CUresult fsdp_event_elapsed(CUcontext ctx, float *ms, CUevent a, CUevent b);
 CUresult fsdp_event_destroy(CUcontext ctx, CUevent e);
 CUresult fsdp_event_record(CUcontext ctx, CUevent e, CUstream s);
 CUresult fsdp_event_sync(CUcontext ctx, CUevent e);

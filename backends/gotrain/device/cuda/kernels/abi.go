@@ -255,6 +255,13 @@ var CrossEntropyForward = Kernel{"fsdp_xent_fwd",
 var CrossEntropyBackward = Kernel{"fsdp_xent_bwd",
 	[]Param{p("dlogits"), p("logits"), p("targets"), i32("rows"), i32("vocab"), f32("scale")}, ElemBlock, nil}
 
+// CrossEntropyFused is CrossEntropyForward and CrossEntropyBackward in one
+// launch: losses and dlogits of each row from two reads of it (an online
+// logsumexp, then the write pass) instead of five; dlogits may equal logits.
+// Grid rows (one block per row).
+var CrossEntropyFused = Kernel{"fsdp_xent_fused",
+	[]Param{p("losses"), p("dlogits"), p("logits"), p("targets"), i32("rows"), i32("vocab"), f32("scale")}, ElemBlock, nil}
+
 // ---- AdamW (adamw.cu) ----
 
 // AdamW updates p, m and v in place from g for i < n, operation for operation as
@@ -423,6 +430,7 @@ var (
 	SwiGLUBackwardBF16        = BF16Of(SwiGLUBackward)
 	CrossEntropyForwardBF16   = BF16Of(CrossEntropyForward)
 	CrossEntropyBackwardBF16  = BF16Of(CrossEntropyBackward)
+	CrossEntropyFusedBF16     = BF16Of(CrossEntropyFused)
 	AttentionForwardBF16      = BF16Of(AttentionForward)
 	AttentionBackwardDqBF16   = BF16Of(AttentionBackwardDq)
 	AttentionBackwardDkDvBF16 = BF16Of(AttentionBackwardDkDv)
@@ -438,6 +446,7 @@ var All = []*Kernel{
 	&RoPE, &RoPEBF16,
 	&SwiGLUForward, &SwiGLUForwardBF16, &SwiGLUBackward, &SwiGLUBackwardBF16,
 	&CrossEntropyForward, &CrossEntropyForwardBF16, &CrossEntropyBackward, &CrossEntropyBackwardBF16,
+	&CrossEntropyFused, &CrossEntropyFusedBF16,
 	&AdamW,
 	&AttentionForward, &AttentionForwardBF16, &AttentionBackwardDq, &AttentionBackwardDqBF16,
 	&AttentionBackwardDkDv, &AttentionBackwardDkDvBF16,

@@ -335,6 +335,17 @@ func TestCrossEntropy(t *testing.T) {
 					got = d.run(t, &CrossEntropyBackward, grid1(s.rows), 0,
 						[][]byte{f32b(logits), i32b(tgt)}, buf(0), buf(0), buf(1), int32(s.rows), int32(s.vocab), scale)
 					requireClose(t, "dlogits in place", want, bf32(got[0]), 2e-5, 1e-7)
+					// The fused kernel: both outputs from one launch, separate and in place.
+					got = d.run(t, &CrossEntropyFused, grid1(s.rows), 0,
+						[][]byte{make([]byte, 4*s.rows), make([]byte, 4*n), f32b(logits), i32b(tgt)},
+						buf(0), buf(1), buf(2), buf(3), int32(s.rows), int32(s.vocab), scale)
+					requireClose(t, "fused losses", r.host(losses), bf32(got[0]), 2e-5, 2e-6)
+					requireClose(t, "fused dlogits", want, bf32(got[1]), 2e-5, 1e-7)
+					got = d.run(t, &CrossEntropyFused, grid1(s.rows), 0,
+						[][]byte{make([]byte, 4*s.rows), f32b(logits), i32b(tgt)},
+						buf(0), buf(1), buf(1), buf(2), int32(s.rows), int32(s.vocab), scale)
+					requireClose(t, "fused losses in place", r.host(losses), bf32(got[0]), 2e-5, 2e-6)
+					requireClose(t, "fused dlogits in place", want, bf32(got[1]), 2e-5, 1e-7)
 				})
 			}
 		})

@@ -29,7 +29,11 @@ extern "C" size_t fakecuda_mem_used();
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   FILE* f = std::fopen(argv[1], "rb");
-  std::vector<char> image(1 << 20);
+  // The whole fatbin: cuModuleLoadData reads as many bytes as its header says
+  // (a fixed 1 MiB buffer truncated the 1.5 MB fatbin, an overflow ASan caught).
+  if (!f || std::fseek(f, 0, SEEK_END) != 0) return 2;
+  std::vector<char> image(std::ftell(f));
+  std::rewind(f);
   image.resize(std::fread(image.data(), 1, image.size(), f));
   std::fclose(f);
 

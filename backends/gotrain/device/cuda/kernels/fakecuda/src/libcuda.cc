@@ -82,6 +82,7 @@ int streamsCreated = 0;
 // cuStreamWaitEvent waits for the most recent record.
 struct Event {
   bool recorded = false;
+  bool timing = true;  // false with CU_EVENT_DISABLE_TIMING: cuEventElapsedTime refuses it, as the driver does
   double ms = 0;
   uint64_t issued = 0, done = 0;
 };
@@ -831,9 +832,10 @@ CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void* userData) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuEventCreate(CUevent* e, unsigned int) {
+CUresult cuEventCreate(CUevent* e, unsigned int flags) {
   GUARD();
   auto x = std::make_shared<Event>();
+  x->timing = (flags & CU_EVENT_DISABLE_TIMING) == 0;
   events[x.get()] = x;
   *e = reinterpret_cast<CUevent>(x.get());
   return CUDA_SUCCESS;
@@ -895,7 +897,8 @@ CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   auto a = events.find(reinterpret_cast<Event*>(start)), b = events.find(reinterpret_cast<Event*>(end));
   if (a == events.end() || b == events.end()) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard<std::mutex> l(evMu);
-  if (!a->second->recorded || !b->second->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (!a->second->recorded || !b->second->recorded || !a->second->timing || !b->second->timing)
+    return CUDA_ERROR_INVALID_HANDLE;
   *ms = float(b->second->ms - a->second->ms);
   return CUDA_SUCCESS;
 }
