@@ -271,10 +271,10 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 		}
 		calib = cu.say(req.Calibration)
 	}
-	fmt.Fprintf(w, "%s on %d × %d %s, global batch %d × %d tokens, budget %s per GPU (%s): %d configurations, %d within budget\n",
-		f.model, f.nodes, f.gpusPerNode, f.hardware, f.globalBatch, f.seqLen, budget, calib, len(cands), len(ranked))
+	printWrapped(w, fmt.Sprintf("%s on %d × %d %s, global batch %d × %d tokens, budget %s per GPU (%s): %d configurations, %d within budget",
+		f.model, f.nodes, f.gpusPerNode, f.hardware, f.globalBatch, f.seqLen, budget, calib, len(cands), len(ranked)), f.width)
 	if len(ranked) == 0 {
-		fmt.Fprintln(w, "no configuration fits: more GPUs, a larger budget or a smaller sequence length")
+		printWrapped(w, "no configuration fits: more GPUs, a larger budget or a smaller sequence length", f.width)
 	} else {
 		var rows [][]string
 		shown := ranked[:min(f.top, len(ranked))]
@@ -298,7 +298,7 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 			ties++
 		}
 		if ties > 1 {
-			fmt.Fprintf(w, "#1–#%d are ties: %s\n", ties, sim.TieRule)
+			printWrapped(w, fmt.Sprintf("#1–#%d are ties: %s", ties, sim.TieRule), f.width)
 		}
 		// #1 within 10% of the device: which assumption would push it over.
 		if v := ranked[0].Pred.Verdict; v != "" {
@@ -313,7 +313,7 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 			}
 			for _, n := range c.Pred.Notes {
 				if strings.HasPrefix(n, "inter-node:") {
-					fmt.Fprintln(w, "predicted assuming "+n)
+					printWrapped(w, "predicted assuming "+n, f.width)
 				}
 			}
 			break

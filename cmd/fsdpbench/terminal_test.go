@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/creack/pty"
 	"github.com/stretchr/testify/assert"
@@ -32,8 +33,14 @@ type ptySweep struct {
 
 func startPTYSweep(t *testing.T, args ...string) *ptySweep {
 	t.Helper()
-	cmd := command(t.TempDir(), append([]string{"sweep"}, args...)...)
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	return startPTY(t, 120, append([]string{"sweep"}, args...)...)
+}
+
+// startPTY runs fsdpbench with args on a pseudo-terminal cols columns wide.
+func startPTY(t *testing.T, cols uint16, args ...string) *ptySweep {
+	t.Helper()
+	cmd := command(t.TempDir(), args...)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: cols})
 	require.NoError(t, err)
 	s := &ptySweep{cmd: cmd, tty: ptmx, done: make(chan error, 1)}
 	copied := make(chan struct{})
@@ -153,4 +160,25 @@ func TestSecondCtrlCInATerminalExitsAtOnce(t *testing.T) {
 	code, took := s.wait(t, 30*time.Second)
 	t.Logf("exited %d in %s after the second Ctrl-C", code, took)
 	assert.Equal(t, ExitInterrupted, code, s.output())
+}
+
+// Tables fit the terminal they are printed on, with no --width: a pseudo-terminal
+// 80 columns wide gets no line wider than 80 from plan, recommend or backends.
+func TestTablesFitTheTerminal(t *testing.T) {
+	t.Parallel()
+	quickstart, err := filepath.Abs(filepath.Join("..", "..", "sweeps", "examples", "quickstart.yaml"))
+	require.NoError(t, err)
+	for _, args := range [][]string{
+		{"plan", quickstart},
+		{"recommend", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus-per-node", "8", "--global-batch", "16", "--seq-len", "4096", "--top", "3"},
+		{"backends"},
+	} {
+		s := startPTY(t, 80, args...)
+		code, _ := s.wait(t, 60*time.Second)
+		out := s.output()
+		require.Equal(t, 0, code, out)
+		for _, l := range strings.Split(strings.ReplaceAll(out, "\r", ""), "\n") {
+			assert.LessOrEqual(t, utf8.RuneCountInString(l), 80, "%v: %q", args, l)
+		}
+	}
 }
