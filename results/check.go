@@ -268,6 +268,9 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 	if field, msg := checkCheckpoint(m); field != "" {
 		return bad(field, "%s", msg)
 	}
+	if field, msg := checkBreakdown(m); field != "" {
+		return bad(field, "%s", msg)
+	}
 	if err := checkSamples(m); err != nil {
 		return bad(err[0], "%s", err[1])
 	}

@@ -205,6 +205,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 	m.LossFirst = collect(SampleLossFirst, func(f repeatFigures) *float64 { return f.lossFirst })
 	m.LossLast = collect(SampleLossLast, func(f repeatFigures) *float64 { return f.lossLast })
 	normalizeCheckpoint(&m, okRes, samples)
+	normalizeBreakdown(&m, okRes, samples)
 
 	if len(repeats) > 1 {
 		peakSample := func(name string, get func(peaks) *int64) {

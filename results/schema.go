@@ -93,6 +93,9 @@ type RankResult struct {
 	// for one save (median over the run's saves).
 	CheckpointBytes *int64   `json:"checkpoint_bytes,omitempty"`
 	CheckpointSaveS *float64 `json:"checkpoint_save_s,omitempty"`
+	// StepBreakdown is where this rank's median step went (compute, collectives,
+	// exposed communication, other); nil when the backend did not measure it.
+	StepBreakdown *StepBreakdown `json:"step_breakdown,omitempty"`
 }
 
 // Result is what a backend reports for one execution (one repeat) of one run.
@@ -139,7 +142,14 @@ type Result struct {
 
 	PerRank          []RankResult `json:"per_rank,omitempty"`
 	CommBytesPerStep *CommBytes   `json:"comm_bytes_per_step,omitempty"`
-	Env              Env          `json:"env"`
+	// StepBreakdown is where the run's step went, when the backend measured (or
+	// the sim predicted) it; nil = unknown, never zeros. When nil, the slowest
+	// rank's PerRank breakdown stands for the run. TimelinePath is the run's
+	// Chrome Trace Event file (timeline.json), relative to the repeat's
+	// directory, when the backend wrote one.
+	StepBreakdown *StepBreakdown `json:"step_breakdown,omitempty"`
+	TimelinePath  string         `json:"timeline_path,omitempty"`
+	Env           Env            `json:"env"`
 
 	// Checkpoint figures, when the run checkpointed (sweeps' checkpoint axis):
 	// CheckpointSaveS is one save's wall time on the slowest rank (median over the
@@ -211,7 +221,11 @@ type Metrics struct {
 	LossFirst         *float64         `json:"loss_first,omitempty"`
 	LossLast          *float64         `json:"loss_last,omitempty"`
 	CommBytesPerStep  *CommBytes       `json:"comm_bytes_per_step,omitempty"`
-	Env               Env              `json:"env"`
+	// StepBreakdown is the median repeat's breakdown of its median step (see
+	// StepBreakdown); the samples compute_s, collective_s, exposed_comm_s and
+	// other_s hold each repeat's.
+	StepBreakdown *StepBreakdown `json:"step_breakdown,omitempty"`
+	Env           Env            `json:"env"`
 
 	// Checkpoint figures, when the run checkpointed (sweeps' checkpoint axis):
 	// CheckpointSaveS is one save's wall time on the slowest rank (median over the
