@@ -53,6 +53,30 @@ type FusedCrossEntropy interface {
 	CrossEntropyFused(losses, dlogits, logits Buffer, targets []int32, vocab int, scale float32)
 }
 
+// FusedOps is implemented by devices that fuse the transformer block's
+// element-wise ops into their neighbours (the cuda device), saving a launch and a
+// pass over memory each. The model uses them when the device has them (and
+// model.Model.Unfused is false); the cpu device keeps the reference sequence of
+// plain ops, which defines what each fused op computes:
+//
+//   - RoPEQK(q, k, sq, sk, inverse) is RoPEForward(q, sq) and RoPEForward(k, sk)
+//     (RoPEBackward of both when inverse), sq and sk alike but for Heads.
+//   - ResidualRMSNorm(out, rstd, x, resid, weight, ...) is Add(x, resid, 1) then
+//     RMSNormForward(out, rstd, x, weight, ...): the residual connection and the
+//     next norm, so the model writes a branch's output projection into x (beta 0)
+//     instead of copying the residual stream there first.
+//   - SwiGLUPackedForward(out, gu, rows, inter) is SwiGLUForward(out, gate, up)
+//     where gu ([rows, 2·inter]) holds each row's gate then its up: the output of
+//     one GEMM by the gate and up weights, which lie next to each other in a
+//     block's flat parameters. SwiGLUPackedBackward adds dgate and dup into dgu,
+//     laid out as gu.
+type FusedOps interface {
+	RoPEQK(q, k Buffer, sq, sk RoPEShape, inverse bool)
+	ResidualRMSNorm(out, rstd, x, resid, weight Buffer, rows, dim int, eps float32)
+	SwiGLUPackedForward(out, gu Buffer, rows, inter int)
+	SwiGLUPackedBackward(dgu, dout, gu Buffer, rows, inter int)
+}
+
 // ExtraMemory is implemented by devices that hold memory beyond the tracked
 // buffers (an allocator's slack, library workspaces, the context): bytes by name,
 // reported next to the tracker's figures and never mixed into them.

@@ -59,6 +59,10 @@ const (
 	tAttnNorm
 	tMLPNorm
 	blockTensors
+	// tGateUp is not a tensor of the layout but a view Pass.views adds to a
+	// block's: gate_proj and up_proj together ([2·intermediate, hidden], packed
+	// back to back), the weight of the fused gate|up GEMM (device.FusedOps).
+	tGateUp = blockTensors
 )
 
 // Positions of the head unit's tensors.

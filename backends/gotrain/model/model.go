@@ -30,7 +30,11 @@ type Model struct {
 	Shape shapes.Shape
 	// Units is Layout(Shape).
 	Units []Unit
-	dev   device.Device
+	// Unfused makes passes run the plain ops (the cpu reference's sequence) even
+	// on a device.FusedOps device: the baseline the fused sequence's launch count
+	// is measured against, and a way around a fused kernel. Set it before NewPass.
+	Unfused bool
+	dev     device.Device
 }
 
 // New returns the model of shape s on dev, or an error when the trainer does not

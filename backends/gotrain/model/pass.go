@@ -31,6 +31,9 @@ type Pass struct {
 	head    *headActs       // saved activations of the head, nil when not saved
 	dh      device.Buffer   // gradient of the residual stream during backward
 	live    map[device.Buffer]struct{}
+	// fused is the device's fused ops, nil on a device without them or when the
+	// model is Unfused: the block then runs the plain ops.
+	fused device.FusedOps
 	// dt is the activations' dtype: the parameters' (bf16 under FSDP's
 	// MixedPrecisionPolicy(param_dtype=bf16), which gathers bf16 parameters),
 	// taken from the first unit's and required of every other unit and gradient.
@@ -40,6 +43,9 @@ type Pass struct {
 // blockActs are a block's activations kept for backward.
 type blockActs struct {
 	xn1, rstd1, q, k, v, att, lse, mid, xn2, rstd2, gate, up, act device.Buffer
+	// gu is the fused gate|up GEMM's output ([rows, 2·intermediate]), in place
+	// of gate and up when the pass runs fused ops.
+	gu device.Buffer
 }
 
 // headActs are the head's activations kept for backward.
@@ -85,6 +91,9 @@ func (m *Model) NewPass(inputs, targets []int32, seqLen int) (*Pass, error) {
 		hidden:    make([]device.Buffer, s.Layers+1),
 		blocks:    make([]*blockActs, s.Layers),
 		live:      map[device.Buffer]struct{}{},
+	}
+	if f, ok := m.dev.(device.FusedOps); ok && !m.Unfused {
+		p.fused = f
 	}
 	return p, nil
 }
@@ -208,9 +217,13 @@ func (p *Pass) views(what string, u int, flat device.Buffer) ([]device.Buffer, e
 		return nil, fmt.Errorf("model: %s of unit %s: %v buffer, the pass computes in %v (every unit's parameters and gradients share the first unit's dtype)",
 			what, unit.Name, t, p.dt)
 	}
-	out := make([]device.Buffer, len(unit.Tensors))
+	out := make([]device.Buffer, len(unit.Tensors), len(unit.Tensors)+1)
 	for i, t := range unit.Tensors {
 		out[i] = flat.Slice(t.Offset, t.Size)
+	}
+	if u >= 1 && u <= p.m.Shape.Layers { // a block: gate and up lie back to back (Layout)
+		g, up := unit.Tensors[tGate], unit.Tensors[tUp]
+		out = append(out, flat.Slice(g.Offset, g.Size+up.Size))
 	}
 	return out, nil
 }
@@ -298,25 +311,49 @@ func (p *Pass) blockForward(w []device.Buffer, hin device.Buffer, mode blockMode
 	d.MatMul(a.k, a.xn1, w[tk], false, true, n, kvd, c, 1, 0)
 	d.MatMul(a.v, a.xn1, w[tv], false, true, n, kvd, c, 1, 0)
 	drop(a.xn1, a.rstd1)
-	d.RoPEForward(a.q, p.rope[0])
-	d.RoPEForward(a.k, p.rope[1])
+	if f := p.fused; f != nil {
+		f.RoPEQK(a.q, a.k, p.rope[0], p.rope[1], false)
+	} else {
+		d.RoPEForward(a.q, p.rope[0])
+		d.RoPEForward(a.k, p.rope[1])
+	}
 	a.att, a.lse = p.alloc(n*qd), p.allocStat(p.attn.LSELen())
 	d.AttentionForward(a.att, a.lse, a.q, a.k, a.v, p.attn)
 	drop(a.q, a.k, a.v, a.lse)
 	a.mid = p.alloc(n * c)
-	d.Copy(a.mid, hin)
-	d.MatMul(a.mid, a.att, w[to], false, true, n, c, qd, 1, 1)
-	drop(a.att)
-
-	a.xn2, a.rstd2 = p.alloc(n*c), p.allocStat(n)
-	d.RMSNormForward(a.xn2, a.rstd2, a.mid, w[tMLPNorm], n, c, eps)
-	a.gate, a.up = p.alloc(n*in), p.alloc(n*in)
-	d.MatMul(a.gate, a.xn2, w[tGate], false, true, n, in, c, 1, 0)
-	d.MatMul(a.up, a.xn2, w[tUp], false, true, n, in, c, 1, 0)
-	drop(a.xn2, a.rstd2)
-	a.act = p.alloc(n * in)
-	d.SwiGLUForward(a.act, a.gate, a.up)
-	drop(a.gate, a.up)
+	if f := p.fused; f != nil {
+		// The branch's projection into mid, then the residual add and the MLP's
+		// norm in one kernel (no copy of the stream into mid first). mid rounds
+		// the projection once before the add, as PyTorch's x + o_proj(a) does.
+		d.MatMul(a.mid, a.att, w[to], false, true, n, c, qd, 1, 0)
+		drop(a.att)
+		a.xn2, a.rstd2 = p.alloc(n*c), p.allocStat(n)
+		f.ResidualRMSNorm(a.xn2, a.rstd2, a.mid, hin, w[tMLPNorm], n, c, eps)
+	} else {
+		d.Copy(a.mid, hin)
+		d.MatMul(a.mid, a.att, w[to], false, true, n, c, qd, 1, 1)
+		drop(a.att)
+		a.xn2, a.rstd2 = p.alloc(n*c), p.allocStat(n)
+		d.RMSNormForward(a.xn2, a.rstd2, a.mid, w[tMLPNorm], n, c, eps)
+	}
+	if f := p.fused; f != nil {
+		// One GEMM by the gate and up weights together ([rows, 2·inter] out):
+		// the bytes of gate and up, allocated and freed where they are.
+		a.gu = p.alloc(2 * n * in)
+		d.MatMul(a.gu, a.xn2, w[tGateUp], false, true, n, 2*in, c, 1, 0)
+		drop(a.xn2, a.rstd2)
+		a.act = p.alloc(n * in)
+		f.SwiGLUPackedForward(a.act, a.gu, n, in)
+		drop(a.gu)
+	} else {
+		a.gate, a.up = p.alloc(n*in), p.alloc(n*in)
+		d.MatMul(a.gate, a.xn2, w[tGate], false, true, n, in, c, 1, 0)
+		d.MatMul(a.up, a.xn2, w[tUp], false, true, n, in, c, 1, 0)
+		drop(a.xn2, a.rstd2)
+		a.act = p.alloc(n * in)
+		d.SwiGLUForward(a.act, a.gate, a.up)
+		drop(a.gate, a.up)
+	}
 	if mode == recompute {
 		return nil, a
 	}
@@ -343,15 +380,28 @@ func (p *Pass) blockBackward(w, g []device.Buffer, hin device.Buffer, a *blockAc
 	dact := p.alloc(n * in)
 	d.MatMul(dact, dh, w[tDown], false, false, n, in, c, 1, 0) // dact = dh·Wdown
 	p.free(a.act)
-	dgate, dup := p.alloc(n*in), p.alloc(n*in)
-	d.SwiGLUBackward(dgate, dup, dact, a.gate, a.up)
-	p.free(dact, a.gate, a.up)
-	d.MatMul(g[tGate], dgate, a.xn2, true, false, in, c, n, 1, 1)
-	d.MatMul(g[tUp], dup, a.xn2, true, false, in, c, n, 1, 1)
-	dxn2 := p.alloc(n * c)
-	d.MatMul(dxn2, dgate, w[tGate], false, false, n, c, in, 1, 0)
-	d.MatMul(dxn2, dup, w[tUp], false, false, n, c, in, 1, 1)
-	p.free(dgate, dup, a.xn2)
+	var dxn2 device.Buffer
+	if f := p.fused; f != nil {
+		// dgate|dup packed as gu: one GEMM for the gate|up weight gradient, one
+		// for the input's, instead of two each.
+		dgu := p.alloc(2 * n * in)
+		f.SwiGLUPackedBackward(dgu, dact, a.gu, n, in)
+		p.free(dact, a.gu)
+		d.MatMul(g[tGateUp], dgu, a.xn2, true, false, 2*in, c, n, 1, 1)
+		dxn2 = p.alloc(n * c)
+		d.MatMul(dxn2, dgu, w[tGateUp], false, false, n, c, 2*in, 1, 0)
+		p.free(dgu, a.xn2)
+	} else {
+		dgate, dup := p.alloc(n*in), p.alloc(n*in)
+		d.SwiGLUBackward(dgate, dup, dact, a.gate, a.up)
+		p.free(dact, a.gate, a.up)
+		d.MatMul(g[tGate], dgate, a.xn2, true, false, in, c, n, 1, 1)
+		d.MatMul(g[tUp], dup, a.xn2, true, false, in, c, n, 1, 1)
+		dxn2 = p.alloc(n * c)
+		d.MatMul(dxn2, dgate, w[tGate], false, false, n, c, in, 1, 0)
+		d.MatMul(dxn2, dup, w[tUp], false, false, n, c, in, 1, 1)
+		p.free(dgate, dup, a.xn2)
+	}
 	d.RMSNormBackward(dh, g[tMLPNorm], dxn2, a.mid, w[tMLPNorm], a.rstd2, n, c) // dh is now d(mid)
 	p.free(dxn2, a.mid, a.rstd2)
 
@@ -362,8 +412,12 @@ func (p *Pass) blockBackward(w, g []device.Buffer, hin device.Buffer, a *blockAc
 	dq, dk, dv := p.alloc(n*qd), p.alloc(n*kvd), p.alloc(n*kvd)
 	d.AttentionBackward(dq, dk, dv, datt, a.q, a.k, a.v, a.att, a.lse, p.attn)
 	p.free(datt, a.att, a.lse, a.q, a.k, a.v)
-	d.RoPEBackward(dq, p.rope[0])
-	d.RoPEBackward(dk, p.rope[1])
+	if f := p.fused; f != nil {
+		f.RoPEQK(dq, dk, p.rope[0], p.rope[1], true)
+	} else {
+		d.RoPEBackward(dq, p.rope[0])
+		d.RoPEBackward(dk, p.rope[1])
+	}
 	d.MatMul(g[tq], dq, a.xn1, true, false, qd, c, n, 1, 1)
 	d.MatMul(g[tk], dk, a.xn1, true, false, kvd, c, n, 1, 1)
 	d.MatMul(g[tv], dv, a.xn1, true, false, kvd, c, n, 1, 1)

@@ -328,6 +328,10 @@ func (d *Device) AllocDType(n int, t device.DType, cat device.Category) (device.
 			// The arena's blocks are 512-byte aligned and sized, so the words
 			// past an odd bf16 count belong to this block.
 			words := (bytes + 3) / 4
+			// A memset on the stream like Zero's: counted in Launches, since a
+			// step's activations are mostly fresh allocations, each a piece of
+			// work for the GPU's front end.
+			d.countWork()
 			d.issue("Alloc", func() int {
 				return int(C.fsdp_memset32(d.ctx, C.CUdeviceptr(ptr), 0, C.size_t(words), d.compute))
 			})

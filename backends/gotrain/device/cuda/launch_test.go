@@ -75,6 +75,12 @@ func allOps(d *Device, b, st func(int) device.Buffer) {
 	d.CrossEntropyForward(st(2), b(6), []int32{0, 2}, 3)
 	d.CrossEntropyBackward(b(6), b(6), []int32{0, 2}, 3, 0.5)
 	d.CrossEntropyFused(st(2), b(6), b(6), []int32{0, 2}, 3, 0.5)
+	ks := rs
+	ks.Heads = 1
+	d.RoPEQK(b(rs.Len()), b(ks.Len()), rs, ks, false)
+	d.ResidualRMSNorm(b(6), st(2), b(6), b(6), b(3), 2, 3, 1e-5)
+	d.SwiGLUPackedForward(b(6), b(12), 2, 3)
+	d.SwiGLUPackedBackward(b(12), b(6), b(12), 2, 3)
 }
 
 // ptxParams parses each .entry's parameter types from PTX text.

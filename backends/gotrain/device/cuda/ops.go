@@ -220,9 +220,23 @@ func (d *Device) rotate(x *buffer, s device.RoPEShape, sign float32) {
 		op = "RoPEBackward"
 	}
 	defer d.timed(func() OpCost { return CostRoPE(op, x.a.dt, s) })()
-	tab, ok := d.scratchLocked("rope", int64(2*s.Seq*half)*elemBytes)
+	tab, ok := d.ropeTablesLocked(s)
 	if !ok {
 		return
+	}
+	rows := s.Batch * s.Seq
+	d.launch(k, grid{kernels.GridStride(int64(rows * s.Heads * half)), 1, 1}, 0, ptrArg(x), addrArg(tab),
+		addrArg(tab+uint64(s.Seq*half)*elemBytes), i32Arg(rows), i32Arg(s.Seq), i32Arg(s.Heads), i32Arg(s.HeadDim), f32Arg(sign))
+}
+
+// ropeTablesLocked returns the scratch address of the cos then sin tables of s
+// ([seq, headDim/2] each), uploading them when the last upload was for another
+// seq, head dim or theta (every layer of a step shares them); ok is false after a
+// recorded failure. d.mu is held.
+func (d *Device) ropeTablesLocked(s device.RoPEShape) (uint64, bool) {
+	tab, ok := d.scratchLocked("rope", int64(2*s.Seq*(s.HeadDim/2))*elemBytes)
+	if !ok {
+		return 0, false
 	}
 	key := device.RoPEShape{Seq: s.Seq, HeadDim: s.HeadDim, Theta: s.Theta}
 	if d.rope != key {
@@ -231,13 +245,11 @@ func (d *Device) rotate(x *buffer, s device.RoPEShape, sign float32) {
 			return int(C.fsdp_htod(d.ctx, C.CUdeviceptr(tab), unsafe.Pointer(&host[0]), C.size_t(len(host)*elemBytes), d.compute))
 		})
 		if d.err != nil {
-			return
+			return 0, false
 		}
 		d.rope = key
 	}
-	rows := s.Batch * s.Seq
-	d.launch(k, grid{kernels.GridStride(int64(rows * s.Heads * half)), 1, 1}, 0, ptrArg(x), addrArg(tab),
-		addrArg(tab+uint64(s.Seq*half)*elemBytes), i32Arg(rows), i32Arg(s.Seq), i32Arg(s.Heads), i32Arg(s.HeadDim), f32Arg(sign))
+	return tab, true
 }
 
 // ropeTable is cos then sin of t·θ^(−2i/headDim) for t < seq, i < headDim/2, row-major

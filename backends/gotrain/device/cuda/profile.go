@@ -131,7 +131,8 @@ func (d *Device) releaseProfiler() {
 // Launches is the number of kernel launches the device has issued since it was
 // opened: its own kernels, cuBLAS calls (one each: a GEMM may launch a split-K
 // reduction too, which only a profiler sees), and the device-side memsets and
-// copies of Zero and Copy, each a piece of work the GPU's front end schedules.
+// copies of Zero and Copy and the memset zeroing each Alloc, each a piece of
+// work the GPU's front end schedules.
 // Transfers to and from the host, collectives and events are not counted. The
 // worker reports it per step: a step of many short launches is launch-bound.
 func (d *Device) Launches() int64 { return d.launches.Load() }

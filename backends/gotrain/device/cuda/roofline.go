@@ -149,6 +149,40 @@ func CostRoPE(op string, t device.DType, s device.RoPEShape) OpCost {
 		FLOPs: 3 * n, Bytes: 2*elemSize(t)*n + 4*float64(s.Seq*s.HeadDim)}
 }
 
+// CostRoPEQK is CostRoPE of q and k in one launch (op RoPEQKForward or
+// RoPEQKBackward): q (sq) and k (kvHeads heads of sq's geometry) read and
+// written, the tables read once instead of twice.
+func CostRoPEQK(op string, t device.DType, sq device.RoPEShape, kvHeads int) OpCost {
+	n := float64(sq.Batch*sq.Seq*(sq.Heads+kvHeads)) * float64(sq.HeadDim)
+	return OpCost{Op: op, Shape: fmt.Sprintf("%v b=%d seq=%d heads=%d/%d hd=%d", t, sq.Batch, sq.Seq, sq.Heads, kvHeads, sq.HeadDim),
+		FLOPs: 3 * n, Bytes: 2*elemSize(t)*n + 4*float64(sq.Seq*sq.HeadDim)}
+}
+
+// CostResidualRMSNorm is the residual add and RMSNormForward in one pass (1 + 4
+// FLOPs an element): x and resid read, x and out written, the weight read, rstd
+// written. Unfused, the Copy of the stream (2 passes) and the norm's read of x
+// cost 3 passes more than the add the GEMM's beta = 1 did.
+func CostResidualRMSNorm(t device.DType, rows, dim int) OpCost {
+	n := float64(rows) * float64(dim)
+	return OpCost{Op: "ResidualRMSNorm", Shape: fmt.Sprintf("%v rows=%d dim=%d", t, rows, dim),
+		FLOPs: 5 * n, Bytes: elemSize(t)*(4*n+float64(dim)) + 4*float64(rows)}
+}
+
+// CostSwiGLUPackedForward is CostSwiGLUForward over the packed gate|up ([rows,
+// 2·inter]): the same FLOPs and bytes.
+func CostSwiGLUPackedForward(t device.DType, rows, inter int) OpCost {
+	c := ewCost("SwiGLUPackedForward", t, rows*inter, 5, 3)
+	c.Shape = fmt.Sprintf("%v rows=%d inter=%d", t, rows, inter)
+	return c
+}
+
+// CostSwiGLUPackedBackward is CostSwiGLUBackward into the packed dgu.
+func CostSwiGLUPackedBackward(t device.DType, rows, inter int) OpCost {
+	c := ewCost("SwiGLUPackedBackward", t, rows*inter, 12, 7)
+	c.Shape = fmt.Sprintf("%v rows=%d inter=%d", t, rows, inter)
+	return c
+}
+
 // CostCrossEntropyForward: per logit the max, a subtraction, exp and a sum (4
 // FLOPs); the logits read once, the fp32 losses written.
 func CostCrossEntropyForward(t device.DType, rows, vocab int) OpCost {
@@ -235,6 +269,54 @@ func CostCopy(t device.DType, n int) OpCost { return ewCost("Copy", t, n, 0, 2) 
 
 // CostZero writes n zeros.
 func CostZero(t device.DType, n int) OpCost { return ewCost("Zero", t, n, 0, 1) }
+
+// LaunchIssue is what issuing one launch (kernel, cuBLAS call, memset or device
+// copy) costs the host: cuLaunchKernel through the driver API takes ~2–4 µs of
+// CPU time with its argument packing, and a GPU back to back finishes a tiny
+// kernel in ~2–3 µs; 4 µs is the pessimistic end, so a step under it is
+// certainly not launch-bound.
+const LaunchIssue = 4 * time.Microsecond
+
+// LaunchBudget sets a step's launches against its GPU time: the question of issue
+// 24's item 4, whether a step is launch-bound and would gain from being captured
+// as a CUDA graph (one launch for the step, the driver's per-launch work done at
+// instantiation). Launches are issued asynchronously, so the host's issue time
+// hides under the GPU's work as long as it is shorter; the step is launch-bound
+// only when Launches × LaunchIssue reaches the GPU time, and a graph can save at
+// most the excess.
+type LaunchBudget struct {
+	// Launches is the step's count (Device.Launches over a step).
+	Launches int64
+	// GPU is the step's time on the GPU: predicted (Σ expected over its ops, the
+	// roofline's lower bound) or measured (Σ CUDA-event times over its ops).
+	GPU time.Duration
+}
+
+// Issue is the host time the launches take at LaunchIssue each.
+func (b LaunchBudget) Issue() time.Duration { return time.Duration(b.Launches) * LaunchIssue }
+
+// LaunchBound says whether issuing the launches takes at least the GPU time.
+func (b LaunchBudget) LaunchBound() bool { return b.Issue() >= b.GPU }
+
+// String is the budget as the roofline output prints it.
+func (b LaunchBudget) String() string {
+	verdict := "not launch-bound: the GPU's work hides the launches, so a CUDA graph would not shorten the step"
+	if b.LaunchBound() {
+		verdict = "LAUNCH-BOUND: capture the step as a CUDA graph"
+	}
+	return fmt.Sprintf("%d launches × %v = %.2f ms of issue against %.2f ms on the GPU (%.0f%%): %s",
+		b.Launches, LaunchIssue, float64(b.Issue())/1e6, float64(b.GPU)/1e6, 100*float64(b.Issue())/float64(max(b.GPU, 1)), verdict)
+}
+
+// ExpectedTotal is Σ expected time over times' calls at r's peaks.
+func ExpectedTotal(r Roofline, times []OpTime) time.Duration {
+	s := 0.0
+	for _, o := range times {
+		e, _ := r.Expected(o.OpCost)
+		s += e * float64(o.Calls)
+	}
+	return time.Duration(s * 1e9)
+}
 
 // OpTime is the calls of one op and shape: their cost and measured time.
 type OpTime struct {

@@ -171,21 +171,23 @@ func BenchmarkRooflineStep(b *testing.B) {
 }
 
 // TestLaunchesCounted: Launches counts each kernel, cuBLAS call, memset and
-// device copy the ops issue, and nothing for host transfers or after a failure.
+// device copy the ops issue, the memset of each allocation, and nothing for host
+// transfers, empty allocations or after a failure.
 func TestLaunchesCounted(t *testing.T) {
 	requireFakes(t)
 	d := newTestDevice(t, Options{})
-	a, b, c := alloc(t, d, 6), alloc(t, d, 6), alloc(t, d, 4)
-	d.CopyFromHost(a, make([]float32, 6)) // a transfer: no launch
-	require.Zero(t, d.Launches())
+	a, b, c := alloc(t, d, 6), alloc(t, d, 6), alloc(t, d, 4) // 3 memsets
+	_ = alloc(t, d, 0)                                        // nothing to zero
+	d.CopyFromHost(a, make([]float32, 6))                     // a transfer: no launch
+	require.Equal(t, int64(3), d.Launches())
 	d.MatMul(c, a, b, false, true, 2, 2, 3, 1, 0) // 1 GEMM
 	d.Zero(c)                                     // 1 memset
 	d.Copy(b, a)                                  // 1 device copy
-	w, rstd := alloc(t, d, 3), alloc(t, d, 2)
-	d.RMSNormBackward(a, w, b, a, w, rstd, 2, 3) // dx and dweight kernels
-	d.Sum(a)                                     // 1 kernel (the host finishes)
+	w, rstd := alloc(t, d, 3), alloc(t, d, 2)     // 2 memsets
+	d.RMSNormBackward(a, w, b, a, w, rstd, 2, 3)  // dx and dweight kernels
+	d.Sum(a)                                      // 1 kernel (the host finishes)
 	require.NoError(t, d.Sync())
-	assert.Equal(t, int64(6), d.Launches())
+	assert.Equal(t, int64(11), d.Launches())
 }
 
 // TestOpTimesNeedProfile: without Options.Profile OpTimes says how to get them;

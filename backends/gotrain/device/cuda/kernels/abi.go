@@ -224,6 +224,14 @@ var RMSNormBackwardDx = Kernel{"fsdp_rmsnorm_bwd_dx",
 var RMSNormBackwardDw = Kernel{"fsdp_rmsnorm_bwd_dw",
 	[]Param{p("dweight"), p("dout"), p("x"), p("rstd"), i32("rows"), i32("dim")}, ElemBlock, nil}
 
+// ResidualRMSNorm is the residual connection and RMSNormForward in one launch:
+// per row r < rows, x_r += resid_r (stored, rounded to x's dtype), then rstd[r] =
+// 1/sqrt(mean(x_r²) + eps) and out_r = weight ⊙ (x_r·rstd[r]) from the stored
+// sum: the cpu device's Add(x, resid, 1) then RMSNormForward(out, rstd, x,
+// weight). Grid rows (one block per row).
+var ResidualRMSNorm = Kernel{"fsdp_residual_rmsnorm_fwd",
+	[]Param{p("out"), p("rstd"), p("x"), p("resid"), p("weight"), i32("rows"), i32("dim"), f32("eps")}, ElemBlock, nil}
+
 // ---- rotary position embedding (rope.cu) ----
 
 // RoPE rotates x ([rows = batch·seq, heads, headDim]) in place: pair (i, i+half) of
@@ -233,6 +241,13 @@ var RMSNormBackwardDw = Kernel{"fsdp_rmsnorm_bwd_dw",
 var RoPE = Kernel{"fsdp_rope",
 	[]Param{p("x"), p("cos"), p("sin"), i32("rows"), i32("seq"), i32("heads"), i32("headDim"), f32("sign")}, ElemBlock, nil}
 
+// RoPEQK is RoPE of q ([rows, qHeads, headDim]) and of k ([rows, kvHeads,
+// headDim]) in one launch, the same rotation pair for pair. Grid
+// GridStride(rows·(qHeads+kvHeads)·headDim/2).
+var RoPEQK = Kernel{"fsdp_rope_qk",
+	[]Param{p("q"), p("k"), p("cos"), p("sin"), i32("rows"), i32("seq"), i32("qHeads"), i32("kvHeads"), i32("headDim"),
+		f32("sign")}, ElemBlock, nil}
+
 // ---- SwiGLU (swiglu.cu) ----
 
 // SwiGLUForward computes out[i] = silu(gate[i])·up[i] for i < n. Grid GridStride(n).
@@ -241,6 +256,17 @@ var SwiGLUForward = Kernel{"fsdp_swiglu_fwd", []Param{p("out"), p("gate"), p("up
 // SwiGLUBackward adds into dgate and dup for i < n. Grid GridStride(n).
 var SwiGLUBackward = Kernel{"fsdp_swiglu_bwd",
 	[]Param{p("dgate"), p("dup"), p("dout"), p("gate"), p("up"), i64("n")}, ElemBlock, nil}
+
+// SwiGLUPackedForward computes out[r, j] = silu(gu[r, j])·gu[r, inter+j] for r <
+// rows, j < inter: SwiGLUForward over the fused gate|up GEMM's output ([rows,
+// 2·inter], gate then up per row). Grid GridStride(rows·inter).
+var SwiGLUPackedForward = Kernel{"fsdp_swiglu_packed_fwd",
+	[]Param{p("out"), p("gu"), i32("rows"), i32("inter")}, ElemBlock, nil}
+
+// SwiGLUPackedBackward adds SwiGLUBackward's dgate and dup into dgu, laid out as
+// gu. Grid GridStride(rows·inter).
+var SwiGLUPackedBackward = Kernel{"fsdp_swiglu_packed_bwd",
+	[]Param{p("dgu"), p("dout"), p("gu"), i32("rows"), i32("inter")}, ElemBlock, nil}
 
 // ---- cross-entropy (crossentropy.cu) ----
 
@@ -425,7 +451,11 @@ var (
 	RMSNormForwardBF16        = BF16Of(RMSNormForward)
 	RMSNormBackwardDxBF16     = BF16Of(RMSNormBackwardDx)
 	RMSNormBackwardDwBF16     = BF16Of(RMSNormBackwardDw)
+	ResidualRMSNormBF16       = BF16Of(ResidualRMSNorm)
 	RoPEBF16                  = BF16Of(RoPE)
+	RoPEQKBF16                = BF16Of(RoPEQK)
+	SwiGLUPackedForwardBF16   = BF16Of(SwiGLUPackedForward)
+	SwiGLUPackedBackwardBF16  = BF16Of(SwiGLUPackedBackward)
 	SwiGLUForwardBF16         = BF16Of(SwiGLUForward)
 	SwiGLUBackwardBF16        = BF16Of(SwiGLUBackward)
 	CrossEntropyForwardBF16   = BF16Of(CrossEntropyForward)
@@ -442,9 +472,10 @@ var All = []*Kernel{
 	&SumPartials, &SumPartialsBF16, &SumFinish,
 	&EmbeddingForward, &EmbeddingForwardBF16, &EmbeddingBackward, &EmbeddingBackwardBF16,
 	&RMSNormForward, &RMSNormForwardBF16, &RMSNormBackwardDx, &RMSNormBackwardDxBF16,
-	&RMSNormBackwardDw, &RMSNormBackwardDwBF16,
-	&RoPE, &RoPEBF16,
+	&RMSNormBackwardDw, &RMSNormBackwardDwBF16, &ResidualRMSNorm, &ResidualRMSNormBF16,
+	&RoPE, &RoPEBF16, &RoPEQK, &RoPEQKBF16,
 	&SwiGLUForward, &SwiGLUForwardBF16, &SwiGLUBackward, &SwiGLUBackwardBF16,
+	&SwiGLUPackedForward, &SwiGLUPackedForwardBF16, &SwiGLUPackedBackward, &SwiGLUPackedBackwardBF16,
 	&CrossEntropyForward, &CrossEntropyForwardBF16, &CrossEntropyBackward, &CrossEntropyBackwardBF16,
 	&CrossEntropyFused, &CrossEntropyFusedBF16,
 	&AdamW,

@@ -37,6 +37,48 @@ extern "C" __global__ void __launch_bounds__(ELEM_BLOCK)
 }
 FSDP_REGISTER(fsdp_rmsnorm_fwd_bf16, ELEM_BLOCK)
 
+// The residual connection and the next RMSNorm in one pass (a block a row): x +=
+// resid, rounded as it is stored (the cpu device's Add with alpha 1, then its
+// RMSNormForward), and out = RMSNorm(x) from the stored values. The model writes
+// the attention output projection into x (beta 0) and adds the residual stream
+// here, instead of copying the stream into x first (one launch and one pass over
+// a row less). Each thread reads back only the elements it stored itself.
+template <typename T>
+__device__ __forceinline__ void residual_rmsnorm_fwd(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ x,
+                                                     const T* __restrict__ resid, const T* __restrict__ w, int rows,
+                                                     int dim, float eps) {
+  __shared__ float scratch[32];
+  int r = blockIdx.x;
+  if (r >= rows) return;  // uniform across the block
+  long long off = (long long)r * dim;
+  float ss = 0.0f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    st(x + off + j, __fadd_rn(ld(x + off + j), ld(resid + off + j)));
+    float v = ld(x + off + j);  // the stored (for bf16: rounded) sum, as RMSNormForward reads it
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  float rs = 1.0f / sqrtf(ss / (float)dim + eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) st(out + off + j, ld(w + j) * (ld(x + off + j) * rs));
+}
+
+extern "C" __global__ void __launch_bounds__(ELEM_BLOCK)
+    fsdp_residual_rmsnorm_fwd(float* __restrict__ out, float* __restrict__ rstd, float* __restrict__ x,
+                              const float* __restrict__ resid, const float* __restrict__ w, int rows, int dim,
+                              float eps) {
+  residual_rmsnorm_fwd(out, rstd, x, resid, w, rows, dim, eps);
+}
+FSDP_REGISTER(fsdp_residual_rmsnorm_fwd, ELEM_BLOCK)
+
+extern "C" __global__ void __launch_bounds__(ELEM_BLOCK)
+    fsdp_residual_rmsnorm_fwd_bf16(bf16* __restrict__ out, float* __restrict__ rstd, bf16* __restrict__ x,
+                                   const bf16* __restrict__ resid, const bf16* __restrict__ w, int rows, int dim,
+                                   float eps) {
+  residual_rmsnorm_fwd(out, rstd, x, resid, w, rows, dim, eps);
+}
+FSDP_REGISTER(fsdp_residual_rmsnorm_fwd_bf16, ELEM_BLOCK)
+
 // dx += r·w⊙dy − (r³/dim)·x·Σ(w⊙dy⊙x), one block a row.
 template <typename T>
 __device__ __forceinline__ void rmsnorm_bwd_dx(T* dx, const T* dy, const T* __restrict__ x, const T* __restrict__ w,
