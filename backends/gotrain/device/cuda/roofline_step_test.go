@@ -105,10 +105,15 @@ func TestRooflineTableOnTheRunner(t *testing.T) {
 		ops[o.Op] = o
 	}
 	for _, op := range []string{"MatMul", "AttentionForward", "AttentionBackward", "RMSNormForward", "RMSNormBackward",
-		"RoPEForward", "RoPEBackward", "SwiGLUForward", "SwiGLUBackward", "CrossEntropyFused",
-		"EmbeddingForward", "EmbeddingBackward", "Sum", "Cast", "Zero", "AdamW"} {
+		"RoPEQKForward", "RoPEQKBackward", "ResidualRMSNorm", "SwiGLUPackedForward", "SwiGLUPackedBackward",
+		"CrossEntropyFused", "EmbeddingForward", "EmbeddingBackward", "Sum", "Cast", "Zero", "AdamW"} {
 		assert.Contains(t, ops, op, "the step's %s has no row", op)
 	}
+	// The block's fused ops replace the plain ones (device.FusedOps).
+	for _, op := range []string{"RoPEForward", "RoPEBackward", "SwiGLUForward", "SwiGLUBackward"} {
+		assert.NotContains(t, ops, op, "the step runs the unfused %s", op)
+	}
+	assert.Equal(t, CostResidualRMSNorm(device.BF16, 34, 128), ops["ResidualRMSNorm"].OpCost)
 	// The rows' costs are the cost functions' for the step's shapes.
 	as := device.AttnShape{Batch: 2, Seq: 17, Heads: 2, KVHeads: 1, HeadDim: 64}
 	assert.Equal(t, CostAttentionForward(device.BF16, true, as), ops["AttentionForward"].OpCost)
@@ -126,12 +131,35 @@ func TestRooflineTableOnTheRunner(t *testing.T) {
 	top := out[strings.Index(out, "# top 10"):]
 	assert.Equal(t, 12, strings.Count(top, "\n"), "a header and 10 rows after the title:\n%s", top)
 	// A launch per kernel, GEMM, memset or copy of the step: at least one per
-	// timed op call, since every op issues something.
+	// timed op call, since every op issues something; and exactly what the
+	// costDevice predicts for the step.
 	calls := 0
 	for _, o := range times {
 		calls += o.Calls
 	}
 	assert.GreaterOrEqual(t, launches, int64(calls))
+	predicted, _ := predictStep(t, s, 2, 17, false)
+	assert.Equal(t, predicted.launches, launches, "the step's launches against the costDevice's count")
+	t.Log(stepLaunches(H100(), s, 2, 17, launches, times))
+}
+
+// stepLaunches is the launch report of a measured step (shape s, batch × seq):
+// its launch count against the costDevice's for the fused and the unfused op
+// sequence, and the launch budget (LaunchBudget) from the roofline's prediction
+// and from the measured op times, so a GPU run confirms or refutes item 4's
+// decision not to capture the step as a CUDA graph.
+func stepLaunches(r Roofline, s shapes.Shape, batch, seq int, launches int64, times []OpTime) string {
+	fused, predicted := predictStep(nil, s, batch, seq, false)
+	plain, _ := predictStep(nil, s, batch, seq, true)
+	var gpu time.Duration
+	for _, o := range times {
+		gpu += o.Measured
+	}
+	return fmt.Sprintf("# launches: %d a step measured; predicted %d with the fused ops, %d without (%d fewer: RoPEQK, ResidualRMSNorm, SwiGLUPacked and the gate|up GEMM)\n"+
+		"# launch budget, predicted: %s\n# launch budget, measured: %s\n",
+		launches, fused.launches, plain.launches, plain.launches-fused.launches,
+		LaunchBudget{Launches: fused.launches, GPU: ExpectedTotal(r, predicted)},
+		LaunchBudget{Launches: launches, GPU: gpu})
 }
 
 // BenchmarkRooflineStep prints issue 24's per-op table for one bf16 step of
@@ -165,8 +193,9 @@ func BenchmarkRooflineStep(b *testing.B) {
 	// The step's wall time against the ops' GPU time: the gap is what the GPU
 	// waited for the host (launches, host syncs); divided by the launches it bounds
 	// what a CUDA graph could save per launch.
-	fmt.Printf("# roofline: llama-1b untied, bf16, batch %d, seq 2048, %s; the step: %d launches, %.1f ms wall, %.1f ms in the ops on the GPU (%.2f µs of gap a launch)\n%s",
-		batch, d.Info().GPU, launches, float64(wall)/1e6, float64(gpu)/1e6, float64(wall-gpu)/1e3/float64(max(launches, 1)), buf.String())
+	fmt.Printf("# roofline: llama-1b untied, bf16, batch %d, seq 2048, %s; the step: %d launches, %.1f ms wall, %.1f ms in the ops on the GPU (%.2f µs of gap a launch)\n%s%s",
+		batch, d.Info().GPU, launches, float64(wall)/1e6, float64(gpu)/1e6, float64(wall-gpu)/1e3/float64(max(launches, 1)),
+		stepLaunches(H100(), s, batch, 2048, launches, times), buf.String())
 	b.ReportMetric(float64(launches), "launches/step")
 }
 
