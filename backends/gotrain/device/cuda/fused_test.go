@@ -133,12 +133,19 @@ var fusedShape = shapes.Shape{Name: "fused", Arch: shapes.ArchLlama, Hidden: 32,
 
 // TestFusedStepLaunches runs one fp32 forward and backward of a small model on the
 // cuda device (over the fakes: every kernel on the runner) with the fused ops and
-// without (model.Unfused), and on the cpu device. The fused step issues
-// fusedSavesPerBlock launches a block fewer, and the same number the costDevice
-// predicts (so the llama-1b prediction counts what the device does); both track
-// the cpu device's loss and gradients.
+// without (model.Unfused), and on the cpu device, with and without activation
+// checkpointing. The fused step issues fusedSavesPerBlock launches a block fewer
+// (and half as many again for the recomputed forward), and the same number the
+// costDevice predicts (so the llama-1b prediction counts what the device does);
+// both track the cpu device's loss and gradients.
 func TestFusedStepLaunches(t *testing.T) {
 	requireFakes(t)
+	for _, checkpoint := range []bool{false, true} {
+		t.Run(fmt.Sprintf("checkpoint=%v", checkpoint), func(t *testing.T) { testFusedStep(t, checkpoint) })
+	}
+}
+
+func testFusedStep(t *testing.T, checkpoint bool) {
 	const batch, seq = 2, 7
 	inputs, targets, err := model.Batch(5, 0, batch, seq, fusedShape.Vocab)
 	require.NoError(t, err)
@@ -157,7 +164,7 @@ func TestFusedStepLaunches(t *testing.T) {
 			require.NoError(t, c.Sync())
 			before = c.Launches()
 		}
-		loss, err := m.ForwardBackward(params, grads, inputs, targets, seq, false)
+		loss, err := m.ForwardBackward(params, grads, inputs, targets, seq, checkpoint)
 		require.NoError(t, err)
 		require.NoError(t, d.Sync())
 		var launches int64
@@ -175,13 +182,17 @@ func TestFusedStepLaunches(t *testing.T) {
 	plainLoss, plainGrads, plain := run(d, true)
 	cpuLoss, cpuGrads, _ := run(cpu.New(cpu.Options{}), false)
 	t.Logf("launches of a forward and backward: %d fused, %d unfused", fused, plain)
-	assert.Equal(t, int64(fusedSavesPerBlock*fusedShape.Layers), plain-fused, "launches the fused ops save")
+	saves := fusedSavesPerBlock
+	if checkpoint { // the forward runs twice, and saves half of the block's each time
+		saves += fusedSavesPerBlock / 2
+	}
+	assert.Equal(t, int64(saves*fusedShape.Layers), plain-fused, "launches the fused ops save")
 	for _, unfused := range []bool{false, true} {
 		want := fused
 		if unfused {
 			want = plain
 		}
-		assert.Equal(t, want, predictForwardBackward(t, fusedShape, batch, seq, unfused),
+		assert.Equal(t, want, predictForwardBackward(t, fusedShape, batch, seq, unfused, checkpoint),
 			"the costDevice's launch count (unfused %v)", unfused)
 	}
 	assert.InDelta(t, cpuLoss, fusedLoss, 1e-5, "fused loss against the cpu device")
@@ -194,7 +205,7 @@ func TestFusedStepLaunches(t *testing.T) {
 
 // predictForwardBackward is the launches the costDevice counts for one fp32
 // forward and backward of shape s, as TestFusedStepLaunches runs it.
-func predictForwardBackward(t *testing.T, s shapes.Shape, batch, seq int, unfused bool) int64 {
+func predictForwardBackward(t *testing.T, s shapes.Shape, batch, seq int, unfused, checkpoint bool) int64 {
 	d := &costDevice{}
 	m, err := model.New(d, s)
 	require.NoError(t, err)
@@ -206,7 +217,7 @@ func predictForwardBackward(t *testing.T, s shapes.Shape, batch, seq int, unfuse
 	}
 	d.launches = 0
 	tokens := make([]int32, batch*seq+1)
-	_, err = m.ForwardBackward(params, grads, tokens[:batch*seq], tokens[1:], seq, false)
+	_, err = m.ForwardBackward(params, grads, tokens[:batch*seq], tokens[1:], seq, checkpoint)
 	require.NoError(t, err)
 	return d.launches
 }
