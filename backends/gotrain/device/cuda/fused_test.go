@@ -17,14 +17,6 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 )
 
-// fusedSavesPerBlock is the launches a transformer block's forward and backward
-// issue fewer with device.FusedOps: forward, RoPE of q and k in one (−1), the
-// residual add in the norm instead of a copy (−1), gate|up in one GEMM into one
-// allocation (−2); backward, dgate|dup in one allocation (−1) through one GEMM
-// for the weights' gradient and one for the input's (−2), dq and dk rotated in
-// one (−1).
-const fusedSavesPerBlock = 8
-
 // TestFusedOpsMatchCPU holds each fused op to the cpu device's sequence of plain
 // ops that defines it (device.FusedOps), in fp32 (the cpu device in float64) and
 // bf16 (the cpu device in float64 storing bf16), both schedule orders of the

@@ -127,6 +127,14 @@ func (d *costDevice) SwiGLUPackedBackward(dgu, _, _ device.Buffer, rows, inter i
 	d.add(CostSwiGLUPackedBackward(dt(dgu), rows, inter))
 }
 
+// fusedSavesPerBlock is the launches a transformer block's forward and backward
+// issue fewer with device.FusedOps: forward, RoPE of q and k in one (−1), the
+// residual add in the norm instead of a copy (−1), gate|up in one GEMM into one
+// allocation (−2); backward, dgate|dup in one allocation (−1) through one GEMM
+// for the weights' gradient and one for the input's (−2), dq and dk rotated in
+// one (−1).
+const fusedSavesPerBlock = 8
+
 // predictStep runs one bf16 training step of shape s (batch × seq tokens) on a
 // costDevice, fused ops or not, as rooflineStep runs it on the cuda device
 // (bf16 parameters and gradients zeroed, forward and backward, the gradients cast
