@@ -23,6 +23,10 @@ type Prediction struct {
 	// device peak then compares with a rank's RSS.
 	Host     bool `json:"host,omitempty"`
 	Feasible bool `json:"feasible"`
+	// StepBreakdown is the predicted step's compute, collectives, exposed
+	// communication and other (Source "sim"), beside the measured one
+	// (Metrics.StepBreakdown); nil when the model gave none.
+	StepBreakdown *StepBreakdown `json:"step_breakdown,omitempty"`
 	// Calibration names the calibration file used; empty: uncalibrated.
 	Calibration string `json:"calibration,omitempty"`
 	// Error is why there is no prediction (the model cannot predict the run).
@@ -62,6 +66,11 @@ func (m *Metrics) StoredPrediction() *Prediction {
 	}
 	for _, b := range []int64{p.PeakMemAllocatedBytes, p.PeakMemReservedBytes, p.PeakDeviceMemBytes} {
 		if b < 0 || b > MaxMemBytes {
+			return nil
+		}
+	}
+	if b := p.StepBreakdown; b != nil {
+		if f, _ := b.Check(); f != "" {
 			return nil
 		}
 	}
