@@ -61,10 +61,6 @@ type Prediction struct {
 	OptimizerS float64 `json:"optimizer_s"`
 	// OffloadS is the host↔device copying of offloaded shards (cpu_offload).
 	OffloadS         float64           `json:"offload_s"`
-	// The collectives' time by kind (their sum is CommS), for the predicted
-	// step breakdown (StepBreakdown); unexported, so a prediction's JSON keeps
-	// its fields.
-	allGatherS, reduceScatterS, allReduceS float64
 	CommBytesPerStep results.CommBytes `json:"comm_bytes_per_step"`
 	TokensPerStep    int64             `json:"tokens_per_step"`
 	// TokensPerS is the tokens of all ranks per second.
@@ -95,6 +91,11 @@ type Prediction struct {
 	// device, names the assumptions whose other values would turn the verdict,
 	// with the peak under each (memoryVerdict); an infeasible Reason ends with it.
 	Verdict string `json:"verdict,omitempty"`
+
+	// The collectives' time by kind (their sum is CommS), for the predicted
+	// step breakdown (StepBreakdown); unexported, so a prediction's JSON keeps
+	// its fields.
+	allGatherS, reduceScatterS, allReduceS float64
 }
 
 // Constants of the model that are not hardware figures. Each is a documented
