@@ -169,6 +169,31 @@ var predictedColumns = []Column{
 			}
 			return nil
 		}},
+	{Name: "predicted.exposed_comm_s", Kind: KindMetric, Header: "pred exposed comm (s)", Unit: UnitSeconds,
+		Doc: "the analytic model's exposed communication per step for this run (sweep --predict)",
+		get: func(r *Run) any {
+			if p := predictionOf(r); p != nil && p.StepBreakdown != nil {
+				return p.StepBreakdown.ExposedCommS
+			}
+			return nil
+		}},
+	{Name: "predicted.exposed_comm_share", Kind: KindMetric, Header: "pred exposed comm (%)", Unit: UnitFraction,
+		Doc: "the analytic model's exposed communication as a share of its step (sweep --predict)",
+		get: func(r *Run) any {
+			if p := predictionOf(r); p != nil {
+				return optF(p.StepBreakdown.ExposedShare())
+			}
+			return nil
+		}},
+	{Name: "pred_err.exposed_comm_s", Kind: KindMetric, Header: "exposed comm err (%)", Unit: UnitFraction,
+		Doc: "predicted / measured exposed communication per step − 1 (sweep --predict)",
+		get: func(r *Run) any {
+			p := predictionOf(r)
+			if p == nil || p.StepBreakdown == nil || r.Metrics.StepBreakdown == nil {
+				return nil
+			}
+			return optF(relErr(p.StepBreakdown.ExposedCommS, r.Metrics.StepBreakdown.ExposedCommS))
+		}},
 }
 
 // predictedIndex maps a predicted column's name to its index + 1.
