@@ -188,3 +188,90 @@ func checkBreakdown(m *Metrics) (string, string) {
 	}
 	return "", ""
 }
+
+// ColumnExposedCommShare is the column of exposed communication as a share of
+// the step: the default table's "exposed comm (%)", shown when a run measured
+// its breakdown (measuredDefault).
+const ColumnExposedCommShare = "exposed_comm_share"
+
+// breakdownPart reads one figure of the run's breakdown; nil when it has none.
+func breakdownPart(get func(*StepBreakdown) *float64) func(*Run) any {
+	return func(r *Run) any {
+		if b := r.Metrics.StepBreakdown; b != nil {
+			return optF(get(b))
+		}
+		return nil
+	}
+}
+
+// breakdownRegistry are the step breakdown's figures as metrics.json holds
+// them (step_breakdown.*), in registry order after the checkpoint figures: CSV
+// exports carry them.
+var breakdownRegistry = []Column{
+	{Name: "step_breakdown.step_s", Kind: KindMetric, Header: "breakdown step (s)", Unit: UnitSeconds,
+		Doc: "the step the breakdown is of: the median step of the repeat with the median step time",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return &b.StepS })},
+	{Name: "step_breakdown.compute_s", Kind: KindMetric, Header: "compute (s)", Unit: UnitSeconds, CI: SampleComputeS,
+		Doc: "time of that step in which computation ran (kernels, GEMMs, the optimizer); also named compute_s",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return &b.ComputeS })},
+	{Name: "step_breakdown.collective_s", Kind: KindMetric, Header: "collective (s)", Unit: UnitSeconds, CI: SampleCollectiveS,
+		Doc: "time of that step in which a collective ran or was waited on (union of their intervals); also named collective_s",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return &b.CollectiveS })},
+	{Name: "step_breakdown.all_gather_s", Kind: KindMetric, Header: "all-gather (s)", Unit: UnitSeconds,
+		Doc: "time of that step in which an all-gather ran or was waited on",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return b.AllGatherS })},
+	{Name: "step_breakdown.reduce_scatter_s", Kind: KindMetric, Header: "reduce-scatter (s)", Unit: UnitSeconds,
+		Doc: "time of that step in which a reduce-scatter ran or was waited on",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return b.ReduceScatterS })},
+	{Name: "step_breakdown.all_reduce_s", Kind: KindMetric, Header: "all-reduce (s)", Unit: UnitSeconds,
+		Doc: "time of that step in which an all-reduce ran or was waited on",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return b.AllReduceS })},
+	{Name: "step_breakdown.exposed_comm_s", Kind: KindMetric, Header: "exposed comm (s)", Unit: UnitSeconds, CI: SampleExposedCommS,
+		Doc: "time of that step in which a collective ran or was waited on and no computation ran; also named exposed_comm_s",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return &b.ExposedCommS })},
+	{Name: "step_breakdown.other_s", Kind: KindMetric, Header: "other (s)", Unit: UnitSeconds, CI: SampleOtherS,
+		Doc: "the rest of that step: host overhead, data, launch gaps (step = compute + exposed comm + other); also named other_s",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return &b.OtherS })},
+	textual(metric("step_breakdown.source", "breakdown source", UnitNone, "how the breakdown was obtained: gotrain, cuda-events, torch.profiler, or sim (predicted)",
+		func(m *Metrics) any {
+			if m.StepBreakdown == nil {
+				return nil
+			}
+			return optS(m.StepBreakdown.Source)
+		})),
+}
+
+// breakdownColumns are the breakdown's figures by their short names (the
+// samples' names, which gate rules use: exposed_comm_s:+10%) and the shares
+// computed from them. They are looked up by name (report --metric, compare
+// --metric, gate rules, the default table's exposed_comm_share) but stay out of
+// Columns, as predictedColumns do: metrics.json holds no such key.
+var breakdownColumns = []Column{
+	shortName(SampleComputeS, 1), shortName(SampleCollectiveS, 2),
+	shortName(SampleExposedCommS, 6), shortName(SampleOtherS, 7),
+	{Name: "overlap", Kind: KindMetric, Header: "overlap (%)", Unit: UnitFraction,
+		Doc: "1 - exposed_comm_s / collective_s: the share of the collectives' time computation hid",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return b.Overlap() })},
+	{Name: ColumnExposedCommShare, Kind: KindMetric, Header: "exposed comm (%)", Unit: UnitFraction, measuredDefault: true,
+		Doc: "exposed_comm_s / the breakdown's step time (in the default table when a measured run has it)",
+		get: breakdownPart(func(b *StepBreakdown) *float64 { return b.ExposedShare() })},
+}
+
+// shortName is breakdownRegistry[i] under its sample's name. exposed_comm_s is
+// among DefaultCompareMetrics only where a measured run has it.
+func shortName(name string, i int) Column {
+	c := breakdownRegistry[i]
+	c.Name = name
+	c.measuredDefault = name == SampleExposedCommS
+	return c
+}
+
+// breakdownColumn returns the lookup-only breakdown column named name.
+func breakdownColumn(name string) (Column, bool) {
+	for _, c := range breakdownColumns {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Column{}, false
+}

@@ -70,7 +70,11 @@ type Column struct {
 	// text marks columns of text or flags: a non-ok run shows them as they are,
 	// where a figure's cell shows the run's status.
 	text bool
-	get  func(*Run) any
+	// measuredDefault marks a default figure shown only where a measured run
+	// (not the analytic model's prediction) has it: the sim predicts it for
+	// every run, and a table of predictions stays as it was.
+	measuredDefault bool
+	get             func(*Run) any
 }
 
 // textual marks c as holding text or flags.
@@ -265,6 +269,8 @@ var registry = []Column{
 	metric("resume_exact", "resume exact", UnitNone, "1 when the resumed losses equal the uninterrupted ones bit for bit, else 0", resumeExactValue),
 	textual(metric("whole_run_wall_time", "whole run", UnitNone, "throughput figures divide by the whole run's wall time (start-up and warm-up included), not the measured steps' (tables mark them †)",
 		func(m *Metrics) any { return m.WholeRunWallTime })),
+	breakdownRegistry[0], breakdownRegistry[1], breakdownRegistry[2], breakdownRegistry[3], breakdownRegistry[4],
+	breakdownRegistry[5], breakdownRegistry[6], breakdownRegistry[7], breakdownRegistry[8],
 
 	{Name: "scaling_efficiency", Kind: KindDerived, Header: "scaling eff. (%)", Unit: UnitFraction,
 		Doc: "tokens/s/rank over that of the same config at the smallest world size",
@@ -304,6 +310,11 @@ var registryIndex = func() map[string]int {
 //	         comm_bytes_per_step.all_reduce comm_bytes_per_step.inter_node env.gpu
 //	         started finished checkpoint_save_s checkpoint_load_s checkpoint_bytes
 //	         checkpoint_bytes_per_rank resume_exact whole_run_wall_time
+//	         step_breakdown.step_s step_breakdown.compute_s
+//	         step_breakdown.collective_s step_breakdown.all_gather_s
+//	         step_breakdown.reduce_scatter_s step_breakdown.all_reduce_s
+//	         step_breakdown.exposed_comm_s step_breakdown.other_s
+//	         step_breakdown.source
 //	derived: scaling_efficiency memory_saving model_state_bytes
 //
 // New columns are appended within their kind; names never change once released.
@@ -328,8 +339,12 @@ func LookupColumn(name string, kinds ...ColumnKind) (Column, error) {
 			return c, nil
 		}
 	}
-	if i, ok := registryIndex[name]; ok || predictedIndex[name] > 0 {
+	b, isBreakdown := breakdownColumn(name)
+	if i, ok := registryIndex[name]; ok || predictedIndex[name] > 0 || isBreakdown {
 		c := predictedColumn(name)
+		if isBreakdown {
+			c = b
+		}
 		if ok {
 			c = registry[i]
 		}

@@ -31,6 +31,9 @@ func fullRun(t *testing.T) Run {
 		r.Finished = r.Started.Add(30 * time.Second)
 		r.CheckpointSaveS, r.CheckpointLoadS = F64(0.5+0.01*float64(i)), F64(0.25)
 		r.CheckpointBytes, r.CheckpointBytesPerRank, r.ResumeExact = I64(6<<30), I64(3<<30), &[]bool{true}[0]
+		exposed := 0.02 + 0.001*float64(i)
+		r.StepBreakdown = &StepBreakdown{StepS: 0.1 + exposed, ComputeS: 0.09, CollectiveS: 0.05,
+			AllGatherS: F64(0.03), ReduceScatterS: F64(0.02), AllReduceS: F64(0), ExposedCommS: exposed, OtherS: 0.01, Source: "gotrain"}
 		repeats = append(repeats, r)
 	}
 	base := fixtureConfig(2, sweeps.NoShard)

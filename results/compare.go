@@ -25,9 +25,11 @@ const MinStatRepeats = 6
 const DefaultAlpha = 0.05
 
 // DefaultCompareMetrics are the figures Compare shows when none are asked for; of
-// these, the ones unknown on both sides are left out.
+// these, the ones unknown on both sides are left out, and exposed_comm_s unless
+// a measured run has it (the sim predicts it for all: sim against sim stays
+// as it was, sim against measured shows the overlap model's error).
 var DefaultCompareMetrics = []string{"tokens_per_s_per_rank", "step_time_s.median", "mfu",
-	"peak_mem_allocated_bytes", "peak_mem_reserved_bytes"}
+	"peak_mem_allocated_bytes", "peak_mem_reserved_bytes", SampleExposedCommS}
 
 // LoadPath reads runs from path: a results directory (as Load) or a file written by
 // `fsdpbench export --format json`. Runs from a JSON file keep the derived figures

@@ -33,7 +33,7 @@ var shortHeaders = map[string]string{
 	"warmup_steps": "warmup", "tokens_per_s_per_rank": "tok/s/rank", "tokens_per_s": "tok/s",
 	"mfu": "MFU%", "step_time_s.median": "step s", "peak_mem_reserved_bytes": "peak",
 	"peak_mem_allocated_bytes": "alloc", "memory_saving": "mem save%", "scaling_efficiency": "scale%",
-	"tflops_per_rank": "TFLOP/s", "peak_rss_bytes": "RSS",
+	"tflops_per_rank": "TFLOP/s", "peak_rss_bytes": "RSS", ColumnExposedCommShare: "exp comm%",
 }
 
 // minCellWidth is how narrow an abbreviated text cell gets.

@@ -23,6 +23,10 @@ type Prediction struct {
 	// device peak then compares with a rank's RSS.
 	Host     bool `json:"host,omitempty"`
 	Feasible bool `json:"feasible"`
+	// StepBreakdown is the predicted step's compute, collectives, exposed
+	// communication and other (Source "sim"), beside the measured one
+	// (Metrics.StepBreakdown); nil when the model gave none.
+	StepBreakdown *StepBreakdown `json:"step_breakdown,omitempty"`
 	// Calibration names the calibration file used; empty: uncalibrated.
 	Calibration string `json:"calibration,omitempty"`
 	// Error is why there is no prediction (the model cannot predict the run).
@@ -62,6 +66,11 @@ func (m *Metrics) StoredPrediction() *Prediction {
 	}
 	for _, b := range []int64{p.PeakMemAllocatedBytes, p.PeakMemReservedBytes, p.PeakDeviceMemBytes} {
 		if b < 0 || b > MaxMemBytes {
+			return nil
+		}
+	}
+	if b := p.StepBreakdown; b != nil {
+		if f, _ := b.Check(); f != "" {
 			return nil
 		}
 	}
@@ -159,6 +168,31 @@ var predictedColumns = []Column{
 				return optF(relErr(float64(pred), float64(meas)))
 			}
 			return nil
+		}},
+	{Name: "predicted.exposed_comm_s", Kind: KindMetric, Header: "pred exposed comm (s)", Unit: UnitSeconds,
+		Doc: "the analytic model's exposed communication per step for this run (sweep --predict)",
+		get: func(r *Run) any {
+			if p := predictionOf(r); p != nil && p.StepBreakdown != nil {
+				return p.StepBreakdown.ExposedCommS
+			}
+			return nil
+		}},
+	{Name: "predicted.exposed_comm_share", Kind: KindMetric, Header: "pred exposed comm (%)", Unit: UnitFraction,
+		Doc: "the analytic model's exposed communication as a share of its step (sweep --predict)",
+		get: func(r *Run) any {
+			if p := predictionOf(r); p != nil {
+				return optF(p.StepBreakdown.ExposedShare())
+			}
+			return nil
+		}},
+	{Name: "pred_err.exposed_comm_s", Kind: KindMetric, Header: "exposed comm err (%)", Unit: UnitFraction,
+		Doc: "predicted / measured exposed communication per step − 1 (sweep --predict)",
+		get: func(r *Run) any {
+			p := predictionOf(r)
+			if p == nil || p.StepBreakdown == nil || r.Metrics.StepBreakdown == nil {
+				return nil
+			}
+			return optF(relErr(p.StepBreakdown.ExposedCommS, r.Metrics.StepBreakdown.ExposedCommS))
 		}},
 }
 

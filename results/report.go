@@ -34,8 +34,9 @@ const (
 var Formats = []string{FormatTable, FormatMarkdown, FormatCSV, FormatJSON}
 
 // DefaultMetrics are the figures a report shows when none are asked for. Of these,
-// the ones unknown for every run shown are left out (status always stays).
-var DefaultMetrics = []string{"status", "tokens_per_s_per_rank", "mfu", "step_time_s.median",
+// the ones unknown for every run shown are left out (status always stays), and
+// exposed_comm_share unless a measured run has it (the sim predicts it for all).
+var DefaultMetrics = []string{"status", "tokens_per_s_per_rank", "mfu", "step_time_s.median", ColumnExposedCommShare,
 	"peak_mem_reserved_bytes", "memory_saving", "scaling_efficiency",
 	"checkpoint_save_s", "checkpoint_load_s", "checkpoint_bytes", "resume_exact"}
 
@@ -360,6 +361,9 @@ var memoryFallbacks = []string{"peak_mem_reserved_bytes", "peak_mem_allocated_by
 func knownSomewhere(runs []Run, metrics []Column) []Column {
 	known := func(c *Column) bool {
 		for i := range runs {
+			if c.measuredDefault && runs[i].Metrics.Predicted {
+				continue
+			}
 			if c.Value(&runs[i]) != nil {
 				return true
 			}

@@ -16,6 +16,7 @@ func (p Prediction) Stored(worldSize int) results.Prediction {
 		PeakDeviceMemBytes:    p.PeakDeviceMemBytes,
 		Host:                  !p.Hardware.IsGPU,
 		Feasible:              p.Feasible,
+		StepBreakdown:         p.StepBreakdown(),
 	}
 	if worldSize > 0 {
 		s.TokensPerSPerRank = p.TokensPerS / float64(worldSize)

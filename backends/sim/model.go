@@ -91,6 +91,11 @@ type Prediction struct {
 	// device, names the assumptions whose other values would turn the verdict,
 	// with the peak under each (memoryVerdict); an infeasible Reason ends with it.
 	Verdict string `json:"verdict,omitempty"`
+
+	// The collectives' time by kind (their sum is CommS), for the predicted
+	// step breakdown (StepBreakdown); unexported, so a prediction's JSON keeps
+	// its fields.
+	allGatherS, reduceScatterS, allReduceS float64
 }
 
 // Constants of the model that are not hardware figures. Each is a documented
@@ -401,6 +406,7 @@ func predict(rc sweeps.RunConfig, opts Options) (Prediction, error) {
 		return Prediction{}, err
 	}
 	p.calibrateTime(strategy, wu, &pred)
+	p.latencyByKind(strategy, wu, &pred)
 	pred.Feasible, pred.Reason = feasible(p, pred)
 	// A verdict about memory only: not one refused for gpus_per_node.
 	if pred.Feasible || pred.PeakDeviceMemBytes > pred.DeviceMemBytes {
@@ -739,6 +745,7 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	}
 	var agFwd, agBwd, rs, ar float64                               // sizes in bytes
 	var tAgFwd, tAgBwd, tReduce float64                            // times in seconds
+	var tAllReduce float64                                         // the part of tReduce that all-reduces
 	firstFwdShare, firstBwdShare, lastReduceShare := 1.0, 1.0, 1.0 // parts that cannot overlap
 	if P > 0 {
 		firstFwdShare, lastReduceShare = root/P, root/P
@@ -786,7 +793,8 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 			// Each rank all-reduces its reduced shard with its peers in the other
 			// nodes.
 			ar = P * pb / float64(r.GPUsPerNode)
-			tReduce += ringTime(ar, r.Nodes, true, bwOf(true, AllReduce, unitMsg/float64(r.GPUsPerNode)))
+			tAllReduce = ringTime(ar, r.Nodes, true, bwOf(true, AllReduce, unitMsg/float64(r.GPUsPerNode)))
+			tReduce += tAllReduce
 		}
 		if n == 1 {
 			agFwd, agBwd, rs = 0, 0, 0
@@ -808,6 +816,7 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 			ar = P * gb
 		}
 		tReduce = ringTime(ar, r.WorldSize, true, bwOf(inter, AllReduce, msg))
+		tAllReduce = tReduce
 		// All-reduces are issued per bucket (DDP) or per unit (FSDP) as gradients
 		// become ready, whatever the prefetch setting: there is nothing to prefetch.
 		reduceOverlap = 1
@@ -829,6 +838,7 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	}
 	pred.ExposedCommS = ga*exposedFwd + (ga-reductions)*exposedBwd(0) + reductions*exposedBwd(tReduce)
 	pred.CommS = ga*(tAgFwd+tAgBwd) + reductions*tReduce
+	pred.allGatherS, pred.reduceScatterS, pred.allReduceS = ga*(tAgFwd+tAgBwd), reductions*(tReduce-tAllReduce), reductions*tAllReduce
 	pred.CommBytesPerStep = results.CommBytes{
 		AllGather:     ceilBytes(ga * (agFwd + agBwd)),
 		ReduceScatter: ceilBytes(reductions * rs),

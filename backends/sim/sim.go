@@ -163,6 +163,7 @@ func fillResult(res *results.Result, pred Prediction) {
 	if cb := pred.CommBytesPerStep; storedBytes(cb.AllGather) != nil && storedBytes(cb.ReduceScatter) != nil && storedBytes(cb.AllReduce) != nil {
 		res.CommBytesPerStep = &cb
 	}
+	res.StepBreakdown = pred.StepBreakdown()
 	res.Env.Hardware = pred.Hardware.Name
 	res.Env.ModelParams = pred.Shape.Params()
 	res.Extra = map[string]any{

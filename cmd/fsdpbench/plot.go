@@ -18,7 +18,7 @@ func newPlotCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "plot DIR",
-		Short: "Draw the results as PNG and SVG charts: scaling, memory, batch search, checkpoint, regression, trend",
+		Short: "Draw the results as PNG and SVG charts: scaling, memory, batch search, checkpoint, breakdown, regression, trend",
 		Long: `plot reads the runs under DIR and writes each chart that applies to them, as PNG and
 SVG, into --out (default DIR/plots, or plots/ beside an exported JSON file):
 
@@ -26,6 +26,8 @@ SVG, into --out (default DIR/plots, or plots/ beside an exported JSON file):
   memory      peak allocated and reserved memory per rank, bars by strategy and world size
   batch       throughput and peak memory vs batch per device, checkpointing on and off
   checkpoint  checkpoint save and load seconds and the largest rank's bytes vs world size
+  breakdown   where each run's step went: a bar per run, stacked compute / exposed
+              communication / other, labelled with the axes that vary
   regression  with --baseline A: each run's change vs A, against the gate's limits
   trend       with --history H: --metric over the nights stored in H (fsdpbench gate --history)`,
 		Args: cobra.ExactArgs(1),

@@ -123,8 +123,47 @@ func writePredictedVsMeasured(w io.Writer, runs []results.Run) error {
 		rows[i][5], rows[i][6] = u.Format(m[0]), u.Format(m[1])
 	}
 	rows = append(rows, []string{"mean |error|", "", "", "", meanPct(tErr), "", "", meanPct(mErr), ""})
+	header := []string{"run", "status", "pred tokens/s/rank", "measured", "error", "pred peak " + u.Name, "measured " + u.Name, "error", "memory figure"}
+	header, rows = withExposedComm(header, rows, runs)
 	fmt.Fprintln(w, "predicted vs measured (error = predicted / measured - 1)")
-	return writeTable(w, []string{"run", "status", "pred tokens/s/rank", "measured", "error", "pred peak " + u.Name, "measured " + u.Name, "error", "memory figure"}, rows)
+	return writeTable(w, header, rows)
+}
+
+// withExposedComm adds the predicted and measured exposed communication (% of
+// the step) to the table's rows, when some run measured its step breakdown:
+// the check of the sim's overlap model. Without one the table is as it was.
+// rows are writePredictedVsMeasured's, in runs' order less the runs without a
+// prediction, the mean row last.
+func withExposedComm(header []string, rows [][]string, runs []results.Run) ([]string, [][]string) {
+	share := func(b *results.StepBreakdown) string {
+		if s := b.ExposedShare(); s != nil {
+			return fmt.Sprintf("%.1f%%", 100**s)
+		}
+		return "-"
+	}
+	var pred, meas []string
+	measured := false
+	for i := range runs {
+		r := &runs[i]
+		p := r.Metrics.StoredPrediction()
+		if p == nil || r.Metrics.Predicted {
+			continue
+		}
+		var m *results.StepBreakdown
+		if r.Metrics.Status == results.StatusOK {
+			m = r.Metrics.StepBreakdown
+		}
+		measured = measured || m != nil
+		pred, meas = append(pred, share(p.StepBreakdown)), append(meas, share(m))
+	}
+	if !measured || len(pred) != len(rows)-1 {
+		return header, rows
+	}
+	for i := range pred {
+		rows[i] = append(rows[i], pred[i], meas[i])
+	}
+	rows[len(rows)-1] = append(rows[len(rows)-1], "", "")
+	return append(header, "pred exposed comm", "measured"), rows
 }
 
 const mib = 1 << 20

@@ -1,7 +1,8 @@
 // Package plot draws the figures of a results set with gonum/plot, as PNG and SVG:
 // scaling (throughput per rank and scaling efficiency vs world size, one line per
 // strategy), memory (peak allocated and reserved bars by strategy and world size),
-// batch search (throughput and memory vs batch, checkpointing on and off), a
+// batch search (throughput and memory vs batch, checkpointing on and off), the
+// step time breakdown (compute, exposed communication, other per run), a
 // regression chart against a baseline, and the trend of a metric over stored
 // nights. Figures only draw what results computed (Load, Derive, Compare); every
 // axis names its unit and every figure carries its legend in a strip of its own, so
@@ -33,7 +34,8 @@ import (
 
 // Figure is one chart file: panels laid out in rows and columns, sharing a legend.
 type Figure struct {
-	// Name is the file stem: scaling, memory, batch, regression or trend.
+	// Name is the file stem: scaling, memory, batch, checkpoint, breakdown,
+	// regression or trend.
 	Name string
 	// Series are the legend's entries, in order: what the lines or bars stand for.
 	Series []string
@@ -480,7 +482,7 @@ func All(runs []results.Run) ([]*Figure, error) {
 		}
 	}
 	var figs []*Figure
-	for _, make := range []func([]results.Run) (*Figure, error){Scaling, Memory, BatchSearch, Checkpoint} {
+	for _, make := range []func([]results.Run) (*Figure, error){Scaling, Memory, BatchSearch, Checkpoint, Breakdown} {
 		f, err := make(runs)
 		if errors.Is(err, ErrNothingToPlot) {
 			continue
