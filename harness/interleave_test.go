@@ -1,0 +1,127 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// TestRepeatOrder: by default a sweep runs repeat 1 of every run, then repeat
+// 2 of every run (a disturbed minute touches one sample of many runs); with
+// RepeatsSequential each run's repeats follow each other. Either way each run
+// gets all its repeats, in order, and one metrics.json over them.
+func TestRepeatOrder(t *testing.T) {
+	for _, tt := range []struct {
+		order string
+		want  []string
+	}{
+		{"", []string{"1/0", "2/0", "3/0", "1/1", "2/1", "3/1", "1/2", "2/2", "3/2"}},
+		{RepeatsSequential, []string{"1/0", "1/1", "1/2", "2/0", "2/1", "2/2", "3/0", "3/1", "3/2"}},
+	} {
+		t.Run("order="+tt.order, func(t *testing.T) {
+			be := &fake{name: "fake"}
+			opts, _ := options(t, be)
+			opts.RepeatOrder = tt.order
+			p := plan("order", 3)
+			for i := range p.Runs {
+				p.Runs[i].Repeats = 3
+			}
+			sum, err := Run(context.Background(), p, opts)
+			require.NoError(t, err)
+			var got []string
+			for i, id := range be.runs() {
+				for k, rc := range p.Runs {
+					if rc.ID == id {
+						got = append(got, fmt.Sprintf("%d/%d", k+1, be.envs[i].Repeat))
+					}
+				}
+			}
+			assert.Equal(t, tt.want, got)
+			require.Len(t, sum.Runs, 3)
+			for k, o := range sum.Runs {
+				assert.Equal(t, p.Runs[k].ID, o.Config.ID, "outcomes in plan order")
+				assert.Equal(t, results.StatusOK, o.Status)
+				m := readMetrics(t, filepath.Join(opts.ResultsDir, "order"), o.Config.ID)
+				assert.Equal(t, 3, m.Repeats)
+				rows := readSteps(t, filepath.Join(opts.ResultsDir, "order", results.RunsDir, o.Config.ID, results.StepsFile))
+				assert.Len(t, rows, 1+3*p.Runs[k].Steps)
+				_, err := os.Stat(filepath.Join(opts.ResultsDir, "order", results.RunsDir, o.Config.ID, RepeatsDir))
+				assert.True(t, os.IsNotExist(err), "the kept repeats go once metrics.json is written")
+			}
+			assert.Equal(t, 3, sum.OK)
+		})
+	}
+}
+
+// TestInterleavedRunEndsAtABadRepeat: a repeat that runs out of memory ends
+// its run in that round (as in the sequential order) and the other runs go on.
+func TestInterleavedRunEndsAtABadRepeat(t *testing.T) {
+	be := &fake{name: "fake"}
+	p := plan("bad", 2)
+	for i := range p.Runs {
+		p.Runs[i].Repeats = 3
+	}
+	be.run = func(_ context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+		if rc.ID == p.Runs[0].ID && env.Repeat == 1 {
+			return results.Result{Status: results.StatusOOM, Error: "out of memory"}, nil
+		}
+		return okResult(rc, emit), nil
+	}
+	opts, _ := options(t, be)
+	sum, err := Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	assert.Len(t, be.runs(), 2+3)
+	assert.Equal(t, results.StatusOOM, sum.Runs[0].Status)
+	assert.Equal(t, results.StatusOK, sum.Runs[1].Status)
+	assert.Equal(t, 2, readMetrics(t, filepath.Join(opts.ResultsDir, "bad"), p.Runs[0].ID).Repeats)
+}
+
+// TestInterleavedResumeKeepsFinishedRepeats: a sweep interrupted between rounds
+// resumes each run at its next repeat: the repeats it finished are not run
+// again, and each run ends with all its repeats.
+func TestInterleavedResumeKeepsFinishedRepeats(t *testing.T) {
+	be := &fake{name: "fake"}
+	p := plan("resume", 2)
+	for i := range p.Runs {
+		p.Runs[i].Repeats = 3
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	be.run = func(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+		calls++
+		if calls == 4 { // round 2, second run: interrupted
+			cancel()
+			return blockUntilDone(ctx, rc, env, emit)
+		}
+		return okResult(rc, emit), nil
+	}
+	opts, _ := options(t, be)
+	sum, err := Run(ctx, p, opts)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 2, sum.Canceled)
+	be.run = nil
+	n := len(be.runs())
+	sum, err = Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	assert.Equal(t, 2, sum.OK)
+	var repeats []int
+	for _, env := range be.envs[n:] {
+		repeats = append(repeats, env.Repeat)
+	}
+	// The first run had 2 repeats, the second 1: they go on at 3 and 2.
+	assert.Equal(t, []int{1, 2, 2}, repeats)
+	for _, rc := range p.Runs {
+		m := readMetrics(t, filepath.Join(opts.ResultsDir, "resume"), rc.ID)
+		assert.Equal(t, 3, m.Repeats, rc.ID)
+		assert.Equal(t, results.StatusOK, m.Status)
+	}
+}
