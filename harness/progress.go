@@ -140,7 +140,7 @@ func (p *plain) started(sweeps.RunConfig) {}
 // The plain lines name finished runs only: a line per repeat would bury them.
 func (p *plain) startedRepeat(sweeps.RunConfig, int) {}
 func (p *plain) repeatDone(string)                   {}
-func (p *plain) step(string)              {}
+func (p *plain) step(string)                         {}
 
 // queued prints a line each time the reason changes (the launcher reports only
 // changes), so a run pending on a down node does not wait in silence.
