@@ -106,6 +106,10 @@ type Options struct {
 	// RepeatOrder is RepeatsInterleaved (the default) or RepeatsSequential: whether
 	// a run's repeats are spread over the sweep in rounds or run back to back.
 	RepeatOrder string
+	// ReverseOddRounds runs every other interleaved round in reverse plan order
+	// (A B, then B A): `fsdpbench ab --order abba`, so that neither side always
+	// goes first and a linear drift weighs on both alike.
+	ReverseOddRounds bool
 	// Inputs are the files the sweep was read from (the spec, nccl-tests output):
 	// Run refuses to start when the sweep would write over one of them (a spec kept
 	// as <results>/<name>/sweep.yaml or manifest.json), see guardInputs.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -129,6 +130,9 @@ func (s *sweep) runInterleaved(ctx context.Context, tasks []task) ([]*Outcome, i
 			if r != nil && r.out == nil && len(r.reps) == next {
 				round = append(round, r)
 			}
+		}
+		if s.opts.ReverseOddRounds && next%2 == 1 {
+			slices.Reverse(round)
 		}
 		p := pool.New().WithMaxGoroutines(s.opts.Jobs).WithContext(ctx)
 		for _, r := range round {
