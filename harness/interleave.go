@@ -80,6 +80,21 @@ type ilRun struct {
 	touched bool
 }
 
+// complete reports whether r has all its repeats: its count, or, with
+// automatic repeats, an interval within the width asked for.
+func (r *ilRun) complete() bool {
+	return len(r.reps) >= max(r.rc.Repeats, 1) || results.EnoughRepeats(r.rc, r.results())
+}
+
+// results are the results of r's finished repeats.
+func (r *ilRun) results() []results.Result {
+	out := make([]results.Result, len(r.reps))
+	for i, rec := range r.reps {
+		out[i] = rec.Result
+	}
+	return out
+}
+
 // spent is the time the run's repeats took so far: its timeout covers them all,
 // in whatever order they ran.
 func (r *ilRun) spent() time.Duration {
@@ -207,6 +222,11 @@ func (s *sweep) step(ctx context.Context, r *ilRun) {
 			return
 		}
 	}
+	if r.complete() {
+		// Killed after its last repeat was kept and before metrics.json.
+		s.endInterleaved(r, logs, results.StatusOK, "", nil)
+		return
+	}
 	if err := runCtx.Err(); err != nil {
 		st, msg := verdict(results.Result{}, err)
 		s.endInterleaved(r, logs, st, msg, nil)
@@ -234,7 +254,7 @@ func (s *sweep) step(ctx context.Context, r *ilRun) {
 		return
 	}
 	r.reps = append(r.reps, rec)
-	if len(r.reps) >= max(rc.Repeats, 1) {
+	if r.complete() {
 		s.endInterleaved(r, logs, results.StatusOK, "", nil)
 		return
 	}

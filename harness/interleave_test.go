@@ -125,3 +125,47 @@ func TestInterleavedResumeKeepsFinishedRepeats(t *testing.T) {
 		assert.Equal(t, results.StatusOK, m.Status)
 	}
 }
+
+// TestAutoRepeats: repeats: {min: 6, max: 12, ci: 2%} stops a steady run at 6
+// repeats, runs a noisy one to its 12, and says so in metrics.json, in either
+// order.
+func TestAutoRepeats(t *testing.T) {
+	for _, order := range RepeatOrders {
+		t.Run(order, func(t *testing.T) {
+			be := &fake{name: "fake"}
+			p := plan("auto", 2)
+			for i := range p.Runs {
+				p.Runs[i].Repeats, p.Runs[i].RepeatsMin, p.Runs[i].RepeatsCI = 12, 6, 0.02
+			}
+			noisy := p.Runs[1].ID
+			be.run = func(_ context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+				res := okResult(rc, emit)
+				if rc.ID == noisy {
+					// Step times alternating 10 and 20 ms from repeat to repeat: an
+					// interval far wider than ±2%.
+					for i := range res.Steps {
+						res.Steps[i].StepTimeS = 0.01 * float64(1+env.Repeat%2)
+					}
+					res.MeasuredWallS = float64(len(res.Steps)) * res.Steps[0].StepTimeS
+				}
+				return res, nil
+			}
+			opts, _ := options(t, be)
+			opts.RepeatOrder = order
+			sum, err := Run(context.Background(), p, opts)
+			require.NoError(t, err)
+			assert.Equal(t, 2, sum.OK)
+			for id, want := range map[string]struct {
+				n       int
+				reached bool
+			}{p.Runs[0].ID: {6, true}, noisy: {12, false}} {
+				m := readMetrics(t, filepath.Join(opts.ResultsDir, "auto"), id)
+				assert.Equal(t, want.n, m.Repeats, id)
+				note, ok := m.Extra[results.ExtraRepeatsAuto].(map[string]any)
+				require.True(t, ok, "metrics.json says how the repeats stopped: %v", m.Extra)
+				assert.Equal(t, want.reached, note["reached"], id)
+				assert.InDelta(t, 0.02, note["ci_target"], 1e-12)
+			}
+		})
+	}
+}

@@ -361,6 +361,9 @@ func (s *sweep) finish(rc sweeps.RunConfig, status results.Status, msg string, r
 	}
 	m := results.Normalize(rc, repeats)
 	m.RunID, m.Status, m.Error = rc.ID, status, msg
+	if status == results.StatusOK {
+		results.NoteRepeatsAuto(rc, repeats, &m)
+	}
 	m = results.Checked(rc, m) // a figure no run can have fails the run, naming the field
 	status, msg = m.Status, m.Error
 	if s.opts.Annotate != nil {
@@ -414,6 +417,9 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 		out = append(out, res)
 		if res.Status != results.StatusOK {
 			return res.Status, res.Error, out
+		}
+		if results.EnoughRepeats(rc, out) {
+			break // repeats: {ci: ...} reached its width
 		}
 	}
 	return results.StatusOK, "", out

@@ -20,6 +20,12 @@ const ABFile = "ab.json"
 // ABKind marks an ABFile, so that gate refuses any other JSON given as one.
 const ABKind = "fsdpbench-ab"
 
+// Bounds of an A/B comparison's confidence level (ab --confidence).
+const (
+	MinABConfidence = 0.5
+	MaxABConfidence = 0.999
+)
+
 // ABResult is the outcome of an A/B comparison: two variants of one spec (A and
 // B, each a list of KEY=VALUE settings as sweep --set takes them) measured
 // alternately on one machine in one window, in pairs of adjacent repeats.
@@ -28,7 +34,8 @@ type ABResult struct {
 	Sweep string `json:"sweep"`
 	// Order is abab (A first in every pair) or abba (A first in even pairs, B in
 	// odd ones, which cancels a linear drift and any advantage of going first).
-	Order      string    `json:"order"`
+	Order string `json:"order"`
+	// Confidence is the level of every interval (0.95 unless ab --confidence).
 	A          []string  `json:"a"`
 	B          []string  `json:"b"`
 	Confidence float64   `json:"confidence"`
@@ -76,7 +83,12 @@ type ABChange struct {
 // interval is what the rest of fsdpbench uses (benchstat's method), robust to a
 // pair that a disturbance hit. Pairs with a non-positive or non-finite side are
 // dropped: they have no ratio.
-func PairedChange(metric string, a, b []float64) ABChange {
+//
+// confidence is the interval's level (Confidence, 0.95, unless given).
+func PairedChange(metric string, a, b []float64, confidence float64) ABChange {
+	if !(confidence > 0 && confidence < 1) {
+		confidence = Confidence
+	}
 	c := ABChange{Metric: metric, Changes: []float64{}}
 	var as, bs []float64
 	for i := range min(len(a), len(b)) {
@@ -90,7 +102,7 @@ func PairedChange(metric string, a, b []float64) ABChange {
 		return c
 	}
 	median := func(xs []float64) benchmath.Summary {
-		return benchmath.AssumeNothing.Summary(benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds), Confidence)
+		return benchmath.AssumeNothing.Summary(benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds), confidence)
 	}
 	c.AMedian, c.BMedian = median(as).Center, median(bs).Center
 	s := median(c.Changes)
@@ -102,8 +114,9 @@ func PairedChange(metric string, a, b []float64) ABChange {
 }
 
 // ABPointOf compares the runs a and b (one point as A and as B) on every metric
-// both have per-repeat samples of, pair i being repeat i of each.
-func ABPointOf(a, b *Run) ABPoint {
+// both have per-repeat samples of, pair i being repeat i of each, with
+// intervals at the given confidence.
+func ABPointOf(a, b *Run, confidence float64) ABPoint {
 	p := ABPoint{Point: a.Config.Slug, ARun: a.Config.ID, BRun: b.Config.ID,
 		AStatus: a.Metrics.Status, BStatus: b.Metrics.Status, AError: a.Metrics.Error, BError: b.Metrics.Error}
 	if p.Point == "" {
@@ -120,7 +133,7 @@ func ABPointOf(a, b *Run) ABPoint {
 		if len(xa) != len(xb) {
 			p.Problems = append(p.Problems, fmt.Sprintf("%s: %d repeats of A and %d of B; compared as %d pairs", c.Name, len(xa), len(xb), min(len(xa), len(xb))))
 		}
-		p.Metrics = append(p.Metrics, PairedChange(c.Name, xa, xb))
+		p.Metrics = append(p.Metrics, PairedChange(c.Name, xa, xb, confidence))
 	}
 	return p
 }
@@ -160,6 +173,9 @@ func ReadAB(path string) (ABResult, error) {
 	}
 	if r.Kind != ABKind {
 		return ABResult{}, fmt.Errorf("%s: not an A/B result (its kind is %q, not %q): give the %s that `fsdpbench ab` wrote, or its results directory", path, r.Kind, ABKind, ABFile)
+	}
+	if !(r.Confidence >= MinABConfidence && r.Confidence <= MaxABConfidence) {
+		return ABResult{}, fmt.Errorf("%s: confidence %v is not between %g and %g", path, r.Confidence, MinABConfidence, MaxABConfidence)
 	}
 	if len(r.Points) > sweeps.MaxRuns {
 		return ABResult{}, fmt.Errorf("%s: %d points, more than %d", path, len(r.Points), sweeps.MaxRuns)

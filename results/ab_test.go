@@ -21,7 +21,7 @@ func TestPairedChange(t *testing.T) {
 		a = append(a, 1000*drift)
 		b = append(b, 900*drift*noise)
 	}
-	c := PairedChange("tokens_per_s", a, b)
+	c := PairedChange("tokens_per_s", a, b, Confidence)
 	require.True(t, c.Backed)
 	assert.Len(t, c.Changes, 10)
 	assert.InDelta(t, -0.10, c.Median, 0.0101)
@@ -29,12 +29,12 @@ func TestPairedChange(t *testing.T) {
 	assert.GreaterOrEqual(t, c.Hi, -0.10-0.01)
 	assert.Less(t, c.Hi, 0.0)
 
-	few := PairedChange("tokens_per_s", a[:5], b[:5])
+	few := PairedChange("tokens_per_s", a[:5], b[:5], Confidence)
 	assert.False(t, few.Backed, "5 pairs give no interval")
 	assert.Equal(t, few.Median, few.Lo)
 
 	// Pairs without a ratio (a side 0, NaN or infinite) are dropped.
-	odd := PairedChange("x", []float64{0, 1, math.NaN(), 2}, []float64{1, 2, 1, math.Inf(1)})
+	odd := PairedChange("x", []float64{0, 1, math.NaN(), 2}, []float64{1, 2, 1, math.Inf(1)}, Confidence)
 	assert.Equal(t, []float64{1}, odd.Changes)
 }
 
@@ -75,7 +75,7 @@ func TestGateAB(t *testing.T) {
 // TestReadABRefusesOtherFiles: gate --ab reads only what ab wrote, whole.
 func TestReadABRefusesOtherFiles(t *testing.T) {
 	dir := t.TempDir()
-	r := ABResult{Sweep: "s", Order: "abba", A: []string{}, B: []string{}, Points: []ABPoint{{Point: "p", AStatus: StatusOK, BStatus: StatusOK,
+	r := ABResult{Sweep: "s", Order: "abba", Confidence: Confidence, A: []string{}, B: []string{}, Points: []ABPoint{{Point: "p", AStatus: StatusOK, BStatus: StatusOK,
 		Metrics: []ABChange{{Metric: "mfu", Changes: []float64{0.1}, Median: 0.1, Lo: 0.1, Hi: 0.1}}}}}
 	require.NoError(t, WriteAB(dir, r))
 	got, err := ReadAB(dir)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -39,6 +40,7 @@ func newABCmd() *cobra.Command {
 		pairs              int
 		order, progress    string
 		metric             string
+		confidence         float64
 	)
 	cmd := &cobra.Command{
 		Use:   "ab SPEC --a KEY=VALUE... --b KEY=VALUE...",
@@ -52,7 +54,7 @@ then B then A, so that neither always goes first and a steady drift weighs on
 both alike; abab runs A first in every pair.
 
 For each metric with per-repeat figures it reports the median over the pairs of
-B/A - 1 and its 95% confidence interval (from order statistics, as benchstat: no
+B/A - 1 and its confidence interval (95%, or --confidence) (from order statistics, as benchstat: no
 assumption of normal noise, and a pair a disturbance hit moves the median
 little). Pairing takes the machine out of the comparison: a slow minute slows
 both sides of a pair. At least 6 pairs are needed for an interval.
@@ -69,6 +71,9 @@ Exit codes: 0 compared; 1 a run of A or B did not finish ok; 2 usage error.`,
 			}
 			if pairs < abMinPairs || pairs > sweeps.MaxRepeats {
 				return usageError(fmt.Errorf("--pairs %d: give %d to %d (fewer than %d pairs give no confidence interval)", pairs, abMinPairs, sweeps.MaxRepeats, abMinPairs))
+			}
+			if !(confidence >= results.MinABConfidence && confidence <= results.MaxABConfidence) {
+				return usageError(fmt.Errorf("--confidence %v: give a level from %g to %g, such as 0.95 or 0.99", confidence, results.MinABConfidence, results.MaxABConfidence))
 			}
 			if !slices.Contains(abOrders, order) {
 				return usageError(fmt.Errorf("--order %q: use %s", order, strings.Join(abOrders, " or ")))
@@ -154,7 +159,7 @@ Exit codes: 0 compared; 1 a run of A or B did not finish ok; 2 usage error.`,
 			for i := range runs {
 				byID[runs[i].Config.ID] = &runs[i]
 			}
-			ab := results.ABResult{Sweep: plan.Name, Order: order, A: aSets, B: bSets, Confidence: results.Confidence}
+			ab := results.ABResult{Sweep: plan.Name, Order: order, A: aSets, B: bSets, Confidence: confidence}
 			if ab.A == nil {
 				ab.A = []string{}
 			}
@@ -167,7 +172,7 @@ Exit codes: 0 compared; 1 a run of A or B did not finish ok; 2 usage error.`,
 				if ra == nil || rb == nil {
 					return failure(fmt.Errorf("the results of %s and %s are missing from %s", pa.Runs[i].ID, pb.Runs[i].ID, sum.Dir))
 				}
-				p := results.ABPointOf(ra, rb)
+				p := results.ABPointOf(ra, rb, confidence)
 				if p.AStatus != results.StatusOK || p.BStatus != results.StatusOK {
 					notOK++
 				}
@@ -189,6 +194,7 @@ Exit codes: 0 compared; 1 a run of A or B did not finish ok; 2 usage error.`,
 	cmd.Flags().StringArrayVar(&bSets, "b", nil, "a setting of variant B, KEY=VALUE as --set takes it (repeatable)")
 	cmd.Flags().IntVar(&pairs, "pairs", abDefaultPairs, fmt.Sprintf("pairs of repeats (A and B each run this many times), %d to %d", abMinPairs, sweeps.MaxRepeats))
 	cmd.Flags().StringVar(&order, "order", "abba", "abba: A B, then B A, ...; abab: A first in every pair")
+	cmd.Flags().Float64Var(&confidence, "confidence", results.Confidence, fmt.Sprintf("level of the confidence intervals, %g to %g (0.99 for a gate that must not cry wolf on a noisy machine)", results.MinABConfidence, results.MaxABConfidence))
 	cmd.Flags().StringVar(&metric, "metric", results.SampleTokensPerSPerRank, "the metric printed (ab.json holds every metric with per-repeat figures)")
 	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory: the runs and ab.json go to <results>/<name>-ab/")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
@@ -203,7 +209,7 @@ func printAB(w io.Writer, ab results.ABResult, metric string) {
 	fmt.Fprintf(w, "A: %s\nB: %s\n", strings.Join(quoteAll(ab.A), " "), strings.Join(quoteAll(ab.B), " "))
 	fmt.Fprintf(w, "%s, B against A: median of the per-pair change B/A-1, %s order\n", metric, ab.Order)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "point\tA median\tB median\tB vs A (95% CI)\tpairs\t")
+	fmt.Fprintf(tw, "point\tA median\tB median\tB vs A (%s%% CI)\tpairs\t\n", strconv.FormatFloat(100*ab.Confidence, 'g', -1, 64))
 	for _, p := range ab.Points {
 		c := p.Change(metric)
 		switch {

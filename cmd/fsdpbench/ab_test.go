@@ -82,8 +82,10 @@ base:
 // TestABOnGotrain measures real trainers on this (shared, noisy) machine: gonum
 // against OpenBLAS (several times slower on this model) is found slower, with
 // an interval below 0 that holds the change of the two sides' medians; two
-// identical option sets give an interval that holds 0. Kept to 10 and 8 pairs
-// of short runs: the machine is shared.
+// identical option sets give an interval that holds 0, at 99%: on a shared
+// machine whose load comes in bursts a 95% interval misses 0 more often than
+// one time in twenty (2 of 9 trials here at a load average of 9 to 13 on 2
+// cores), too often for a test. Kept to 10 pairs of short runs.
 func TestABOnGotrain(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -104,7 +106,7 @@ base:
 	abDir := filepath.Join(dir, "fsdpbench-results", "blas-ab")
 
 	t.Run("identical", func(t *testing.T) {
-		res := fsdpbench(t, dir, "ab", spec, "--a", "backend_options.blas=gonum", "--b", "backend_options.blas=gonum", "--pairs", "8", "--progress", "none")
+		res := fsdpbench(t, dir, "ab", spec, "--a", "backend_options.blas=gonum", "--b", "backend_options.blas=gonum", "--pairs", "10", "--confidence", "0.99", "--progress", "none")
 		require.Equal(t, 0, res.code, res.stderr)
 		_, c := readABChange(t, abDir, results.SampleTokensPerSPerRank)
 		require.True(t, c.Backed)
