@@ -207,7 +207,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 (--ab) inconclusive.`
 	f := cmd.Flags()
 	f.StringVar(&baseline, "baseline", "", "baseline results: a results directory or an exported JSON file")
 	f.StringVar(&current, "current", "", "current results: a results directory or an exported JSON file")
-	f.StringVar(&abPath, "ab", "", "judge an A/B result (`fsdpbench ab`'s ab.json or its directory) instead of --baseline and --current")
+	f.StringVar(&abPath, "ab", "", "judge an A/B result: the `DIR` that fsdpbench ab wrote (or its ab.json), instead of --baseline and --current")
 	f.StringArrayVar(&rules, "rule", nil, "a rule, e.g. tokens_per_s_per_rank:-5%, peak_mem_reserved_bytes:+3%, mfu>=0.35 (repeatable)")
 	f.StringVar(&rulesFile, "rules", "", "YAML rules file (rules: [...]); adds to --rule")
 	f.StringVar(&format, "format", results.FormatTable, "output on stdout: "+strings.Join(results.GateFormats, ", "))
