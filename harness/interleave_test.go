@@ -169,3 +169,25 @@ func TestAutoRepeats(t *testing.T) {
 		})
 	}
 }
+
+// TestInterleavedJobs: with --jobs 2 the runs of a round go two at a time, and
+// a round starts only when the last one ended: repeat numbers never go down.
+func TestInterleavedJobs(t *testing.T) {
+	be := &fake{name: "fake"}
+	opts, _ := options(t, be)
+	opts.Jobs = 2
+	p := plan("jobs", 3)
+	for i := range p.Runs {
+		p.Runs[i].Repeats = 3
+	}
+	sum, err := Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	assert.Equal(t, 3, sum.OK)
+	require.Len(t, be.envs, 9)
+	for i := 1; i < len(be.envs); i++ {
+		assert.GreaterOrEqual(t, be.envs[i].Repeat, be.envs[i-1].Repeat, "call %d", i)
+	}
+	for _, rc := range p.Runs {
+		assert.Equal(t, 3, readMetrics(t, filepath.Join(opts.ResultsDir, "jobs"), rc.ID).Repeats)
+	}
+}
