@@ -137,3 +137,29 @@ base:
 		assert.Equal(t, 1, g.code, g.stdout)
 	})
 }
+
+// TestABUsageErrors: each mistake exits 2 before anything runs, saying what to
+// give instead.
+func TestABUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, "name: u\nbackend: sim\nhardware: h100-sxm\nmodel: gpt2-124m\nseq_len: 1024\nsteps: 2\nbase: {world_size: 1, sharding: ddp, batch_per_device: 4}\n")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ab", spec}, "give what differs: --a KEY=VALUE"},
+		{[]string{"ab", spec, "--b", "batch_per_device=8", "--pairs", "3"}, "--pairs 3: give 6 to 1000"},
+		{[]string{"ab", spec, "--b", "batch_per_device=8", "--order", "aabb"}, `--order "aabb": use abba or abab`},
+		{[]string{"ab", spec, "--b", "batch_per_device=8", "--confidence", "1"}, "--confidence 1: give a level from 0.5 to 0.999"},
+		{[]string{"ab", spec, "--b", "batch_per_device=8,16"}, "A has 1 runs and B 2"},
+		{[]string{"ab", spec, "--b", "sharding=full_shrad"}, "variant B"},
+		{[]string{"sweep", spec, "--repeat-order", "random"}, `--repeat-order "random": use interleaved or sequential`},
+	} {
+		res := fsdpbench(t, dir, tt.args...)
+		assert.Equal(t, 2, res.code, "%v: %s", tt.args, res.stderr)
+		assert.Contains(t, res.stderr, tt.want, tt.args)
+	}
+	_, err := os.Stat(filepath.Join(dir, "fsdpbench-results"))
+	assert.True(t, os.IsNotExist(err), "nothing ran")
+}
