@@ -146,6 +146,13 @@ func (s *sweep) runInterleaved(ctx context.Context, tasks []task) ([]*Outcome, i
 				round = append(round, r)
 			}
 		}
+		rounds := 0
+		for _, r := range runs {
+			if r != nil && r.out == nil {
+				rounds = max(rounds, r.rc.Repeats)
+			}
+		}
+		s.progress.round(next, rounds, len(round))
 		if s.opts.ReverseOddRounds && next%2 == 1 {
 			slices.Reverse(round)
 		}

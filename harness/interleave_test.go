@@ -191,3 +191,37 @@ func TestInterleavedJobs(t *testing.T) {
 		assert.Equal(t, 3, readMetrics(t, filepath.Join(opts.ResultsDir, "jobs"), rc.ID).Repeats)
 	}
 }
+
+// TestInterleavedResumeAfterTheLastKeptRepeat: killed after a run's last
+// repeat was kept and before its metrics.json, a sweep concludes the run from
+// what it kept and runs nothing more of it.
+func TestInterleavedResumeAfterTheLastKeptRepeat(t *testing.T) {
+	be := &fake{name: "fake"}
+	p := plan("last", 1)
+	p.Runs[0].Repeats = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	be.run = func(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv, emit func(backends.Event)) (results.Result, error) {
+		if env.Repeat == 1 {
+			cancel()
+			return blockUntilDone(ctx, rc, env, emit)
+		}
+		return okResult(rc, emit), nil
+	}
+	opts, out := options(t, be)
+	_, err := Run(ctx, p, opts)
+	require.ErrorIs(t, err, context.Canceled)
+	runDir := filepath.Join(opts.ResultsDir, "last", results.RunsDir, p.Runs[0].ID)
+	// Repeat 2 kept as if the kill came after its file was written.
+	b, err := os.ReadFile(repeatPath(runDir, 0))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(repeatPath(runDir, 1), b, 0o644))
+
+	n := len(be.runs())
+	be.run = nil
+	sum, err := Run(context.Background(), p, opts)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.OK)
+	assert.Len(t, be.runs(), n, "no repeat ran again")
+	assert.Equal(t, 2, readMetrics(t, filepath.Join(opts.ResultsDir, "last"), p.Runs[0].ID).Repeats)
+	assert.Contains(t, out.String(), "round 1 of 2: 1 runs, one repeat each")
+}

@@ -27,6 +27,9 @@ type progress interface {
 	// repeatDone says the repeat started last of the run ended and the run goes
 	// on in a later round.
 	repeatDone(id string)
+	// round says an interleaved round starts: repeat r (from 0) of runs runs,
+	// of at most rounds.
+	round(r, rounds, runs int)
 	// queued says the run waits for a scheduler (Slurm), and why.
 	queued(id, reason string)
 	step(id string)
@@ -140,7 +143,15 @@ func (p *plain) started(sweeps.RunConfig) {}
 // The plain lines name finished runs only: a line per repeat would bury them.
 func (p *plain) startedRepeat(sweeps.RunConfig, int) {}
 func (p *plain) repeatDone(string)                   {}
-func (p *plain) step(string)                         {}
+
+// round prints a line per round, so a log shows the sweep going on while no run
+// has all its repeats yet.
+func (p *plain) round(r, rounds, runs int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, "round %d of %d: %d runs, one repeat each\n", r+1, rounds, runs)
+}
+func (p *plain) step(string) {}
 
 // queued prints a line each time the reason changes (the launcher reports only
 // changes), so a run pending on a down node does not wait in silence.
@@ -247,6 +258,9 @@ func (b *bars) startedRepeat(rc sweeps.RunConfig, r int) {
 	b.runs[rc.ID] = bar
 	b.mu.Unlock()
 }
+
+// round needs no line: each repeat's bar names its repeat.
+func (b *bars) round(int, int, int) {}
 
 func (b *bars) repeatDone(id string) {
 	b.mu.Lock()
