@@ -103,6 +103,13 @@ type Options struct {
 	// are written: `sweep --predict` stores the analytic model's prediction
 	// beside the measurement (in Extra).
 	Annotate func(rc sweeps.RunConfig, m *results.Metrics)
+	// RepeatOrder is RepeatsInterleaved (the default) or RepeatsSequential: whether
+	// a run's repeats are spread over the sweep in rounds or run back to back.
+	RepeatOrder string
+	// ReverseOddRounds runs every other interleaved round in reverse plan order
+	// (A B, then B A): `fsdpbench ab --order abba`, so that neither side always
+	// goes first and a linear drift weighs on both alike.
+	ReverseOddRounds bool
 	// Inputs are the files the sweep was read from (the spec, nccl-tests output):
 	// Run refuses to start when the sweep would write over one of them (a spec kept
 	// as <results>/<name>/sweep.yaml or manifest.json), see guardInputs.
@@ -247,15 +254,41 @@ func Run(ctx context.Context, plan *sweeps.Plan, opts Options) (Summary, error) 
 		return Summary{}, refused(err)
 	}
 
-	p := pool.New().WithMaxGoroutines(opts.Jobs).WithContext(ctx)
 	outcomes := make([][]Outcome, len(tasks))
 	searches := make([]*SearchResult, len(tasks))
 	var notStarted int
 	var nsMu sync.Mutex
+	// The runs with repeats to spread go first, in rounds; then the rest (single
+	// repeats, searches, Slurm jobs) in plan order through the pool.
+	var ilIdx []int
+	var ilTasks []task
 	for i, t := range tasks {
+		if s.interleaved(t) {
+			ilIdx = append(ilIdx, i)
+			ilTasks = append(ilTasks, t)
+		}
+	}
+	if len(ilTasks) > 0 {
+		outs, ns := s.runInterleaved(ctx, ilTasks)
+		notStarted += ns
+		for k, o := range outs {
+			if o != nil {
+				outcomes[ilIdx[k]] = []Outcome{*o}
+			}
+		}
+	}
+	p := pool.New().WithMaxGoroutines(opts.Jobs).WithContext(ctx)
+	for i, t := range tasks {
+		if s.interleaved(t) {
+			continue
+		}
 		if ctx.Err() != nil {
 			nsMu.Lock()
-			notStarted += countNotStarted(tasks[i:])
+			for _, u := range tasks[i:] {
+				if !s.interleaved(u) {
+					notStarted += len(u.runs)
+				}
+			}
 			nsMu.Unlock()
 			break
 		}
@@ -371,6 +404,13 @@ func (o *Options) defaults() error {
 	}
 	if o.Jobs == 0 {
 		o.Jobs = 1
+	}
+	switch o.RepeatOrder {
+	case "":
+		o.RepeatOrder = RepeatsInterleaved
+	case RepeatsInterleaved, RepeatsSequential:
+	default:
+		return fmt.Errorf("harness: Options.RepeatOrder is %q: give %s or %s", o.RepeatOrder, RepeatsInterleaved, RepeatsSequential)
 	}
 	if o.Out == nil {
 		o.Out = io.Discard

@@ -20,6 +20,16 @@ import (
 // progress shows a sweep's advance. Its methods are called from every running task.
 type progress interface {
 	started(rc sweeps.RunConfig)
+	// startedRepeat says repeat r (from 0) of rc starts in the interleaved order
+	// (RepeatsInterleaved), where a run's repeats do not follow each other; the
+	// run counts as finished only at finished.
+	startedRepeat(rc sweeps.RunConfig, r int)
+	// repeatDone says the repeat started last of the run ended and the run goes
+	// on in a later round.
+	repeatDone(id string)
+	// round says an interleaved round starts: repeat r (from 0) of runs runs,
+	// of at most rounds.
+	round(r, rounds, runs int)
 	// queued says the run waits for a scheduler (Slurm), and why.
 	queued(id, reason string)
 	step(id string)
@@ -129,7 +139,19 @@ type plain struct {
 }
 
 func (p *plain) started(sweeps.RunConfig) {}
-func (p *plain) step(string)              {}
+
+// The plain lines name finished runs only: a line per repeat would bury them.
+func (p *plain) startedRepeat(sweeps.RunConfig, int) {}
+func (p *plain) repeatDone(string)                   {}
+
+// round prints a line per round, so a log shows the sweep going on while no run
+// has all its repeats yet.
+func (p *plain) round(r, rounds, runs int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, "round %d of %d: %d runs, one repeat each\n", r+1, rounds, runs)
+}
+func (p *plain) step(string) {}
 
 // queued prints a line each time the reason changes (the launcher reports only
 // changes), so a run pending on a down node does not wait in silence.
@@ -222,6 +244,32 @@ func (b *bars) started(rc sweeps.RunConfig) {
 	b.mu.Lock()
 	b.runs[rc.ID] = bar
 	b.mu.Unlock()
+}
+
+// startedRepeat draws a bar for the steps of one repeat, named by the run and
+// the repeat ("repeat 2/6"), removed when the repeat ends (repeatDone).
+func (b *bars) startedRepeat(rc sweeps.RunConfig, r int) {
+	bar := b.p.AddBar(int64(max(rc.Steps, 1)),
+		mpb.BarRemoveOnComplete(),
+		mpb.PrependDecorators(decor.Name(fmt.Sprintf("  %s repeat %d/%d ", rc.ID, r+1, max(rc.Repeats, 1)), decor.WCSyncSpaceR)),
+		mpb.AppendDecorators(decor.CountersNoUnit("%d/%d steps"), b.queueNote(rc.ID)),
+	)
+	b.mu.Lock()
+	b.runs[rc.ID] = bar
+	b.mu.Unlock()
+}
+
+// round needs no line: each repeat's bar names its repeat.
+func (b *bars) round(int, int, int) {}
+
+func (b *bars) repeatDone(id string) {
+	b.mu.Lock()
+	bar := b.runs[id]
+	delete(b.runs, id)
+	b.mu.Unlock()
+	if bar != nil {
+		bar.Abort(true)
+	}
 }
 
 // queued shows the pending reason on the run's bar, until its first step.

@@ -39,6 +39,29 @@ type sweep struct {
 
 // runOne skips rc when a previous invocation finished it, and executes it otherwise.
 func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
+	o, handled, invalid := s.precheck(rc)
+	if handled {
+		return o
+	}
+	s.progress.started(rc)
+	started := s.opts.Now()
+	o = s.execute(ctx, rc, invalid)
+	o.Wall = s.opts.Now().Sub(started)
+	if launcherName(s.plan, rc) == launch.SlurmName && o.Metrics.Started.After(started) {
+		// A job's time in the queue is not its run time: Slurm runs count from
+		// when the job started (the backend's Started), not from submission.
+		o.Wall = s.opts.Now().Sub(o.Metrics.Started)
+	}
+	s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error, Started: started, Finished: s.opts.Now()})
+	s.progress.finished(o)
+	return o
+}
+
+// precheck decides what happens to rc before it runs: handled is true when its
+// outcome is already known (a link in its directory's place, an ingested run,
+// a run an earlier invocation finished) and recorded; otherwise invalid is why
+// a stored result could not stand ("" when there was none or on --rerun).
+func (s *sweep) precheck(rc sweeps.RunConfig) (o Outcome, handled bool, invalid string) {
 	migrateRunDir(s.dir, rc)
 	if err := realDir(s.dir.RunDir(rc.ID)); err != nil {
 		// A search point reached now: checkRunDirs saw the planned runs before
@@ -46,7 +69,7 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 		o := Outcome{Config: rc, Status: results.StatusFailed, Error: err.Error()}
 		s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error})
 		s.progress.finished(o)
-		return o
+		return o, true, ""
 	}
 	m, state, invalid := done(s.dir, rc)
 	if state == doneIngested {
@@ -58,7 +81,7 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 			s.dir.RunDir(rc.ID), src)}
 		s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error})
 		s.progress.finished(o)
-		return o
+		return o, true, ""
 	}
 	if !s.opts.Rerun {
 		if state != notDone {
@@ -68,24 +91,13 @@ func (s *sweep) runOne(ctx context.Context, rc sweeps.RunConfig) Outcome {
 			o := Outcome{Config: rc, Status: m.Status, Error: m.Error, Skipped: true, Metrics: m}
 			s.manifest.recordSkipped(results.ManifestEntry{ID: rc.ID, Status: m.Status, Error: m.Error, Started: m.Started, Finished: m.Finished})
 			s.progress.finished(o)
-			return o
+			return o, true, ""
 		}
 	}
-	s.progress.started(rc)
-	started := s.opts.Now()
 	if s.opts.Rerun {
 		invalid = "" // rerun anyway: nothing to explain
 	}
-	o := s.execute(ctx, rc, invalid)
-	o.Wall = s.opts.Now().Sub(started)
-	if launcherName(s.plan, rc) == launch.SlurmName && o.Metrics.Started.After(started) {
-		// A job's time in the queue is not its run time: Slurm runs count from
-		// when the job started (the backend's Started), not from submission.
-		o.Wall = s.opts.Now().Sub(o.Metrics.Started)
-	}
-	s.manifest.record(results.ManifestEntry{ID: rc.ID, Status: o.Status, Error: o.Error, Started: started, Finished: s.opts.Now()})
-	s.progress.finished(o)
-	return o
+	return Outcome{}, false, invalid
 }
 
 // doneState is what a previous invocation left of a run.
@@ -323,8 +335,16 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig, invalid string
 		logs.line("stderr", "fsdpbench: run "+string(status)+": "+msg)
 	}
 
-	// Once the backend has returned, the outputs are written even if the sweep is
-	// being interrupted: they take milliseconds and make the record complete.
+	return s.finish(rc, status, msg, repeats)
+}
+
+// finish writes a run's outputs from its repeats (steps.csv, ranks/ and
+// metrics.json last) and returns its outcome. Once the backend has returned, the
+// outputs are written even if the sweep is being interrupted: they take
+// milliseconds and make the record complete.
+func (s *sweep) finish(rc sweeps.RunConfig, status results.Status, msg string, repeats []results.Result) Outcome {
+	runDir := s.dir.RunDir(rc.ID)
+	o := Outcome{Config: rc}
 	var last results.Result
 	if len(repeats) > 0 {
 		last = repeats[len(repeats)-1]
@@ -341,6 +361,9 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig, invalid string
 	}
 	m := results.Normalize(rc, repeats)
 	m.RunID, m.Status, m.Error = rc.ID, status, msg
+	if status == results.StatusOK {
+		results.NoteRepeatsAuto(rc, repeats, &m)
+	}
 	m = results.Checked(rc, m) // a figure no run can have fails the run, naming the field
 	status, msg = m.Status, m.Error
 	if s.opts.Annotate != nil {
@@ -357,17 +380,7 @@ func (s *sweep) execute(ctx context.Context, rc sweeps.RunConfig, invalid string
 // attempt validates rc and runs its repeats, stopping at the first that is not ok.
 // It returns the run's status and every repeat's result with the harness's verdict.
 func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string, logs *runLogs) (results.Status, string, []results.Result) {
-	be := s.backends[backendName(s.plan, rc)]
-	if be.Backend == nil {
-		// backendsFor looked every backend of the plan up; search points keep theirs.
-		return results.StatusFailed, fmt.Sprintf("no backend %q for run %s", backendName(s.plan, rc), rc.ID), nil
-	}
-	// Under Slurm the run's timeout is its job's time limit, so that time in the
-	// queue does not count; the job runs on the cluster's GPUs, not this host's.
-	var job backends.JobBackend
-	if launcherName(s.plan, rc) == launch.SlurmName {
-		job, _ = be.Backend.(backends.JobBackend) // slurmFor checked every backend
-	}
+	be, job := s.backendOf(rc)
 	runCtx, cancel := ctx, context.CancelFunc(func() {})
 	if rc.Timeout > 0 && job == nil {
 		runCtx, cancel = context.WithTimeout(ctx, time.Duration(rc.Timeout))
@@ -376,7 +389,64 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 	verdict := func(res results.Result, err error) (results.Status, string) {
 		return classify(ctx, runCtx, rc, res, err, logs)
 	}
+	if st, msg, res, ok := s.prelude(ctx, runCtx, rc, be, job, verdict); !ok {
+		return st, msg, res
+	}
+	devices, release, st, msg, ok := s.acquire(runCtx, rc, be, job, verdict)
+	if !ok {
+		return st, msg, nil
+	}
+	defer release()
 
+	var out []results.Result
+	var samples []sampler.Sample
+	for r := range max(rc.Repeats, 1) {
+		// A backend that returns at once whatever its context says must not keep
+		// an interrupted run going through its remaining repeats.
+		if err := runCtx.Err(); err != nil {
+			st, msg := verdict(results.Result{}, err)
+			return st, msg, out
+		}
+		res, smp := s.repeatOnce(runCtx, rc, be, job, devices, r, runDir, logs, verdict)
+		if smp != nil {
+			samples = append(samples, smp...)
+			if err := sampler.WriteFile(filepath.Join(runDir, results.SamplesFile), samples); err != nil {
+				logs.line("stderr", "fsdpbench: GPU sampling: "+err.Error())
+			}
+		}
+		out = append(out, res)
+		if res.Status != results.StatusOK {
+			return res.Status, res.Error, out
+		}
+		if results.EnoughRepeats(rc, out) {
+			break // repeats: {ci: ...} reached its width
+		}
+	}
+	return results.StatusOK, "", out
+}
+
+// backendOf is rc's backend, and the same as a JobBackend when rc runs under
+// Slurm (nil otherwise): there the run's timeout is its job's time limit, so
+// that time in the queue does not count, and the job runs on the cluster's
+// GPUs, not this host's.
+func (s *sweep) backendOf(rc sweeps.RunConfig) (backendInfo, backends.JobBackend) {
+	be := s.backends[backendName(s.plan, rc)]
+	var job backends.JobBackend
+	if be.Backend != nil && launcherName(s.plan, rc) == launch.SlurmName {
+		job, _ = be.Backend.(backends.JobBackend) // slurmFor checked every backend
+	}
+	return be, job
+}
+
+// prelude validates rc and checks that it fits this host before its first
+// repeat. ok is false when the run ends here, with its status, message and the
+// results to record.
+func (s *sweep) prelude(ctx, runCtx context.Context, rc sweeps.RunConfig, be backendInfo, job backends.JobBackend,
+	verdict func(results.Result, error) (results.Status, string)) (results.Status, string, []results.Result, bool) {
+	if be.Backend == nil {
+		// backendsFor looked every backend of the plan up; search points keep theirs.
+		return results.StatusFailed, fmt.Sprintf("no backend %q for run %s", backendName(s.plan, rc), rc.ID), nil, false
+	}
 	_, err := s.guard(runCtx, func() (results.Result, error) {
 		return results.Result{}, be.Validate(runCtx, rc)
 	})
@@ -384,38 +454,52 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 		var pe *panicError
 		if ctx.Err() != nil || runCtx.Err() != nil || errors.As(err, &pe) || errors.Is(err, errAbandoned) {
 			st, msg := verdict(results.Result{}, err)
-			return st, msg, nil
+			return st, msg, nil, false
 		}
 		if backends.IsSpecError(err) {
 			// A mistake in the spec (Preflight missed it: a search point) is no
 			// verdict on the run: failed, so a resume after the fix runs it.
-			return results.StatusFailed, err.Error(), nil
+			return results.StatusFailed, err.Error(), nil, false
 		}
-		return results.StatusInfeasible, err.Error(), []results.Result{{Status: results.StatusInfeasible, Error: err.Error(), WorldSize: rc.WorldSize}}
+		return results.StatusInfeasible, err.Error(), []results.Result{{Status: results.StatusInfeasible, Error: err.Error(), WorldSize: rc.WorldSize}}, false
 	}
 	if job == nil {
 		if reason := HostCapacity(s.plan, rc); reason != "" {
-			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}
+			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}, false
 		}
 	}
-
-	var devices []int
 	if be.needsGPU && job == nil {
 		// More GPUs than the host has is known before anything starts: a
 		// refusal with its reason, as the host's RAM is (HostCapacity).
 		if have := s.opts.Devices.Devices(); rc.GPUsPerNode > have {
 			reason := fmt.Sprintf("does not fit this host: the run needs %d GPUs per node and this host has %d (CUDA_VISIBLE_DEVICES or /dev/nvidia*); lower gpus_per_node, or use launcher: slurm", rc.GPUsPerNode, have)
-			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}
+			return results.StatusInfeasible, reason, []results.Result{{Status: results.StatusInfeasible, Error: reason, WorldSize: rc.WorldSize}}, false
 		}
-		devs, release, err := s.opts.Devices.Acquire(runCtx, rc.GPUsPerNode)
-		if err != nil {
-			st, msg := verdict(results.Result{}, err)
-			return st, msg, nil
-		}
-		defer release()
-		devices = devs
 	}
+	return "", "", nil, true
+}
 
+// acquire takes the GPUs rc runs on from this host's launcher (none for a run
+// that needs none or runs under Slurm); release gives them back.
+func (s *sweep) acquire(runCtx context.Context, rc sweeps.RunConfig, be backendInfo, job backends.JobBackend,
+	verdict func(results.Result, error) (results.Status, string)) (devices []int, release func(), st results.Status, msg string, ok bool) {
+	if !be.needsGPU || job != nil {
+		return nil, func() {}, "", "", true
+	}
+	devs, release, err := s.opts.Devices.Acquire(runCtx, rc.GPUsPerNode)
+	if err != nil {
+		st, msg := verdict(results.Result{}, err)
+		return nil, nil, st, msg, false
+	}
+	return devs, release, "", "", true
+}
+
+// repeatOnce runs repeat r of rc and returns its result with the harness's
+// verdict (Status, Error) and the GPU samples read meanwhile (nil when none).
+// The harness samples the run's GPUs itself, so every backend gets samples.csv
+// and an NVML peak (a no-op without a driver).
+func (s *sweep) repeatOnce(runCtx context.Context, rc sweeps.RunConfig, be backendInfo, job backends.JobBackend, devices []int, r int,
+	runDir string, logs *runLogs, verdict func(results.Result, error) (results.Status, string)) (results.Result, []sampler.Sample) {
 	emit := func(ev backends.Event) {
 		switch ev.Kind {
 		case backends.EventStep:
@@ -426,55 +510,42 @@ func (s *sweep) attempt(ctx context.Context, rc sweeps.RunConfig, runDir string,
 			logs.line(ev.Stream, ev.Line)
 		}
 	}
-	var out []results.Result
-	var samples []sampler.Sample
-	for r := range max(rc.Repeats, 1) {
-		// A backend that returns at once whatever its context says must not keep
-		// an interrupted run going through its remaining repeats.
-		if err := runCtx.Err(); err != nil {
-			st, msg := verdict(results.Result{}, err)
-			return st, msg, out
-		}
-		env := backends.RunEnv{
-			RunDir:   runDir,
-			Repeat:   r,
-			Launcher: launcherName(s.plan, rc),
-			Devices:  devices,
-			Stdout:   logs.writer("stdout"),
-			Stderr:   logs.writer("stderr"),
-		}
-		// The harness samples the run's GPUs itself, so every backend gets
-		// samples.csv and an NVML peak (a no-op without a driver). The file is
-		// rewritten after each repeat, so a run that dies later keeps what was read.
-		source := s.source
+	env := backends.RunEnv{
+		RunDir:   runDir,
+		Repeat:   r,
+		Launcher: launcherName(s.plan, rc),
+		Devices:  devices,
+		Stdout:   logs.writer("stdout"),
+		Stderr:   logs.writer("stderr"),
+	}
+	// The harness samples the run's GPUs itself, so every backend gets
+	// samples.csv and an NVML peak (a no-op without a driver). The file is
+	// rewritten after each repeat, so a run that dies later keeps what was read.
+	source := s.source
+	if job != nil {
+		source = nil
+	}
+	smp := sampler.Start(runCtx, source, sampler.Devices(source, devices, rc.Hardware), s.opts.SampleInterval)
+	res, err := s.guard(runCtx, func() (results.Result, error) {
 		if job != nil {
-			source = nil
+			return s.slurm.Run(runCtx, job, rc, env, emit)
 		}
-		smp := sampler.Start(runCtx, source, sampler.Devices(source, devices, rc.Hardware), s.opts.SampleInterval)
-		res, err := s.guard(runCtx, func() (results.Result, error) {
-			if job != nil {
-				return s.slurm.Run(runCtx, job, rc, env, emit)
-			}
-			return be.Run(runCtx, rc, env, emit)
-		})
-		res.Env.GivenEnv, res.Env.InheritedEnv = rc.Env, inheritedEnv(os.Environ(), rc.Env)
-		if rep := smp.Stop(); rep.Apply(&res, r) {
-			samples = append(samples, rep.Samples...)
-			if err := sampler.WriteFile(filepath.Join(runDir, results.SamplesFile), samples); err != nil {
-				logs.line("stderr", "fsdpbench: GPU sampling: "+err.Error())
-			}
-			if rep.Err != nil {
-				logs.line("stderr", fmt.Sprintf("fsdpbench: GPU sampling: %d readings failed, the first: %v", rep.Failed, rep.Err))
-			}
+		return be.Run(runCtx, rc, env, emit)
+	})
+	res.Env.GivenEnv, res.Env.InheritedEnv = rc.Env, inheritedEnv(os.Environ(), rc.Env)
+	var samples []sampler.Sample
+	if rep := smp.Stop(); rep.Apply(&res, r) {
+		samples = rep.Samples
+		if samples == nil {
+			samples = []sampler.Sample{}
 		}
-		st, msg := verdict(res, err)
-		res.Status, res.Error = st, msg
-		out = append(out, res)
-		if st != results.StatusOK {
-			return st, msg, out
+		if rep.Err != nil {
+			logs.line("stderr", fmt.Sprintf("fsdpbench: GPU sampling: %d readings failed, the first: %v", rep.Failed, rep.Err))
 		}
 	}
-	return results.StatusOK, "", out
+	st, msg := verdict(res, err)
+	res.Status, res.Error = st, msg
+	return res, samples
 }
 
 // classify turns what a backend returned into the run's status. The harness, not the
@@ -603,7 +674,7 @@ func HostCapacity(plan *sweeps.Plan, rc sweeps.RunConfig) string {
 // kill interrupted. With keepJob, a Slurm job of that attempt is to be
 // re-attached or collected, and what its ranks write (ranks/) stays.
 func clearRun(runDir string, keepJob bool) error {
-	names := []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.StdoutFile, results.StderrFile}
+	names := []string{results.MetricsFile, results.StepsFile, results.SamplesFile, results.StdoutFile, results.StderrFile, RepeatsDir}
 	if !keepJob {
 		names = append(names, results.RanksDir)
 	}

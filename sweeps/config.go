@@ -90,17 +90,23 @@ type RunConfig struct {
 	ID   string `json:"id"`
 	Slug string `json:"slug"`
 
-	Sweep       string   `json:"sweep"`
-	Backend     string   `json:"backend"`
-	Launcher    string   `json:"launcher"`
-	Hardware    string   `json:"hardware"`
-	Model       string   `json:"model"`
-	SeqLen      int      `json:"seq_len"`
-	Steps       int      `json:"steps"`
-	WarmupSteps int      `json:"warmup_steps"`
-	Repeats     int      `json:"repeats"`
-	Timeout     Duration `json:"timeout"`
-	Seed        int64    `json:"seed"`
+	Sweep       string `json:"sweep"`
+	Backend     string `json:"backend"`
+	Launcher    string `json:"launcher"`
+	Hardware    string `json:"hardware"`
+	Model       string `json:"model"`
+	SeqLen      int    `json:"seq_len"`
+	Steps       int    `json:"steps"`
+	WarmupSteps int    `json:"warmup_steps"`
+	// Repeats is how many times the run is repeated; with RepeatsCI > 0 the most
+	// (repeats: {min, max, ci}): the run stops after RepeatsMin or more repeats once
+	// the 95% confidence interval of its median throughput is within ±RepeatsCI
+	// (a fraction) of the median.
+	Repeats    int      `json:"repeats"`
+	RepeatsMin int      `json:"repeats_min,omitempty"`
+	RepeatsCI  float64  `json:"repeats_ci,omitempty"`
+	Timeout    Duration `json:"timeout"`
+	Seed       int64    `json:"seed"`
 
 	Nodes                   int    `json:"nodes"`
 	GPUsPerNode             int    `json:"gpus_per_node"`

@@ -222,6 +222,9 @@ func (v value) String() string {
 	if v.f == fDyn {
 		return v.dynString()
 	}
+	if a, ok := v.raw.(autoRepeats); ok {
+		return a.String()
+	}
 	switch keyDefs[v.f].kind {
 	case kindInt:
 		return strconv.FormatInt(v.i, 10)
@@ -290,6 +293,10 @@ func (v value) apply(rc *RunConfig) {
 		rc.WarmupSteps = int(v.i)
 	case fRepeats:
 		rc.Repeats = int(v.i)
+		rc.RepeatsMin, rc.RepeatsCI = 0, 0
+		if a, ok := v.raw.(autoRepeats); ok {
+			rc.RepeatsMin, rc.RepeatsCI = a.min, a.ci
+		}
 	case fTimeout:
 		rc.Timeout = Duration(v.i)
 	case fName:
@@ -308,6 +315,9 @@ var wrapSize = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)([kKmMbB
 func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 	if d.f == fDyn {
 		return p.readDyn(d, n)
+	}
+	if d.f == fRepeats && (n.kind == mapNode || (n.kind == scalarNode && n.val == "auto")) {
+		return p.readAutoRepeats(d, n)
 	}
 	v := value{f: d.f, pos: n.pos}
 	if n.kind != scalarNode {

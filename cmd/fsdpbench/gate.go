@@ -20,6 +20,7 @@ func newGateCmd() *cobra.Command {
 		baseline, current, rulesFile, format  string
 		junitPath, markdownPath               string
 		history, commit, date                 string
+		abPath                                string
 		rules                                 []string
 		alpha                                 float64
 		failMissing, allowMissing, futureDate bool
@@ -51,9 +52,21 @@ passed is the baseline: the one stored last (a night backfilled under an old
 --date counts from its date). A --date after tomorrow (UTC) is refused unless
 --allow-future-date.
 
-Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
+--ab DIR judges what ` + "`fsdpbench ab`" + ` measured (A the baseline, B the current) by the
+confidence interval of B's paired change: a check fails when the whole interval is
+beyond the rule's limit, passes when it is wholly within, and is inconclusive
+(exit 3) otherwise.
+
+Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 (--ab) inconclusive.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if abPath != "" {
+				// An A/B result is its own input: its two sides ran side by side.
+				if current != "" || baseline != "" || history != "" {
+					return usageError(errors.New("--ab is the whole input (A is the baseline, B the current): drop --baseline, --current and --history"))
+				}
+				return gateAB(cmd, abPath, rules, rulesFile, format)
+			}
 			if current == "" {
 				return usageError(errors.New("--current is required: the results directory (or exported JSON) to check"))
 			}
@@ -194,6 +207,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error.`,
 	f := cmd.Flags()
 	f.StringVar(&baseline, "baseline", "", "baseline results: a results directory or an exported JSON file")
 	f.StringVar(&current, "current", "", "current results: a results directory or an exported JSON file")
+	f.StringVar(&abPath, "ab", "", "judge an A/B result: the `DIR` that fsdpbench ab wrote (or its ab.json), instead of --baseline and --current")
 	f.StringArrayVar(&rules, "rule", nil, "a rule, e.g. tokens_per_s_per_rank:-5%, peak_mem_reserved_bytes:+3%, mfu>=0.35 (repeatable)")
 	f.StringVar(&rulesFile, "rules", "", "YAML rules file (rules: [...]); adds to --rule")
 	f.StringVar(&format, "format", results.FormatTable, "output on stdout: "+strings.Join(results.GateFormats, ", "))

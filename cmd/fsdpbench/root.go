@@ -102,7 +102,7 @@ results directory, or it cannot be written); 130 interrupted.`,
 			return refuseEmptyPaths(cmd)
 		},
 	}
-	root.AddCommand(newSweepCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd(), newIngestCmd(),
+	root.AddCommand(newSweepCmd(), newABCmd(), newPlanCmd(), newReportCmd(), newExportCmd(), newGateCmd(), newCompareCmd(), newPlotCmd(), newBackendsCmd(), newVersionCmd(), newWorkerCmd(), newPluginsCmd(), newIngestCmd(),
 		newCalibrateCmd(), newRecommendCmd())
 	return root
 }

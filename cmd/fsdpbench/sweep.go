@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -35,11 +36,18 @@ the same name and --results exits 2 at once, naming the process that holds it
 (pid, host, start); --wait makes it wait instead. A killed sweep holds nothing:
 its lock dies with it, so the same command resumes at once.
 
+A run's repeats are interleaved across the sweep by default: round 1 runs repeat 1
+of every run, round 2 repeat 2, and so on (--repeat-order sequential runs them back
+to back). A killed sweep resumes each run at its next repeat.
+
 The results table is fitted to the terminal as report's is (--width, --wide).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Jobs < 1 || opts.Jobs > harness.MaxJobs {
 				return usageError(fmt.Errorf("--jobs %d: give 1 to %d runs at once (1, the default, keeps measurements from disturbing each other)", opts.Jobs, harness.MaxJobs))
+			}
+			if !slices.Contains(harness.RepeatOrders, opts.RepeatOrder) {
+				return usageError(fmt.Errorf("--repeat-order %q: use %s", opts.RepeatOrder, strings.Join(harness.RepeatOrders, " or ")))
 			}
 			reg, err := newRegistry()
 			if err != nil {
@@ -119,6 +127,8 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 	ncclTestsFlag(cmd, &ncclTests)
 	cmd.Flags().StringVar(&opts.ResultsDir, "results", harness.DefaultResultsDir, "results directory (one sub-directory per sweep)")
 	cmd.Flags().IntVar(&opts.Jobs, "jobs", 1, fmt.Sprintf("runs to execute at once, 1 to %d (1 keeps measurements from disturbing each other)", harness.MaxJobs))
+	cmd.Flags().StringVar(&opts.RepeatOrder, "repeat-order", harness.RepeatsInterleaved,
+		"interleaved: repeat 1 of every run, then repeat 2, ... (a disturbed minute touches one sample of many runs); sequential: each run's repeats back to back")
 	cmd.Flags().BoolVar(&opts.Rerun, "rerun", false, "rerun runs that a previous invocation finished")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the runs and what would happen to each, run nothing")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal), bars, plain, none")
