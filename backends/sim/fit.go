@@ -196,10 +196,10 @@ type sample struct {
 	// links across nodes are stated (a fabric, nccl-tests, a bus bandwidth).
 	intra, inter, fwdGather, interStated bool
 	// ac: the run checkpoints activations (it tells the recompute share).
-	ac  bool
-	gpu bool
-	defEff                  float64
-	tokens                  float64 // per step
+	ac     bool
+	gpu    bool
+	defEff float64
+	tokens float64 // per step
 }
 
 func newSample(m Measurement) (sample, error) {

@@ -94,8 +94,8 @@ const MaxCalibratedEfficiency = 0.75
 // natural ranges (a share; the cpu's contention, see maxRankShareExponent).
 type plausibleRanges struct {
 	efficiency, sizeExponent, intraBW, interBW, recompute fitRange
-	stepOverheadS, latencyS, memFactor, reserved         fitRange
-	overheadBytes                                        float64
+	stepOverheadS, latencyS, memFactor, reserved          fitRange
+	overheadBytes                                         float64
 }
 
 func rangesFor(gpu, interStated bool) plausibleRanges {
