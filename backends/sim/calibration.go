@@ -316,9 +316,16 @@ func (c *Calibration) Path() string { return c.path }
 // efficiencyFor is the compute efficiency the constants give a model of params
 // parameters, at most MaxCalibratedEfficiency: the size exponent extrapolated
 // past the fitted sizes must not promise more of peak than any training run
-// reaches.
+// reaches. Outside the fitted model sizes (Fit.Range) the efficiency stays at
+// the nearest fitted size's: a power law measured on 1B–13B keeps growing,
+// while GEMMs saturate (llm-foundry's H100 MFU is 0.42–0.46 from 7B to 70B),
+// so holding it is the extrapolation that does not promise what was never
+// measured (issue 26: 0.77 of peak at 70B from a fit up to 13B).
 func (k *Constants) efficiencyFor(params int64) float64 {
 	e := k.Efficiency
+	if r := k.Fit.Range; r != nil && r.MaxParams > 0 {
+		params = min(max(params, r.MinParams), r.MaxParams)
+	}
 	if k.EfficiencySizeExponent != 0 && params > 0 {
 		e *= math.Pow(float64(params)/RefParams, k.EfficiencySizeExponent)
 	}
