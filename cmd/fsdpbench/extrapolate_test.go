@@ -1,0 +1,41 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/backends/sim"
+)
+
+// TestCalibratedAnswersSayTheyExtrapolate: a calibration fitted on one node at
+// 1B-2B parameters and seq 512-1024 makes plan (for gpt2-124m, inside the
+// sequences but below the sizes) and recommend (llama3-8b on two nodes at seq
+// 2048) print that they extrapolate and where, and a plan inside the range
+// print nothing of the kind (issue 26).
+func TestCalibratedAnswersSayTheyExtrapolate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cal.json")
+	cal := &sim.Calibration{Profiles: map[string]sim.Constants{"h100-sxm": {Efficiency: 0.4,
+		Fit: sim.FitReport{Runs: 6, Range: &sim.FitRange{MinParams: 1e9, MaxParams: 2e9, MinNodes: 1, MaxNodes: 1, MinSeqLen: 512, MaxSeqLen: 1024}}}}}
+	require.NoError(t, cal.Write(path))
+	spec := filepath.Join(repoRoot, "sweeps", "examples", "quickstart.yaml")
+
+	r := cli(t, "plan", spec, "--calibration", path)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "predicted by a calibration extrapolates: 124M params (fitted 1B–2B)")
+
+	r = cli(t, "recommend", "--model", "llama3-8b", "--hardware", "h100-sxm", "--nodes", "2", "--gpus-per-node", "8",
+		"--global-batch", "64", "--seq-len", "2048", "--top", "2", "--calibration", path, "--results", dir, "--width", "400")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "#1 is predicted by a calibration extrapolates: 8.03B params (fitted 1B–2B), 2 nodes (fitted 1), seq_len 2048 (fitted 512–1024)")
+
+	cal.Profiles["h100-sxm"].Fit.Range.MinParams = 1e8
+	require.NoError(t, cal.Write(path))
+	r = cli(t, "plan", spec, "--calibration", path)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stdout, "extrapolates")
+}
