@@ -48,7 +48,8 @@ type Constants struct {
 	// Efficiency is the fraction of peak FLOP/s the step's compute reaches for a
 	// model of RefParams parameters; a model of P parameters reaches
 	// Efficiency × (P/RefParams)^EfficiencySizeExponent (bigger GEMMs run closer
-	// to peak), clamped to [0.001, 1].
+	// to peak), clamped to [0.001, MaxCalibratedEfficiency], the model size held
+	// inside the fitted range (Fit.Range) where there is one.
 	Efficiency             float64 `json:"efficiency"`
 	EfficiencySizeExponent float64 `json:"efficiency_size_exponent"`
 	// IntraNodeBWFactor and InterNodeBWFactor scale the profile's bus bandwidths:

@@ -331,3 +331,44 @@ func ptrStr(p *float64) string {
 	}
 	return fmt.Sprintf("%.3g", *p)
 }
+
+// TestPublishedA100LeaveOneOut calibrates each A100 profile on its
+// single-node llm-foundry rows (llmFoundryA100Rows, stated with llm-foundry's
+// stack) and predicts each row from the others (beyond MaxFolds rows, from the
+// rows outside its fold): the error to expect on a run of a calibrated A100
+// node the fit has not seen, within the 15% on average (a100-80g 6.6%,
+// a100-40g 5.0%).
+func TestPublishedA100LeaveOneOut(t *testing.T) {
+	for _, hw := range []string{"a100-80g", "a100-40g"} {
+		t.Run(hw, func(t *testing.T) {
+			var rows []heldOutRow
+			for _, r := range keptFoundryRows() {
+				if r.hw == hw && r.gpus <= 8 {
+					rows = append(rows, r)
+				}
+			}
+			cal, err := Fit(foundryMeasurements(t, t.TempDir(), rows))
+			require.NoError(t, err)
+			k := cal.Profiles[hw]
+			require.Len(t, k.Fit.LeaveOneOut, len(rows))
+			var all, kept errTally
+			for i, row := range k.Fit.LeaveOneOut {
+				require.NotNil(t, row.TputErr, row.Run)
+				all.add(*row.TputErr)
+				t.Logf("%-40s leave-one-out %+.1f%%", row.Run, 100**row.TputErr)
+				if !foundryOutlier(rows[i].foundryRow) {
+					kept.add(*row.TputErr)
+				}
+			}
+			t.Logf("%d rows (efficiency %.3g, size exponent %.3g, recompute share %s): leave-one-out mean |error| %.1f%%, worst %.1f%%",
+				len(rows), k.Efficiency, k.EfficiencySizeExponent, ptrStr(k.RecomputeShare), 100*all.mean(), 100*all.worst)
+			assert.Less(t, all.mean(), 0.15)
+			// Not asserted: the worst row. A100 80GB 30B at seq 8192 (MFU 0.39
+			// where the same model reaches 0.51-0.56 at seq 512 to 4096, and 13B
+			// at seq 8192 0.56; predicted at 96% of the device) is +48% from
+			// constants fitted to the other rows, +14% uncalibrated: the fit
+			// follows the other 30B rows, the row does not.
+			t.Logf("worst without the table's outliers: %.1f%%", 100*kept.worst)
+		})
+	}
+}
