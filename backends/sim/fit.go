@@ -240,9 +240,20 @@ var fittedOptions = []string{"efficiency", "reserved_factor", "calibration", "sl
 // attention, fsdp_version, fabric, nccl_tests) less fittedOptions, and for every
 // run what its env changes (NCCL_IB_DISABLE: the tcp fabric). Another backend's
 // options are that backend's, not the sim's: its assumptions come from
-// BackendAssumptions.
+// BackendAssumptions. A run of no named backend (ingested from a folder) keeps
+// the options the sim knows, as a spec stated them for it.
 func measuredOptions(rc sweeps.RunConfig) (Options, error) {
-	if rc.Backend != "" && rc.Backend != Name {
+	switch rc.Backend {
+	case Name:
+	case "":
+		known := map[string]any{}
+		for k, v := range rc.BackendOptions {
+			if _, ok := optionTable[k]; ok {
+				known[k] = v
+			}
+		}
+		rc.BackendOptions = known
+	default:
 		rc.BackendOptions = nil
 	}
 	m, _ := envOptions(rc)

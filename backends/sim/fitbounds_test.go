@@ -172,3 +172,18 @@ func TestRecomputeShareFittedOnlyFromCheckpointedRuns(t *testing.T) {
 	require.NoError(t, err)
 	assert.InEpsilon(t, 4.0/3, on.ComputeS/without.ComputeS, 1e-9, "recompute priced at its FLOPs")
 }
+
+// TestFitReadsTheSimOptionsOfAnIngestedRun: a run of no named backend (ingested
+// from a folder) is fitted under the sim options its spec states and beside
+// keys that are not the sim's, which neither break the fit nor apply.
+func TestFitReadsTheSimOptionsOfAnIngestedRun(t *testing.T) {
+	ms := statedRuns(t, Constants{Efficiency: 0.4}, 0)
+	for i := range ms {
+		ms[i].Config.Backend = ""
+		ms[i].Config.BackendOptions["script"] = "train.py"
+	}
+	cal, err := Fit(ms)
+	require.NoError(t, err)
+	k := cal.Profiles["h100-sxm"]
+	assert.InDelta(t, 1, k.MemFactors[MemLogits], 0.01, "fitted under loss fused, as stated")
+}
