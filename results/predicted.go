@@ -29,6 +29,10 @@ type Prediction struct {
 	StepBreakdown *StepBreakdown `json:"step_breakdown,omitempty"`
 	// Calibration names the calibration file used; empty: uncalibrated.
 	Calibration string `json:"calibration,omitempty"`
+	// Extrapolates says where the run lies outside what the calibration was
+	// fitted on (model size, nodes, sequence length); empty: inside, or
+	// uncalibrated.
+	Extrapolates string `json:"extrapolates,omitempty"`
 	// Error is why there is no prediction (the model cannot predict the run).
 	Error string `json:"error,omitempty"`
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"strings"
+
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -25,6 +27,11 @@ func (p Prediction) Stored(worldSize int) results.Prediction {
 		s.Calibration = p.Calibration.File
 		if s.Calibration == "" {
 			s.Calibration = "in memory"
+		}
+	}
+	for _, n := range p.Notes {
+		if rest, ok := strings.CutPrefix(n, ExtrapolatesNote); ok {
+			s.Extrapolates = rest
 		}
 	}
 	return s

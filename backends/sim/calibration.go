@@ -48,7 +48,8 @@ type Constants struct {
 	// Efficiency is the fraction of peak FLOP/s the step's compute reaches for a
 	// model of RefParams parameters; a model of P parameters reaches
 	// Efficiency × (P/RefParams)^EfficiencySizeExponent (bigger GEMMs run closer
-	// to peak), clamped to [0.001, 1].
+	// to peak), clamped to [0.001, MaxCalibratedEfficiency], the model size held
+	// inside the fitted range (Fit.Range) where there is one.
 	Efficiency             float64 `json:"efficiency"`
 	EfficiencySizeExponent float64 `json:"efficiency_size_exponent"`
 	// IntraNodeBWFactor and InterNodeBWFactor scale the profile's bus bandwidths:
@@ -67,6 +68,14 @@ type Constants struct {
 	// exponent measured falls below 1 (0: a rank as fast beside the others as
 	// alone).
 	RankShareExponent *float64 `json:"rank_share_exponent,omitempty"`
+	// RecomputeShare is the share of activation checkpointing's recompute the
+	// model counts (the forward run again, at the step's efficiency) that the
+	// step really pays: fitted where the runs checkpoint (published
+	// checkpointed runs reach a higher hardware utilisation than plain ones,
+	// so their recompute costs less than its FLOPs say); nil keeps the model's
+	// 1, so an uncalibrated prediction, or one calibrated by runs that never
+	// checkpoint, pays the recompute in full.
+	RecomputeShare *float64 `json:"recompute_share,omitempty"`
 	// StepOverheadS is a fixed time per micro-step the model's FLOPs and bytes
 	// do not account for (kernel launches, the framework's Python, the Go
 	// scheduler), in seconds; CollectiveLatencyS is the fixed cost of one
@@ -104,6 +113,9 @@ type FitReport struct {
 	// Warnings say when the fit rests on too little: fewer throughput runs than
 	// the constants fitted to them.
 	Warnings []string `json:"warnings,omitempty"`
+	// Range is what the throughput runs spanned (model size, nodes, sequence
+	// length): a prediction outside it says it extrapolates.
+	Range *FitRange `json:"range,omitempty"`
 	// LeaveOneOut has, per run, the error of its prediction by constants fitted
 	// to the other runs (or, beyond MaxFolds runs, to the runs outside its fold):
 	// the error to expect on a run the fit has not seen.
@@ -142,6 +154,10 @@ const (
 	// maxRankShareExponent: 2 already means two ranks on a host each reach a
 	// quarter of its peak (memory bandwidth contention at worst).
 	maxRankShareExponent = 2
+	// A file's recompute_share: the fit's range (rangesFor) widened to [0, 2]
+	// for a hand-written one; 0 makes recompute free, 2 doubles it.
+	minRecomputeShare = 0
+	maxRecomputeShare = 2
 )
 
 // memCategories are the breakdown categories calibration scales (overhead is
@@ -245,6 +261,12 @@ func (k Constants) check() error {
 	if k.RankShareExponent != nil {
 		errs = append(errs, in("rank_share_exponent", *k.RankShareExponent, 0, maxRankShareExponent, false))
 	}
+	if k.RecomputeShare != nil {
+		errs = append(errs, in("recompute_share", *k.RecomputeShare, minRecomputeShare, maxRecomputeShare, false))
+	}
+	if k.Fit.Range != nil {
+		errs = append(errs, k.Fit.Range.check())
+	}
 	if k.OverheadBytes != nil {
 		errs = append(errs, in("overhead_bytes", float64(*k.OverheadBytes), 0, maxOverheadBytes, false))
 	}
@@ -293,13 +315,22 @@ func (c *Calibration) Encode() ([]byte, error) {
 func (c *Calibration) Path() string { return c.path }
 
 // efficiencyFor is the compute efficiency the constants give a model of params
-// parameters.
+// parameters, at most MaxCalibratedEfficiency: the size exponent extrapolated
+// past the fitted sizes must not promise more of peak than any training run
+// reaches. Outside the fitted model sizes (Fit.Range) the efficiency stays at
+// the nearest fitted size's: a power law measured on 1B–13B keeps growing,
+// while GEMMs saturate (llm-foundry's H100 MFU is 0.42–0.46 from 7B to 70B),
+// so holding it is the extrapolation that does not promise what was never
+// measured (issue 26: 0.77 of peak at 70B from a fit up to 13B).
 func (k *Constants) efficiencyFor(params int64) float64 {
 	e := k.Efficiency
+	if r := k.Fit.Range; r != nil && r.MaxParams > 0 {
+		params = min(max(params, r.MinParams), r.MaxParams)
+	}
 	if k.EfficiencySizeExponent != 0 && params > 0 {
 		e *= math.Pow(float64(params)/RefParams, k.EfficiencySizeExponent)
 	}
-	return min(max(e, minEfficiency), 1)
+	return min(max(e, minEfficiency), MaxCalibratedEfficiency)
 }
 
 // CalibrationUse is what a prediction says of the calibration it used (in
@@ -342,6 +373,25 @@ func calibrate(p *point, opts Options) {
 	}
 	p.notes = append(p.notes, fmt.Sprintf("calibrated%s: constants for %s fitted to %d measured runs (efficiency %.3g)",
 		where, key, k.Fit.Runs, p.hw.Efficiency))
+	if r := k.Fit.Range; r != nil {
+		if out := r.outside(p.shape.Params(), p.rc.Nodes, p.rc.SeqLen); out != "" {
+			p.notes = append(p.notes, ExtrapolatesNote+out+": the constants were fitted inside that range (efficiency's size exponent, bandwidth factors), so expect larger errors here than the fit's leave-one-out")
+		}
+	}
+}
+
+// ExtrapolatesNote begins the note of a calibrated prediction outside the
+// range of the runs its constants were fitted to (FitRange); plan and
+// recommend print it beside their answer.
+const ExtrapolatesNote = "calibration extrapolates: "
+
+// recomputeShare is Constants.RecomputeShare: the calibrated one, or 1 (the
+// recompute costs what its FLOPs do).
+func (p *point) recomputeShare() float64 {
+	if p.cal != nil && p.cal.RecomputeShare != nil {
+		return *p.cal.RecomputeShare
+	}
+	return 1
 }
 
 // lookup finds the constants for a run on hardware hw measured by backend:

@@ -50,14 +50,18 @@ const (
 	ConstOverhead       = "overhead_bytes"
 	ConstStepOverhead   = "step_overhead_s"
 	ConstLatency        = "collective_latency_s"
+	ConstRecompute      = "recompute_share"
 	constMemPrefix      = "mem_factors."
 )
 
 // ridge pulls each fitted constant (in its unbounded coordinate) towards the
 // model's own value, so that a constant the runs barely tell stays where the
 // model puts it instead of wandering along a flat valley; it is small enough not
-// to bias a constant the runs do tell (the synthetic-recovery test checks).
-const ridge = 1e-6
+// to bias a constant the runs do tell (the synthetic-recovery test checks). In
+// the bounded coordinates (fitRange.bounded) a constant near its range's edge
+// lies a few units from its default, where 1e-6 pulled the synthetic size
+// exponent 2% off.
+const ridge = 1e-8
 
 // minMemBytes is the least measured memory that enters a fit: below it a
 // figure is the accounting's noise, not a peak.
@@ -186,22 +190,33 @@ type sample struct {
 	hw  string
 	P   int64            // parameters
 	mem map[string]int64 // the uncalibrated breakdown
-	// comm flags: which links the run's collectives cross.
-	intra, inter, fwdGather bool
-	gpu                     bool
-	defEff                  float64
-	tokens                  float64 // per step
+	// opts are the sim options the run is predicted under (measuredOptions).
+	opts Options
+	// comm flags: which links the run's collectives cross; interStated: its
+	// links across nodes are stated (a fabric, nccl-tests, a bus bandwidth).
+	intra, inter, fwdGather, interStated bool
+	// ac: the run checkpoints activations (it tells the recompute share).
+	ac     bool
+	gpu    bool
+	defEff float64
+	tokens float64 // per step
 }
 
 func newSample(m Measurement) (sample, error) {
 	// The backend stays: the model predicts a trainer's runs under what that
-	// trainer does. Its options are not the sim's and are never parsed here.
+	// trainer does (BackendAssumptions), and a run the sim states (backend sim)
+	// under its own backend_options: the loss, checkpointing policy, FSDP
+	// version and fabric it really ran with.
 	rc := m.Config
-	pred, err := predict(rc, Options{})
+	opts, err := measuredOptions(rc)
+	if err != nil {
+		return sample{}, err
+	}
+	pred, err := predict(rc, opts)
 	if err != nil {
 		return sample{}, fmt.Errorf("the sim cannot predict it: %w", err)
 	}
-	s := sample{m: m, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency,
+	s := sample{m: m, opts: opts, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency,
 		gpu: pred.Hardware.IsGPU, tokens: float64(pred.TokensPerStep)}
 	p := pred.Strategy
 	ws, nodes := pred.CommBytesPerStep, max(rc.Nodes, 1)
@@ -209,12 +224,59 @@ func newSample(m Measurement) (sample, error) {
 	s.inter = moves && nodes > 1
 	s.intra = moves && (nodes == 1 || p == sweeps.HybridShard)
 	s.fwdGather = ws.AllGather > 0 && !rc.ForwardPrefetch
+	s.interStated = len(opts.Links.Inter) > 0 || opts.InterNodeBusBW > 0
+	s.ac = rc.ActivationCheckpointing
 	return s, nil
 }
 
-// predictWith predicts the sample with constants k for its hardware.
+// fittedOptions are the sim options that set what the fit fits (efficiency,
+// reserved_factor, a calibration) or nothing about the run (sleep_per_step):
+// a measured run's own would pin the constants the fit moves, so the fit drops
+// them.
+var fittedOptions = []string{"efficiency", "reserved_factor", "calibration", "sleep_per_step"}
+
+// measuredOptions are the sim options a measured run is predicted under: a sim
+// run's backend_options (as the user stated the stack: loss, checkpointing,
+// attention, fsdp_version, fabric, nccl_tests) less fittedOptions, and for every
+// run what its env changes (NCCL_IB_DISABLE: the tcp fabric). Another backend's
+// options are that backend's, not the sim's: its assumptions come from
+// BackendAssumptions. A run of no named backend (ingested from a folder) keeps
+// the options the sim knows, as a spec stated them for it.
+func measuredOptions(rc sweeps.RunConfig) (Options, error) {
+	switch rc.Backend {
+	case Name:
+	case "":
+		known := map[string]any{}
+		for k, v := range rc.BackendOptions {
+			if _, ok := optionTable[k]; ok {
+				known[k] = v
+			}
+		}
+		rc.BackendOptions = known
+	default:
+		rc.BackendOptions = nil
+	}
+	m, _ := envOptions(rc)
+	m = maps.Clone(m)
+	for _, k := range fittedOptions {
+		delete(m, k)
+	}
+	opts, err := ParseOptions(m)
+	if err != nil {
+		return Options{}, fmt.Errorf("its backend_options: %w", err)
+	}
+	// Alternatives are for people reading a verdict; a fit predicts each run
+	// hundreds of times.
+	opts.noVerdict = true
+	return opts, nil
+}
+
+// predictWith predicts the sample with constants k for its hardware, under
+// the run's own options.
 func (s *sample) predictWith(hw string, k *Constants) (Prediction, error) {
-	return predict(s.m.Config, Options{Calibration: &Calibration{Profiles: map[string]Constants{hw: *k}}})
+	opts := s.opts
+	opts.Calibration = &Calibration{Profiles: map[string]Constants{hw: *k}}
+	return predict(s.m.Config, opts)
 }
 
 // errors are the sample's prediction errors (predicted / measured − 1) under k.
@@ -261,43 +323,61 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 	hw := g[0].hw
 	keep := func(name, why string) { k.Fit.Kept = append(k.Fit.Kept, name+": "+why) }
 
-	// Throughput: efficiency (and its size exponent), bandwidths, overlap.
+	// Throughput: efficiency (and its size exponent), bandwidths, overlap,
+	// recompute, each inside its plausible range (rangesFor).
 	var ts []sample
 	sizes := map[int64]bool{}
-	var intra, inter, fwd bool
+	var intra, inter, fwd, ac bool
+	interStated := true
 	for _, s := range g {
 		if s.m.TokensPerS > 0 {
 			ts = append(ts, s)
 			sizes[s.P] = true
-			intra, inter, fwd = intra || s.intra, inter || s.inter, fwd || s.fwdGather
+			intra, inter, fwd, ac = intra || s.intra, inter || s.inter, fwd || s.fwdGather, ac || s.ac
+			if s.inter && !s.interStated {
+				interStated = false
+			}
 		}
 	}
-	k.Efficiency = g[0].defEff
+	rg := rangesFor(g[0].gpu, inter && interStated)
+	k.Efficiency = min(g[0].defEff, rg.efficiency.hi)
 	if len(ts) == 0 {
 		keep(ConstEfficiency, "no run measured throughput")
 	} else {
-		ps := []param{{ConstEfficiency, math.Log(g[0].defEff), func(k *Constants, x float64) {
-			k.Efficiency = min(max(math.Exp(x), minEfficiency), 1)
-		}, func(k *Constants) float64 { return math.Log(k.Efficiency) }}}
+		k.Fit.Range = fitRangeOf(ts)
+		// in is a constant fitted inside r, starting from the model's value def.
+		in := func(name string, r fitRange, def float64, dst func(k *Constants) *float64) param {
+			return param{name, r.unbounded(def), func(k *Constants, x float64) { *dst(k) = r.bounded(x) },
+				func(k *Constants) float64 { return r.unbounded(*dst(k)) }}
+		}
+		ps := []param{in(ConstEfficiency, rg.efficiency, rg.efficiency.clamp(g[0].defEff), func(k *Constants) *float64 { return &k.Efficiency })}
 		if len(sizes) > 1 {
-			ps = append(ps, param{ConstSizeExponent, 0, func(k *Constants, x float64) { k.EfficiencySizeExponent = math.Tanh(x) },
-				func(k *Constants) float64 { return math.Atanh(k.EfficiencySizeExponent) }})
+			ps = append(ps, in(ConstSizeExponent, rg.sizeExponent, 0, func(k *Constants) *float64 { return &k.EfficiencySizeExponent }))
 		} else {
 			keep(ConstSizeExponent, "every run has the same model size")
 		}
-		bw := func(name string, dst func(k *Constants) *float64) param {
-			return param{name, 0, func(k *Constants, x float64) { *dst(k) = min(max(math.Exp(x), minBWFactor), maxBWFactor) },
-				func(k *Constants) float64 { return math.Log(*dst(k)) }}
-		}
 		if intra {
-			ps = append(ps, bw(ConstIntraBW, func(k *Constants) *float64 { return &k.IntraNodeBWFactor }))
+			ps = append(ps, in(ConstIntraBW, rg.intraBW, 1, func(k *Constants) *float64 { return &k.IntraNodeBWFactor }))
 		} else {
 			keep(ConstIntraBW, "no run communicates inside a node")
 		}
 		if inter {
-			ps = append(ps, bw(ConstInterBW, func(k *Constants) *float64 { return &k.InterNodeBWFactor }))
+			ps = append(ps, in(ConstInterBW, rg.interBW, 1, func(k *Constants) *float64 { return &k.InterNodeBWFactor }))
 		} else {
 			keep(ConstInterBW, "no run spans nodes")
+		}
+		if ac {
+			ps = append(ps, param{ConstRecompute, rg.recompute.unbounded(1), func(k *Constants, x float64) {
+				v := rg.recompute.bounded(x)
+				k.RecomputeShare = &v
+			}, func(k *Constants) float64 {
+				if k.RecomputeShare == nil {
+					return math.NaN()
+				}
+				return rg.recompute.unbounded(*k.RecomputeShare)
+			}})
+		} else {
+			keep(ConstRecompute, "no run checkpoints activations: recompute costs what its FLOPs do")
 		}
 		if fwd {
 			ps = append(ps, param{ConstForwardOverlap, 0, func(k *Constants, x float64) {
@@ -335,12 +415,12 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 			steps = append(steps, s.tokens/s.m.TokensPerS)
 		}
 		step := median(steps)
-		ps = append(ps, param{ConstStepOverhead, math.Log(0.01 * step), func(k *Constants, x float64) {
-			k.StepOverheadS = min(math.Exp(x), maxStepOverheadS)
+		ps = append(ps, param{ConstStepOverhead, math.Log(min(0.01*step, rg.stepOverheadS.hi/2)), func(k *Constants, x float64) {
+			k.StepOverheadS = min(math.Exp(x), rg.stepOverheadS.hi)
 		}, func(k *Constants) float64 { return math.Log(k.StepOverheadS) }})
 		if intra || inter {
-			ps = append(ps, param{ConstLatency, math.Log(1e-3 * step), func(k *Constants, x float64) {
-				k.CollectiveLatencyS = min(math.Exp(x), maxLatencyS)
+			ps = append(ps, param{ConstLatency, math.Log(min(1e-3*step, rg.latencyS.hi/2)), func(k *Constants, x float64) {
+				k.CollectiveLatencyS = min(math.Exp(x), rg.latencyS.hi)
 			}, func(k *Constants) float64 { return math.Log(k.CollectiveLatencyS) }})
 		} else {
 			keep(ConstLatency, "no run communicates")
@@ -384,11 +464,11 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 	}
 	switch {
 	case len(msamp) > 0:
-		if err := fitMemory(&k, msamp, false); err != nil {
+		if err := fitMemory(&k, msamp, false, rg); err != nil {
 			return k, fmt.Errorf("memory fit: %w", err)
 		}
 	case len(rss) > 0:
-		if err := fitMemory(&k, rss, true); err != nil {
+		if err := fitMemory(&k, rss, true, rg); err != nil {
 			return k, fmt.Errorf("memory fit: %w", err)
 		}
 	default:
@@ -412,7 +492,7 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 		}
 	}
 	if len(ratios) > 0 {
-		k.ReservedFactor = min(max(math.Exp(median(ratios)), 1), maxCalReservedFactor)
+		k.ReservedFactor = rg.reserved.clamp(math.Exp(median(ratios)))
 		k.Fit.Fitted = append(k.Fit.Fitted, ConstReserved)
 	} else {
 		keep(ConstReserved, "no run measured both allocated and reserved memory")
@@ -420,7 +500,7 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 	switch {
 	case k.OverheadBytes != nil: // fitted with the factors, from RSS
 	case len(over) > 0:
-		v := int64(min(median(over), maxOverheadBytes))
+		v := int64(min(median(over), rg.overheadBytes))
 		k.OverheadBytes = &v
 		k.Fit.Fitted = append(k.Fit.Fitted, ConstOverhead)
 	default:
@@ -533,8 +613,8 @@ func median(xs []float64) float64 {
 // solve) finds them exactly, minimising the squared relative error, with the
 // ridge's rows pulling each towards 1. With rss the target is the run's RSS and
 // a constant (the runtime's own memory, overhead_bytes) is fitted beside them.
-// Factors are then bounded.
-func fitMemory(k *Constants, ms []sample, rss bool) error {
+// Factors are then bounded to rg.
+func fitMemory(k *Constants, ms []sample, rss bool, rg plausibleRanges) error {
 	var cats []string
 	for _, cat := range memCategories {
 		for _, s := range ms {
@@ -576,11 +656,11 @@ func fitMemory(k *Constants, ms []sample, rss bool) error {
 	}
 	k.MemFactors = map[string]float64{}
 	for j, cat := range cats {
-		k.MemFactors[cat] = min(max(f.AtVec(j), minMemFactor), maxMemFactor)
+		k.MemFactors[cat] = rg.memFactor.clamp(f.AtVec(j))
 		k.Fit.Fitted = append(k.Fit.Fitted, constMemPrefix+cat)
 	}
 	if rss {
-		v := int64(min(max(f.AtVec(kc), 0), maxOverheadBytes))
+		v := int64(min(max(f.AtVec(kc), 0), rg.overheadBytes))
 		k.OverheadBytes = &v
 		k.Fit.Fitted = append(k.Fit.Fitted, ConstOverhead)
 	}

@@ -25,7 +25,9 @@ func syntheticRuns(t *testing.T, hw string, truth Constants) []Measurement {
 						}
 						rc := sweeps.RunConfig{Hardware: hw, Model: model, SeqLen: 1024, Nodes: nodes, GPUsPerNode: 8, WorldSize: 8 * nodes,
 							BatchPerDevice: 1, GradAccum: ga, Sharding: sh, BackwardPrefetch: pf, MixedPrecision: sweeps.BF16,
-							ActivationCheckpointing: model == "llama3-8b"}
+							// Checkpointing on half the large model's runs, so that
+							// the recompute share is told apart from the size exponent.
+							ActivationCheckpointing: model == "llama3-8b" && pf == sweeps.BackwardPre}
 						pred, err := predict(rc, Options{Calibration: cal})
 						require.NoError(t, err)
 						ms = append(ms, Measurement{Run: rc.MakeSlug() + "-" + model, Config: rc,
@@ -40,9 +42,9 @@ func syntheticRuns(t *testing.T, hw string, truth Constants) []Measurement {
 }
 
 func TestFitRecoversSyntheticConstants(t *testing.T) {
-	overlap := 0.8
+	overlap, recompute := 0.8, 0.7
 	overhead := int64(1536 << 20)
-	truth := Constants{
+	truth := Constants{RecomputeShare: &recompute,
 		Efficiency: 0.38, EfficiencySizeExponent: 0.07,
 		IntraNodeBWFactor: 0.7, InterNodeBWFactor: 1.6, ForwardOverlap: &overlap,
 		MemFactors: map[string]float64{MemParams: 1.1, MemGrads: 0.9, MemOptimizer: 1.0,
@@ -63,6 +65,7 @@ func TestFitRecoversSyntheticConstants(t *testing.T) {
 		{ConstIntraBW, truth.IntraNodeBWFactor, got.IntraNodeBWFactor},
 		{ConstInterBW, truth.InterNodeBWFactor, got.InterNodeBWFactor},
 		{ConstForwardOverlap, overlap, *got.ForwardOverlap},
+		{ConstRecompute, recompute, *got.RecomputeShare},
 		{ConstReserved, truth.ReservedFactor, got.ReservedFactor},
 		{ConstStepOverhead, truth.StepOverheadS, got.StepOverheadS},
 		{ConstLatency, truth.CollectiveLatencyS, got.CollectiveLatencyS},

@@ -677,16 +677,18 @@ func ranksPerNode(r sweeps.RunConfig) int {
 // recomputeFactor is a micro-step's compute with activation checkpointing
 // over its compute without: full checkpointing runs the forward (a third of
 // the FLOPs) again in backward; selective runs again the matmuls the policy
-// does not save.
+// does not save. A calibration scales the recompute by its fitted share
+// (recomputeShare).
 func (p *point) recomputeFactor() float64 {
 	if !p.rc.ActivationCheckpointing {
 		return 1
 	}
+	extra := 1.0 / 3
 	if p.as.Checkpointing == CheckpointSelective {
 		_, rf := selectiveSaved(p.shape)
-		return 1 + float64(p.shape.Layers)*rf/p.shape.FlopsPerToken(p.rc.SeqLen)
+		extra = float64(p.shape.Layers) * rf / p.shape.FlopsPerToken(p.rc.SeqLen)
 	}
-	return 4.0 / 3
+	return 1 + extra*p.recomputeShare()
 }
 
 // timeModel fills the step time, its parts and the communication volumes.

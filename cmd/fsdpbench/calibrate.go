@@ -34,10 +34,16 @@ func newCalibrateCmd() *cobra.Command {
 ingested runs included; the sim's own predictions are left out) and fits the sim's
 free constants per hardware profile: compute efficiency and how it grows with model
 size, the fraction of the profile's intra- and inter-node bus bandwidth reached, the
-share of forward all-gathers hidden without forward_prefetch, a factor per memory
+share of forward all-gathers hidden without forward_prefetch, the share of activation
+checkpointing's recompute the step pays (from checkpointed runs), a factor per memory
 category (params, grads, optimizer, activations, logits, buffers), PyTorch's reserved
 / allocated factor and the device memory outside the allocator (CUDA context, NCCL).
 A constant the runs cannot tell is kept at the model's value and listed with why.
+Each run is predicted as it ran: a sim run under its own backend_options (loss,
+checkpointing, fsdp_version, fabric), another backend's under what that backend does.
+Every constant stays inside a physically plausible range (efficiency at most 0.75 of
+peak), and a prediction outside the model sizes, nodes and sequence lengths fitted
+says it extrapolates.
 
 It writes a calibration file (JSON, versioned; default <results>/calibration.json)
 and prints, per run, the leave-one-out error: the run's prediction by constants
@@ -149,6 +155,9 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 		if k.RankShareExponent != nil {
 			rows = append(rows, []string{sim.ConstRankShare, fmt.Sprintf("%.4g", *k.RankShareExponent)})
 		}
+		if k.RecomputeShare != nil {
+			rows = append(rows, []string{sim.ConstRecompute, fmt.Sprintf("%.4g of the forward recomputed", *k.RecomputeShare)})
+		}
 		for _, cat := range slices.Sorted(maps.Keys(k.MemFactors)) {
 			rows = append(rows, []string{"mem_factors." + cat, fmt.Sprintf("%.4g", k.MemFactors[cat])})
 		}
@@ -163,6 +172,11 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 		}
 		for _, kept := range k.Fit.Kept {
 			fmt.Fprintln(w, "kept:", kept)
+		}
+		if r := k.Fit.Range; r != nil {
+			// Predictions outside it say they extrapolate; say where it is.
+			fmt.Fprintf(w, "fitted range: %s to %s params, %s nodes, seq_len %s (a prediction outside it says so; every constant is kept inside its plausible range, efficiency at most %.2f of peak)\n",
+				humanCount(r.MinParams), humanCount(r.MaxParams), spanInts(r.MinNodes, r.MaxNodes), spanInts(r.MinSeqLen, r.MaxSeqLen), sim.MaxCalibratedEfficiency)
 		}
 		for _, warn := range k.Fit.Warnings {
 			fmt.Fprintln(w, "warning:", warn)
@@ -256,6 +270,25 @@ const (
 	progressAfter = 2 * time.Second
 	progressEvery = 5 * time.Second
 )
+
+// humanCount writes a parameter count as 760M, 13B.
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.3gB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.3gM", float64(n)/1e6)
+	}
+	return fmt.Sprint(n)
+}
+
+// spanInts is "lo" or "lo-hi".
+func spanInts(lo, hi int) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
 
 // quietSpread is the repeat spread under which a run's tokens/s is steady enough
 // to judge the model by: the 15% throughput target.

@@ -88,6 +88,13 @@ func TestSweepPredictThenCalibrate(t *testing.T) {
 	assert.Contains(t, res.stdout, "repeat spread")
 	assert.Contains(t, k.Fit.Fitted, sim.ConstEfficiency)
 	assert.Contains(t, k.Fit.Fitted, "mem_factors.activations")
+	// Half the runs checkpoint: the recompute's share is the runs' to tell,
+	// and the range they span is kept and printed (issue 26).
+	assert.Contains(t, k.Fit.Fitted, sim.ConstRecompute)
+	require.NotNil(t, k.Fit.Range)
+	assert.Equal(t, 32, k.Fit.Range.MaxSeqLen)
+	assert.Contains(t, res.stdout, "fitted range: ")
+	assert.Contains(t, res.stdout, sim.ConstRecompute)
 	assert.Contains(t, strings.Join(k.Fit.Kept, "\n"), "efficiency_size_exponent: every run has the same model size")
 	assert.Contains(t, res.stdout, "leave-one-out")
 	assert.Regexp(t, regexp.MustCompile(`mean \|error\|\s*│\s*│\s*[0-9.]+%\s*│\s*[0-9.]+%`), res.stdout)

@@ -123,8 +123,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	var reasons []string
 	// The assumptions each prediction rests on, printed once per distinct set;
 	// the bandwidth between nodes, which a multi-node run's time turns on and
-	// the profile only guesses, also above the table.
-	var assumed, interNode []string
+	// the profile only guesses, also above the table, as is a calibration
+	// applied outside the range it was fitted on.
+	var assumed, interNode, extrapolated []string
 	feasible := 0
 	var cu calibrationUse
 	for _, rc := range plan.Runs {
@@ -145,6 +146,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 			for _, n := range pred.Notes {
 				if strings.HasPrefix(n, "inter-node:") && !slices.Contains(interNode, n) {
 					interNode = append(interNode, n)
+				}
+				if strings.HasPrefix(n, sim.ExtrapolatesNote) && !slices.Contains(extrapolated, n) {
+					extrapolated = append(extrapolated, n)
 				}
 			}
 			peaks, devices = append(peaks, float64(pred.PeakMemReservedBytes)), append(devices, float64(pred.DeviceMemBytes))
@@ -187,6 +191,9 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 		"tokens/s/rank": "tok/s/rank"}
 	for _, n := range interNode {
 		printWrapped(w, "predicted assuming "+n, pt.width)
+	}
+	for _, n := range extrapolated {
+		printWrapped(w, "predicted by a "+n, pt.width)
 	}
 	if err := writeTableFit(w, header, rows, results.TableFit{Width: pt.width, RunIDs: true, Short: short, Drop: drop}); err != nil {
 		return err

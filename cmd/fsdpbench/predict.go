@@ -11,6 +11,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/harness"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
 // predictFlags are `sweep --predict` and the calibration its predictions use.
@@ -77,6 +78,7 @@ func printPredictedVsMeasured(w io.Writer, sum harness.Summary) error {
 func writePredictedVsMeasured(w io.Writer, runs []results.Run) error {
 	var rows [][]string
 	var tErr, mErr []float64
+	var extrapolated []string
 	// The memory cells wait for every figure, to share the unit that suits
 	// them (a CPU run's MiB, an H100's GiB): memAt holds a row's pair.
 	memAt := map[int][2]float64{}
@@ -88,6 +90,9 @@ func writePredictedVsMeasured(w io.Writer, runs []results.Run) error {
 			continue
 		}
 		row := []string{r.Config.ID, string(r.Metrics.Status)}
+		if p.Extrapolates != "" {
+			extrapolated = append(extrapolated, r.Config.ID+": predicted by a calibration that extrapolates: "+p.Extrapolates)
+		}
 		if p.Error != "" {
 			rows = append(rows, append(row, "-", "-", "-", "-", "-", "-", "no prediction: "+p.Error))
 			continue
@@ -126,7 +131,15 @@ func writePredictedVsMeasured(w io.Writer, runs []results.Run) error {
 	header := []string{"run", "status", "pred tokens/s/rank", "measured", "error", "pred peak " + u.Name, "measured " + u.Name, "error", "memory figure"}
 	header, rows = withExposedComm(header, rows, runs)
 	fmt.Fprintln(w, "predicted vs measured (error = predicted / measured - 1)")
-	return writeTable(w, header, rows)
+	if err := writeTable(w, header, rows); err != nil {
+		return err
+	}
+	// Predictions outside the calibration's fitted range: their errors are
+	// expected to be larger (issue 26). The text comes from metrics.json.
+	for _, e := range extrapolated {
+		fmt.Fprintln(w, termsafe.Text(e))
+	}
+	return nil
 }
 
 // withExposedComm adds the predicted and measured exposed communication (% of

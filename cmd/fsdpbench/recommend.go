@@ -304,6 +304,12 @@ func printRecommendation(w io.Writer, f *recommendFlags, req sim.Request, cands 
 		if v := ranked[0].Pred.Verdict; v != "" {
 			printWrapped(w, "#1 is near the memory limit: "+v, f.width)
 		}
+		// A calibration applied outside what it was fitted on: say so.
+		for _, n := range ranked[0].Pred.Notes {
+			if strings.HasPrefix(n, sim.ExtrapolatesNote) {
+				printWrapped(w, "#1 is predicted by a "+n, f.width)
+			}
+		}
 	}
 	// A multi-node answer turns on the bandwidth between nodes: say which.
 	if f.nodes > 1 {
