@@ -2,6 +2,7 @@ package torchrun
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 )
 
 // EnvProfileDir names the directory a launched script writes its torch.profiler
-// traces to: one Chrome trace (JSON) per rank, <dir>/*.json, named with its rank
+// traces to: one Chrome trace (JSON) per rank, <dir>/*.json or *.json.gz, named with its rank
 // (rank-<r>.pt.trace.json; "rank<r>" or "rank_<r>" anywhere in the name will do)
 // unless the trace says it (Kineto's distributedInfo.rank). The harness reads
 // the traces' ProfilerStep#N spans into each rank's step breakdown.
@@ -116,6 +117,21 @@ func readTrace(path string) (*rankTrace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (record fewer steps, or profile without record_shapes/with_stack)", err)
 	}
+	if strings.HasSuffix(path, ".gz") {
+		// tensorboard_trace_handler(use_gzip=True): the bound is on what it
+		// inflates to, which is what is decoded.
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("profiler trace %s: %w", path, err)
+		}
+		data, err = io.ReadAll(io.LimitReader(zr, maxTraceBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("profiler trace %s: %w", path, err)
+		}
+		if int64(len(data)) > maxTraceBytes {
+			return nil, fmt.Errorf("profiler trace %s inflates to more than %d MiB; record fewer steps, or profile without record_shapes/with_stack", path, maxTraceBytes>>20)
+		}
+	}
 	if err := input.CheckJSON(path, data, traceLimits()); err != nil {
 		return nil, err
 	}
@@ -198,6 +214,12 @@ func (tr *rankTrace) readEvents(dec *json.Decoder, bad func(string, ...any) erro
 		ev := traceEvent{name: e.Name, cat: e.Cat, pid: e.Pid, tid: e.Tid, start: *e.Ts, end: *e.Ts + *e.Dur, args: e.Args}
 		tr.events = append(tr.events, ev)
 		if isStep(ev) {
+			if *e.Dur > results.MaxBreakdownStepS*1e6 {
+				return bad("event %d (%q) is a recorded step of %g s, longer than a day", n, input.Clip(e.Name, 80), *e.Dur/1e6)
+			}
+			if len(tr.steps) == maxTraceSteps*64 {
+				return bad("more than %d ProfilerStep#N spans; record at most %d steps", len(tr.steps), maxTraceSteps)
+			}
 			tr.steps = append(tr.steps, ev)
 		}
 	}
@@ -338,16 +360,25 @@ func (a spans) length() float64 {
 	return t
 }
 
-// onDevice says whether the trace recorded device activity in a recorded step:
-// then the breakdown is the GPU's (kernels on streams), else the host's.
+// recorded are the recorded steps analysed: the last maxTraceSteps.
+func (tr *rankTrace) recorded() []traceEvent {
+	if len(tr.steps) > maxTraceSteps {
+		return tr.steps[len(tr.steps)-maxTraceSteps:]
+	}
+	return tr.steps
+}
+
+// onDevice says whether the trace recorded device activity during the recorded
+// steps: then the breakdown is the GPU's (kernels on streams), else the host's.
 func (tr *rankTrace) onDevice() bool {
+	steps := tr.recorded()
+	if len(steps) == 0 {
+		return false
+	}
+	lo, hi := steps[0].start, steps[len(steps)-1].end
 	for _, e := range tr.events {
-		if isGPU(e) {
-			for _, s := range tr.steps {
-				if e.end > s.start && e.start < s.end {
-					return true
-				}
-			}
+		if isGPU(e) && e.end > lo && e.start < hi {
+			return true
 		}
 	}
 	return false
@@ -368,10 +399,7 @@ func (tr *rankTrace) onDevice() bool {
 // Exposed communication is the collectives' time with no computation; other the
 // step's remaining time (host gaps, a wait no operator encloses).
 func (tr *rankTrace) breakdowns() []results.StepBreakdown {
-	steps := tr.steps
-	if len(steps) > maxTraceSteps {
-		steps = steps[len(steps)-maxTraceSteps:]
-	}
+	steps := tr.recorded()
 	gpu := tr.onDevice()
 	var out []results.StepBreakdown
 	for _, st := range steps {
@@ -442,7 +470,7 @@ func traceRank(tr *rankTrace) (int, error) {
 	return r, nil
 }
 
-// profileFigures reads the traces in dir (*.json, one per rank) into res: each
+// profileFigures reads the traces in dir (*.json or *.json.gz, one per rank) into res: each
 // rank's median recorded step in PerRank[r].StepBreakdown (or the slowest
 // rank's in res.StepBreakdown when the result has no entry for a rank), the
 // merged timeline in runDir/timeline.json (res.TimelinePath), and the
@@ -451,9 +479,16 @@ func traceRank(tr *rankTrace) (int, error) {
 // once read and merged (the timeline holds the recorded steps), so a repeat
 // keeps at most one 50 MB file of them; they stay when reading them failed.
 func profileFigures(res *results.Result, dir, runDir string, worldSize int) error {
-	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil || len(paths) == 0 {
-		return err
+	var paths []string
+	for _, pat := range []string{"*.json", "*.json.gz"} {
+		m, err := filepath.Glob(filepath.Join(dir, pat))
+		if err != nil {
+			return err
+		}
+		paths = append(paths, m...)
+	}
+	if len(paths) == 0 {
+		return nil
 	}
 	sort.Strings(paths)
 	if len(paths) > worldSize {
@@ -572,10 +607,8 @@ func writeTimeline(path string, traces []*rankTrace) error {
 	var meta, evs []timelineEvent
 	var durs []float64
 	for _, tr := range traces {
-		first, last := tr.steps[0], tr.steps[len(tr.steps)-1]
-		if len(tr.steps) > maxTraceSteps {
-			first = tr.steps[len(tr.steps)-maxTraceSteps]
-		}
+		steps := tr.recorded()
+		first, last := steps[0], steps[len(steps)-1]
 		w := span{first.start, last.end}
 		type key struct{ pid, tid traceID }
 		tids := map[key]int{}

@@ -1,6 +1,8 @@
 package torchrun
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -94,6 +96,16 @@ func writeTrace(t *testing.T, dir, name, text string) string {
 	return p
 }
 
+func writeGzip(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, err := zw.Write([]byte(text))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return writeTrace(t, dir, name, b.String())
+}
+
 func us(x float64) float64 { return x / 1e6 }
 
 // TestTraceBreakdownHost feeds the legacy CPU trace through the analysis and
@@ -175,7 +187,7 @@ func TestProfileFiguresAndTimeline(t *testing.T) {
 	dir := filepath.Join(run, ProfileDir)
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	writeTrace(t, dir, "rank-0.pt.trace.json", hostTrace)
-	writeTrace(t, dir, "host_4242.1700000000000.pt.trace.json", deviceTrace)
+	writeGzip(t, dir, "host_4242.1700000000000.pt.trace.json.gz", deviceTrace) // tensorboard_trace_handler(use_gzip=True)
 	res := results.Result{PerRank: []results.RankResult{{Rank: 0}, {Rank: 1}},
 		Steps: []results.Step{{StepTimeS: us(100)}, {StepTimeS: us(125)}, {StepTimeS: us(200)}}}
 	require.NoError(t, profileFigures(&res, dir, run, 2))
@@ -316,7 +328,15 @@ func TestTraceBounds(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), p)
 	assert.Contains(t, err.Error(), "record fewer steps")
+	// A small gzip file that inflates past the bound is refused too.
+	maxTraceBytes = 4096
+	p = writeGzip(t, dir, "bomb.json.gz", "["+strings.Repeat(" ", 1<<20)+"]")
+	_, err = readTrace(p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), p)
+	assert.Contains(t, err.Error(), "inflates to more than")
 	maxTraceBytes, maxTraceEvents = oldBytes, 5
+	p = filepath.Join(dir, "big.json")
 	_, err = readTrace(p)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "more than 5 events")
@@ -416,4 +436,53 @@ func TestRunStepBreakdownDDPGloo(t *testing.T) {
 			assert.Empty(t, left, "the raw traces are removed once merged")
 		})
 	}
+}
+
+// FuzzTrace: any trace file is read or refused with its name, never panics;
+// every step of what is read has a breakdown that passes results' checks
+// (the parts sum to the step, exposed within collective), and its timeline
+// parses as Chrome Trace JSON.
+func FuzzTrace(f *testing.F) {
+	for _, s := range []string{hostTrace, deviceTrace, `[]`, `{"traceEvents": []}`,
+		`[{"name": "ProfilerStep#1", "ph": "X", "ts": 0, "dur": 0, "pid": 1, "tid": 1}]`,
+		`[{"name": "ProfilerStep#1", "ph": "X", "ts": 1e16, "dur": 1e16, "pid": 1, "tid": 1}, {"name": "gloo:all_reduce", "ph": "X", "ts": 1e16, "dur": 3, "pid": 1, "tid": 2}]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "rank-0.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := readTrace(path)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error without the file: %v", err)
+			}
+			return
+		}
+		for i, b := range tr.breakdowns() {
+			if field, msg := b.Check(); field != "" {
+				t.Fatalf("step %d: %s: %s (%+v)", i, field, msg, b)
+			}
+		}
+		if len(tr.steps) == 0 {
+			return
+		}
+		tr.rank = 0
+		out := filepath.Join(dir, TimelineFile)
+		if err := writeTimeline(out, []*rankTrace{tr}); err != nil {
+			t.Fatal(err)
+		}
+		tl, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			TraceEvents []json.RawMessage `json:"traceEvents"`
+		}
+		if err := json.Unmarshal(tl, &doc); err != nil {
+			t.Fatalf("timeline: %v", err)
+		}
+	})
 }
