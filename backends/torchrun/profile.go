@@ -106,6 +106,7 @@ type rankTrace struct {
 	rank   int
 	events []traceEvent
 	steps  []traceEvent // the ProfilerStep#N spans on the host, by start
+	baseUS float64      // Kineto's baseTimeNanoseconds in µs: ts counts from it
 }
 
 // readTrace reads a Chrome trace file (an array of events, torch's legacy
@@ -163,6 +164,13 @@ func readTrace(path string) (*rankTrace, error) {
 				if err := tr.readEvents(dec, bad); err != nil {
 					return nil, err
 				}
+			case "baseTimeNanoseconds":
+				// Kineto's origin of ts, when it writes one: wall-clock ns.
+				var ns float64
+				if err := dec.Decode(&ns); err != nil || math.IsNaN(ns) || ns < 0 || ns > maxTraceTS*1e3 {
+					return nil, bad("baseTimeNanoseconds must be a time in ns from 0 to %g", maxTraceTS*1e3)
+				}
+				tr.baseUS = ns / 1e3
 			case "distributedInfo":
 				var di struct {
 					Rank *int `json:"rank"`
@@ -599,17 +607,33 @@ type timelineEvent struct {
 // writeTimeline merges the ranks' recorded steps into one Chrome trace at path:
 // rank r is process r ("rank r"), each of its host threads and GPU streams a
 // thread of it (the main thread first, then the host's other threads, then the
-// streams, "stream <s>" on "GPU <d>"). Each rank's time starts at its first
-// recorded step: torch 1.13's traces count from each profiler's own start, so
-// the ranks' clocks are not comparable. The file is at most 50 MB: past that,
-// the shortest events are left out (and counted in the metadata) first.
+// streams, "stream <s>" on "GPU <d>"). Time 0 is the first recorded step's
+// start: the earliest rank's when every trace counts wall-clock time (Kineto's
+// µs since the epoch, or from its baseTimeNanoseconds), so a rank that starts
+// late shows so; each rank's own otherwise (torch 1.13's legacy traces count
+// from each profiler's start, so their clocks are not comparable). The file
+// is at most 50 MB: past that, the shortest events are left out (and counted
+// in the metadata) first.
 func writeTimeline(path string, traces []*rankTrace) error {
 	var meta, evs []timelineEvent
 	var durs []float64
+	// wallClock: every trace's first recorded step is past 2001 in µs since
+	// the epoch.
+	const epoch2001US = 1e15
+	wallClock, origin := true, math.Inf(1)
+	for _, tr := range traces {
+		a := tr.baseUS + tr.recorded()[0].start
+		wallClock = wallClock && a >= epoch2001US
+		origin = math.Min(origin, a)
+	}
 	for _, tr := range traces {
 		steps := tr.recorded()
 		first, last := steps[0], steps[len(steps)-1]
 		w := span{first.start, last.end}
+		shift := 0.0 // the rank's first step's start on the timeline
+		if wallClock {
+			shift = tr.baseUS + first.start - origin
+		}
 		type key struct{ pid, tid traceID }
 		tids := map[key]int{}
 		var order []key
@@ -657,7 +681,7 @@ func writeTimeline(path string, traces []*rankTrace) error {
 				continue
 			}
 			d := hi - lo
-			te := timelineEvent{Name: e.name, Ph: "X", Cat: e.cat, Ts: lo - w.lo, Dur: &d, Pid: tr.rank, Tid: tids[key{e.pid, e.tid}]}
+			te := timelineEvent{Name: e.name, Ph: "X", Cat: e.cat, Ts: lo - w.lo + shift, Dur: &d, Pid: tr.rank, Tid: tids[key{e.pid, e.tid}]}
 			if len(e.args) <= maxTimelineArgs && json.Valid(e.args) && !bytes.Equal(bytes.TrimSpace(e.args), []byte("{}")) {
 				te.Args = e.args
 			}

@@ -271,6 +271,33 @@ func readTimeline(t *testing.T, path string) timeline {
 	return tl
 }
 
+// TestTimelineWallClock: Kineto traces on the wall clock (µs since the epoch,
+// or from baseTimeNanoseconds) share one origin in the timeline, so rank 1's
+// step, which started 300 µs after rank 0's, starts at 300 there; legacy
+// traces (counted from each profiler's start) each start at 0.
+func TestTimelineWallClock(t *testing.T) {
+	dir := t.TempDir()
+	step := func(ts string) string {
+		return `{"name": "ProfilerStep#2", "ph": "X", "cat": "user_annotation", "ts": ` + ts + `, "dur": 1000, "pid": 7, "tid": 7}`
+	}
+	r0, err := readTrace(writeTrace(t, dir, "rank-0.json", `{"traceEvents": [`+step("1700000000000000")+`]}`))
+	require.NoError(t, err)
+	r1, err := readTrace(writeTrace(t, dir, "rank-1.json", `{"baseTimeNanoseconds": 1700000000000000000, "traceEvents": [`+step("300")+`]}`))
+	require.NoError(t, err)
+	r0.rank, r1.rank = 0, 1
+	path := filepath.Join(dir, TimelineFile)
+	require.NoError(t, writeTimeline(path, []*rankTrace{r0, r1}))
+	tl := readTimeline(t, path)
+	assert.Equal(t, map[int]float64{0: 1000, 1: 1300}, tl.end)
+
+	legacy, err := readTrace(writeTrace(t, dir, "rank-1.legacy.json", `[`+step("300")+`]`))
+	require.NoError(t, err)
+	legacy.rank = 1
+	require.NoError(t, writeTimeline(path, []*rankTrace{r0, legacy}))
+	tl = readTimeline(t, path)
+	assert.Equal(t, map[int]float64{0: 1000, 1: 1000}, tl.end, "clocks that are not comparable: each rank from its first step")
+}
+
 // TestTimelineIsBounded lowers the timeline's bound: the shortest events are
 // left out first, counted, and the file stays within the bound.
 func TestTimelineIsBounded(t *testing.T) {
