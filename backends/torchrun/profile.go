@@ -728,6 +728,10 @@ func writeTimeline(path string, traces []*rankTrace) error {
 		return fmt.Errorf("timeline: %w", err)
 	}
 	defer os.Remove(f.Name())
+	if err := f.Chmod(0o644); err != nil { // CreateTemp's 0600: the run's other files are readable
+		f.Close()
+		return fmt.Errorf("timeline %s: %w", path, err)
+	}
 	if err := encodeTimeline(f, append(meta, evs...), dropped); err != nil {
 		f.Close()
 		return fmt.Errorf("timeline %s: %w", path, err)

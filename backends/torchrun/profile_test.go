@@ -202,6 +202,9 @@ func TestProfileFiguresAndTimeline(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left, "the raw traces are removed once merged")
 
+	st, err := os.Stat(filepath.Join(run, res.TimelinePath))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), st.Mode().Perm(), "readable as the run's other files")
 	tl := readTimeline(t, filepath.Join(run, res.TimelinePath))
 	assert.Equal(t, map[int]string{0: "rank 0", 1: "rank 1"}, tl.processes)
 	// Rank 0: the three steps [100, 650) shifted to 0; the op at 700 is out,
