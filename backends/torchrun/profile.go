@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -192,7 +193,29 @@ func readTrace(path string) (*rankTrace, error) {
 		return nil, bad("a Chrome trace is a list of events or an object with traceEvents, not %v", tok)
 	}
 	sort.SliceStable(tr.steps, func(a, b int) bool { return tr.steps[a].start < tr.steps[b].start })
+	tr.prune()
 	return tr, nil
+}
+
+// prune keeps only the events that overlap the recorded steps, which is all
+// the analysis and the timeline read: a run's ranks' traces are held together
+// until the timeline is written.
+func (tr *rankTrace) prune() {
+	steps := tr.recorded()
+	if len(steps) == 0 {
+		return
+	}
+	lo, hi := steps[0].start, steps[len(steps)-1].end
+	kept := tr.events[:0]
+	for _, e := range tr.events {
+		if e.end >= lo && e.start <= hi {
+			if len(e.args) > maxTimelineArgs && e.name != "record_param_comms" {
+				e.args = nil // neither the analysis nor the timeline keeps them
+			}
+			kept = append(kept, e)
+		}
+	}
+	tr.events = slices.Clone(kept) // a new array: the old one's other events are freed
 }
 
 // readEvents reads the events of a list whose '[' was read, up to its ']'.
