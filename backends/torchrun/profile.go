@@ -38,7 +38,7 @@ const TimelineFile = "timeline.json"
 // events; past these it is not a trace of a few steps.
 // They are variables so tests can lower them.
 var (
-	maxTraceBytes    int64 = 512 << 20
+	maxTraceBytes    int64 = 256 << 20
 	maxTraceEvents         = 2_000_000
 	maxTimelineBytes       = 50_000_000 // timeline.json (issue 27: ≤ 50 MB)
 )
@@ -712,19 +712,23 @@ func writeTimeline(path string, traces []*rankTrace) error {
 			durs = append(durs, d)
 		}
 	}
-	// Each event's encoded size, to keep the file within its bound.
+	// The file's exact size, to keep it within its bound: the head, each event
+	// with the "\n" before it and the "," after all but the last, the tail.
 	sizes := make([]int, len(evs))
-	total := 64
+	fixed := len(timelineTail) - 1
 	for _, m := range meta {
-		total += len(mustJSON(m)) + 1
+		fixed += len(mustJSON(m)) + 2
 	}
-	budget := total
+	total := fixed + len(timelineHead(0))
 	for i, e := range evs {
-		sizes[i] = len(mustJSON(e)) + 1
+		sizes[i] = len(mustJSON(e)) + 2
 		total += sizes[i]
 	}
 	dropped := 0
-	if total > maxTimelineBytes-200 {
+	if total > maxTimelineBytes {
+		// The longest events first, while they fit (the head's count of
+		// dropped events at its widest).
+		budget := fixed + len(timelineHead(len(evs)))
 		idx := make([]int, len(evs))
 		for i := range idx {
 			idx[i] = i
@@ -732,7 +736,7 @@ func writeTimeline(path string, traces []*rankTrace) error {
 		sort.SliceStable(idx, func(a, b int) bool { return durs[idx[a]] > durs[idx[b]] })
 		keep := make([]bool, len(evs))
 		for _, i := range idx {
-			if budget+sizes[i] > maxTimelineBytes-200 {
+			if budget+sizes[i] > maxTimelineBytes {
 				break
 			}
 			keep[i], budget = true, budget+sizes[i]
@@ -765,10 +769,17 @@ func writeTimeline(path string, traces []*rankTrace) error {
 	return os.Rename(f.Name(), path)
 }
 
+// timelineHead and timelineTail enclose timeline.json's events.
+func timelineHead(dropped int) string {
+	return `{"displayTimeUnit":"ms","otherData":{"source":"torch.profiler","dropped_events":` + strconv.Itoa(dropped) + `},"traceEvents":[`
+}
+
+const timelineTail = "\n]}\n"
+
 // encodeTimeline writes the trace object, one event a line.
 func encodeTimeline(w io.Writer, evs []timelineEvent, dropped int) error {
 	var b bytes.Buffer
-	b.WriteString(`{"displayTimeUnit":"ms","otherData":{"source":"torch.profiler","dropped_events":` + strconv.Itoa(dropped) + `},"traceEvents":[`)
+	b.WriteString(timelineHead(dropped))
 	for i, e := range evs {
 		if i > 0 {
 			b.WriteByte(',')
@@ -782,7 +793,7 @@ func encodeTimeline(w io.Writer, evs []timelineEvent, dropped int) error {
 			b.Reset()
 		}
 	}
-	b.WriteString("\n]}\n")
+	b.WriteString(timelineTail)
 	_, err := w.Write(b.Bytes())
 	return err
 }

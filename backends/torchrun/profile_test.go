@@ -315,7 +315,10 @@ func TestTimelineIsBounded(t *testing.T) {
 	st, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Zero(t, readTimeline(t, path).dropped, "unbounded, nothing is left out")
-	maxTimelineBytes = int(st.Size()) - 100
+	maxTimelineBytes = int(st.Size())
+	require.NoError(t, writeTimeline(path, []*rankTrace{tr}))
+	assert.Zero(t, readTimeline(t, path).dropped, "a bound of the file's exact size leaves nothing out")
+	maxTimelineBytes = int(st.Size()) - 1
 	require.NoError(t, writeTimeline(path, []*rankTrace{tr}))
 	st, err = os.Stat(path)
 	require.NoError(t, err)
