@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -549,7 +550,10 @@ func (b *Backend) Prepare(ctx context.Context, rc sweeps.RunConfig, runDir strin
 		OutputDir: filepath.Join(runDir, "output"), ModelJSON: filepath.Join(runDir, "model.json")}}
 	p := j.Paths
 	// A repeat starts clean: a previous repeat's files must not pass for this one's.
-	for _, d := range []string{p.MetricsDir, p.OutputDir} {
+	if err := os.Remove(filepath.Join(runDir, TimelineFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("torchrun: clearing %s: %w", TimelineFile, err)
+	}
+	for _, d := range []string{p.MetricsDir, p.OutputDir, j.profileDir()} {
 		if err := os.RemoveAll(d); err != nil {
 			return nil, fmt.Errorf("torchrun: clearing %s: %w", d, err)
 		}
@@ -652,6 +656,10 @@ func (j *Job) baseEnviron(environ []string) []string {
 	return out
 }
 
+// profileDir is where the ranks write their torch.profiler traces
+// ($FSDPBENCH_PROFILE_DIR), in the run directory.
+func (j *Job) profileDir() string { return filepath.Join(j.Paths.RunDir, ProfileDir) }
+
 // logDir is where torchrun keeps its per-rank logs, in the run directory.
 func (j *Job) logDir() string { return filepath.Join(j.Paths.RunDir, "torchelastic") }
 
@@ -660,6 +668,9 @@ func (j *Job) logDir() string { return filepath.Join(j.Paths.RunDir, "torchelast
 func (j *Job) Env(devices []int) []string {
 	env := []string{contract.EnvMetricsDir + "=" + j.Paths.MetricsDir, contract.EnvRunDir + "=" + j.Paths.RunDir,
 		contract.EnvOutputDir + "=" + j.Paths.OutputDir, contract.EnvRunID + "=" + j.rc.ID}
+	if !j.o.NoProfile {
+		env = append(env, EnvProfileDir+"="+j.profileDir())
+	}
 	if j.rc.Hardware == "cpu" {
 		env = append(env, "FSDPBENCH_DEVICE=cpu")
 	}
@@ -714,6 +725,16 @@ func (j *Job) Finish(res *results.Result, rep *Report, exitErr error, warn func(
 		if err := c.collect(res); err != nil {
 			res.Status, res.Error = results.StatusFailed, err.Error()
 			return
+		}
+		// The step breakdown is the traces' when the ranks wrote some; a trace
+		// that cannot be read leaves the figures absent and says why, but the
+		// run's throughput stands.
+		if err := profileFigures(res, j.profileDir(), j.Paths.RunDir, j.rc.WorldSize); err != nil {
+			warn("fsdpbench: no step breakdown: " + err.Error())
+			if res.Extra == nil {
+				res.Extra = map[string]any{}
+			}
+			res.Extra["step_breakdown_error"] = err.Error()
 		}
 		if res.Status == results.StatusOK && rep.diverged != "" {
 			res.Status, res.Error = results.StatusDiverged, "diverged: "+rep.diverged

@@ -414,6 +414,22 @@ func TestLogExtractors(t *testing.T) {
 		}
 		assert.InDelta(t, wall, res.MeasuredWallS, 1e-9)
 		assert.InDelta(t, 0.0123, res.Extra["script_mfu"], 1e-12, "nanoGPT's own mfu is kept beside ours")
+		assert.Nil(t, res.StepBreakdown, "a script that writes no profiler trace has no breakdown: absent, not zero")
+		assert.Empty(t, res.TimelinePath)
+	})
+
+	t.Run("a user's script's profiler trace", func(t *testing.T) {
+		res, _ := run(t, map[string]any{"script": "testdata/progress_lines.py",
+			"args": "--batch_size {batch_per_device} --block_size {seq_len} --max_iters {steps} --profile",
+			"logs": map[string]any{"builtin": "iter", "skip_steps": 1}})
+		require.Equal(t, results.StatusOK, res.Status, res.Error)
+		// The figures come from the log lines, which have no ranks: the run's
+		// breakdown is the slowest rank's trace's.
+		require.NotNil(t, res.StepBreakdown, "extra: %v", res.Extra)
+		f, msg := res.StepBreakdown.Check()
+		assert.Empty(t, f, msg)
+		assert.Positive(t, res.StepBreakdown.CollectiveS)
+		assert.Equal(t, TimelineFile, res.TimelinePath)
 	})
 
 	t.Run("hf trainer dicts", func(t *testing.T) {

@@ -15,4 +15,10 @@
 // that starts the ranks itself (deepspeed, composer, tune run, srun). All four
 // share the argument templates, the metrics contract, the log extractors and
 // the process hygiene (contract.RunGroup: a process group and a reaper per run).
+//
+// Where a step's time goes (profile.go): the ranks write torch.profiler Chrome
+// traces into $FSDPBENCH_PROFILE_DIR (the project's script records up to 3
+// steps after the measured ones); the harness reads each rank's recorded steps
+// into compute, collective (by kind), exposed communication and other, per
+// rank the median step's, and merges the steps into the run's timeline.json.
 package torchrun

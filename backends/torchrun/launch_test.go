@@ -87,6 +87,10 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, 1234, o.RdzvPort)
 	assert.Equal(t, "FULL_STATE_DICT", o.StateDictType)
 	assert.Equal(t, DefaultPython, o.Python)
+	assert.False(t, o.NoProfile, "the step breakdown is on unless turned off")
+	o, err = ParseOptions(map[string]any{"profile": false})
+	require.NoError(t, err)
+	assert.True(t, o.NoProfile)
 
 	for opts, want := range map[string]map[string]any{
 		"backend_options.launcher: unknown launcher \"deepspeed\"":                                     {"launcher": "deepspeed"},
@@ -98,6 +102,7 @@ func TestParseOptions(t *testing.T) {
 		"backend_options.bogus: torchrun has no such option (did you mean \"logs\"?); known: launcher": {"bogus": true},
 		"backend_options.scrpt: torchrun has no such option (did you mean \"script\"?)":                {"scrpt": "x.py"},
 		"backend_options.rdzv_port: must be a whole number in [1, 65535]":                              {"rdzv_port": 1.5},
+		"backend_options.profile:":                                                                     {"profile": "sometimes"},
 		"backend_options.rdzv_port: must be a whole number in [1, 65535], got 0":                       {"rdzv_port": 0},
 		"backend_options.logs: skip_steps: must be a whole number in [0, 1048576]":                     {"logs": map[string]any{"builtin": "iter", "skip_steps": 1e12}},
 	} {

@@ -92,6 +92,10 @@ type Options struct {
 	TrainsModelAxis bool
 	// Logs, when set, reads the run's figures from its output lines (extract.go).
 	Logs *LogOptions
+	// NoProfile leaves $FSDPBENCH_PROFILE_DIR unset (backend_options.profile:
+	// false): the project's script then records no profiled steps, and no run
+	// has a step breakdown or a timeline.
+	NoProfile bool
 }
 
 // Bounds of the numeric options: past them is a typo, not an experiment.
@@ -103,7 +107,7 @@ const (
 // knownOptions lists the backend_options keys, for errors.
 var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
 	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis", "logs",
-	"command", "working_dir"}
+	"command", "working_dir", "profile"}
 
 // ParseOptions reads backend_options. Unknown keys and ill-typed or out-of-bounds
 // values are *backends.SpecError values that name the key.
@@ -215,6 +219,10 @@ func (o *Options) set(k string, v any) error {
 			return err
 		}
 		o.Logs = l
+	case "profile":
+		b, err := backends.Bool(v)
+		o.NoProfile = !b
+		return err
 	case "trains_model_axis":
 		b, err := backends.Bool(v)
 		o.TrainsModelAxis = b

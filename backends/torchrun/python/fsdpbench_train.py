@@ -871,6 +871,40 @@ class Checkpointer:
         return out
 
 
+PROFILE_STEPS = 3  # steps torch.profiler records (the harness reads at most this many)
+
+
+def profile(model, opt, train_step, first, steps, rank):
+    """Records up to PROFILE_STEPS steps with torch.profiler after the measured
+    ones, when the harness asks for them ($FSDPBENCH_PROFILE_DIR set): their
+    Chrome trace, rank-<r>.pt.trace.json, is where the harness reads compute,
+    communication and exposed communication from. The profiled steps come after
+    the measured steps and are not among them: the profiler slows a step down
+    (its overhead is reported beside the figures), so the throughput comes from
+    unprofiled steps only. One unrecorded profiler warm-up step comes first, as
+    torch.profiler's schedule recommends (its first step carries the start-up
+    cost). The steps train on the batches after the measured ones."""
+    d = os.environ.get("FSDPBENCH_PROFILE_DIR")
+    if not d:
+        return
+    active = min(PROFILE_STEPS, steps)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"rank-{rank}.pt.trace.json")
+
+    def ready(p):
+        p.export_chrome_trace(path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available() and os.environ.get("FSDPBENCH_DEVICE", "") != "cpu":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=acts, schedule=torch.profiler.schedule(wait=0, warmup=1, active=active, repeat=1),
+                                on_trace_ready=ready) as p:
+        for step in range(first, first + 1 + active):
+            train_step(model, opt, step)
+            p.step()
+
+
 def run_distributed(a, s):
     """Trains under torchrun's environment (or alone when WORLD_SIZE is unset) and
     writes rank-<r>.json to $FSDPBENCH_METRICS_DIR."""
@@ -970,6 +1004,7 @@ def run_distributed(a, s):
                 ckpt.save(model, opt, rec["step"], step + 1)
                 measured_start += time.perf_counter() - wall_paused
     wall = time.perf_counter() - measured_start
+    profile(model, opt, train_step, a.warmup_steps + a.steps, a.steps, rank)
     out = {"rank": rank, "world_size": ws, "sharding": a.sharding, "device": device.type,
            "tokens": bpd * accum * a.seq_len * a.steps, "measured_wall_s": wall,
            "steps": steps, "torch": torch.__version__,
