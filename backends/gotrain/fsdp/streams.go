@@ -77,6 +77,9 @@ type streamSchedule struct {
 	// event after it.
 	gathered map[int]device.Event
 	drop     string
+	// rec, when the device times its streams, brackets each collective with
+	// timing events on the comm stream (timeline.go).
+	rec *recorder
 }
 
 // newStreamSchedule returns the stream schedule for t, or nil when t's device or
@@ -130,6 +133,22 @@ func (ss *streamSchedule) start(c comm.StreamCollectives, do func() (comm.Pendin
 	return nil
 }
 
+// timed wraps a collective's enqueueing in timing events on the comm stream,
+// recorded right around it (after start waited for the communicator's previous
+// collective on the host), so that the pair brackets the collective's own run.
+func (ss *streamSchedule) timed(op opKind, lane Lane, unit int, do func() (comm.Pending, error)) func() (comm.Pending, error) {
+	if ss.rec == nil {
+		return do
+	}
+	return func() (p comm.Pending, err error) {
+		_ = ss.rec.onStream(device.CommStream, op, lane, unit, func() error {
+			p, err = do()
+			return err
+		})
+		return p, err
+	}
+}
+
 // afterCompute makes the comm stream wait for the compute stream's work so far.
 func (ss *streamSchedule) afterCompute(what string) {
 	if ss.drop == what {
@@ -143,7 +162,9 @@ func (ss *streamSchedule) afterCompute(what string) {
 // startGather enqueues unit i's all-gather into full, which was just allocated.
 func (ss *streamSchedule) startGather(ctx context.Context, i int, full, shard device.Buffer) error {
 	ss.afterCompute("shard")
-	err := ss.start(ss.gather, func() (comm.Pending, error) { return ss.gather.StartAllGather(ctx, full, shard) })
+	err := ss.start(ss.gather, ss.timed(opAllGather, LaneGather, i, func() (comm.Pending, error) {
+		return ss.gather.StartAllGather(ctx, full, shard)
+	}))
 	if err != nil {
 		return err
 	}
@@ -181,9 +202,9 @@ func (ss *streamSchedule) reduce(ctx context.Context, t *Trainer, i int) error {
 	if u.accum != nil {
 		accum := u.accum
 		u.accum = nil
-		err := ss.start(ss.shard, func() (comm.Pending, error) {
+		err := ss.start(ss.shard, ss.timed(opReduceScatter, LaneReduce, i, func() (comm.Pending, error) {
 			return ss.shard.StartReduceScatter(ctx, u.gradShard, accum, comm.Average)
-		})
+		}))
 		if err != nil {
 			t.dev.Free(accum) // nothing was enqueued that reads it
 			return fmt.Errorf("reduce-scatter the gradient of unit %s: %w", name, err)
@@ -195,9 +216,9 @@ func (ss *streamSchedule) reduce(ctx context.Context, t *Trainer, i int) error {
 		}
 	}
 	if ss.replicate != nil {
-		err := ss.start(ss.replicate, func() (comm.Pending, error) {
+		err := ss.start(ss.replicate, ss.timed(opAllReduce, LaneReduce, i, func() (comm.Pending, error) {
 			return ss.replicate.StartAllReduce(ctx, u.gradShard, comm.Average)
-		})
+		}))
 		if err != nil {
 			return fmt.Errorf("all-reduce the gradient of unit %s: %w", name, err)
 		}
