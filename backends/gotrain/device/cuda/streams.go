@@ -6,7 +6,9 @@ package cuda
 import "C"
 
 import (
+	"cmp"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
@@ -205,4 +207,35 @@ func (d *Device) dropDeferred() {
 		}
 	}
 	d.deferred = nil
+}
+
+// RecordTimed is Record with a timing event (the step recorder's, fsdp's
+// timeline.go): Elapsed reads the time between two of them once both have
+// completed; Release gives it back like any event.
+func (d *Device) RecordTimed(s device.Stream) device.Event {
+	st := d.stream(s)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var e C.CUevent
+	d.issue("cuEventCreate", func() int { return int(C.fsdp_event_create_timed(d.ctx, &e)) })
+	d.issue("cuEventRecord", func() int { return int(C.fsdp_event_record(d.ctx, e, st)) })
+	return &event{d: d, e: e}
+}
+
+// Elapsed is the time from timing event a to b (cuEventElapsedTime, about half
+// a microsecond of resolution), both recorded with RecordTimed and completed
+// (after Sync). It fails for an event recorded after a device failure.
+func (d *Device) Elapsed(a, b device.Event) (time.Duration, error) {
+	ea, eb := d.event(a), d.event(b)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ea.e == nil || eb.e == nil {
+		return 0, cmp.Or(d.errLocked(), fmt.Errorf("%s: Elapsed: an event was released or recorded after a failure", d.name))
+	}
+	var ms C.float
+	d.issue("cuEventElapsedTime", func() int { return int(C.fsdp_event_elapsed(d.ctx, &ms, ea.e, eb.e)) })
+	if err := d.errLocked(); err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
 }
