@@ -116,6 +116,9 @@ type TimelineStep struct {
 type timedPair struct {
 	iv         interval
 	start, end device.Event
+	// host: iv holds host times, start the compute stream's event before it
+	// (end is nil).
+	host bool
 }
 
 // timedStreams is a device whose streams record timing events (the cuda
@@ -172,11 +175,26 @@ func (r *recorder) add(op opKind, lane Lane, unit int, wait bool, start, end tim
 	r.cur = append(r.cur, interval{start: start, end: end, op: op, lane: lane, wait: wait, unit: int16(unit)})
 }
 
-// host times f on the host and records it.
+// host times f on the host and records it. With timed streams, f is a
+// blocking collective that the host issues after work it enqueued on the
+// compute stream and that cannot begin before that work is done (its buffer
+// is staged through the device): the host is ahead of the GPU there, so an
+// event recorded on the compute stream just before f gives its true start
+// (resolve takes the later of the two), and the interval does not pretend to
+// overlap the computation it waited for.
 func (r *recorder) host(op opKind, lane Lane, unit int, f func() error) error {
+	var after device.Event
+	if r.ev != nil {
+		after = r.ev.RecordTimed(device.ComputeStream)
+	}
 	s := r.now()
 	err := f()
-	r.add(op, lane, unit, false, s, r.now())
+	iv := interval{start: s, end: r.now(), op: op, lane: lane, unit: int16(unit)}
+	if after != nil {
+		r.pairs = append(r.pairs, timedPair{iv: iv, start: after, host: true})
+		return err
+	}
+	r.cur = append(r.cur, iv)
 	return err
 }
 
@@ -201,7 +219,17 @@ func (r *recorder) resolve() error {
 	}
 	var first error
 	for _, p := range r.pairs {
-		if first == nil {
+		if first == nil && p.host {
+			a, err := r.ev.Elapsed(r.evStart, p.start)
+			if err != nil {
+				first = fmt.Errorf("read the step's timing events: %w", err)
+			} else {
+				iv := p.iv
+				iv.start = max(iv.start, a)
+				iv.end = max(iv.end, iv.start)
+				r.cur = append(r.cur, iv)
+			}
+		} else if first == nil {
 			a, err1 := r.ev.Elapsed(r.evStart, p.start)
 			b, err2 := r.ev.Elapsed(r.evStart, p.end)
 			if err1 != nil || err2 != nil {
@@ -212,8 +240,7 @@ func (r *recorder) resolve() error {
 				r.cur = append(r.cur, iv)
 			}
 		}
-		r.streams.Release(p.start)
-		r.streams.Release(p.end)
+		r.release(p)
 	}
 	r.streams.Release(r.evStart)
 	r.evStart = nil
@@ -222,14 +249,20 @@ func (r *recorder) resolve() error {
 	return first
 }
 
+func (r *recorder) release(p timedPair) {
+	r.streams.Release(p.start)
+	if p.end != nil {
+		r.streams.Release(p.end)
+	}
+}
+
 // drop gives back the events of a step that failed.
 func (r *recorder) drop() {
 	if r.ev == nil || r.evStart == nil {
 		return
 	}
 	for _, p := range r.pairs {
-		r.streams.Release(p.start)
-		r.streams.Release(p.end)
+		r.release(p)
 	}
 	r.streams.Release(r.evStart)
 	r.evStart = nil
