@@ -107,25 +107,32 @@ func trainBreakdown(t *testing.T, ws int, cfg Config, n int, opts comm.Options, 
 }
 
 // TestStepBreakdown trains full_shard on two ranks over shared memory and over
-// TCP, without prefetch and with forward and backward_pre prefetch: every
-// step's breakdown is consistent (compute + exposed + other = step) and has
-// all-gathers, reduce-scatters and all-reduces. Without prefetch every
-// all-gather is waited for as soon as it is issued and the reductions block,
-// so no collective overlaps computation: exposed communication is all of it.
-// With prefetch the next unit's all-gather runs on its goroutine during the
-// current unit's compute, so some collective time is hidden (exposed <
-// collectives on some step) and the timeline shows an all-gather overlapping
-// a computation. The timeline holds the kept steps only.
+// TCP, without prefetch, with forward and backward_pre prefetch, and with
+// backward_post alone: every step's breakdown is consistent (compute + exposed
+// + other = step) and has all-gathers, reduce-scatters and all-reduces.
+// Without prefetch every all-gather is waited for as soon as it is issued and
+// the reductions block, so no collective overlaps computation: exposed
+// communication is all of it. With forward and backward_pre prefetch the next
+// unit's all-gather runs on its goroutine during the current unit's compute,
+// so some collective time is hidden (exposed < collectives on some step) and
+// the timeline shows an all-gather overlapping a computation. backward_post
+// issues the previous unit's all-gather after the current unit's backward, so
+// on this device it runs beside the blocking reduce-scatter, never beside
+// computation: nothing is hidden, as without prefetch. The timeline holds the
+// kept steps only.
 func TestStepBreakdown(t *testing.T) {
 	const n = 4
 	for _, transport := range []string{comm.TransportShm, comm.TransportTCP} {
-		for _, prefetch := range []bool{false, true} {
-			name := transport + "/none"
+		for _, pf := range []string{"none", "pre", "post"} {
+			name := transport + "/" + pf
 			cfg := baseConfig(t)
 			cfg.Sharding, cfg.BatchPerDevice = sweeps.FullShard, 2
-			if prefetch {
-				name = transport + "/prefetch"
+			prefetch := pf == "pre"
+			switch pf {
+			case "pre":
 				cfg.ForwardPrefetch, cfg.BackwardPrefetch = true, sweeps.BackwardPre
+			case "post":
+				cfg.BackwardPrefetch = sweeps.BackwardPost
 			}
 			t.Run(name, func(t *testing.T) {
 				run := trainBreakdown(t, 2, cfg, n, comm.Options{Transport: transport}, 1<<20)
@@ -141,7 +148,7 @@ func TestStepBreakdown(t *testing.T) {
 						}
 						assert.Positive(t, b.ComputeS)
 						if !prefetch {
-							assert.InDelta(t, b.CollectiveS, b.ExposedCommS, 1e-9, "rank %d step %d: without prefetch nothing overlaps", r, i+1)
+							assert.InDelta(t, b.CollectiveS, b.ExposedCommS, 1e-9, "rank %d step %d: %s: no collective overlaps computation", r, i+1, pf)
 						}
 						hidden = hidden || b.ExposedCommS < b.CollectiveS-1e-9
 					}
@@ -154,7 +161,7 @@ func TestStepBreakdown(t *testing.T) {
 					assert.True(t, hidden, "with prefetch some collective time is hidden")
 					assert.True(t, overlap, "with prefetch an all-gather overlaps a computation")
 				} else {
-					assert.False(t, overlap, "without prefetch no all-gather overlaps a computation")
+					assert.False(t, overlap, "%s: no all-gather overlaps a computation", pf)
 				}
 			})
 		}
