@@ -117,36 +117,32 @@ func newStreamSchedule(t *Trainer) (*streamSchedule, error) {
 	return ss, nil
 }
 
-// start enqueues a collective on c after waiting for c's previous one.
-func (ss *streamSchedule) start(c comm.StreamCollectives, do func() (comm.Pending, error)) error {
+// start enqueues a collective on c after waiting for c's previous one. When
+// the device times its streams, timing events on the comm stream bracket the
+// collective's enqueueing, recorded after that host wait, so that the pair
+// brackets the collective's own run (timeline.go).
+func (ss *streamSchedule) start(c comm.StreamCollectives, op opKind, lane Lane, unit int, do func() (comm.Pending, error)) error {
 	if p := ss.last[c]; p != nil {
 		delete(ss.last, c)
 		if err := p.Wait(); err != nil {
 			return err
 		}
 	}
-	p, err := do()
+	var p comm.Pending
+	var err error
+	if ss.rec != nil {
+		err = ss.rec.onStream(device.CommStream, op, lane, unit, func() error {
+			p, err = do()
+			return err
+		})
+	} else {
+		p, err = do()
+	}
 	if err != nil {
 		return err
 	}
 	ss.last[c] = p
 	return nil
-}
-
-// timed wraps a collective's enqueueing in timing events on the comm stream,
-// recorded right around it (after start waited for the communicator's previous
-// collective on the host), so that the pair brackets the collective's own run.
-func (ss *streamSchedule) timed(op opKind, lane Lane, unit int, do func() (comm.Pending, error)) func() (comm.Pending, error) {
-	if ss.rec == nil {
-		return do
-	}
-	return func() (p comm.Pending, err error) {
-		_ = ss.rec.onStream(device.CommStream, op, lane, unit, func() error {
-			p, err = do()
-			return err
-		})
-		return p, err
-	}
 }
 
 // afterCompute makes the comm stream wait for the compute stream's work so far.
@@ -162,9 +158,9 @@ func (ss *streamSchedule) afterCompute(what string) {
 // startGather enqueues unit i's all-gather into full, which was just allocated.
 func (ss *streamSchedule) startGather(ctx context.Context, i int, full, shard device.Buffer) error {
 	ss.afterCompute("shard")
-	err := ss.start(ss.gather, ss.timed(opAllGather, LaneGather, i, func() (comm.Pending, error) {
+	err := ss.start(ss.gather, opAllGather, LaneGather, i, func() (comm.Pending, error) {
 		return ss.gather.StartAllGather(ctx, full, shard)
-	}))
+	})
 	if err != nil {
 		return err
 	}
@@ -202,9 +198,9 @@ func (ss *streamSchedule) reduce(ctx context.Context, t *Trainer, i int) error {
 	if u.accum != nil {
 		accum := u.accum
 		u.accum = nil
-		err := ss.start(ss.shard, ss.timed(opReduceScatter, LaneReduce, i, func() (comm.Pending, error) {
+		err := ss.start(ss.shard, opReduceScatter, LaneReduce, i, func() (comm.Pending, error) {
 			return ss.shard.StartReduceScatter(ctx, u.gradShard, accum, comm.Average)
-		}))
+		})
 		if err != nil {
 			t.dev.Free(accum) // nothing was enqueued that reads it
 			return fmt.Errorf("reduce-scatter the gradient of unit %s: %w", name, err)
@@ -216,9 +212,9 @@ func (ss *streamSchedule) reduce(ctx context.Context, t *Trainer, i int) error {
 		}
 	}
 	if ss.replicate != nil {
-		err := ss.start(ss.replicate, ss.timed(opAllReduce, LaneReduce, i, func() (comm.Pending, error) {
+		err := ss.start(ss.replicate, opAllReduce, LaneReduce, i, func() (comm.Pending, error) {
 			return ss.replicate.StartAllReduce(ctx, u.gradShard, comm.Average)
-		}))
+		})
 		if err != nil {
 			return fmt.Errorf("all-reduce the gradient of unit %s: %w", name, err)
 		}
