@@ -6,7 +6,6 @@ package cuda
 import "C"
 
 import (
-	"cmp"
 	"fmt"
 	"time"
 	"unsafe"
@@ -224,18 +223,22 @@ func (d *Device) RecordTimed(s device.Stream) device.Event {
 
 // Elapsed is the time from timing event a to b (cuEventElapsedTime, about half
 // a microsecond of resolution), both recorded with RecordTimed and completed
-// (after Sync). It fails for an event recorded after a device failure.
+// (after Sync). It fails for an event recorded after a device failure, a
+// released one, or one without timing; only the first is the device's failure:
+// reading a time the driver refuses leaves the device usable.
 func (d *Device) Elapsed(a, b device.Event) (time.Duration, error) {
 	ea, eb := d.event(a), d.event(b)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if ea.e == nil || eb.e == nil {
-		return 0, cmp.Or(d.errLocked(), fmt.Errorf("%s: Elapsed: an event was released or recorded after a failure", d.name))
-	}
-	var ms C.float
-	d.issue("cuEventElapsedTime", func() int { return int(C.fsdp_event_elapsed(d.ctx, &ms, ea.e, eb.e)) })
 	if err := d.errLocked(); err != nil {
 		return 0, err
+	}
+	if ea.e == nil || eb.e == nil || d.ctx == nil {
+		return 0, fmt.Errorf("%s: Elapsed: an event was released, or the device closed", d.name)
+	}
+	var ms C.float
+	if r := int(C.fsdp_event_elapsed(d.ctx, &ms, ea.e, eb.e)); r != 0 {
+		return 0, fmt.Errorf("%s: %w (an event recorded without timing, or not yet completed)", d.name, cuErr("cuEventElapsedTime", r))
 	}
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
 }
