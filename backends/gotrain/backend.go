@@ -765,7 +765,11 @@ func (b *Backend) collect(res *results.Result, rc sweeps.RunConfig, runDir strin
 			MeasuredWallS: f.MeasuredWallS, Tokens: f.Tokens / int64(rc.WorldSize),
 			PeakMemAllocatedBytes: results.I64(f.PeakMemAllocatedBytes),
 			PeakRSSBytes:          results.I64(f.PeakRSSBytes), LossLast: &loss,
-			PeakMemReservedBytes: nonZero(f.PeakMemReservedBytes), PeakDeviceMemBytes: nonZero(f.PeakDeviceMemBytes)})
+			PeakMemReservedBytes: nonZero(f.PeakMemReservedBytes), PeakDeviceMemBytes: nonZero(f.PeakDeviceMemBytes),
+			StepBreakdown: f.StepBreakdown})
+	}
+	if err := collectTimeline(res, runDir, rc.WorldSize); err != nil {
+		return err
 	}
 	res.Status = results.StatusOK
 	res.ModelFlopsPerToken = shape.FlopsPerToken(rc.SeqLen)

@@ -67,6 +67,10 @@ const maxLaunchesPerStep = 1e9
 // gatherPaths are the values of RankFile.Gathers.
 var gatherPaths = []string{fsdp.GathersNone, fsdp.GathersZeroCopy, fsdp.GathersShared, fsdp.GathersCopy}
 
+// breakdownSources are the values of a rank's StepBreakdown.Source: the host's
+// clock (the cpu device) or the cuda device's timing events.
+var breakdownSources = []string{"gotrain", "cuda-events"}
+
 // readRankFile reads and checks one worker's report: its JSON with positions, and
 // every figure within bounds.
 func readRankFile(path string, r int, rc sweeps.RunConfig) (RankFile, error) {
@@ -119,6 +123,14 @@ func readRankFile(path string, r int, rc sweeps.RunConfig) (RankFile, error) {
 	}
 	if err := checkCheckpointReport(f.Checkpoint, rc); err != nil {
 		return f, bad(err)
+	}
+	if b := f.StepBreakdown; b != nil {
+		if field, msg := b.Check(); field != "" {
+			return f, bad(fmt.Errorf("step_breakdown.%s: %s", field, msg))
+		}
+		if !slices.Contains(breakdownSources, b.Source) {
+			return f, bad(fmt.Errorf("step_breakdown.source is %q, not one of %v", input.Clip(b.Source, 64), breakdownSources))
+		}
 	}
 	for k, v := range f.PeakBytes {
 		if err := check("peak_bytes."+k, float64(v), backends.MaxBytes, false); err != nil {

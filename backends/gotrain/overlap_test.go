@@ -229,13 +229,42 @@ func TestStreamSchedule(t *testing.T) {
 		} {
 			path := filepath.Join(t.TempDir(), "timeline")
 			t.Setenv("FAKECUDA_TIMELINE", path)
-			run(t, c, "auto", map[string]any{"comm": "nccl"})
+			rc := tinyRun(c.ws, c.nodes, c.sharding)
+			rc.Hardware, rc.BackwardPrefetch, rc.ForwardPrefetch = "auto", c.backward, c.forward
+			rc.BackendOptions = map[string]any{"comm": "nccl"}
+			rc.AssignID()
+			dir := t.TempDir()
+			res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: dir}, nil)
+			require.NoError(t, err)
+			require.Equal(t, results.StatusOK, res.Status, res.Error)
 			comm, both := overlapOf(t, path)
 			require.Positive(t, comm, "collectives ran on the comm stream")
 			t.Logf("%s: collectives %.1f ms on the comm streams, %.1f ms of it (%.0f%%) while compute ran", c, comm, both, 100*both/comm)
 			if c.forward {
 				assert.Positive(t, both, "with prefetch, collectives overlap compute")
 			}
+			// The step breakdown from the streams' timing events (issue 27):
+			// every rank's is consistent and has the collectives the comm
+			// stream ran; with prefetch some of their time is hidden.
+			hidden := false
+			for _, pr := range res.PerRank {
+				b := pr.StepBreakdown
+				require.NotNil(t, b, "rank %d", pr.Rank)
+				f, msg := b.Check()
+				require.Empty(t, f, "rank %d: %s", pr.Rank, msg)
+				assert.Equal(t, "cuda-events", b.Source, "timed on the streams")
+				require.NotNil(t, b.AllGatherS)
+				require.NotNil(t, b.ReduceScatterS)
+				assert.Positive(t, b.ComputeS)
+				hidden = hidden || b.ExposedCommS < b.CollectiveS*0.99
+				t.Logf("%s rank %d: step %.1f ms = compute %.1f + exposed %.1f + other %.1f; collectives %.1f, overlap %.0f%%",
+					c, pr.Rank, 1e3*b.StepS, 1e3*b.ComputeS, 1e3*b.ExposedCommS, 1e3*b.OtherS, 1e3*b.CollectiveS, 100**b.Overlap())
+			}
+			if c.forward {
+				assert.True(t, hidden, "with prefetch, the breakdown shows collective time hidden by compute")
+			}
+			tr := readTrace(t, filepath.Join(dir, res.TimelinePath))
+			assert.Equal(t, "cuda-events", tr.OtherData["source"])
 		}
 		return
 	}

@@ -131,6 +131,9 @@ type RankFile struct {
 	KernelLaunchesPerStep int64 `json:"kernel_launches_per_step,omitempty"`
 	// Checkpoint is the checkpoint phase, when the run checkpoints.
 	Checkpoint *CheckpointReport `json:"checkpoint,omitempty"`
+	// StepBreakdown is where this rank's median measured step went
+	// (results.MedianBreakdown over the steps' fsdp.StepReport.Breakdown).
+	StepBreakdown *results.StepBreakdown `json:"step_breakdown,omitempty"`
 }
 
 // Worker runs one rank of a gotrain run: it reads the RunConfig named by
@@ -246,6 +249,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 	// measured steps' are reported per step.
 	launches, counts := dev.(interface{ Launches() int64 })
 	var launchesBefore int64
+	breakdowns := make([]results.StepBreakdown, 0, rc.Steps)
 	for i := 1; i <= rc.WarmupSteps+rc.Steps; i++ {
 		// A step runs no collective at world size 1, and the cpu device's ops do
 		// not watch ctx: without this check a stopped worker trained on until
@@ -259,6 +263,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 			if counts {
 				launchesBefore = launches.Launches()
 			}
+			tr.KeepTimeline(timelineEventsPerRank(rc.WorldSize))
 		}
 		if opts.StepDelay > 0 {
 			// A test knob: it makes a run last, outside the measured step.
@@ -299,6 +304,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 		if warmup {
 			continue
 		}
+		breakdowns = append(breakdowns, rep.Breakdown)
 		out.StepTimesS = append(out.StepTimesS, rep.Time.Seconds())
 		out.Losses = append(out.Losses, rep.Loss)
 		out.MeasuredWallS += rep.Time.Seconds()
@@ -311,6 +317,13 @@ func work(ctx context.Context, env WorkerEnv) error {
 		}
 	}
 	rr := tr.Report()
+	out.StepBreakdown = results.MedianBreakdown(breakdowns)
+	tlSteps, tlEvents, tlDropped := tr.Timeline()
+	source := ""
+	if out.StepBreakdown != nil {
+		source = out.StepBreakdown.Source
+	}
+	timeline := newRankTimeline(info.Rank, out.Host, source, tlSteps, tlEvents, tlDropped)
 	out.PeakMemAllocatedBytes = rr.Memory.PeakTotal
 	out.Gathers = rr.Gathers
 	out.PeakBytes = map[string]int64{}
@@ -353,6 +366,10 @@ func work(ctx context.Context, env WorkerEnv) error {
 	}
 	dir := filepath.Join(filepath.Dir(path), "ranks")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("gotrain worker: %w", err)
+	}
+	// The timeline first: the backend reads it once the report is there.
+	if err := writeRankTimeline(filepath.Dir(path), timeline); err != nil {
 		return fmt.Errorf("gotrain worker: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "rank-"+strconv.Itoa(info.Rank)+".json"), b, 0o644); err != nil {

@@ -66,6 +66,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/model"
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
+	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -125,6 +126,9 @@ type StepReport struct {
 	Time time.Duration
 	// Tokens is the global batch's tokens (every rank's, all micro-steps).
 	Tokens int
+	// Breakdown is where this rank's step went: computation, collectives and
+	// exposed communication by interval unions (timeline.go).
+	Breakdown results.StepBreakdown
 }
 
 // RankReport is what one rank used.
@@ -200,8 +204,9 @@ type unit struct {
 	// arena for the trainer's life under zero-copy gathers (see residentUnits):
 	// shard is this rank's piece of it, and full a view of all of it.
 	resident []float32
-	// pending delivers the result of an all-gather in flight into full.
-	pending chan error
+	// pending delivers the result of an all-gather in flight into full, and
+	// when it ran on its goroutine.
+	pending chan gatherDone
 	// accum is the full gradient of a sharded strategy, from the unit's first
 	// backward of a step to its reduction on the last micro-step.
 	accum device.Buffer
@@ -258,8 +263,10 @@ type Trainer struct {
 	// resident holds the units' resident buffers under zero-copy gathers, in
 	// allocation order, for Close to give back.
 	resident [][]float32
-	step     int
-	broken   error
+	// rec records where each step's time goes (timeline.go).
+	rec    recorder
+	step   int
+	broken error
 }
 
 // New builds rank world.Rank()'s trainer: it splits the communicators the strategy
@@ -304,7 +311,32 @@ func New(ctx context.Context, dev device.Device, world comm.Communicator, cfg Co
 		t.Close()
 		return nil, err
 	}
+	t.newRecorder()
 	return t, nil
+}
+
+// newRecorder sizes the step recorder's slices for a step's intervals (a few
+// per unit and micro-step), so that recording does not allocate once running,
+// and times the device's streams when it has timing events.
+func (t *Trainer) newRecorder() {
+	n := t.cfg.GradAccum*len(t.units)*6 + 16
+	t.rec.cur = make([]interval, 0, n)
+	t.rec.spans, t.rec.kset, t.rec.cset = make([]span, 0, n), make([]span, 0, n), make([]span, 0, n)
+	if t.streams != nil {
+		if ts, ok := t.streams.s.(timedStreams); ok {
+			t.rec.ev, t.rec.streams = ts, t.streams.s
+			t.rec.pairs = make([]timedPair, 0, n)
+			t.streams.rec = &t.rec
+		}
+	}
+}
+
+// breakdownSource is StepReport.Breakdown's Source.
+func (t *Trainer) breakdownSource() string {
+	if t.rec.ev != nil {
+		return "cuda-events"
+	}
+	return "gotrain"
 }
 
 // allocatorOver is a device that allocates over memory it is given (the cpu
@@ -423,10 +455,8 @@ func (t *Trainer) startInPlaceGather(ctx context.Context, u *unit) error {
 	}
 	u.full, u.owned = full, true
 	t.inPlaceGathers++
-	done := make(chan error, 1)
-	u.pending = done
 	dst, n := u.resident, u.shardLen
-	go func() { done <- t.sharedGather.AllGatherShared(ctx, dst, n, device.F32, nil) }()
+	goGather(u, func() error { return t.sharedGather.AllGatherShared(ctx, dst, n, device.F32, nil) })
 	return nil
 }
 
@@ -440,10 +470,8 @@ func (t *Trainer) startSharedGather(ctx context.Context, u *unit) error {
 	}
 	dst, n, dt := u.shared, u.shardLen, t.param
 	t.sharedGathers++
-	done := make(chan error, 1)
-	u.pending = done
-	go func() {
-		done <- t.sharedGather.AllGatherShared(ctx, dst, n, dt, func(piece []float32) {
+	goGather(u, func() error {
+		return t.sharedGather.AllGatherShared(ctx, dst, n, dt, func(piece []float32) {
 			if dt == device.BF16 { // the cpu device's Cast, element by element
 				for k, v := range src {
 					piece[k] = device.RoundBF16(v)
@@ -452,7 +480,7 @@ func (t *Trainer) startSharedGather(ctx context.Context, u *unit) error {
 			}
 			copy(piece, src)
 		})
-	}()
+	})
 	return nil
 }
 
@@ -621,6 +649,7 @@ func (t *Trainer) Step(ctx context.Context) (StepReport, error) {
 	}
 	rep, err := t.runStep(ctx)
 	if err != nil {
+		t.rec.drop()
 		t.broken = err
 		t.release()
 		return StepReport{}, fmt.Errorf("fsdp: rank %d step %d: %w", t.world.Rank(), t.step+1, err)
@@ -629,7 +658,7 @@ func (t *Trainer) Step(ctx context.Context) (StepReport, error) {
 }
 
 func (t *Trainer) runStep(ctx context.Context) (StepReport, error) {
-	start := time.Now()
+	t.rec.begin()
 	c := t.cfg
 	ws, rank := t.world.Size(), t.world.Rank()
 	if t.replicated {
@@ -668,20 +697,30 @@ func (t *Trainer) runStep(ctx context.Context) (StepReport, error) {
 	t.step++
 	opt := device.AdamWConfig{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, Step: t.step}
 	t.hookWrite("optimizer")
-	for _, u := range t.units {
-		t.dev.AdamW(u.shard, u.gradShard, u.m, u.v, opt)
-	}
+	_ = t.rec.onStream(device.ComputeStream, opOptimizer, LaneCompute, unitNone, func() error {
+		for _, u := range t.units {
+			t.dev.AdamW(u.shard, u.gradShard, u.m, u.v, opt)
+		}
+		return nil
+	})
 	lossBuf := []float32{float32(loss / float64(c.GradAccum))}
 	if ws > 1 {
-		if err := t.world.AllReduce(ctx, lossBuf, comm.Average); err != nil {
+		err := t.rec.host(opAllReduce, LaneReduce, unitLoss, func() error { return t.world.AllReduce(ctx, lossBuf, comm.Average) })
+		if err != nil {
 			return StepReport{}, fmt.Errorf("all-reduce the loss: %w", err)
 		}
 	}
 	if err := t.dev.Sync(); err != nil {
 		return StepReport{}, err
 	}
-	return StepReport{Step: t.step, Loss: float64(lossBuf[0]), GradNorm: norm, Time: time.Since(start),
-		Tokens: t.GlobalBatch() * c.SeqLen}, nil
+	dur := t.rec.now()
+	if err := t.rec.resolve(); err != nil {
+		return StepReport{}, err
+	}
+	b := t.rec.breakdown(dur, t.breakdownSource())
+	t.rec.keepStep(t.step, dur)
+	return StepReport{Step: t.step, Loss: float64(lossBuf[0]), GradNorm: norm, Time: dur,
+		Tokens: t.GlobalBatch() * c.SeqLen, Breakdown: b}, nil
 }
 
 // microStep runs one micro-batch forward and backward; on the last micro-step of a
@@ -700,7 +739,10 @@ func (t *Trainer) microStep(ctx context.Context, p *model.Pass, last bool) error
 		}
 		save := !t.cfg.ActivationCheckpointing || i == 0 || i == n-1
 		t.hookRead(i)
-		if err := p.Forward(i, t.units[i].full, save); err != nil {
+		err := t.rec.onStream(device.ComputeStream, opForward, LaneCompute, i, func() error {
+			return p.Forward(i, t.units[i].full, save)
+		})
+		if err != nil {
 			return err
 		}
 		if fullShard {
@@ -720,7 +762,10 @@ func (t *Trainer) microStep(ctx context.Context, p *model.Pass, last bool) error
 		}
 		t.hookRead(i)
 		if t.param != device.F32 {
-			if err := t.backwardMixed(ctx, p, i); err != nil {
+			err := t.rec.onStream(device.ComputeStream, opBackward, LaneCompute, i, func() error {
+				return t.backwardMixed(ctx, p, i)
+			})
+			if err != nil {
 				return err
 			}
 			if prefetch && t.cfg.BackwardPrefetch == sweeps.BackwardPost {
@@ -746,7 +791,10 @@ func (t *Trainer) microStep(ctx context.Context, p *model.Pass, last bool) error
 			}
 			grads = u.accum
 		}
-		if err := p.Backward(i, u.full, grads); err != nil {
+		err := t.rec.onStream(device.ComputeStream, opBackward, LaneCompute, i, func() error {
+			return p.Backward(i, u.full, grads)
+		})
+		if err != nil {
 			return err
 		}
 		t.reshard(i)
@@ -810,11 +858,27 @@ func (t *Trainer) startGather(ctx context.Context, i int) error {
 		}
 		return nil
 	}
-	done := make(chan error, 1)
-	u.pending = done
 	g := comm.OnBuffers(t.gather)
-	go func() { done <- g.AllGatherBuffers(ctx, full, shard) }()
+	goGather(u, func() error { return g.AllGatherBuffers(ctx, full, shard) })
 	return nil
+}
+
+// gatherDone is how an all-gather on its goroutine ended, and when it ran.
+type gatherDone struct {
+	err        error
+	start, end time.Time
+}
+
+// goGather runs unit u's all-gather f on a goroutine of its own, delivering
+// its result and its times on u.pending.
+func goGather(u *unit, f func() error) {
+	done := make(chan gatherDone, 1)
+	u.pending = done
+	go func() {
+		start := time.Now()
+		err := f()
+		done <- gatherDone{err: err, start: start, end: time.Now()}
+	}()
 }
 
 // backwardMixed runs unit i's backward under bf16: into a fresh bf16 gradient
@@ -858,9 +922,12 @@ func (t *Trainer) gathered(ctx context.Context, i int) error {
 	if u.pending == nil {
 		return nil
 	}
-	err := <-u.pending
+	waited := t.rec.now()
+	d := <-u.pending
+	t.rec.add(opAllGather, LaneCompute, i, true, waited, t.rec.now())
+	t.rec.add(opAllGather, LaneGather, i, false, t.rec.since(d.start), t.rec.since(d.end))
 	u.pending = nil
-	if err != nil {
+	if err := d.err; err != nil {
 		return fmt.Errorf("all-gather unit %s: %w", t.model.Units[i].Name, err)
 	}
 	return nil
@@ -887,7 +954,10 @@ func (t *Trainer) reduce(ctx context.Context, i int) error {
 	u, name := t.units[i], t.model.Units[i].Name
 	if u.accum != nil {
 		if t.shard != nil {
-			if err := comm.OnBuffers(t.shard).ReduceScatterBuffers(ctx, u.gradShard, u.accum, comm.Average); err != nil {
+			err := t.rec.host(opReduceScatter, LaneReduce, i, func() error {
+				return comm.OnBuffers(t.shard).ReduceScatterBuffers(ctx, u.gradShard, u.accum, comm.Average)
+			})
+			if err != nil {
 				return fmt.Errorf("reduce-scatter the gradient of unit %s: %w", name, err)
 			}
 		} else {
@@ -897,7 +967,10 @@ func (t *Trainer) reduce(ctx context.Context, i int) error {
 		u.accum = nil
 	}
 	if t.replicate != nil {
-		if err := comm.OnBuffers(t.replicate).AllReduceBuffers(ctx, u.gradShard, comm.Average); err != nil {
+		err := t.rec.host(opAllReduce, LaneReduce, i, func() error {
+			return comm.OnBuffers(t.replicate).AllReduceBuffers(ctx, u.gradShard, comm.Average)
+		})
+		if err != nil {
 			return fmt.Errorf("all-reduce the gradient of unit %s: %w", name, err)
 		}
 	}
@@ -912,12 +985,16 @@ func (t *Trainer) clip(ctx context.Context) (float64, error) {
 		return 0, nil
 	}
 	var ss float64
-	for _, u := range t.units {
-		ss += t.dev.SumSquares(u.gradShard)
-	}
+	_ = t.rec.onStream(device.ComputeStream, opClip, LaneCompute, unitNone, func() error {
+		for _, u := range t.units {
+			ss += t.dev.SumSquares(u.gradShard)
+		}
+		return nil
+	})
 	if t.shard != nil {
 		buf := []float32{float32(ss)}
-		if err := t.shard.AllReduce(ctx, buf, comm.Sum); err != nil {
+		err := t.rec.host(opAllReduce, LaneReduce, unitNorm, func() error { return t.shard.AllReduce(ctx, buf, comm.Sum) })
+		if err != nil {
 			return 0, fmt.Errorf("all-reduce the gradient norm: %w", err)
 		}
 		ss = float64(buf[0])
@@ -926,9 +1003,12 @@ func (t *Trainer) clip(ctx context.Context) (float64, error) {
 	if norm > t.cfg.GradClip {
 		// torch.nn.utils.clip_grad_norm_'s coefficient, eps included.
 		coef := float32(t.cfg.GradClip / (norm + 1e-6))
-		for _, u := range t.units {
-			t.dev.Scale(u.gradShard, coef)
-		}
+		_ = t.rec.onStream(device.ComputeStream, opClip, LaneCompute, unitNone, func() error {
+			for _, u := range t.units {
+				t.dev.Scale(u.gradShard, coef)
+			}
+			return nil
+		})
 	}
 	return norm, nil
 }

@@ -77,6 +77,9 @@ type streamSchedule struct {
 	// event after it.
 	gathered map[int]device.Event
 	drop     string
+	// rec, when the device times its streams, brackets each collective with
+	// timing events on the comm stream (timeline.go).
+	rec *recorder
 }
 
 // newStreamSchedule returns the stream schedule for t, or nil when t's device or
@@ -114,15 +117,27 @@ func newStreamSchedule(t *Trainer) (*streamSchedule, error) {
 	return ss, nil
 }
 
-// start enqueues a collective on c after waiting for c's previous one.
-func (ss *streamSchedule) start(c comm.StreamCollectives, do func() (comm.Pending, error)) error {
+// start enqueues a collective on c after waiting for c's previous one. When
+// the device times its streams, timing events on the comm stream bracket the
+// collective's enqueueing, recorded after that host wait, so that the pair
+// brackets the collective's own run (timeline.go).
+func (ss *streamSchedule) start(c comm.StreamCollectives, op opKind, lane Lane, unit int, do func() (comm.Pending, error)) error {
 	if p := ss.last[c]; p != nil {
 		delete(ss.last, c)
 		if err := p.Wait(); err != nil {
 			return err
 		}
 	}
-	p, err := do()
+	var p comm.Pending
+	var err error
+	if ss.rec != nil {
+		err = ss.rec.onStream(device.CommStream, op, lane, unit, func() error {
+			p, err = do()
+			return err
+		})
+	} else {
+		p, err = do()
+	}
 	if err != nil {
 		return err
 	}
@@ -143,7 +158,9 @@ func (ss *streamSchedule) afterCompute(what string) {
 // startGather enqueues unit i's all-gather into full, which was just allocated.
 func (ss *streamSchedule) startGather(ctx context.Context, i int, full, shard device.Buffer) error {
 	ss.afterCompute("shard")
-	err := ss.start(ss.gather, func() (comm.Pending, error) { return ss.gather.StartAllGather(ctx, full, shard) })
+	err := ss.start(ss.gather, opAllGather, LaneGather, i, func() (comm.Pending, error) {
+		return ss.gather.StartAllGather(ctx, full, shard)
+	})
 	if err != nil {
 		return err
 	}
@@ -181,7 +198,7 @@ func (ss *streamSchedule) reduce(ctx context.Context, t *Trainer, i int) error {
 	if u.accum != nil {
 		accum := u.accum
 		u.accum = nil
-		err := ss.start(ss.shard, func() (comm.Pending, error) {
+		err := ss.start(ss.shard, opReduceScatter, LaneReduce, i, func() (comm.Pending, error) {
 			return ss.shard.StartReduceScatter(ctx, u.gradShard, accum, comm.Average)
 		})
 		if err != nil {
@@ -195,7 +212,7 @@ func (ss *streamSchedule) reduce(ctx context.Context, t *Trainer, i int) error {
 		}
 	}
 	if ss.replicate != nil {
-		err := ss.start(ss.replicate, func() (comm.Pending, error) {
+		err := ss.start(ss.replicate, opAllReduce, LaneReduce, i, func() (comm.Pending, error) {
 			return ss.replicate.StartAllReduce(ctx, u.gradShard, comm.Average)
 		})
 		if err != nil {

@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/fsdpbench/fsdpbench/backends/gotrain/device"
@@ -205,4 +206,39 @@ func (d *Device) dropDeferred() {
 		}
 	}
 	d.deferred = nil
+}
+
+// RecordTimed is Record with a timing event (the step recorder's, fsdp's
+// timeline.go): Elapsed reads the time between two of them once both have
+// completed; Release gives it back like any event.
+func (d *Device) RecordTimed(s device.Stream) device.Event {
+	st := d.stream(s)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var e C.CUevent
+	d.issue("cuEventCreate", func() int { return int(C.fsdp_event_create_timed(d.ctx, &e)) })
+	d.issue("cuEventRecord", func() int { return int(C.fsdp_event_record(d.ctx, e, st)) })
+	return &event{d: d, e: e}
+}
+
+// Elapsed is the time from timing event a to b (cuEventElapsedTime, about half
+// a microsecond of resolution), both recorded with RecordTimed and completed
+// (after Sync). It fails for an event recorded after a device failure, a
+// released one, or one without timing; only the first is the device's failure:
+// reading a time the driver refuses leaves the device usable.
+func (d *Device) Elapsed(a, b device.Event) (time.Duration, error) {
+	ea, eb := d.event(a), d.event(b)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.errLocked(); err != nil {
+		return 0, err
+	}
+	if ea.e == nil || eb.e == nil || d.ctx == nil {
+		return 0, fmt.Errorf("%s: Elapsed: an event was released, or the device closed", d.name)
+	}
+	var ms C.float
+	if r := int(C.fsdp_event_elapsed(d.ctx, &ms, ea.e, eb.e)); r != 0 {
+		return 0, fmt.Errorf("%s: %w (an event recorded without timing, or not yet completed)", d.name, cuErr("cuEventElapsedTime", r))
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
 }

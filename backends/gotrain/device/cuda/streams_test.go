@@ -50,3 +50,34 @@ func TestFreeAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordTimed: timing events give the time between them once the streams
+// have passed them (the comm stream on a thread of its own, each of its
+// operations 20 ms late: its second event completes at least that much after
+// its first; one on the compute stream is timed against them too), an untimed
+// or released event is refused with an error rather than a figure, and the
+// device stays usable.
+func TestRecordTimed(t *testing.T) {
+	requireFakes(t)
+	t.Setenv("FAKECUDA_STREAMS", "async")
+	t.Setenv("FAKECUDA_STREAM_DELAY_US", "1:20000")
+	d := newTestDevice(t, Options{})
+	start := d.RecordTimed(device.CommStream)
+	end := d.RecordTimed(device.CommStream)
+	compute := d.RecordTimed(device.ComputeStream)
+	plain := d.Record(device.ComputeStream)
+	require.NoError(t, d.Sync())
+	el, err := d.Elapsed(start, end)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, el.Microseconds(), int64(19500), "the comm stream's second event came at least its delay later")
+	_, err = d.Elapsed(compute, end)
+	require.NoError(t, err, "events of two streams are timed against each other")
+	_, err = d.Elapsed(start, plain)
+	assert.Error(t, err, "an untimed event has no time")
+	for _, e := range []device.Event{start, end, compute, plain} {
+		d.Release(e)
+	}
+	_, err = d.Elapsed(start, end)
+	assert.Error(t, err, "a released event has no time")
+	require.NoError(t, d.Sync(), "refused readings are not the device's failure")
+}
