@@ -30,8 +30,9 @@ const EnvProfileDir = "FSDPBENCH_PROFILE_DIR"
 // ProfileDir is the profile directory's name in the run directory.
 const ProfileDir = "profile"
 
-// TimelineFile is the merged timeline of a repeat, in its run directory.
-const TimelineFile = "timeline.json"
+// TimelineFile is the merged timeline of a repeat, in its run directory: the
+// name every backend uses, so report --timeline finds it.
+const TimelineFile = results.TimelineFile
 
 // Bounds of what a trace may hold where it enters. A trace of three steps of a
 // large model on a GPU is some tens of megabytes and a few hundred thousand
@@ -40,7 +41,7 @@ const TimelineFile = "timeline.json"
 var (
 	maxTraceBytes    int64 = 256 << 20
 	maxTraceEvents         = 2_000_000
-	maxTimelineBytes       = 50_000_000 // timeline.json (issue 27: ≤ 50 MB)
+	maxTimelineBytes       = results.MaxTimelineBytes
 )
 
 const (
