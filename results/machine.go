@@ -194,7 +194,7 @@ func MachineDiff(base, cur *Machine) string {
 		why = append(why, fmt.Sprintf("load average %.2f on %d CPUs in the baseline, %.2f on %d now", *b, base.CPUs, *c, cur.CPUs))
 	}
 	clock := func(what string, b, c *float64) {
-		if b != nil && c != nil && *b > 0 && *c > 0 && math.Abs(*c / *b-1) > MachineClockDiff {
+		if b != nil && c != nil && *b > 0 && *c > 0 && math.Abs(*c / *b - 1) > MachineClockDiff {
 			why = append(why, fmt.Sprintf("%s %.0f MHz in the baseline, %.0f MHz now", what, *b, *c))
 		}
 	}
