@@ -2,6 +2,9 @@ package results
 
 import (
 	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -187,4 +190,60 @@ func TestGateBoundInconclusive(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tt.want, g.Checks[0].Outcome, "%s on a median of %g: %s", tt.rule, mid, g.Checks[0].Reason)
 	}
+}
+
+// noisyExample is the README's noisy example (examples/gate-noisy): issue 29's two
+// nights, night 2's ddp run measured while something else took 46% of the CPU.
+func noisyExample(t *testing.T, dir string) {
+	t.Helper()
+	quiet := &Machine{CPUs: 2, Load1: F64(1.1), OtherCPUShare: F64(0.03)}
+	busy := &Machine{CPUs: 2, Load1: F64(2.9), OtherCPUShare: F64(0.46)}
+	mk := func(sharding string, xs []float64, m *Machine) Run {
+		rc := fixtureConfig(1, sharding)
+		rc.Sweep, rc.Repeats = "nightly", len(xs)
+		rc.AssignID()
+		var reps []Result
+		for _, x := range xs {
+			r := fixtureResult(rc)
+			r.MeasuredWallS = float64(r.TokensPerStep*int64(len(r.Steps))) / x
+			r.PerRank = nil
+			c := *m
+			r.Env.Machine = &c
+			reps = append(reps, r)
+		}
+		return Run{Config: rc, Metrics: Normalize(rc, reps)}
+	}
+	writeTree(t, filepath.Join(dir, "night1"), []Run{mk(sweeps.DDP, noisyDDPBase, quiet), mk(sweeps.FullShard, noisyFSBase, quiet)})
+	writeTree(t, filepath.Join(dir, "night2"), []Run{mk(sweeps.DDP, noisyDDPCur, busy), mk(sweeps.FullShard, noisyFSCur, quiet)})
+}
+
+// TestNoisyExampleFixture keeps examples/gate-noisy, which the README's gate
+// section runs, what noisyExample writes (-update rewrites it).
+func TestNoisyExampleFixture(t *testing.T) {
+	want := filepath.Join("..", "examples", "gate-noisy")
+	if *update {
+		require.NoError(t, os.RemoveAll(want))
+		noisyExample(t, want)
+		// The index is a cache of this machine's file times: Load rebuilds it.
+		for _, night := range []string{"night1", "night2"} {
+			require.NoError(t, os.Remove(filepath.Join(want, night, "index.jsonl")))
+		}
+	}
+	got := t.TempDir()
+	noisyExample(t, got)
+	n := 0
+	require.NoError(t, filepath.WalkDir(got, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "index.jsonl" {
+			return err
+		}
+		rel, _ := filepath.Rel(got, p)
+		g, err := os.ReadFile(p)
+		require.NoError(t, err)
+		w, err := os.ReadFile(filepath.Join(want, rel))
+		require.NoError(t, err, "run go test ./results -update")
+		assert.Equal(t, string(w), string(g), "%s differs; run go test ./results -update", rel)
+		n++
+		return nil
+	}))
+	assert.GreaterOrEqual(t, n, 4)
 }
