@@ -168,7 +168,10 @@ const (
 	// more than 10 points (one CPU of ten kept busy by something else).
 	MachineOtherCPUShareDiff = 0.10
 	// MachineLoadPerCPUDiff: the 1-minute load average per CPU differs by more than
-	// 0.5 (half the CPUs' worth of runnable tasks).
+	// 0.5 (half the CPUs' worth of runnable tasks). Only where other processes'
+	// CPU share is unknown on a side: the share covers the run's own window
+	// exactly, where the load average trails the last minute and counts the run
+	// itself, so on a busy shared host it would call every pair of nights different.
 	MachineLoadPerCPUDiff = 0.5
 	// MachineClockDiff: the CPU or the GPU's SM clock differs by more than 10%.
 	MachineClockDiff = 0.10
@@ -190,6 +193,7 @@ func MachineDiff(base, cur *Machine) string {
 		why = append(why, fmt.Sprintf("other processes used %.0f%% of the CPU in the baseline, %.0f%% now", *b*100, *c*100))
 	}
 	if b, c := base.Load1, cur.Load1; b != nil && c != nil && base.CPUs > 0 && cur.CPUs > 0 &&
+		(base.OtherCPUShare == nil || cur.OtherCPUShare == nil) &&
 		math.Abs(*b/float64(base.CPUs)-*c/float64(cur.CPUs)) > MachineLoadPerCPUDiff {
 		why = append(why, fmt.Sprintf("load average %.2f on %d CPUs in the baseline, %.2f on %d now", *b, base.CPUs, *c, cur.CPUs))
 	}

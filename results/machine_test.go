@@ -81,9 +81,11 @@ func TestMachineDiff(t *testing.T) {
 	assert.Empty(t, MachineDiff(nil, quiet), "a baseline from an older fsdpbench decides nothing")
 	assert.Empty(t, MachineDiff(quiet, &Machine{}), "unknown figures decide nothing")
 	assert.Empty(t, MachineDiff(quiet, cp(func(x *Machine) { x.OtherCPUShare = F64(0.11) })), "9 points apart: within 10")
+	assert.Empty(t, MachineDiff(quiet, cp(func(x *Machine) { x.Load1 = F64(2.4) })),
+		"the load average is only read where the other processes' share is unknown")
 	for want, edit := range map[string]func(*Machine){
 		"other processes used 2% of the CPU in the baseline, 50% now": func(x *Machine) { x.OtherCPUShare = F64(0.5) },
-		"load average 0.40 on 2 CPUs in the baseline, 2.40 on 2 now":  func(x *Machine) { x.Load1 = F64(2.4) },
+		"load average 0.40 on 2 CPUs in the baseline, 2.40 on 2 now":  func(x *Machine) { x.Load1, x.OtherCPUShare = F64(2.4), nil },
 		"CPU clock 2400 MHz in the baseline, 1200 MHz now":            func(x *Machine) { x.CPUMHz = F64(1200) },
 		"GPU SM clock 1980 MHz in the baseline, 1410 MHz now":         func(x *Machine) { x.GPUSMClockMHz = F64(1410) },
 		"GPU clocks held down in 0% of the readings":                  func(x *Machine) { x.GPUThrottledShare = F64(0.6) },

@@ -42,8 +42,8 @@ significant (Mann-Whitney U, alpha 0.05, as benchstat); it passes when that inte
 lies wholly within the limit. Otherwise the check is inconclusive: too noisy to
 tell. A check of a timed figure (throughput, step time, MFU) is also inconclusive
 when the two sides ran under materially different machine states (env.machine:
-other processes' share of the CPU more than 10 points apart, load per CPU more
-than 0.5 apart, CPU or GPU clock more than 10% apart, GPU throttled in more than
+other processes' share of the CPU more than 10 points apart (where unknown, the
+load average per CPU more than 0.5 apart), CPU or GPU clock more than 10% apart, GPU throttled in more than
 25 points more of the readings, other processes on the GPU on one side only). An
 absolute bound inside the median's 95% CI is inconclusive too. With fewer than 6
 repeats the threshold alone decides and the report says the comparison is not
