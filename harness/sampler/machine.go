@@ -208,21 +208,27 @@ func descends(ps map[int]procStat, pid, root int) bool {
 // ownPIDs tells, for process IDs the GPU driver reports, whether each is
 // fsdpbench's (root or a descendant); ok is false when one of them is not in this
 // /proc (another PID namespace: a container sees the host's IDs), since then no
-// process can be told apart.
+// process can be told apart. It follows each process's parents up (a few reads of
+// /proc/PID/stat each), not the whole process table: the NVML sampler calls it for
+// every reading of every device.
 func ownPIDs(pids []uint32, root int) (own []bool, ok bool) {
-	if len(pids) == 0 {
-		return nil, true
-	}
-	ps, okPS := processes()
-	if !okPS {
-		return nil, false
-	}
 	own = make([]bool, len(pids))
 	for i, p := range pids {
-		if _, in := ps[int(p)]; !in {
+		pid := int(p)
+		if _, in := readProcStatOf(strconv.Itoa(pid)); !in {
 			return nil, false
 		}
-		own[i] = descends(ps, int(p), root)
+		for range 4096 { // no process tree is deeper; a loop in a damaged /proc ends too
+			if pid == root {
+				own[i] = true
+				break
+			}
+			st, in := readProcStatOf(strconv.Itoa(pid))
+			if !in || pid <= 1 {
+				break
+			}
+			pid = st.ppid
+		}
 	}
 	return own, true
 }

@@ -128,3 +128,11 @@ func TestProcStatParsing(t *testing.T) {
 	cpufreqGlob = filepath.Join(root, "absent", "*")
 	assert.Nil(t, WatchMachine().Stop())
 }
+
+// BenchmarkWatchMachine is the harness's cost per repeat: a watch started and
+// stopped (two scans of /proc).
+func BenchmarkWatchMachine(b *testing.B) {
+	for b.Loop() {
+		WatchMachine().Stop()
+	}
+}
