@@ -116,28 +116,68 @@ func changeInterval(d Delta) (lo, hi float64, ok bool) {
 }
 
 // judgeChange decides relative rule r on the change d (both sides known, a change
-// computed), measured under machine states baseM and curM:
+// computed), measured under machine states baseM and curM.
 //
-//   - inconclusive when the figure depends on the machine (machineSensitive) and
-//     the states differ materially (MachineDiff);
-//   - with at least MinStatRepeats repeats per side: fail when the whole interval
-//     the two medians' CIs allow for the change (changeInterval) is beyond the
-//     limit and the change is significant (Mann-Whitney U, as benchstat); pass when
-//     the whole interval is within the limit; else inconclusive: the spread is too
-//     wide to resolve the limit, or the change beyond it is not significant;
-//   - with fewer repeats the spread cannot be judged: the threshold alone decides,
-//     and the reason says the check is not statistically backed.
+// The figures decide first. With at least MinStatRepeats repeats per side: fail
+// when the whole interval the two medians' CIs allow for the change
+// (changeInterval) is beyond the limit and the change is significant (Mann-Whitney
+// U, as benchstat); pass when the whole interval is within the limit; else
+// inconclusive: the spread is too wide to resolve the limit, or the change beyond
+// it is not significant. With fewer repeats the spread cannot be judged: the
+// threshold alone decides, and the reason says the check is not statistically
+// backed.
+//
+// Then the machine, for a figure measured in time (machineSensitive), when the
+// two states differ materially (MachineDiff): a verdict the difference could
+// explain is inconclusive. A busier machine now could explain a failure, a quieter
+// one a pass (it could hide a regression); differences that lean both ways could
+// explain either. A failure measured on a quieter machine now, or a pass on a
+// busier one, stands: the machine only made the verdict harder to reach.
 func judgeChange(r Rule, d Delta, baseM, curM *Machine) (Outcome, string) {
+	o, why := judgeFigures(r, d)
+	if !machineSensitive(r.Metric) {
+		return o, why
+	}
+	diff, lean := machineLean(baseM, curM)
+	if diff == "" {
+		return o, why
+	}
+	change := fmt.Sprintf("%+.1f%%", *d.Change*100)
+	limit := fmt.Sprintf("%+g%%", signed(r)*100)
+	// Whether the current side's machine pushed the figure the way the rule fails.
+	pushedBad := (lean > 0) == busierIsBad(r)
+	where := map[int]string{1: "a busier machine", -1: "a quieter machine"}[lean]
+	switch {
+	case o == OutcomeInconclusive:
+		return o, why + "; and measured under different machine states: " + diff
+	case lean == 0:
+		return OutcomeInconclusive, fmt.Sprintf("%s, measured under machine states that differ both ways, which could explain any change: %s", change, diff)
+	case o == OutcomeFail && pushedBad:
+		return OutcomeInconclusive, fmt.Sprintf("%s, beyond the %s limit, but measured on %s now, which could explain it: %s", change, limit, where, diff)
+	case o == OutcomePass && !pushedBad:
+		return OutcomeInconclusive, fmt.Sprintf("%s, within the %s limit, but measured on %s now, which could hide a regression: %s", change, limit, where, diff)
+	}
+	return o, fmt.Sprintf("%s, even on %s now (%s)", why, where, diff)
+}
+
+// busierIsBad reports whether a busier machine pushes rule r's figure the way the
+// rule fails: a drop of a figure that a busy machine lowers (throughput, MFU), or a
+// rise of one it raises (a time).
+func busierIsBad(r Rule) bool {
+	higherIsSlower := false
+	if c, err := LookupColumn(r.Metric); err == nil {
+		higherIsSlower = c.Unit == UnitSeconds
+	}
+	return (r.Kind == RuleDrop) != higherIsSlower
+}
+
+// judgeFigures is judgeChange's verdict from the figures alone.
+func judgeFigures(r Rule, d Delta) (Outcome, string) {
 	change := *d.Change
 	limit := fmt.Sprintf("%+g%%", signed(r)*100)
 	stat := " (not statistically backed)"
 	if d.Backed {
 		stat = fmt.Sprintf(" (p=%.3f n=%d+%d)", *d.P, d.Baseline.N, d.Current.N)
-	}
-	if machineSensitive(r.Metric) {
-		if why := MachineDiff(baseM, curM); why != "" {
-			return OutcomeInconclusive, fmt.Sprintf("%+.1f%%, measured under different machine states: %s", change*100, why)
-		}
 	}
 	beyond := func(x float64) bool {
 		if r.Kind == RuleDrop {

@@ -41,7 +41,8 @@ medians' 95% CIs allow for it lies wholly beyond the limit and the change is
 significant (Mann-Whitney U, alpha 0.05, as benchstat); it passes when that interval
 lies wholly within the limit. Otherwise the check is inconclusive: too noisy to
 tell. A check of a timed figure (throughput, step time, MFU) is also inconclusive
-when the two sides ran under materially different machine states (env.machine:
+when the two sides ran under machine states that differ materially and could
+explain its verdict (a busier machine now a failure, a quieter one a pass) (env.machine:
 other processes' share of the CPU more than 10 points apart (where unknown, the
 load average per CPU more than 0.5 apart), CPU or GPU clock more than 10% apart, GPU throttled in more than
 25 points more of the readings, other processes on the GPU on one side only). An
