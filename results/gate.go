@@ -425,9 +425,16 @@ type GateReport struct {
 // Gate checks current against baseline: runs are matched by run ID (MatchRuns) and
 // every rule is applied to every run (Check). A relative rule fails when the change
 // is beyond its threshold in the bad direction and, where both sides have at least
-// MinStatRepeats repeats, significant (Mann-Whitney U, p <= alpha, as benchstat);
+// MinStatRepeats repeats, resolved and significant (judgeChange: the interval the
+// medians' 95% CIs allow for the change lies wholly beyond the limit, Mann-Whitney U
+// p <= alpha, as benchstat); a change the spread cannot resolve, or that machine
+// states differing materially could explain, is inconclusive (OutcomeInconclusive);
 // with fewer repeats the threshold alone decides and the check says so. An absolute
-// rule bounds the current headline figure.
+// rule bounds the current headline figure (inconclusive when the bound lies inside
+// the median's 95% CI).
+//
+// Verdict is fail when a check failed or a problem below holds, inconclusive when
+// none did and some checks were inconclusive (with InconclusiveReport), else pass.
 //
 // The gate passes only when it checked something and found nothing wrong:
 //   - the current results hold a finished run, and (with a baseline) at least one
