@@ -526,6 +526,13 @@ func (s *sweep) repeatOnce(runCtx context.Context, rc sweeps.RunConfig, be backe
 		source = nil
 	}
 	smp := sampler.Start(runCtx, source, sampler.Devices(source, devices, rc.Hardware), s.opts.SampleInterval)
+	// What else this host did meanwhile (issue 29): a gate told that the two
+	// sides ran under different loads says so instead of guessing. A Slurm job
+	// runs elsewhere, so this host's state says nothing about it.
+	var watch *sampler.MachineWatch
+	if job == nil {
+		watch = sampler.WatchMachine()
+	}
 	res, err := s.guard(runCtx, func() (results.Result, error) {
 		if job != nil {
 			return s.slurm.Run(runCtx, job, rc, env, emit)
@@ -533,6 +540,11 @@ func (s *sweep) repeatOnce(runCtx context.Context, rc sweeps.RunConfig, be backe
 		return be.Run(runCtx, rc, env, emit)
 	})
 	res.Env.GivenEnv, res.Env.InheritedEnv = rc.Env, inheritedEnv(os.Environ(), rc.Env)
+	// A prediction (sim) measured nothing the machine could disturb.
+	res.Env.Machine = nil
+	if m := watch.Stop(); m != nil && !res.Predicted {
+		res.Env.Machine = m
+	}
 	var samples []sampler.Sample
 	if rep := smp.Stop(); rep.Apply(&res, r) {
 		samples = rep.Samples

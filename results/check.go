@@ -271,6 +271,9 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 	if field, msg := checkBreakdown(m); field != "" {
 		return bad(field, "%s", msg)
 	}
+	if field, msg := checkMachine(m.Env.Machine); field != "" {
+		return bad("env.machine."+field, "%s", msg)
+	}
 	if err := checkSamples(m); err != nil {
 		return bad(err[0], "%s", err[1])
 	}

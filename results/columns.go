@@ -107,6 +107,16 @@ func optF(p *float64) any {
 	return *p
 }
 
+// machineF reads a figure of the run's machine state (Env.Machine).
+func machineF(get func(*Machine) *float64) func(*Metrics) any {
+	return func(m *Metrics) any {
+		if m.Env.Machine == nil {
+			return nil
+		}
+		return optF(get(m.Env.Machine))
+	}
+}
+
 func optI(p *int64) any {
 	if p == nil {
 		return nil
@@ -271,6 +281,30 @@ var registry = []Column{
 		func(m *Metrics) any { return m.WholeRunWallTime })),
 	breakdownRegistry[0], breakdownRegistry[1], breakdownRegistry[2], breakdownRegistry[3], breakdownRegistry[4],
 	breakdownRegistry[5], breakdownRegistry[6], breakdownRegistry[7], breakdownRegistry[8],
+	metric("env.machine.other_cpu_share", "other CPU (%)", UnitFraction, "share of the host's CPU other processes used while the run ran (median over repeats)",
+		machineF(func(x *Machine) *float64 { return x.OtherCPUShare })),
+	metric("env.machine.load1", "load1", UnitNone, "host's 1-minute load average at the end of a repeat (median over repeats)",
+		machineF(func(x *Machine) *float64 { return x.Load1 })),
+	metric("env.machine.cpu_mhz", "CPU MHz", UnitNone, "mean CPU clock (cpufreq) at the end of a repeat (median over repeats)",
+		machineF(func(x *Machine) *float64 { return x.CPUMHz })),
+	metric("env.machine.gpu_other_processes", "GPU others", UnitNone, "most processes seen on the run's GPUs that were not fsdpbench's (NVML)",
+		func(m *Metrics) any {
+			if x := m.Env.Machine; x != nil && x.GPUOtherProcesses != nil {
+				return int64(*x.GPUOtherProcesses)
+			}
+			return nil
+		}),
+	metric("env.machine.gpu_sm_clock_mhz", "SM MHz", UnitNone, "median SM clock of the run's GPUs (NVML)",
+		machineF(func(x *Machine) *float64 { return x.GPUSMClockMHz })),
+	metric("env.machine.gpu_throttled_share", "GPU throttled (%)", UnitFraction, "share of GPU readings with the clocks held down by power, thermal or hardware slowdown (NVML)",
+		machineF(func(x *Machine) *float64 { return x.GPUThrottledShare })),
+	textual(metric("env.machine.gpu_throttle", "GPU throttle", UnitNone, "every reason NVML gave for holding the GPU clocks down",
+		func(m *Metrics) any {
+			if x := m.Env.Machine; x != nil && len(x.GPUThrottle) > 0 {
+				return strings.Join(x.GPUThrottle, " ")
+			}
+			return nil
+		})),
 
 	{Name: "scaling_efficiency", Kind: KindDerived, Header: "scaling eff. (%)", Unit: UnitFraction,
 		Doc: "tokens/s/rank over that of the same config at the smallest world size",
@@ -315,6 +349,9 @@ var registryIndex = func() map[string]int {
 //	         step_breakdown.reduce_scatter_s step_breakdown.all_reduce_s
 //	         step_breakdown.exposed_comm_s step_breakdown.other_s
 //	         step_breakdown.source
+//	         env.machine.other_cpu_share env.machine.load1 env.machine.cpu_mhz
+//	         env.machine.gpu_other_processes env.machine.gpu_sm_clock_mhz
+//	         env.machine.gpu_throttled_share env.machine.gpu_throttle
 //	derived: scaling_efficiency memory_saving model_state_bytes
 //
 // New columns are appended within their kind; names never change once released.

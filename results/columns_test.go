@@ -34,6 +34,9 @@ func fullRun(t *testing.T) Run {
 		exposed := 0.02 + 0.001*float64(i)
 		r.StepBreakdown = &StepBreakdown{StepS: 0.1 + exposed, ComputeS: 0.09, CollectiveS: 0.05,
 			AllGatherS: F64(0.03), ReduceScatterS: F64(0.02), AllReduceS: F64(0), ExposedCommS: exposed, OtherS: 0.01, Source: "gotrain"}
+		r.Env.Machine = &Machine{Repeats: 1, CPUs: 16, Load1: F64(2 + 0.1*float64(i)), OtherCPUShare: F64(0.02 * float64(i)),
+			CPUMHz: F64(2400), GPUOtherProcesses: &[]int{i % 2}[0], GPUSMClockMHz: F64(1980 - float64(i)),
+			GPUThrottledShare: F64(0), GPUThrottle: []string{"sw_power_cap"}}
 		repeats = append(repeats, r)
 	}
 	base := fixtureConfig(2, sweeps.NoShard)
@@ -94,6 +97,10 @@ func TestColumnNamesAreJSONPaths(t *testing.T) {
 			if c.Name == "backend_options" {
 				b, _ := json.Marshal(want)
 				assert.JSONEq(t, string(b), g)
+				continue
+			}
+			if c.Name == "env.machine.gpu_throttle" { // a list in metrics.json, words in a cell
+				assert.Equal(t, want, []any{g}, c.Name)
 				continue
 			}
 			assert.Equal(t, want, g, c.Name)

@@ -212,22 +212,12 @@ func sideStat(c *Column, r *Run) *SideStat {
 	if !ok {
 		return nil
 	}
-	s := &SideStat{Value: v, Center: v, Lo: v, Hi: v}
+	s := &SideStat{Value: v}
 	name := c.CI
 	if name == "" {
 		name = c.Name
 	}
-	if xs := r.Metrics.Samples[name]; len(xs) > 0 {
-		s.sample = append([]float64(nil), xs...)
-		s.N = len(xs)
-		sum := benchmath.AssumeNothing.Summary(benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds), Confidence)
-		s.Center, s.Lo, s.Hi = sum.Center, sum.Center, sum.Center
-		if !math.IsInf(sum.Lo, 0) && !math.IsInf(sum.Hi, 0) {
-			// Fewer than MinStatRepeats samples give an infinite interval, which says
-			// nothing and which JSON cannot hold: no interval then.
-			s.Lo, s.Hi = sum.Lo, sum.Hi
-		}
-	}
+	withSamples(s, r.Metrics.Samples[name])
 	return s
 }
 
@@ -262,7 +252,12 @@ type Delta struct {
 
 // compareMetric computes the change of column c from run b to run cur.
 func compareMetric(c *Column, b, cur *Run, alpha float64) Delta {
-	d := Delta{Metric: c.Name, Baseline: sideStat(c, b), Current: sideStat(c, cur)}
+	return deltaOf(c.Name, sideStat(c, b), sideStat(c, cur), alpha)
+}
+
+// deltaOf computes the change of metric from side b to side cur (nil: unknown).
+func deltaOf(metric string, b, cur *SideStat, alpha float64) Delta {
+	d := Delta{Metric: metric, Baseline: b, Current: cur}
 	if d.Baseline == nil || d.Current == nil {
 		return d
 	}

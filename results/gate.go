@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -345,6 +346,8 @@ const (
 	OutcomePass Outcome = "pass"
 	OutcomeFail Outcome = "fail"
 	OutcomeSkip Outcome = "skip" // nothing to check: the run is on one side only, or the figure unknown
+	// OutcomeInconclusive (verdict.go): too noisy to tell, or measured under
+	// different machine states.
 )
 
 // Check is one rule applied to one run.
@@ -386,21 +389,31 @@ type GateOptions struct {
 	BaselineName, CurrentName string
 	// Now stamps the JUnit report; zero = time.Now().
 	Now time.Time
+	// Inconclusive is what inconclusive checks make of the gate
+	// (InconclusivePolicies); "" = InconclusiveReport.
+	Inconclusive string
 }
 
 // GateReport is the outcome of Gate.
 type GateReport struct {
-	Baseline string    `json:"baseline"`
-	Current  string    `json:"current"`
-	Alpha    float64   `json:"alpha"`
-	Rules    []Rule    `json:"rules"`
-	Passed   bool      `json:"passed"`
-	Checks   []Check   `json:"checks"`
-	Failures int       `json:"failures"`
-	Skipped  int       `json:"skipped"`
-	Missing  []string  `json:"missing"` // in the baseline, not now
-	New      []string  `json:"new"`     // now, not in the baseline
-	Time     time.Time `json:"time"`
+	Baseline string  `json:"baseline"`
+	Current  string  `json:"current"`
+	Alpha    float64 `json:"alpha"`
+	Rules    []Rule  `json:"rules"`
+	Passed   bool    `json:"passed"`
+	// Verdict is the gate's: pass, fail or inconclusive (no check failed, some were
+	// inconclusive, and the policy leaves them so). Passed is Verdict == pass.
+	Verdict  Outcome `json:"verdict"`
+	Checks   []Check `json:"checks"`
+	Failures int     `json:"failures"`
+	Skipped  int     `json:"skipped"`
+	// Inconclusive counts the inconclusive checks; InconclusivePolicy says what
+	// they made of the verdict (InconclusivePolicies).
+	Inconclusive       int       `json:"inconclusive"`
+	InconclusivePolicy string    `json:"inconclusive_policy"`
+	Missing            []string  `json:"missing"` // in the baseline, not now
+	New                []string  `json:"new"`     // now, not in the baseline
+	Time               time.Time `json:"time"`
 	// NotBacked counts relative checks decided by the threshold alone (fewer than
 	// MinStatRepeats repeats on a side).
 	NotBacked int `json:"not_backed"`
@@ -412,9 +425,16 @@ type GateReport struct {
 // Gate checks current against baseline: runs are matched by run ID (MatchRuns) and
 // every rule is applied to every run (Check). A relative rule fails when the change
 // is beyond its threshold in the bad direction and, where both sides have at least
-// MinStatRepeats repeats, significant (Mann-Whitney U, p <= alpha, as benchstat);
+// MinStatRepeats repeats, resolved and significant (judgeChange: the interval the
+// medians' 95% CIs allow for the change lies wholly beyond the limit, Mann-Whitney U
+// p <= alpha, as benchstat); a change the spread cannot resolve, or that machine
+// states differing materially could explain, is inconclusive (OutcomeInconclusive);
 // with fewer repeats the threshold alone decides and the check says so. An absolute
-// rule bounds the current headline figure.
+// rule bounds the current headline figure (inconclusive when the bound lies inside
+// the median's 95% CI).
+//
+// Verdict is fail when a check failed or a problem below holds, inconclusive when
+// none did and some checks were inconclusive (with InconclusiveReport), else pass.
 //
 // The gate passes only when it checked something and found nothing wrong:
 //   - the current results hold a finished run, and (with a baseline) at least one
@@ -437,6 +457,13 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 	if !(alpha > 0 && alpha < 1) {
 		return nil, fmt.Errorf("alpha %v: give a significance level between 0 and 1, such as 0.05", alpha)
 	}
+	policy := opt.Inconclusive
+	if policy == "" {
+		policy = InconclusiveReport
+	}
+	if !slices.Contains(InconclusivePolicies, policy) {
+		return nil, fmt.Errorf("inconclusive policy %q: use %s", clip(policy), strings.Join(InconclusivePolicies, ", "))
+	}
 	rules := opt.Rules
 	if len(rules) == 0 {
 		var err error
@@ -449,7 +476,7 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 		now = time.Now()
 	}
 	g := &GateReport{Baseline: opt.BaselineName, Current: opt.CurrentName, Alpha: alpha, Rules: rules, Time: now,
-		Missing: []string{}, New: []string{}, Problems: []string{}}
+		Missing: []string{}, New: []string{}, Problems: []string{}, InconclusivePolicy: policy}
 	cols := make([]Column, len(rules))
 	for i, r := range rules {
 		c, err := LookupColumn(r.Metric, KindMetric, KindDerived)
@@ -487,6 +514,11 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 				decided[i]++
 			case OutcomeSkip:
 				g.Skipped++
+			case OutcomeInconclusive:
+				// It compared a figure: the rule decided something, just not
+				// which way.
+				g.Inconclusive++
+				decided[i]++
 			default:
 				decided[i]++
 			}
@@ -494,7 +526,15 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 		}
 	}
 	g.Problems = gateProblems(baseline, current, rules, decided, opt)
-	g.Passed = g.Failures == 0 && len(g.Problems) == 0
+	switch {
+	case g.Failures > 0 || len(g.Problems) > 0 || (g.Inconclusive > 0 && policy == InconclusiveFail):
+		g.Verdict = OutcomeFail
+	case g.Inconclusive > 0 && policy == InconclusiveReport:
+		g.Verdict = OutcomeInconclusive
+	default:
+		g.Verdict = OutcomePass
+	}
+	g.Passed = g.Verdict == OutcomePass
 	return g, nil
 }
 
@@ -602,6 +642,9 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 			u := ByteUnitFor(math.Max(math.Abs(v), math.Abs(r.Limit)))
 			fig, bound = u.WithName(v)+" ("+fig+")", u.WithName(r.Limit)+" ("+bound+")"
 		}
+		if why := judgeBound(r, ch.Delta.Current); why != "" {
+			return verdict(OutcomeInconclusive, "%s, but %s", fig, why)
+		}
 		if (r.Kind == RuleMin && v < r.Limit) || (r.Kind == RuleMax && v > r.Limit) {
 			return verdict(OutcomeFail, "%s, %s the bound %s", fig, map[RuleKind]string{RuleMin: "below", RuleMax: "above"}[r.Kind], bound)
 		}
@@ -633,20 +676,8 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 	case d.Change == nil:
 		return verdict(OutcomeSkip, "%s is 0 in the baseline: no relative change", c.Name)
 	}
-	change := *d.Change
-	limit := fmt.Sprintf("%+g%%", signed(r)*100)
-	beyond := (r.Kind == RuleDrop && change < -r.Limit) || (r.Kind == RuleRise && change > r.Limit)
-	stat := " (not statistically backed)"
-	if d.Backed {
-		stat = fmt.Sprintf(" (p=%.3f n=%d+%d)", *d.P, d.Baseline.N, d.Current.N)
-	}
-	switch {
-	case beyond && (!d.Backed || d.Significant):
-		return verdict(OutcomeFail, "%+.1f%%, beyond the %s limit%s", change*100, limit, stat)
-	case beyond:
-		return verdict(OutcomePass, "%+.1f%%, beyond the %s limit but not significant%s", change*100, limit, stat)
-	}
-	return verdict(OutcomePass, "%+.1f%%, within the %s limit%s", change*100, limit, stat)
+	o, why := judgeChange(r, d, p.Baseline.Metrics.Env.Machine, p.Current.Metrics.Env.Machine)
+	return verdict(o, "%s", why)
 }
 
 func measuredOrPredicted(r *Run) string {
@@ -694,14 +725,24 @@ func (g *GateReport) Write(w io.Writer, format string) error {
 }
 
 // Headline is the one-line verdict: "gate passed: 12 checks, 3 skipped",
-// "gate FAILED: 2 of 12 checks failed, in 2 of 4 runs", or the first problem.
+// "gate FAILED: 2 of 12 checks failed, in 2 of 4 runs", the problems, or "gate
+// INCONCLUSIVE: 2 of 12 checks could not tell, none failed".
 func (g *GateReport) Headline() string {
 	runs := map[string]bool{}
 	for _, c := range g.Checks {
 		runs[c.Run] = true
 	}
-	if g.Passed {
-		return fmt.Sprintf("gate passed: %d checks on %d runs, %d skipped", len(g.Checks), len(runs), g.Skipped)
+	// How inconclusive checks were counted, when there were any.
+	counted := ""
+	if g.Inconclusive > 0 && g.InconclusivePolicy != InconclusiveReport && g.InconclusivePolicy != "" {
+		as := map[string]string{InconclusiveFail: "failures", InconclusivePass: "passing"}[g.InconclusivePolicy]
+		counted = fmt.Sprintf("; %d inconclusive counted as %s (--inconclusive=%s)", g.Inconclusive, as, g.InconclusivePolicy)
+	}
+	switch {
+	case g.Passed:
+		return fmt.Sprintf("gate passed: %d checks on %d runs, %d skipped", len(g.Checks), len(runs), g.Skipped) + counted
+	case g.Verdict == OutcomeInconclusive:
+		return fmt.Sprintf("gate INCONCLUSIVE: %d of %d checks could not tell (too noisy, or measured under different machine states), none failed; measure again", g.Inconclusive, len(g.Checks))
 	}
 	failed := map[string]bool{}
 	for _, c := range g.Checks {
@@ -719,7 +760,7 @@ func (g *GateReport) Headline() string {
 		parts = append(parts, what)
 	}
 	parts = append(parts, g.Problems...)
-	return "gate FAILED: " + strings.Join(parts, "; ")
+	return "gate FAILED: " + strings.Join(parts, "; ") + counted
 }
 
 // failedOnPredictions counts the failed checks whose figures were predicted.
@@ -785,7 +826,7 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 			verdict = "FAIL"
 		}
 		if markdown {
-			verdict = map[Outcome]string{OutcomePass: "✅ pass", OutcomeFail: "❌ FAIL", OutcomeSkip: "➖ skip"}[c.Outcome]
+			verdict = map[Outcome]string{OutcomePass: "✅ pass", OutcomeFail: "❌ FAIL", OutcomeSkip: "➖ skip", OutcomeInconclusive: "❔ inconclusive"}[c.Outcome]
 		}
 		gr.rows = append(gr.rows, []gridCell{{text: c.Run}, {text: c.Rule.String()}, {text: base}, {text: cur},
 			{text: verdict}, {text: c.Reason}})
@@ -796,10 +837,13 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 
 func (g *GateReport) writeText(w io.Writer, markdown bool) error {
 	var buf bytes.Buffer
-	var failed []Check
+	var failed, unsure []Check
 	for _, c := range g.Checks {
-		if c.Outcome == OutcomeFail {
+		switch c.Outcome {
+		case OutcomeFail:
 			failed = append(failed, c)
+		case OutcomeInconclusive:
+			unsure = append(unsure, c)
 		}
 	}
 	rules := make([]string, len(g.Rules))
@@ -814,8 +858,11 @@ func (g *GateReport) writeText(w io.Writer, markdown bool) error {
 	}
 	if markdown {
 		icon := "✅"
-		if !g.Passed {
+		switch g.Verdict {
+		case OutcomeFail:
 			icon = "❌"
+		case OutcomeInconclusive:
+			icon = "❔"
 		}
 		fmt.Fprintf(&buf, "### %s fsdpbench %s\n\n", icon, g.Headline())
 	} else {
@@ -825,8 +872,8 @@ func (g *GateReport) writeText(w io.Writer, markdown bool) error {
 	for i, r := range rules {
 		codes[i] = code(r)
 	}
-	fmt.Fprintf(&buf, "baseline %s, current %s; rules %s; alpha %g\n", code(sideLabel(g.Baseline, "baseline")),
-		code(sideLabel(g.Current, "current")), strings.Join(codes, ", "), g.Alpha)
+	fmt.Fprintf(&buf, "baseline %s, current %s; rules %s; alpha %g; inconclusive checks %s\n", code(sideLabel(g.Baseline, "baseline")),
+		code(sideLabel(g.Current, "current")), strings.Join(codes, ", "), g.Alpha, policyText(g.InconclusivePolicy))
 	if g.NotBacked > 0 {
 		if markdown {
 			buf.WriteByte('\n')
@@ -850,6 +897,12 @@ func (g *GateReport) writeText(w io.Writer, markdown bool) error {
 	if len(failed) > 0 {
 		section("Failed checks")
 		if err := g.checksGrid(failed, markdown).writeTable(&buf, markdown); err != nil {
+			return err
+		}
+	}
+	if len(unsure) > 0 {
+		section("Inconclusive checks (neither pass nor fail)")
+		if err := g.checksGrid(unsure, markdown).writeTable(&buf, markdown); err != nil {
 			return err
 		}
 	}
@@ -963,6 +1016,19 @@ func (g *GateReport) WriteJUnit(w io.Writer) error {
 			tc.Skipped = &junitSkipped{Message: c.Reason}
 			s.Skipped++
 			root.Skipped++
+		case OutcomeInconclusive:
+			// JUnit knows no third verdict: a failure where the policy counts it as
+			// one, else a skipped case whose message says why.
+			if g.InconclusivePolicy == InconclusiveFail {
+				tc.Failure = &junitFailure{Message: "inconclusive: " + c.Reason, Type: "inconclusive",
+					Text: fmt.Sprintf("run %s, rule %s: inconclusive: %s\n", c.Run, c.Rule, c.Reason)}
+				s.Failures++
+				root.Failures++
+			} else {
+				tc.Skipped = &junitSkipped{Message: "inconclusive: " + c.Reason}
+				s.Skipped++
+				root.Skipped++
+			}
 		}
 		s.Tests++
 		root.Tests++
@@ -993,6 +1059,17 @@ func (g *GateReport) WriteJUnit(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
+}
+
+// policyText says in the report what inconclusive checks do to the verdict.
+func policyText(policy string) string {
+	switch policy {
+	case InconclusiveFail:
+		return "count as failures (--inconclusive=fail)"
+	case InconclusivePass:
+		return "count as passing (--inconclusive=pass)"
+	}
+	return "make the gate inconclusive (exit 3)"
 }
 
 func orNone(s Status) string {

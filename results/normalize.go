@@ -151,6 +151,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 		m.Error = fmt.Sprintf("repeat %d of %d: %s", decider+1, len(repeats), m.Error)
 	}
 	m.Env = d.Env
+	m.Env.Machine = SummarizeMachine(repeats)
 	m.PerRank = d.PerRank
 	m.MemBreakdownBytes = d.MemBreakdownBytes
 	m.Extra = d.Extra

@@ -75,6 +75,9 @@ type Env struct {
 	// sweep chose from what the machine happened to have.
 	GivenEnv     map[string]string `json:"given_env,omitempty"`
 	InheritedEnv map[string]string `json:"inherited_env,omitempty"`
+	// Machine is what the machine was doing while the run measured (load, other
+	// processes, clocks); nil when the harness did not read it.
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // RankResult is what one rank reported.

@@ -19,7 +19,7 @@ func newGateCmd() *cobra.Command {
 	var (
 		baseline, current, rulesFile, format  string
 		junitPath, markdownPath               string
-		history, commit, date                 string
+		history, commit, date, inconclusive   string
 		abPath                                string
 		rules                                 []string
 		alpha                                 float64
@@ -37,9 +37,22 @@ METRIC>=0.35 and METRIC<=8e10 bound the current figure (plain units: bytes, frac
 Without --rule or --rules: ` + strings.Join(results.DefaultRules, ", ") + `.
 A rules file is YAML:  rules: [tokens_per_s_per_rank:-5%, mfu>=0.35]
 
-With at least 6 repeats per side a change fails only when it is also significant
-(Mann-Whitney U, alpha 0.05, as benchstat); with fewer, the threshold alone decides
-and the report says the comparison is not statistically backed. A run that was ok in
+With at least 6 repeats per side a change fails only when the interval the two
+medians' 95% CIs allow for it lies wholly beyond the limit and the change is
+significant (Mann-Whitney U, alpha 0.05, as benchstat); it passes when that interval
+lies wholly within the limit. Otherwise the check is inconclusive: too noisy to
+tell. A check of a timed figure (throughput, step time, MFU) is also inconclusive
+when the two sides ran under machine states that differ materially and could
+explain its verdict (a busier machine now a failure, a quieter one a pass) (env.machine:
+other processes' share of the CPU more than 10 points apart (where unknown, the
+load average per CPU more than 0.5 apart), CPU or GPU clock more than 10% apart, GPU throttled in more than
+25 points more of the readings, other processes on the GPU on one side only). An
+absolute bound inside the median's 95% CI is inconclusive too. With fewer than 6
+repeats the threshold alone decides and the report says the comparison is not
+statistically backed. An inconclusive check neither passes nor fails: when no
+check failed and some were inconclusive the gate exits 3, so CI can measure again
+(--inconclusive=fail or =pass count them as failures or as passing instead; the
+report says which). A run that was ok in
 the baseline and is oom, failed or timed out now fails; so does a run that did not
 finish now (failed, timeout, canceled), a figure the baseline knew and the current
 run does not, and a baseline run missing from the current results (--allow-missing
@@ -57,7 +70,8 @@ confidence interval of B's paired change: a check fails when the whole interval 
 beyond the rule's limit, passes when it is wholly within, and is inconclusive
 (exit 3) otherwise.
 
-Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 (--ab) inconclusive.`,
+Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 inconclusive (no check
+failed, some could not tell).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if abPath != "" {
@@ -78,6 +92,9 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 (--ab) inconclusive.`
 			}
 			if failMissing && allowMissing {
 				return usageError(errors.New("--fail-missing and --allow-missing contradict each other; missing runs fail by default"))
+			}
+			if !slices.Contains(results.InconclusivePolicies, inconclusive) {
+				return usageError(fmt.Errorf("--inconclusive %q: use %s", inconclusive, strings.Join(results.InconclusivePolicies, ", ")))
 			}
 			if !slices.Contains(results.GateFormats, format) {
 				return usageError(fmt.Errorf("--format %q: use %s", format, strings.Join(results.GateFormats, ", ")))
@@ -159,7 +176,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 (--ab) inconclusive.`
 				return usageError(fmt.Errorf("--current: %w", err))
 			}
 			report, err := results.Gate(baseRuns, curRuns, results.GateOptions{Rules: ruleList, Alpha: alpha,
-				AllowMissing: allowMissing, NoBaseline: noBaseline, BaselineName: baseName, CurrentName: current})
+				AllowMissing: allowMissing, NoBaseline: noBaseline, BaselineName: baseName, CurrentName: current, Inconclusive: inconclusive})
 			if err != nil {
 				return usageError(err)
 			}
@@ -193,12 +210,19 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 (--ab) inconclusive.`
 					return usageError(err)
 				}
 				verdict := "passed: the baseline of the next night"
-				if !n.Passed {
+				switch {
+				case report.Verdict == results.OutcomeInconclusive:
+					verdict = "inconclusive: the next night keeps the last passing baseline"
+				case !n.Passed:
 					verdict = "failed: the next night keeps the last passing baseline"
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "stored night %s (%s)\n", n.Dir, verdict)
 			}
-			if !report.Passed {
+			switch report.Verdict {
+			case results.OutcomeInconclusive:
+				return &exitError{code: ExitInconclusive}
+			case results.OutcomePass:
+			default:
 				return &exitError{code: ExitFailed}
 			}
 			return nil
@@ -214,6 +238,7 @@ Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 (--ab) inconclusive.`
 	f.StringVar(&junitPath, "junit", "", "also write JUnit XML to this file (a device or FIFO is written through, a regular file replaced atomically)")
 	f.StringVar(&markdownPath, "markdown", "", "also write the Markdown summary to this file (as --junit)")
 	f.Float64Var(&alpha, "alpha", results.DefaultAlpha, "significance level with >= 6 repeats per side")
+	f.StringVar(&inconclusive, "inconclusive", results.InconclusiveReport, "what inconclusive checks do when none failed: report (exit 3), fail (exit 1) or pass (exit 0)")
 	f.BoolVar(&allowMissing, "allow-missing", false, "let baseline runs be missing from the current results (a partial night); by default each fails")
 	f.BoolVar(&failMissing, "fail-missing", false, "fail when a baseline run is missing from the current results (the default now)")
 	_ = f.MarkDeprecated("fail-missing", "missing runs fail by default; --allow-missing lets them through")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -53,7 +54,9 @@ func readmePath(t *testing.T) string {
 // output (a code block whose first line is `$ fsdpbench ...`) and compares the
 // block with what the binary prints on stdout now: a sample that no longer matches
 // (the quickstart showed 4.62 GiB where the sweep printed 5.81) fails, naming the
-// first line that differs. -update-readme rewrites the samples instead.
+// first line that differs. -update-readme rewrites the samples instead. A sample
+// whose last line is "(exit N)" shows a command that exits N (a gate that could not
+// tell exits 3); every other sample exits 0.
 func TestReadmeOutputs(t *testing.T) {
 	t.Parallel()
 	path := readmePath(t)
@@ -89,12 +92,22 @@ func TestReadmeOutputs(t *testing.T) {
 		require.NotContains(t, cmdline, `'`, "README.md:%d: the test splits a sample's command at spaces; write it without quotes", b.start+1)
 		args := strings.Fields(cmdline)[1:]
 		res := fsdpbench(t, dir, args...)
-		require.Equal(t, 0, res.code, "README.md:%d: %s: %s", b.start+1, cmdline, res.stderr)
+		want := b.lines[n:]
+		code, exit := 0, ""
+		if k := len(want) - 1; k >= 0 {
+			if _, err := fmt.Sscanf(want[k], "(exit %d)", &code); err == nil {
+				exit, want = want[k], want[:k]
+			}
+		}
+		require.Equal(t, code, res.code, "README.md:%d: %s: %s", b.start+1, cmdline, res.stderr)
 		got := strings.Split(strings.TrimRight(res.stdout, "\n"), "\n")
 		for i := range got {
 			got[i] = strings.TrimRight(got[i], " ")
 		}
-		want := b.lines[n:]
+		if exit != "" {
+			got = append(got, exit)
+			want = append(want, exit)
+		}
 		if *updateReadme {
 			if strings.Join(want, "\n") != strings.Join(got, "\n") {
 				lines = append(lines[:b.start+n], append(got, lines[b.start+len(b.lines):]...)...)

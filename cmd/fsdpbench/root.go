@@ -20,10 +20,13 @@ import (
 
 // Exit codes (DESIGN.md).
 const (
-	ExitOK          = 0
-	ExitFailed      = 1 // some run failed or timed out; oom and infeasible are results
-	ExitUsage       = 2 // bad command line or spec
-	ExitInterrupted = 130
+	ExitOK     = 0
+	ExitFailed = 1 // some run failed or timed out; oom and infeasible are results
+	ExitUsage  = 2 // bad command line or spec
+	// ExitInconclusive: gate found no regression but some checks could not tell
+	// (too noisy, or measured under different machine states); measure again.
+	ExitInconclusive = 3
+	ExitInterrupted  = 130
 )
 
 // exitError carries the exit code a command's error maps to. A nil err means the

@@ -135,10 +135,12 @@ func (m *NVML) Sample(_ context.Context, device int) (Reading, error) {
 	d := m.devs[device]
 	var r Reading
 	var first nvml.Return = nvml.SUCCESS
+	got := false
 	note := func(ret nvml.Return) bool {
 		if ret != nvml.SUCCESS && first == nvml.SUCCESS {
 			first = ret
 		}
+		got = got || ret == nvml.SUCCESS
 		return ret == nvml.SUCCESS
 	}
 	if mem, ret := d.GetMemoryInfo(); note(ret) {
@@ -160,11 +162,61 @@ func (m *NVML) Sample(_ context.Context, device int) (Reading, error) {
 	}
 	if m.nvlink[device] {
 		r.NVLinkTxBytesPerS, r.NVLinkRxBytesPerS = m.nvlinkRates(device, d)
+		got = got || r.NVLinkTxBytesPerS != nil
 	}
-	if r == (Reading{}) {
+	// What else the device was doing (issue 29): its SM clock, why the driver held
+	// the clocks down, and the processes on it that are not fsdpbench's.
+	if mhz, ret := d.GetClockInfo(nvml.CLOCK_SM); note(ret) {
+		r.SMClockMHz = results.F64(float64(mhz))
+	}
+	// The throttle-reason call, not its newer "clock event" name: every driver
+	// has it, and the bits are the same.
+	if bits, ret := d.GetCurrentClocksThrottleReasons(); note(ret) {
+		r.Throttle, r.ThrottleKnown = throttleNames(bits), true
+	}
+	if ps, ret := d.GetComputeRunningProcesses(); note(ret) {
+		pids := make([]uint32, len(ps))
+		for i, p := range ps {
+			pids[i] = p.Pid
+		}
+		if own, ok := ownPIDs(pids, os.Getpid()); ok {
+			n := 0
+			for _, o := range own {
+				if !o {
+					n++
+				}
+			}
+			r.OtherProcesses = &n
+		}
+	}
+	if !got {
 		return r, fmt.Errorf("NVML answered nothing for device %d (%v)", device, first)
 	}
 	return r, nil
+}
+
+// throttleBits maps the clock throttle reasons that slow a run to
+// results.GPUThrottleReasons' names; idle, application clocks, sync boost and the
+// display clock do not slow a run.
+var throttleBits = []struct {
+	bit  uint64
+	name string
+}{
+	{nvml.ClocksThrottleReasonSwPowerCap, "sw_power_cap"},
+	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
+	{nvml.ClocksThrottleReasonSwThermalSlowdown, "sw_thermal"},
+	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal"},
+	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake"},
+}
+
+func throttleNames(bits uint64) []string {
+	var out []string
+	for _, b := range throttleBits {
+		if bits&b.bit != 0 {
+			out = append(out, b.name)
+		}
+	}
+	return out
 }
 
 // nvlinkRates reads the device's cumulative NVLink data counters (all links) and

@@ -11,6 +11,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/results"
 )
 
 // fakeGPU is a mocked NVML device; zero-valued figures answer NOT_SUPPORTED.
@@ -24,6 +26,9 @@ type fakeGPU struct {
 	nvlinkKiB   [2]uint64 // cumulative tx, rx
 	nvlinkAtUs  int64
 	unsupported bool // a MIG instance: only memory is known
+	smMHz       uint32
+	throttle    uint64   // clock throttle reason bits
+	pids        []uint32 // compute processes on the device
 }
 
 func (g *fakeGPU) device() *mock.Device {
@@ -41,6 +46,17 @@ func (g *fakeGPU) device() *mock.Device {
 		GetPowerUsageFunc:       func() (uint32, nvml.Return) { return g.powerMW, ns(!g.unsupported) },
 		GetPcieThroughputFunc: func(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
 			return g.pcieKB[c], ns(!g.unsupported)
+		},
+		GetClockInfoFunc: func(nvml.ClockType) (uint32, nvml.Return) { return g.smMHz, ns(!g.unsupported && g.smMHz > 0) },
+		GetCurrentClocksThrottleReasonsFunc: func() (uint64, nvml.Return) {
+			return g.throttle, ns(!g.unsupported && g.smMHz > 0)
+		},
+		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
+			var ps []nvml.ProcessInfo
+			for _, p := range g.pids {
+				ps = append(ps, nvml.ProcessInfo{Pid: p})
+			}
+			return ps, ns(!g.unsupported)
 		},
 		GetFieldValuesFunc: func(vs []nvml.FieldValue) nvml.Return {
 			for i := range vs {
@@ -173,13 +189,16 @@ func TestNVMLSamplesTheVisibleDevices(t *testing.T) {
 
 func TestNVMLDeviceThatAnswersNothing(t *testing.T) {
 	dev := &mock.Device{
-		GetUUIDFunc:             func() (string, nvml.Return) { return "GPU-1", nvml.SUCCESS },
-		GetNameFunc:             func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST },
-		GetFieldValuesFunc:      func([]nvml.FieldValue) nvml.Return { return nvml.ERROR_GPU_IS_LOST },
-		GetMemoryInfoFunc:       func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST },
-		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST },
-		GetPowerUsageFunc:       func() (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
-		GetPcieThroughputFunc:   func(nvml.PcieUtilCounter) (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
+		GetUUIDFunc:                         func() (string, nvml.Return) { return "GPU-1", nvml.SUCCESS },
+		GetNameFunc:                         func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST },
+		GetFieldValuesFunc:                  func([]nvml.FieldValue) nvml.Return { return nvml.ERROR_GPU_IS_LOST },
+		GetMemoryInfoFunc:                   func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST },
+		GetUtilizationRatesFunc:             func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST },
+		GetPowerUsageFunc:                   func() (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
+		GetPcieThroughputFunc:               func(nvml.PcieUtilCounter) (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
+		GetClockInfoFunc:                    func(nvml.ClockType) (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
+		GetCurrentClocksThrottleReasonsFunc: func() (uint64, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST },
+		GetComputeRunningProcessesFunc:      func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST },
 	}
 	lib := &mock.Interface{
 		InitFunc:                       func() nvml.Return { return nvml.SUCCESS },
@@ -245,4 +264,54 @@ func TestOpenNVMLOnThisHost(t *testing.T) {
 	assert.Positive(t, *r.MemUsedBytes)
 	assert.NotEmpty(t, m.Info(0).Name)
 	t.Logf("device 0: %+v, mem used %d B", m.Info(0), *r.MemUsedBytes)
+}
+
+// TestNVMLMachineState: a reading carries the SM clock, the throttle reasons that
+// slow a run (not idle) and the processes on the device that are not fsdpbench's;
+// Apply summarizes them into the run's env.machine (issue 29).
+func TestNVMLMachineState(t *testing.T) {
+	if _, err := os.Stat("/proc/1/stat"); err != nil {
+		t.Skip("attributes processes through /proc")
+	}
+	self := uint32(os.Getpid())
+	g := &fakeGPU{uuid: "GPU-1", name: "NVIDIA H100 80GB HBM3", used: 1 << 30, smMHz: 1980,
+		throttle: nvml.ClocksThrottleReasonGpuIdle, pids: []uint32{self}}
+	lib, _ := fakeNVML([]*fakeGPU{g}, nil)
+	m, err := openNVML(lib, "", false)
+	require.NoError(t, err)
+
+	var samples []Sample
+	read := func(at float64) Reading {
+		r, err := m.Sample(t.Context(), 0)
+		require.NoError(t, err)
+		samples = append(samples, Sample{TimeS: at, Reading: r})
+		return r
+	}
+	r := read(0)
+	assert.InDelta(t, 1980, *r.SMClockMHz, 0)
+	assert.True(t, r.ThrottleKnown)
+	assert.Empty(t, r.Throttle, "idle is no slowdown")
+	require.NotNil(t, r.OtherProcesses)
+	assert.Equal(t, 0, *r.OtherProcesses, "fsdpbench's own process is not other")
+
+	// Another tenant (pid 1: visible here, not ours) arrives; the clocks drop for heat.
+	g.pids, g.smMHz, g.throttle = []uint32{self, 1}, 1410, nvml.ClocksThrottleReasonHwThermalSlowdown|nvml.ClocksThrottleReasonSwPowerCap
+	r = read(0.5)
+	assert.Equal(t, []string{"sw_power_cap", "hw_thermal"}, r.Throttle)
+	assert.Equal(t, 1, *r.OtherProcesses)
+	read(1.0)
+
+	// A PID from another namespace: no attribution, not a guess.
+	g.pids = []uint32{1 << 30}
+	r = read(1.5)
+	assert.Nil(t, r.OtherProcesses)
+
+	res := results.Result{Status: results.StatusOK, Env: results.Env{Machine: &results.Machine{Repeats: 1, CPUs: 8}}}
+	require.True(t, Report{Samples: samples}.Apply(&res, 0))
+	x := res.Env.Machine
+	assert.Equal(t, 8, x.CPUs, "the host's figures stay")
+	assert.InDelta(t, 1410, *x.GPUSMClockMHz, 0, "the median SM clock")
+	assert.InDelta(t, 0.75, *x.GPUThrottledShare, 1e-12)
+	assert.Equal(t, []string{"sw_power_cap", "hw_thermal"}, x.GPUThrottle)
+	assert.Equal(t, 1, *x.GPUOtherProcesses)
 }

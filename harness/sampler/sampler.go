@@ -24,6 +24,15 @@ type Reading struct {
 	PCIeRxBytesPerS   *float64
 	NVLinkTxBytesPerS *float64
 	NVLinkRxBytesPerS *float64
+	// SMClockMHz is the SM clock; Throttle the reasons the driver held the clocks
+	// down that slow a run (results.GPUThrottleReasons' names), nil when none or
+	// unknown, with ThrottleKnown saying which.
+	SMClockMHz    *float64
+	Throttle      []string
+	ThrottleKnown bool
+	// OtherProcesses counts the processes on the device that are not fsdpbench's
+	// (nor its descendants'); nil when that cannot be told (another PID namespace).
+	OtherProcesses *int
 }
 
 // DeviceInfo describes a device and its driver; empty strings are unknown.

@@ -1,0 +1,242 @@
+package results
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Machine is what the machine was doing while a run measured (issue 29): how loaded
+// the host was, how much of its CPU other processes took, the CPU clock, and on GPUs
+// the other processes on the run's devices, the SM clock and why the driver held the
+// clocks down. The harness reads it around every repeat (harness/sampler), whatever
+// the backend. A figure that could not be read (not Linux, no cpufreq, no NVML) is
+// nil: unknown, never 0.
+//
+// In Result.Env it is one repeat's; in Metrics.Env a summary over the repeats (the
+// median of each figure, the most other GPU processes, every throttle reason seen),
+// so one disturbed repeat among many moves it no more than it moves a median figure.
+type Machine struct {
+	// Repeats is how many repeats the summary covers (1 in a Result).
+	Repeats int `json:"repeats,omitempty"`
+	// CPUs is how many CPUs the host had online: the scale of Load1 and of
+	// OtherCPUShare.
+	CPUs int `json:"cpus,omitempty"`
+	// Load1 is the host's 1-minute load average (/proc/loadavg) when the repeat
+	// ended; it counts the run's own processes too.
+	Load1 *float64 `json:"load1,omitempty"`
+	// OtherCPUShare is the share of the host's CPU time (every CPU over the repeat's
+	// wall time, /proc/stat) that processes outside fsdpbench's own process tree
+	// used while the repeat ran, 0 to 1: 0.5 on a 2-CPU host is one CPU kept busy
+	// by something else. fsdpbench's tree holds every run of the sweep, so runs the
+	// sweep executes at once do not count as other.
+	OtherCPUShare *float64 `json:"other_cpu_share,omitempty"`
+	// OtherCPUShareMax is the largest repeat's OtherCPUShare (in a summary).
+	OtherCPUShareMax *float64 `json:"other_cpu_share_max,omitempty"`
+	// CPUMHz is the mean current frequency of the online CPUs
+	// (/sys/devices/system/cpu/*/cpufreq/scaling_cur_freq), read when the repeat
+	// ended; nil where the kernel exposes no cpufreq (many VMs).
+	CPUMHz *float64 `json:"cpu_mhz,omitempty"`
+	// GPUOtherProcesses is the most processes seen at once on the run's devices
+	// that are not fsdpbench's (NVML); nil when NVML could not tell (no GPU, or
+	// process IDs from another PID namespace).
+	GPUOtherProcesses *int `json:"gpu_other_processes,omitempty"`
+	// GPUSMClockMHz is the median SM clock over the repeat's GPU readings.
+	GPUSMClockMHz *float64 `json:"gpu_sm_clock_mhz,omitempty"`
+	// GPUThrottledShare is the share of the GPU readings, 0 to 1, in which the
+	// driver held the clocks down for a reason that slows a run (power cap,
+	// thermal, hardware slowdown, power brake); idle and application-clock settings
+	// do not count.
+	GPUThrottledShare *float64 `json:"gpu_throttled_share,omitempty"`
+	// GPUThrottle names every such reason seen (GPUThrottleReasons' names).
+	GPUThrottle []string `json:"gpu_throttle,omitempty"`
+}
+
+// GPUThrottleReasons are the names Machine.GPUThrottle uses: NVML's clock event
+// reasons that slow a run.
+var GPUThrottleReasons = []string{"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"}
+
+// Bounds of a Machine read from a file (checkMachine): far above any real host.
+const (
+	maxMachineCPUs    = 1 << 20
+	maxLoad           = 1e7
+	maxClockMHz       = 1e6
+	maxGPUProcesses   = 1 << 22
+	maxThrottleListed = 16
+)
+
+// checkMachine checks a Machine read from metrics.json: every figure finite and
+// within its bounds, the throttle reasons known names. It returns the field and
+// why, or "", "".
+func checkMachine(m *Machine) (field, msg string) {
+	if m == nil {
+		return "", ""
+	}
+	if m.Repeats < 0 || m.Repeats > MaxRepeats {
+		return "repeats", fmt.Sprintf("%d is not between 0 and %d", m.Repeats, MaxRepeats)
+	}
+	if m.CPUs < 0 || m.CPUs > maxMachineCPUs {
+		return "cpus", fmt.Sprintf("%d is not between 0 and %d", m.CPUs, maxMachineCPUs)
+	}
+	for _, f := range []struct {
+		name   string
+		v      *float64
+		lo, hi float64
+	}{
+		{"load1", m.Load1, 0, maxLoad}, {"other_cpu_share", m.OtherCPUShare, 0, 1}, {"other_cpu_share_max", m.OtherCPUShareMax, 0, 1},
+		{"cpu_mhz", m.CPUMHz, 0, maxClockMHz}, {"gpu_sm_clock_mhz", m.GPUSMClockMHz, 0, maxClockMHz},
+		{"gpu_throttled_share", m.GPUThrottledShare, 0, 1},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if err := inRange(*f.v, f.lo, f.hi); err != "" {
+			return f.name, err
+		}
+	}
+	if p := m.GPUOtherProcesses; p != nil && (*p < 0 || *p > maxGPUProcesses) {
+		return "gpu_other_processes", fmt.Sprintf("%d is not between 0 and %d", *p, maxGPUProcesses)
+	}
+	if len(m.GPUThrottle) > maxThrottleListed {
+		return "gpu_throttle", fmt.Sprintf("lists %d reasons; there are %d", len(m.GPUThrottle), len(GPUThrottleReasons))
+	}
+	for i, r := range m.GPUThrottle {
+		if !slices.Contains(GPUThrottleReasons, r) {
+			return fmt.Sprintf("gpu_throttle[%d]", i), fmt.Sprintf("%s is not a throttle reason (%s)", clip(r), strings.Join(GPUThrottleReasons, ", "))
+		}
+	}
+	return "", ""
+}
+
+// SummarizeMachine summarizes the machine states of a run's repeats (Machine); nil
+// when no repeat has one.
+func SummarizeMachine(repeats []Result) *Machine {
+	var ms []*Machine
+	for i := range repeats {
+		if m := repeats[i].Env.Machine; m != nil {
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	out := &Machine{Repeats: len(ms)}
+	med := func(get func(*Machine) *float64) *float64 {
+		var xs []float64
+		for _, m := range ms {
+			if v := get(m); v != nil {
+				xs = append(xs, *v)
+			}
+		}
+		if len(xs) == 0 {
+			return nil
+		}
+		return F64(median(xs))
+	}
+	out.Load1 = med(func(m *Machine) *float64 { return m.Load1 })
+	out.OtherCPUShare = med(func(m *Machine) *float64 { return m.OtherCPUShare })
+	out.CPUMHz = med(func(m *Machine) *float64 { return m.CPUMHz })
+	out.GPUSMClockMHz = med(func(m *Machine) *float64 { return m.GPUSMClockMHz })
+	out.GPUThrottledShare = med(func(m *Machine) *float64 { return m.GPUThrottledShare })
+	for _, m := range ms {
+		out.CPUs = max(out.CPUs, m.CPUs)
+		for _, v := range []*float64{m.OtherCPUShare, m.OtherCPUShareMax} {
+			if v != nil && (out.OtherCPUShareMax == nil || *v > *out.OtherCPUShareMax) {
+				out.OtherCPUShareMax = F64(*v)
+			}
+		}
+		if p := m.GPUOtherProcesses; p != nil && (out.GPUOtherProcesses == nil || *p > *out.GPUOtherProcesses) {
+			n := *p
+			out.GPUOtherProcesses = &n
+		}
+		for _, r := range m.GPUThrottle {
+			if !slices.Contains(out.GPUThrottle, r) {
+				out.GPUThrottle = append(out.GPUThrottle, r)
+			}
+		}
+	}
+	return out
+}
+
+// Thresholds of MachineDiff: how far apart two machine states must be to count as
+// materially different. They are loose on purpose: the gate turns a difference
+// into "inconclusive", and a gate that is always inconclusive is switched off as
+// surely as one that cries wolf.
+const (
+	// MachineOtherCPUShareDiff: other processes' share of the host's CPU differs by
+	// more than 10 points (one CPU of ten kept busy by something else).
+	MachineOtherCPUShareDiff = 0.10
+	// MachineLoadPerCPUDiff: the 1-minute load average per CPU differs by more than
+	// 0.5 (half the CPUs' worth of runnable tasks). Only where other processes'
+	// CPU share is unknown on a side: the share covers the run's own window
+	// exactly, where the load average trails the last minute and counts the run
+	// itself, so on a busy shared host it would call every pair of nights different.
+	MachineLoadPerCPUDiff = 0.5
+	// MachineClockDiff: the CPU or the GPU's SM clock differs by more than 10%.
+	MachineClockDiff = 0.10
+	// MachineThrottledShareDiff: the share of GPU readings with the clocks held
+	// down differs by more than 25 points.
+	MachineThrottledShareDiff = 0.25
+)
+
+// MachineDiff says how two machine states differ materially (the thresholds
+// above), or "" when they do not, or when either is unknown: a figure known on one
+// side only (results of an older fsdpbench) decides nothing. Other processes on the
+// GPU on one side and none on the other differ materially.
+func MachineDiff(base, cur *Machine) string {
+	why, _ := machineLean(base, cur)
+	return why
+}
+
+// machineLean is MachineDiff with the way the differences lean: +1 when the current
+// side ran on a busier or slower machine in every way it differs (more of the CPU
+// taken, lower clocks, more throttling, other processes on the GPU), -1 when on a
+// quieter or faster one in every way, 0 when the ways disagree or nothing differs.
+func machineLean(base, cur *Machine) (string, int) {
+	if base == nil || cur == nil {
+		return "", 0
+	}
+	var why []string
+	busier, quieter := 0, 0
+	lean := func(curWorse bool) {
+		if curWorse {
+			busier++
+		} else {
+			quieter++
+		}
+	}
+	if b, c := base.OtherCPUShare, cur.OtherCPUShare; b != nil && c != nil && math.Abs(*b-*c) > MachineOtherCPUShareDiff {
+		why = append(why, fmt.Sprintf("other processes used %.0f%% of the CPU in the baseline, %.0f%% now", *b*100, *c*100))
+		lean(*c > *b)
+	}
+	if b, c := base.Load1, cur.Load1; b != nil && c != nil && base.CPUs > 0 && cur.CPUs > 0 &&
+		(base.OtherCPUShare == nil || cur.OtherCPUShare == nil) &&
+		math.Abs(*b/float64(base.CPUs)-*c/float64(cur.CPUs)) > MachineLoadPerCPUDiff {
+		why = append(why, fmt.Sprintf("load average %.2f on %d CPUs in the baseline, %.2f on %d now", *b, base.CPUs, *c, cur.CPUs))
+		lean(*c/float64(cur.CPUs) > *b/float64(base.CPUs))
+	}
+	clock := func(what string, b, c *float64) {
+		if b != nil && c != nil && *b > 0 && *c > 0 && math.Abs(*c / *b - 1) > MachineClockDiff {
+			why = append(why, fmt.Sprintf("%s %.0f MHz in the baseline, %.0f MHz now", what, *b, *c))
+			lean(*c < *b)
+		}
+	}
+	clock("CPU clock", base.CPUMHz, cur.CPUMHz)
+	clock("GPU SM clock", base.GPUSMClockMHz, cur.GPUSMClockMHz)
+	if b, c := base.GPUThrottledShare, cur.GPUThrottledShare; b != nil && c != nil && math.Abs(*b-*c) > MachineThrottledShareDiff {
+		why = append(why, fmt.Sprintf("GPU clocks held down in %.0f%% of the readings in the baseline, %.0f%% now", *b*100, *c*100))
+		lean(*c > *b)
+	}
+	if b, c := base.GPUOtherProcesses, cur.GPUOtherProcesses; b != nil && c != nil && (*b == 0) != (*c == 0) {
+		why = append(why, fmt.Sprintf("%d other processes on the GPU in the baseline, %d now", *b, *c))
+		lean(*c > *b)
+	}
+	switch {
+	case busier > 0 && quieter == 0:
+		return strings.Join(why, "; "), 1
+	case quieter > 0 && busier == 0:
+		return strings.Join(why, "; "), -1
+	}
+	return strings.Join(why, "; "), 0
+}
