@@ -98,12 +98,14 @@ type option struct {
 }
 
 // Bounds of the options. A bus bandwidth above maxBusBWGBps (ten times NVLink 5's
-// 1.8 TB/s) is a typo, and one below minBusBWGBps (10 MB/s) or an efficiency below
+// 1.8 TB/s) is a typo, and one below minBusBWGBps (1 MB/s, 8 Mbit/s: below any link
+// collectives run over, while the 50 Mbit/s links the two-node tests shape, 0.00625
+// GB/s, must be predictable) or an efficiency below
 // minEfficiency predicts steps of centuries, past what the figures derived from
 // them can hold (an efficiency of 1e-320 made tokens/s NaN). A simulated step
 // sleeps at most maxSleepPerStep (a run that must last, for tests of cancellation).
 const (
-	minBusBWGBps    = 0.01
+	minBusBWGBps    = 0.001
 	maxBusBWGBps    = 20000
 	minEfficiency   = 1e-3
 	maxSleepPerStep = time.Hour
@@ -134,9 +136,9 @@ func describe(v any) string {
 
 var optionTable = map[string]option{
 	"storage_bw_gbps": {storageBWHelp, setStorageBW},
-	"inter_node_bus_bw_gbps": {"bus bandwidth of collectives that span nodes, GB/s in [0.01, 20000]: nccl-tests' busbw at large sizes across your nodes, not one NIC's line rate (rail-optimized 8 × 400 Gb/s InfiniBand measures hundreds of GB/s; plain TCP a few); better, give nccl_tests or inter_node_fabric",
+	"inter_node_bus_bw_gbps": {"bus bandwidth of collectives that span nodes, GB/s in [0.001, 20000]: nccl-tests' busbw at large sizes across your nodes, not one NIC's line rate (rail-optimized 8 × 400 Gb/s InfiniBand measures hundreds of GB/s; plain TCP a few); better, give nccl_tests or inter_node_fabric",
 		func(o *Options, v any) error { return setBusBW(&o.InterNodeBusBW, v) }},
-	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in [0.01, 20000] (nccl-tests busbw)",
+	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in [0.001, 20000] (nccl-tests busbw)",
 		func(o *Options, v any) error { return setBusBW(&o.IntraNodeBusBW, v) }},
 	"efficiency": {"fraction of peak FLOP/s the step's compute reaches, in [0.001, 1]",
 		func(o *Options, v any) error {

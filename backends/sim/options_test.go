@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fsdpbench/fsdpbench/backends"
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -47,10 +49,11 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"unknown", map[string]any{"bandwidth": 3}, `backend_options.bandwidth: the sim backend has no such option`},
 		{"misspelt", map[string]any{"x": 1}, "known: attention, calibration, checkpointing, ddp_gradient_as_bucket_view, dropout, efficiency,"},
 		{"typo", map[string]any{"inter_node_bw_gbps": 3}, `did you mean "inter_node_bus_bw_gbps"?`},
-		{"zero bandwidth", map[string]any{"inter_node_bus_bw_gbps": 0}, "backend_options.inter_node_bus_bw_gbps: must be in [0.01, 20000], got 0"},
+		{"zero bandwidth", map[string]any{"inter_node_bus_bw_gbps": 0}, "backend_options.inter_node_bus_bw_gbps: must be in [0.001, 20000], got 0"},
 		{"negative bandwidth", map[string]any{"intra_node_bus_bw_gbps": -1.5}, "got -1.5"},
-		{"huge bandwidth", map[string]any{"intra_node_bus_bw_gbps": 1e300}, "must be in [0.01, 20000]"},
-		{"tiny bandwidth", map[string]any{"intra_node_bus_bw_gbps": 1e-300}, "must be in [0.01, 20000], got 1e-300"},
+		{"huge bandwidth", map[string]any{"intra_node_bus_bw_gbps": 1e300}, "must be in [0.001, 20000]"},
+		{"tiny bandwidth", map[string]any{"intra_node_bus_bw_gbps": 1e-300}, "must be in [0.001, 20000], got 1e-300"},
+		{"below 1 MB/s", map[string]any{"inter_node_bus_bw_gbps": 0.0009}, "must be in [0.001, 20000], got 0.0009"},
 		{"subnormal efficiency", map[string]any{"efficiency": 1e-320}, "must be in [0.001, 1], got 1e-320"},
 		{"not a number", map[string]any{"efficiency": "fast"}, `must be a number, got "fast"`},
 		{"a list", map[string]any{"efficiency": []any{0.5}}, "must be a number, got a list"},
@@ -107,4 +110,28 @@ func FuzzParseOptions(f *testing.F) {
 			t.Fatalf("accepted %q=%q as %+v", key, value, o)
 		}
 	})
+}
+
+// TestSlowLinkPredicted: the two-node table in the README measures a 50 Mbit/s
+// link (.ci/cluster link 50mbit), 0.00625 GB/s, which the bound of 0.01 GB/s
+// refused to predict. At that rate the step's growth over 200 Mbit/s (0.025
+// GB/s) is exposed communication, four times as much, and hybrid_shard's is
+// smaller than full_shard's.
+func TestSlowLinkPredicted(t *testing.T) {
+	predict := func(sharding string, gbps float64) *results.StepBreakdown {
+		rc := cfg("tiny", 4, sharding)
+		rc.Hardware, rc.MixedPrecision, rc.SeqLen = "cpu", sweeps.FP32, 64
+		rc.Nodes, rc.GPUsPerNode, rc.BatchPerDevice = 2, 2, 2
+		p, err := PredictWith(rc, map[string]any{"inter_node_bus_bw_gbps": gbps})
+		require.NoError(t, err)
+		b := p.StepBreakdown()
+		require.NotNil(t, b)
+		return b
+	}
+	for _, s := range []string{sweeps.FullShard, sweeps.HybridShard} {
+		at200, at50 := predict(s, 0.025), predict(s, 0.00625)
+		assert.InDelta(t, at50.StepS-at200.StepS, at50.ExposedCommS-at200.ExposedCommS, 1e-9, s)
+		assert.Greater(t, at50.ExposedCommS, 3*at200.ExposedCommS, s)
+	}
+	assert.Less(t, predict(sweeps.HybridShard, 0.00625).ExposedCommS, predict(sweeps.FullShard, 0.00625).ExposedCommS)
 }
