@@ -109,7 +109,8 @@ gpu-check:
 # gpu-check-quick: issue 24's table within a few GPU minutes (bf16 tensor-core
 # attention against the cpu device, attention TFLOP/s, the per-op roofline with the
 # fused ops and the step's launch count and launch budget, 20 bf16 steps tracking
-# the cpu losses, llama-1b at batch 1/2/4 on both engines); build here, carry
+# the cpu losses, llama-1b at batch 1/2/4 on both engines, each engine's step
+# breakdown and timeline, two gotrain ranks over NCCL); build here, carry
 # bin/gpu-check-quick, `bash .ci/gpu-check-quick run` there. See the script.
 gpu-check-quick:
 	bash .ci/gpu-check-quick
