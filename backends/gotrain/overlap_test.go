@@ -351,13 +351,20 @@ func TestStreamSchedule(t *testing.T) {
 // envOverlapModel names the model TestPrefetchStepTime trains (default gpt2-124m).
 const envOverlapModel = "FSDPBENCH_OVERLAP_MODEL"
 
+// envOverlapDir, when set, is where TestPrefetchStepTime keeps each run's
+// directory (its timeline.json), so a GPU session takes the timelines home.
+const envOverlapDir = "FSDPBENCH_OVERLAP_DIR"
+
 // TestPrefetchStepTime is for a GPU (.ci/gpu-check's overlap-timing step): it
 // trains full_shard on two ranks without prefetch, with forward and
 // backward_pre prefetch, and with backward_post, and logs the mean step time of
 // each and the ratio to no prefetch, the figure that says whether the all-gathers
 // and reduce-scatters overlap compute. With one GPU the two ranks share it
 // (NCCL ≥ 2.30), so their compute competes too: compare the ratios, not the
-// times, with a machine of one GPU per rank. Without a GPU it skips.
+// times, with a machine of one GPU per rank. Each run's step breakdown from its
+// CUDA events (issue 27) is logged beside it, and must be there: collectives
+// measured on the comm stream, the parts summing to the step. Without a GPU it
+// skips.
 func TestPrefetchStepTime(t *testing.T) {
 	requireGPU(t)
 	model := os.Getenv(envOverlapModel)
@@ -375,9 +382,21 @@ func TestPrefetchStepTime(t *testing.T) {
 		rc.BackwardPrefetch, rc.ForwardPrefetch = c.backward, c.forward
 		rc.BackendOptions = map[string]any{"comm": "nccl"}
 		rc.AssignID()
-		res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: t.TempDir()}, nil)
+		dir := t.TempDir()
+		if keep := os.Getenv(envOverlapDir); keep != "" {
+			dir = filepath.Join(keep, rc.ID)
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+		}
+		res, err := New().Run(context.Background(), rc, backends.RunEnv{RunDir: dir}, nil)
 		require.NoError(t, err)
 		require.Equal(t, results.StatusOK, res.Status, res.Error)
+		b := slowestBreakdown(res)
+		require.NotNil(t, b, "%s: no step breakdown", c)
+		assert.Equal(t, "cuda-events", b.Source, c)
+		assert.Greater(t, b.CollectiveS, 0.0, "%s: two ranks measured no collective", c)
+		assert.Empty(t, func() string { f, why := b.Check(); return f + why }(), c)
+		t.Logf("prefetch %s: breakdown (slowest rank's median step) step %.4fs, compute %.4fs, collectives %.4fs, exposed %.4fs (%.1f%% of the step), overlap %.1f%%; timeline %s",
+			c, b.StepS, b.ComputeS, b.CollectiveS, b.ExposedCommS, 100*derefF(b.ExposedShare()), 100*derefF(b.Overlap()), filepath.Join(dir, res.TimelinePath))
 		var sum float64
 		for _, s := range res.Steps {
 			sum += s.StepTimeS
@@ -389,4 +408,19 @@ func TestPrefetchStepTime(t *testing.T) {
 		t.Logf("prefetch %s: %s mean step %.4fs over %d steps (%.3f× no prefetch), peak allocated %d bytes",
 			c, model, mean, len(res.Steps), mean/base, deref(res.PeakMemAllocatedBytes))
 	}
+}
+
+// slowestBreakdown is a repeat's step breakdown as the run reports it: the
+// backend's own, else the slowest rank's.
+func slowestBreakdown(res results.Result) *results.StepBreakdown {
+	if res.StepBreakdown != nil {
+		return res.StepBreakdown
+	}
+	var slow *results.StepBreakdown
+	for i := range res.PerRank {
+		if b := res.PerRank[i].StepBreakdown; b != nil && (slow == nil || b.StepS > slow.StepS) {
+			slow = b
+		}
+	}
+	return slow
 }
