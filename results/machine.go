@@ -51,6 +51,11 @@ type Machine struct {
 	GPUThrottledShare *float64 `json:"gpu_throttled_share,omitempty"`
 	// GPUThrottle names every such reason seen (GPUThrottleReasons' names).
 	GPUThrottle []string `json:"gpu_throttle,omitempty"`
+	// PerRepeat holds, in a summary of more than one repeat, each repeat's own
+	// state, repeat i at index i (an empty one where a repeat had none): what
+	// `fsdpbench ab` compares pair by pair, A's repeat i against B's, since a
+	// disturbance that hit one side of a pair is invisible in the medians.
+	PerRepeat []Machine `json:"per_repeat,omitempty"`
 }
 
 // GPUThrottleReasons are the names Machine.GPUThrottle uses: NVML's clock event
@@ -98,6 +103,17 @@ func checkMachine(m *Machine) (field, msg string) {
 	if p := m.GPUOtherProcesses; p != nil && (*p < 0 || *p > maxGPUProcesses) {
 		return "gpu_other_processes", fmt.Sprintf("%d is not between 0 and %d", *p, maxGPUProcesses)
 	}
+	if len(m.PerRepeat) > MaxRepeats {
+		return "per_repeat", fmt.Sprintf("holds %d repeats, more than %d", len(m.PerRepeat), MaxRepeats)
+	}
+	for i := range m.PerRepeat {
+		if len(m.PerRepeat[i].PerRepeat) > 0 {
+			return fmt.Sprintf("per_repeat[%d].per_repeat", i), "a repeat's state holds no repeats"
+		}
+		if f, msg := checkMachine(&m.PerRepeat[i]); f != "" {
+			return fmt.Sprintf("per_repeat[%d].%s", i, f), msg
+		}
+	}
 	if len(m.GPUThrottle) > maxThrottleListed {
 		return "gpu_throttle", fmt.Sprintf("lists %d reasons; there are %d", len(m.GPUThrottle), len(GPUThrottleReasons))
 	}
@@ -122,6 +138,15 @@ func SummarizeMachine(repeats []Result) *Machine {
 		return nil
 	}
 	out := &Machine{Repeats: len(ms)}
+	if len(repeats) > 1 {
+		out.PerRepeat = make([]Machine, len(repeats))
+		for i := range repeats {
+			if m := repeats[i].Env.Machine; m != nil {
+				out.PerRepeat[i] = *m
+				out.PerRepeat[i].PerRepeat = nil
+			}
+		}
+	}
 	med := func(get func(*Machine) *float64) *float64 {
 		var xs []float64
 		for _, m := range ms {
