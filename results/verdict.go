@@ -97,9 +97,9 @@ func machineSensitive(metric string) bool {
 // JudgeSamples decides relative rule r (METRIC:-X% or METRIC:+X%) on each repeat's
 // figure of the two sides (base, cur: per-repeat samples, as Metrics.Samples holds
 // them) measured under the machine states baseM and curM (nil: unknown). It is the
-// verdict the gate gives a run; `fsdpbench ab` gives it to its A and B. The Delta
-// holds the medians, their 95% CIs and the Mann-Whitney p-value (alpha: 0 =
-// DefaultAlpha). An absolute rule, or a side without samples, is an error.
+// verdict the gate gives a run (gate --ab judges paired changes with GateAB, under
+// the same machine rule, machineCouldExplain). The Delta holds the medians, their
+// 95% CIs and the Mann-Whitney p-value (alpha: 0 = DefaultAlpha). An absolute rule, or a side without samples, is an error.
 func JudgeSamples(r Rule, base, cur []float64, baseM, curM *Machine, alpha float64) (Outcome, string, Delta, error) {
 	if !r.relative() {
 		return "", "", Delta{}, fmt.Errorf("rule %s: only a relative rule compares two sides", r)
