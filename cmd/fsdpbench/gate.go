@@ -70,8 +70,8 @@ confidence interval of B's paired change (recomputed from the pairs, equal-taile
 a check fails when the whole interval is beyond the rule's limit, passes when it is
 wholly within, and is inconclusive otherwise. A check of a timed figure is also
 inconclusive when pairs whose A and B ran under machine states that differ
-materially (the thresholds above) could explain its verdict: it stands only if it
-holds with those pairs' changes put at the least favourable side. --inconclusive
+materially (the thresholds above) could explain its verdict, unless the other
+pairs reach the verdict without them. --inconclusive
 applies as above: exit 3 by default, or counted as failures or as passing.
 
 Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 inconclusive (no check
