@@ -296,19 +296,20 @@ func ReadAB(path string) (ABResult, error) {
 		if len(p.Pairs) > MaxRepeats {
 			return ABResult{}, fmt.Errorf("%s: point %s: %d pairs, more than %d", path, p.Point, len(p.Pairs), MaxRepeats)
 		}
-		for side, m := range map[string]*Machine{"a_machine": p.AMachine, "b_machine": p.BMachine} {
-			if f, msg := checkMachine(m); f != "" {
-				return ABResult{}, fmt.Errorf("%s: point %s: %s.%s: %s", path, p.Point, side, f, msg)
-			}
+		type named struct {
+			name string
+			m    *Machine
 		}
+		states := []named{{"a_machine", p.AMachine}, {"b_machine", p.BMachine}}
 		for i := range p.Pairs {
-			for side, m := range map[string]*Machine{"a": &p.Pairs[i].A, "b": &p.Pairs[i].B} {
-				if len(m.PerRepeat) > 0 {
-					return ABResult{}, fmt.Errorf("%s: point %s: pairs[%d].%s: a repeat's state holds no repeats", path, p.Point, i, side)
-				}
-				if f, msg := checkMachine(m); f != "" {
-					return ABResult{}, fmt.Errorf("%s: point %s: pairs[%d].%s.%s: %s", path, p.Point, i, side, f, msg)
-				}
+			if len(p.Pairs[i].A.PerRepeat)+len(p.Pairs[i].B.PerRepeat) > 0 {
+				return ABResult{}, fmt.Errorf("%s: point %s: pairs[%d]: a repeat's state holds no repeats", path, clip(p.Point), i)
+			}
+			states = append(states, named{fmt.Sprintf("pairs[%d].a", i), &p.Pairs[i].A}, named{fmt.Sprintf("pairs[%d].b", i), &p.Pairs[i].B})
+		}
+		for _, st := range states {
+			if f, msg := checkMachine(st.m); f != "" {
+				return ABResult{}, fmt.Errorf("%s: point %s: %s.%s: %s", path, clip(p.Point), st.name, f, msg)
 			}
 		}
 		for _, c := range p.Metrics {
