@@ -6,8 +6,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
-	"golang.org/x/perf/benchmath"
+	"github.com/aclements/go-moremath/stats"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
@@ -54,6 +57,24 @@ type ABPoint struct {
 	BError   string     `json:"b_error,omitempty"`
 	Metrics  []ABChange `json:"metrics,omitempty"`
 	Problems []string   `json:"problems,omitempty"`
+	// AMachine and BMachine summarize what the machine was doing while each side
+	// ran (the runs' env.machine, without the per-repeat states: Pairs holds
+	// those); nil where the harness read nothing (a prediction, an older run).
+	AMachine *Machine `json:"a_machine,omitempty"`
+	BMachine *Machine `json:"b_machine,omitempty"`
+	// Pairs holds each pair's machine states, pair i being repeat i of each side,
+	// and how they differed; empty when neither side read any.
+	Pairs []ABPair `json:"pairs,omitempty"`
+}
+
+// ABPair is what the machine was doing during one pair's A and B repeats.
+type ABPair struct {
+	A Machine `json:"a"`
+	B Machine `json:"b"`
+	// MachineDiff says how A's and B's states differed materially
+	// (MachineDiff's thresholds), "" when they did not. gate --ab works it out
+	// again from A and B rather than trust it.
+	MachineDiff string `json:"machine_diff,omitempty"`
 }
 
 // ABChange is B's change against A of one metric over the pairs: each pair's
@@ -62,8 +83,12 @@ type ABChange struct {
 	Metric string `json:"metric"`
 	// Changes holds each pair's b/a − 1, in the order the pairs ran.
 	Changes []float64 `json:"changes"`
-	AMedian float64   `json:"a_median"`
-	BMedian float64   `json:"b_median"`
+	// Dropped lists the pairs (0-based) that have no change because a side's
+	// figure was not positive and finite: Changes[j] is pair j plus the number of
+	// dropped pairs before it.
+	Dropped []int   `json:"dropped,omitempty"`
+	AMedian float64 `json:"a_median"`
+	BMedian float64 `json:"b_median"`
 	// Median is the median of Changes; Lo and Hi bound its confidence interval
 	// (benchmath.AssumeNothing: the distribution-free interval of a median from
 	// order statistics, as benchstat). Backed is false with fewer than
@@ -77,12 +102,12 @@ type ABChange struct {
 
 // PairedChange computes B's change against A from per-pair figures a[i] and
 // b[i] measured side by side. The statistic is the median of the per-pair
-// ratios b/a − 1 with its 95% interval from order statistics: pairing takes the
-// machine's drift out (both sides of a pair ran within a minute), the ratio makes
-// the change relative as gate's rules are, and a median with a distribution-free
-// interval is what the rest of fsdpbench uses (benchstat's method), robust to a
-// pair that a disturbance hit. Pairs with a non-positive or non-finite side are
-// dropped: they have no ratio.
+// ratios b/a − 1 with its equal-tailed confidence interval from order
+// statistics (PairedInterval): pairing takes the machine's drift out (both
+// sides of a pair ran within a minute), the ratio makes the change relative as
+// gate's rules are, and a median with a distribution-free interval is robust to
+// a pair that a disturbance hit. Pairs with a non-positive or non-finite side
+// are dropped (listed in Dropped): they have no ratio.
 //
 // confidence is the interval's level (Confidence, 0.95, unless given).
 func PairedChange(metric string, a, b []float64, confidence float64) ABChange {
@@ -93,6 +118,7 @@ func PairedChange(metric string, a, b []float64, confidence float64) ABChange {
 	var as, bs []float64
 	for i := range min(len(a), len(b)) {
 		if !(a[i] > 0) || !(b[i] > 0) || math.IsInf(a[i], 0) || math.IsInf(b[i], 0) {
+			c.Dropped = append(c.Dropped, i)
 			continue
 		}
 		c.Changes = append(c.Changes, b[i]/a[i]-1)
@@ -101,16 +127,55 @@ func PairedChange(metric string, a, b []float64, confidence float64) ABChange {
 	if len(c.Changes) == 0 {
 		return c
 	}
-	median := func(xs []float64) benchmath.Summary {
-		return benchmath.AssumeNothing.Summary(benchmath.NewSample(append([]float64(nil), xs...), &benchmath.DefaultThresholds), confidence)
-	}
-	c.AMedian, c.BMedian = median(as).Center, median(bs).Center
-	s := median(c.Changes)
-	c.Median, c.Lo, c.Hi = s.Center, s.Center, s.Center
-	if len(c.Changes) >= MinStatRepeats && !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
-		c.Lo, c.Hi, c.Backed = s.Lo, s.Hi, true
-	}
+	c.AMedian, c.BMedian = median(slices.Clone(as)), median(slices.Clone(bs))
+	c.Median, c.Lo, c.Hi, c.Backed = PairedInterval(c.Changes, confidence)
 	return c
+}
+
+// MinPairs is the fewest pairs that give PairedInterval an interval at the
+// given confidence level (6 at 95%, 8 at 99%): with fewer, even pairs that all
+// moved one way could have done so by chance too often.
+func MinPairs(confidence float64) int {
+	for n := 1; n < MaxRepeats; n++ {
+		if math.Pow(0.5, float64(n)) <= (1-confidence)/2 {
+			return n
+		}
+	}
+	return MaxRepeats
+}
+
+// PairedInterval returns the median of the pairs' changes xs and its
+// distribution-free confidence interval at the given level: the order
+// statistics [x(k), x(n+1−k)] with k the largest for which each tail's chance,
+// P(Binomial(n, ½) < k), is at most (1 − confidence)/2. Without a k ≥ 1 (too
+// few pairs for the level: fewer than 6 at 95%, 8 at 99%) ok is false and lo
+// and hi are the median.
+//
+// The interval is equal-tailed on purpose. benchmath's (benchstat's) is the
+// shortest that reaches the level, which for some n leans to one side: with 8
+// pairs at 95% it is [x(1), x(7)], whose upper end lies below the true median
+// 3.5% of the time, not 2.5%. A gate fails on one side of its interval only
+// (a drop rule when the upper end is below −limit), so what bounds its false
+// failures is that one tail: each is held to (1 − confidence)/2 here.
+func PairedInterval(xs []float64, confidence float64) (med, lo, hi float64, ok bool) {
+	if len(xs) == 0 {
+		return 0, 0, 0, false
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	med = median(slices.Clone(s))
+	lo, hi = med, med
+	n := len(s)
+	tail := (1 - confidence) / 2
+	bin := stats.BinomialDist{N: n, P: 0.5}
+	k := 0
+	for k+1 <= (n+1)/2 && bin.CDF(float64(k)) <= tail {
+		k++ // P(Binomial(n, ½) ≤ k−1+1) = P(< k+1) is within the tail
+	}
+	if k == 0 {
+		return med, lo, hi, false
+	}
+	return med, s[k-1], s[n-k], true
 }
 
 // ABPointOf compares the runs a and b (one point as A and as B) on every metric
@@ -135,7 +200,54 @@ func ABPointOf(a, b *Run, confidence float64) ABPoint {
 		}
 		p.Metrics = append(p.Metrics, PairedChange(c.Name, xa, xb, confidence))
 	}
+	p.AMachine, p.BMachine = sideMachine(a.Metrics.Env.Machine), sideMachine(b.Metrics.Env.Machine)
+	p.Pairs = machinePairs(a.Metrics.Env.Machine, b.Metrics.Env.Machine)
 	return p
+}
+
+// sideMachine is a side's machine summary without its per-repeat states (the
+// pairs hold those).
+func sideMachine(m *Machine) *Machine {
+	if m == nil {
+		return nil
+	}
+	c := *m
+	c.PerRepeat = nil
+	return &c
+}
+
+// machinePairs pairs A's and B's per-repeat machine states, repeat i with
+// repeat i, each with how they differ (MachineDiff in A/B words). A run of one
+// repeat has its summary as its only repeat's state.
+func machinePairs(a, b *Machine) []ABPair {
+	if a == nil || b == nil {
+		return nil
+	}
+	reps := func(m *Machine) []Machine {
+		if len(m.PerRepeat) > 0 {
+			return m.PerRepeat
+		}
+		return []Machine{*sideMachine(m)}
+	}
+	ra, rb := reps(a), reps(b)
+	var out []ABPair
+	for i := range min(len(ra), len(rb)) {
+		p := ABPair{A: ra[i], B: rb[i]}
+		p.MachineDiff, _ = machineLean(&p.A, &p.B, abSides)
+		out = append(out, p)
+	}
+	return out
+}
+
+// pairOf returns the pair (0-based) whose change is c.Changes[j].
+func (c *ABChange) pairOf(j int) int {
+	i := j
+	for _, d := range c.Dropped {
+		if d <= i {
+			i++
+		}
+	}
+	return i
 }
 
 // Change returns the point's change of metric, or nil.
@@ -181,6 +293,25 @@ func ReadAB(path string) (ABResult, error) {
 		return ABResult{}, fmt.Errorf("%s: %d points, more than %d", path, len(r.Points), sweeps.MaxRuns)
 	}
 	for _, p := range r.Points {
+		if len(p.Pairs) > MaxRepeats {
+			return ABResult{}, fmt.Errorf("%s: point %s: %d pairs, more than %d", path, p.Point, len(p.Pairs), MaxRepeats)
+		}
+		type named struct {
+			name string
+			m    *Machine
+		}
+		states := []named{{"a_machine", p.AMachine}, {"b_machine", p.BMachine}}
+		for i := range p.Pairs {
+			if len(p.Pairs[i].A.PerRepeat)+len(p.Pairs[i].B.PerRepeat) > 0 {
+				return ABResult{}, fmt.Errorf("%s: point %s: pairs[%d]: a repeat's state holds no repeats", path, clip(p.Point), i)
+			}
+			states = append(states, named{fmt.Sprintf("pairs[%d].a", i), &p.Pairs[i].A}, named{fmt.Sprintf("pairs[%d].b", i), &p.Pairs[i].B})
+		}
+		for _, st := range states {
+			if f, msg := checkMachine(st.m); f != "" {
+				return ABResult{}, fmt.Errorf("%s: point %s: %s.%s: %s", path, clip(p.Point), st.name, f, msg)
+			}
+		}
 		for _, c := range p.Metrics {
 			if len(c.Changes) > MaxRepeats {
 				return ABResult{}, fmt.Errorf("%s: point %s: %s has %d pairs, more than %d", path, p.Point, c.Metric, len(c.Changes), MaxRepeats)
@@ -190,6 +321,14 @@ func ReadAB(path string) (ABResult, error) {
 					return ABResult{}, fmt.Errorf("%s: point %s: %s holds a value that is not a finite number", path, p.Point, c.Metric)
 				}
 			}
+			for _, x := range c.Changes {
+				if math.IsNaN(x) || math.IsInf(x, 0) || x < -1 {
+					return ABResult{}, fmt.Errorf("%s: point %s: %s holds a pair's change %g, not a finite change of at least -100%%", path, p.Point, c.Metric, x)
+				}
+			}
+			if len(c.Dropped) > MaxRepeats || !slices.IsSorted(c.Dropped) || slices.ContainsFunc(c.Dropped, func(i int) bool { return i < 0 || i >= MaxRepeats }) {
+				return ABResult{}, fmt.Errorf("%s: point %s: %s: its dropped pairs are not pair numbers in order below %d", path, p.Point, c.Metric, MaxRepeats)
+			}
 			if c.Lo > c.Median || c.Median > c.Hi {
 				return ABResult{}, fmt.Errorf("%s: point %s: %s: its interval [%g, %g] does not hold its median %g", path, p.Point, c.Metric, c.Lo, c.Hi, c.Median)
 			}
@@ -198,83 +337,203 @@ func ReadAB(path string) (ABResult, error) {
 	return r, nil
 }
 
-// ABOutcome is gate's verdict on one rule at one point of an A/B result.
-type ABOutcome string
-
-// A/B verdicts.
-const (
-	ABPass         ABOutcome = "pass"
-	ABFail         ABOutcome = "FAIL"
-	ABInconclusive ABOutcome = "inconclusive"
-)
-
-// ABCheck is one rule checked at one point.
+// ABCheck is one rule checked at one point of an A/B result. Outcome is pass,
+// fail or inconclusive, as the nightly gate's checks.
 type ABCheck struct {
-	Point   string    `json:"point"`
-	Rule    string    `json:"rule"`
-	Outcome ABOutcome `json:"outcome"`
-	Why     string    `json:"why"`
+	Point   string  `json:"point"`
+	Rule    string  `json:"rule"`
+	Outcome Outcome `json:"outcome"`
+	Why     string  `json:"why"`
+	// MachinePairs lists the pairs (1-based, as the reasons count them) whose A
+	// and B ran under materially different machine states (MachineDiff).
+	MachinePairs []int `json:"machine_pairs,omitempty"`
+}
+
+// ABGateReport is gate --ab's outcome.
+type ABGateReport struct {
+	Sweep string   `json:"sweep"`
+	A     []string `json:"a"`
+	B     []string `json:"b"`
+	// Verdict is pass, fail or inconclusive, decided from the checks under
+	// InconclusivePolicy by GateVerdict, as the nightly gate's.
+	Verdict            Outcome   `json:"verdict"`
+	InconclusivePolicy string    `json:"inconclusive_policy"`
+	Confidence         float64   `json:"confidence"`
+	Checks             []ABCheck `json:"checks"`
+	Failures           int       `json:"failures"`
+	Inconclusive       int       `json:"inconclusive"`
+	// Skipped lists the bound rules (>=, <=): they judge one side, not a change.
+	Skipped []string `json:"skipped_rules,omitempty"`
 }
 
 // GateAB applies the relative rules (METRIC:-X%, METRIC:+X%) to an A/B result,
-// A being the baseline and B the change: a check fails when B's change's whole
-// interval lies beyond the rule's limit in the bad direction, passes when it
-// lies wholly on the allowed side, and is inconclusive otherwise (the interval
-// straddles the limit, or fewer than MinStatRepeats pairs give none): noise is
-// not taken for a verdict either way. A point where B did not finish ok while A
-// did fails; one where A did not finish is inconclusive (nothing to compare).
+// A being the baseline and B the change, and decides the verdict under the
+// inconclusive policy (InconclusivePolicies; "" = report) as Gate does.
+//
+// Each check recomputes the interval from the pairs' changes (PairedInterval,
+// at the result's confidence), so a verdict never rests on an interval edited
+// in the file: it fails when B's change's whole interval lies beyond the rule's
+// limit in the bad direction, passes when it lies wholly on the allowed side,
+// and is inconclusive otherwise (the interval straddles the limit, or too few
+// pairs give none). A verdict on a figure measured in time is also inconclusive
+// when pairs whose A and B ran under materially different machine states
+// (MachineDiff) could explain it and the other pairs do not reach it alone
+// (judgeABChange). A point where B did not
+// finish ok while A did fails; one where A did not finish is inconclusive.
 // Bound rules (>=, <=) judge one side, not a change, and are listed as skipped.
-func GateAB(r ABResult, rules []Rule) (checks []ABCheck, skipped []string) {
+func GateAB(r ABResult, rules []Rule, policy string) (*ABGateReport, error) {
+	policy, err := CheckInconclusivePolicy(policy)
+	if err != nil {
+		return nil, err
+	}
+	conf := r.Confidence
+	if !(conf >= MinABConfidence && conf <= MaxABConfidence) {
+		conf = Confidence
+	}
+	g := &ABGateReport{Sweep: r.Sweep, A: r.A, B: r.B, InconclusivePolicy: policy, Confidence: conf}
 	for _, rule := range rules {
-		if rule.Kind != RuleDrop && rule.Kind != RuleRise {
-			skipped = append(skipped, rule.String())
+		if !rule.relative() {
+			g.Skipped = append(g.Skipped, rule.String())
 		}
 	}
 	for _, p := range r.Points {
 		for _, rule := range rules {
-			if rule.Kind != RuleDrop && rule.Kind != RuleRise {
+			if !rule.relative() {
 				continue
 			}
 			ck := ABCheck{Point: p.Point, Rule: rule.String()}
 			c := p.Change(rule.Metric)
 			switch {
 			case p.AStatus != StatusOK && p.BStatus == StatusOK:
-				ck.Outcome, ck.Why = ABInconclusive, fmt.Sprintf("A did not finish (%s): nothing to compare B with", p.AStatus)
+				ck.Outcome, ck.Why = OutcomeInconclusive, fmt.Sprintf("A did not finish (%s): nothing to compare B with", p.AStatus)
 			case p.BStatus != StatusOK && p.AStatus == StatusOK:
-				ck.Outcome, ck.Why = ABFail, fmt.Sprintf("B is %s where A was ok: %s", p.BStatus, p.BError)
+				ck.Outcome, ck.Why = OutcomeFail, fmt.Sprintf("B is %s where A was ok: %s", p.BStatus, clip(firstLine(p.BError)))
 			case p.BStatus != StatusOK:
-				ck.Outcome, ck.Why = ABInconclusive, fmt.Sprintf("neither finished (A %s, B %s)", p.AStatus, p.BStatus)
-			case c == nil:
-				ck.Outcome, ck.Why = ABInconclusive, fmt.Sprintf("no per-repeat %s on both sides", rule.Metric)
+				ck.Outcome, ck.Why = OutcomeInconclusive, fmt.Sprintf("neither finished (A %s, B %s)", p.AStatus, p.BStatus)
+			case c == nil || len(c.Changes) == 0:
+				ck.Outcome, ck.Why = OutcomeInconclusive, fmt.Sprintf("no per-repeat %s on both sides", rule.Metric)
 			default:
-				ck.Outcome, ck.Why = judgeAB(rule, c)
+				ck.Outcome, ck.Why, ck.MachinePairs = judgeABChange(rule, c, p.Pairs, conf)
 			}
-			checks = append(checks, ck)
+			switch ck.Outcome {
+			case OutcomeFail:
+				g.Failures++
+			case OutcomeInconclusive:
+				g.Inconclusive++
+			}
+			g.Checks = append(g.Checks, ck)
 		}
 	}
-	return checks, skipped
+	g.Verdict = GateVerdict(g.Failures > 0, g.Inconclusive, policy)
+	return g, nil
 }
 
-func judgeAB(rule Rule, c *ABChange) (ABOutcome, string) {
-	span := fmt.Sprintf("B vs A %+.1f%% [%+.1f%%, %+.1f%%] over %d pairs", 100*c.Median, 100*c.Lo, 100*c.Hi, len(c.Changes))
-	if !c.Backed {
-		return ABInconclusive, fmt.Sprintf("B vs A %+.1f%% over %d pairs: fewer than %d pairs give no confidence interval", 100*c.Median, len(c.Changes), MinStatRepeats)
+// judgeABFigures decides rule r on the pairs' changes xs at the confidence
+// level: the interval's verdict (see GateAB) and the interval, in words.
+func judgeABFigures(r Rule, xs []float64, conf float64) (Outcome, string) {
+	med, lo, hi, ok := PairedInterval(xs, conf)
+	if !ok {
+		return OutcomeInconclusive, fmt.Sprintf("B vs A %+.1f%% over %d pairs: too few pairs for a %g%% confidence interval", 100*med, len(xs), 100*conf)
 	}
-	lim := rule.Limit
-	if rule.Kind == RuleDrop {
+	span := fmt.Sprintf("B vs A %+.1f%% [%+.1f%%, %+.1f%%] over %d pairs", 100*med, 100*lo, 100*hi, len(xs))
+	lim := r.Limit
+	if r.Kind == RuleDrop {
 		switch {
-		case c.Hi < -lim:
-			return ABFail, span + fmt.Sprintf(": the whole interval is below -%g%%", 100*lim)
-		case c.Lo >= -lim:
-			return ABPass, span + fmt.Sprintf(": the whole interval is above -%g%%", 100*lim)
+		case hi < -lim:
+			return OutcomeFail, span + fmt.Sprintf(": the whole interval is below -%g%%", 100*lim)
+		case lo >= -lim:
+			return OutcomePass, span + fmt.Sprintf(": the whole interval is above -%g%%", 100*lim)
 		}
-		return ABInconclusive, span + fmt.Sprintf(": the interval straddles -%g%%; more pairs (--pairs) may decide", 100*lim)
+		return OutcomeInconclusive, span + fmt.Sprintf(": the interval straddles -%g%%; more pairs (--pairs) may decide", 100*lim)
 	}
 	switch {
-	case c.Lo > lim:
-		return ABFail, span + fmt.Sprintf(": the whole interval is above +%g%%", 100*lim)
-	case c.Hi <= lim:
-		return ABPass, span + fmt.Sprintf(": the whole interval is below +%g%%", 100*lim)
+	case lo > lim:
+		return OutcomeFail, span + fmt.Sprintf(": the whole interval is above +%g%%", 100*lim)
+	case hi <= lim:
+		return OutcomePass, span + fmt.Sprintf(": the whole interval is below +%g%%", 100*lim)
 	}
-	return ABInconclusive, span + fmt.Sprintf(": the interval straddles +%g%%; more pairs (--pairs) may decide", 100*lim)
+	return OutcomeInconclusive, span + fmt.Sprintf(": the interval straddles +%g%%; more pairs (--pairs) may decide", 100*lim)
+}
+
+// judgeABChange decides rule r on change c, whose pairs ran under the machine
+// states pairs (pair i at index i; fewer or none where unknown), and returns
+// the pairs (1-based) whose A and B ran under materially different states.
+//
+// The figures decide first (judgeABFigures). Then, for a figure measured in
+// time, each pair whose A and B states differ materially (machineLean, as the
+// nightly gate compares its two sides) and could explain the verdict
+// (machineCouldExplain: B on a busier machine, a failure; on a quieter one, a
+// pass; both ways, either) is a suspect: the verdict stands only if the other
+// pairs reach it without the suspects. What differed between a suspect's A and
+// B was the machine as well as the variant, so it says nothing reliable about
+// the variant; the machine's disturbances do not depend on which variant ran,
+// so the pairs left are a fair sample, just a smaller one (with fewer than
+// MinPairs, no interval: inconclusive). A pair a disturbance hit on one side
+// cannot make a verdict, and a verdict the other pairs carry is not given up
+// for it.
+func judgeABChange(r Rule, c *ABChange, pairs []ABPair, conf float64) (Outcome, string, []int) {
+	o, why := judgeABFigures(r, c.Changes, conf)
+	var differ, suspects []int
+	var whys []string
+	for j := range c.Changes {
+		i := c.pairOf(j)
+		if i >= len(pairs) {
+			continue
+		}
+		diff, lean := machineLean(&pairs[i].A, &pairs[i].B, abSides)
+		if diff == "" {
+			continue
+		}
+		differ = append(differ, i+1)
+		if machineSensitive(r.Metric) && machineCouldExplain(r, o, lean) {
+			suspects = append(suspects, j)
+			whys = append(whys, fmt.Sprintf("pair %d: %s", i+1, diff))
+		}
+	}
+	if len(differ) == 0 {
+		return o, why, nil
+	}
+	noted := fmt.Sprintf("; %d of %d pairs ran under different machine states between A and B (pairs %s)", len(differ), len(c.Changes), joinInts(differ))
+	if len(suspects) == 0 {
+		if o == OutcomeInconclusive || !machineSensitive(r.Metric) {
+			return o, why + noted, differ
+		}
+		return o, why + noted + ", none of which could explain the verdict", differ
+	}
+	// The suspect pairs tell nothing about A against B (what differed between
+	// their sides was the machine): the verdict stands if the other pairs
+	// reach it on their own.
+	rest := make([]float64, 0, len(c.Changes))
+	for j, x := range c.Changes {
+		if !slices.Contains(suspects, j) {
+			rest = append(rest, x)
+		}
+	}
+	if o2, _ := judgeABFigures(r, rest, conf); o2 == o {
+		return o, why + noted + fmt.Sprintf("; the other %d pairs reach the verdict without the %d that could explain it", len(rest), len(suspects)), differ
+	}
+	what := map[Outcome]string{OutcomeFail: "the failure", OutcomePass: "the pass"}[o]
+	return OutcomeInconclusive, fmt.Sprintf("%s, but %d of the pairs ran under machine states different between A and B that could explain %s: %s",
+		why, len(suspects), what, strings.Join(whys, "; ")), differ
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Headline is gate --ab's one-line verdict, with how inconclusive checks were
+// counted under a policy other than report.
+func (g *ABGateReport) Headline() string {
+	counted := policyCounted(g.Inconclusive, g.InconclusivePolicy)
+	switch g.Verdict {
+	case OutcomePass:
+		return fmt.Sprintf("PASS: %d checks, %d failed, %d inconclusive%s", len(g.Checks), g.Failures, g.Inconclusive, counted)
+	case OutcomeInconclusive:
+		return fmt.Sprintf("INCONCLUSIVE: %d checks, none failed, %d inconclusive (too noisy, or measured under different machine states); measure again, with more pairs", len(g.Checks), g.Inconclusive)
+	}
+	return fmt.Sprintf("FAIL: %d checks, %d failed, %d inconclusive%s", len(g.Checks), g.Failures, g.Inconclusive, counted)
 }

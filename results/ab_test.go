@@ -4,10 +4,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // TestPairedChange: B 10% slower than A in every pair, under a drift that
@@ -38,38 +41,231 @@ func TestPairedChange(t *testing.T) {
 	assert.Equal(t, []float64{1}, odd.Changes)
 }
 
+// abPoint is a point whose tokens_per_s_per_rank changed by changes, pair by pair.
+func abPoint(name string, changes ...float64) ABPoint {
+	c := PairedChange("tokens_per_s_per_rank", ones(len(changes)), plusOne(changes), Confidence)
+	return ABPoint{Point: name, AStatus: StatusOK, BStatus: StatusOK, Metrics: []ABChange{c}}
+}
+
+func ones(n int) []float64 {
+	xs := make([]float64, n)
+	for i := range xs {
+		xs[i] = 1
+	}
+	return xs
+}
+
+func plusOne(changes []float64) []float64 {
+	xs := make([]float64, len(changes))
+	for i, c := range changes {
+		xs[i] = 1 + c
+	}
+	return xs
+}
+
 // TestGateAB: a check fails only when the whole interval is beyond the rule's
 // limit in the bad direction, passes when it is wholly within, and is
-// inconclusive otherwise, as it is without an interval.
+// inconclusive otherwise, as it is without an interval. The interval is
+// recomputed from the pairs: one written into the file decides nothing.
 func TestGateAB(t *testing.T) {
-	point := func(name string, median, lo, hi float64, backed bool) ABPoint {
-		return ABPoint{Point: name, AStatus: StatusOK, BStatus: StatusOK, Metrics: []ABChange{{
-			Metric: "tokens_per_s_per_rank", Changes: make([]float64, 8), Median: median, Lo: lo, Hi: hi, Backed: backed}}}
-	}
-	r := ABResult{Points: []ABPoint{
-		point("slower", -0.20, -0.25, -0.12, true),
-		point("same", 0.0, -0.02, 0.03, true),
-		point("straddles", -0.04, -0.09, 0.01, true),
-		point("few", -0.30, -0.30, -0.30, false),
+	edited := abPoint("edited", -0.2, 0.1, -0.2, 0.1, -0.2, 0.1, -0.2, 0.1)
+	edited.Metrics[0].Lo, edited.Metrics[0].Median, edited.Metrics[0].Hi = -0.3, -0.2, -0.1
+	r := ABResult{Confidence: Confidence, Points: []ABPoint{
+		abPoint("slower", -0.20, -0.22, -0.18, -0.25, -0.19, -0.21, -0.2, -0.23),
+		abPoint("same", 0.01, -0.01, 0.02, 0, -0.02, 0.01, 0, -0.01),
+		abPoint("straddles", -0.04, -0.09, 0.01, -0.06, -0.03, -0.05, -0.07, 0),
+		abPoint("few", -0.3, -0.3, -0.3, -0.3, -0.3),
+		edited,
 		{Point: "oom", AStatus: StatusOK, BStatus: StatusOOM, BError: "out of memory"},
 		{Point: "afailed", AStatus: StatusFailed, BStatus: StatusOK},
 	}}
 	rules, err := ParseRules([]string{"tokens_per_s_per_rank:-5%", "mfu>=0.3"}, "--rule")
 	require.NoError(t, err)
-	checks, skipped := GateAB(r, rules)
-	assert.Equal(t, []string{"mfu>=0.3"}, skipped)
-	got := map[string]ABOutcome{}
-	for _, c := range checks {
+	g, err := GateAB(r, rules, "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"mfu>=0.3"}, g.Skipped)
+	got := map[string]Outcome{}
+	for _, c := range g.Checks {
 		got[c.Point] = c.Outcome
 	}
-	assert.Equal(t, map[string]ABOutcome{"slower": ABFail, "same": ABPass, "straddles": ABInconclusive,
-		"few": ABInconclusive, "oom": ABFail, "afailed": ABInconclusive}, got)
+	assert.Equal(t, map[string]Outcome{"slower": OutcomeFail, "same": OutcomePass, "straddles": OutcomeInconclusive,
+		"few": OutcomeInconclusive, "edited": OutcomeInconclusive, "oom": OutcomeFail, "afailed": OutcomeInconclusive}, got)
+	assert.Equal(t, OutcomeFail, g.Verdict)
+	assert.Equal(t, 2, g.Failures)
+	assert.Equal(t, 4, g.Inconclusive)
 
 	rise, err := ParseRules([]string{"tokens_per_s_per_rank:+10%"}, "--rule")
 	require.NoError(t, err)
-	checks, _ = GateAB(ABResult{Points: []ABPoint{point("up", 0.2, 0.15, 0.3, true), point("flat", 0, -0.01, 0.01, true)}}, rise)
-	assert.Equal(t, ABFail, checks[0].Outcome)
-	assert.Equal(t, ABPass, checks[1].Outcome)
+	g, err = GateAB(ABResult{Confidence: Confidence, Points: []ABPoint{abPoint("up", 0.2, 0.15, 0.3, 0.2, 0.25, 0.18),
+		abPoint("flat", 0, -0.01, 0.01, 0, 0.01, -0.01)}}, rise, "")
+	require.NoError(t, err)
+	assert.Equal(t, OutcomeFail, g.Checks[0].Outcome)
+	assert.Equal(t, OutcomePass, g.Checks[1].Outcome)
+}
+
+// TestGateABPolicy: gate --ab's verdict under each inconclusive policy is the
+// nightly gate's (GateVerdict): report makes it inconclusive, fail a failure,
+// pass a pass; a failed check fails whatever the policy; a policy not known is
+// refused.
+func TestGateABPolicy(t *testing.T) {
+	rules, err := ParseRules([]string{"tokens_per_s_per_rank:-5%"}, "--rule")
+	require.NoError(t, err)
+	unsure := ABResult{Confidence: Confidence, Points: []ABPoint{abPoint("straddles", -0.04, -0.09, 0.01, -0.06, -0.03, -0.05, -0.07, 0),
+		abPoint("same", 0, 0, 0, 0, 0, 0)}}
+	slower := ABResult{Confidence: Confidence, Points: append(slices.Clone(unsure.Points), abPoint("slower", -0.2, -0.2, -0.2, -0.2, -0.2, -0.2))}
+	for _, tt := range []struct {
+		policy string
+		r      ABResult
+		want   Outcome
+		says   string
+	}{
+		{"", unsure, OutcomeInconclusive, "INCONCLUSIVE"},
+		{InconclusiveReport, unsure, OutcomeInconclusive, "INCONCLUSIVE"},
+		{InconclusiveFail, unsure, OutcomeFail, "1 inconclusive counted as failures (--inconclusive=fail)"},
+		{InconclusivePass, unsure, OutcomePass, "1 inconclusive counted as passing (--inconclusive=pass)"},
+		{InconclusivePass, slower, OutcomeFail, "FAIL"},
+	} {
+		g, err := GateAB(tt.r, rules, tt.policy)
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, g.Verdict, tt.policy)
+		assert.Equal(t, GateVerdict(g.Failures > 0, g.Inconclusive, tt.policy), g.Verdict)
+		assert.Contains(t, g.Headline(), tt.says)
+	}
+	_, err = GateAB(unsure, rules, "retry")
+	assert.ErrorContains(t, err, "use report, fail, pass")
+}
+
+// TestPairedInterval: the interval is equal-tailed. With 8 pairs at 95% it is
+// [x(1), x(8)] (benchmath's shortest interval is [x(1), x(7)], whose upper end
+// misses the median 3.5% of the time, not 2.5%: 7 pairs of 8 beyond a drop
+// limit failed a gate on identical code); with 10, [x(2), x(9)]; at 99% 8
+// pairs are the fewest with an interval.
+func TestPairedInterval(t *testing.T) {
+	eight := []float64{-0.10, -0.08, 0.02, -0.09, -0.07, -0.12, -0.06, -0.11}
+	med, lo, hi, ok := PairedInterval(eight, 0.95)
+	require.True(t, ok)
+	assert.InDelta(t, -0.085, med, 1e-12)
+	assert.Equal(t, -0.12, lo)
+	assert.Equal(t, 0.02, hi, "the largest of 8: a drop rule's failure needs every pair beyond")
+	rules, err := ParseRules([]string{"tokens_per_s_per_rank:-5%"}, "--rule")
+	require.NoError(t, err)
+	g, err := GateAB(ABResult{Confidence: 0.95, Points: []ABPoint{abPoint("p", eight...)}}, rules, "")
+	require.NoError(t, err)
+	assert.Equal(t, OutcomeInconclusive, g.Checks[0].Outcome, g.Checks[0].Why)
+
+	ten := []float64{9, 1, 8, 2, 7, 3, 6, 4, 5, 0}
+	_, lo, hi, ok = PairedInterval(ten, 0.95)
+	require.True(t, ok)
+	assert.Equal(t, []float64{1, 8}, []float64{lo, hi})
+
+	_, _, _, ok = PairedInterval(ten[:7], 0.99)
+	assert.False(t, ok, "7 pairs give no 99% interval")
+	_, _, _, ok = PairedInterval(ten[:8], 0.99)
+	assert.True(t, ok)
+	_, _, _, ok = PairedInterval(ten[:5], 0.95)
+	assert.False(t, ok)
+	assert.Equal(t, 6, MinPairs(0.95))
+	assert.Equal(t, 8, MinPairs(0.99))
+}
+
+// machinePoint is abPoint whose pairs ran under the other-CPU shares given per
+// pair for A and B (a negative share: unknown).
+func machinePoint(changes, aShare, bShare []float64) ABPoint {
+	p := abPoint("p", changes...)
+	for i := range changes {
+		var pr ABPair
+		if aShare[i] >= 0 {
+			pr.A.OtherCPUShare = F64(aShare[i])
+		}
+		if bShare[i] >= 0 {
+			pr.B.OtherCPUShare = F64(bShare[i])
+		}
+		p.Pairs = append(p.Pairs, pr)
+	}
+	return p
+}
+
+// TestGateABMachinePairs: a pair whose A and B ran under materially different
+// machine states can explain a verdict the way the nightly gate's two sides
+// can (B busier: a failure; B quieter: a pass). The verdict stands only when the
+// other pairs reach it without them.
+func TestGateABMachinePairs(t *testing.T) {
+	drop, err := ParseRules([]string{"tokens_per_s_per_rank:-5%"}, "--rule")
+	require.NoError(t, err)
+	mem, err := ParseRules([]string{"peak_mem_reserved_bytes:+5%"}, "--rule")
+	require.NoError(t, err)
+	slow := []float64{-0.2, -0.3, -0.1, -0.25, -0.2, -0.15, -0.22, -0.18}
+	quiet := []float64{0.02, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02}
+	busyB := []float64{0.02, 0.6, 0.02, 0.02, 0.55, 0.02, 0.4, 0.02}
+	for _, tt := range []struct {
+		name    string
+		changes []float64
+		a, b    []float64
+		rules   []Rule
+		want    Outcome
+		why     string
+	}{
+		{"B busier in 3 pairs: could explain the failure", slow, quiet, busyB, drop, OutcomeInconclusive,
+			"could explain the failure: pair 2: other processes used 2% of the CPU in A, 60% in B; pair 5: other processes used 2% of the CPU in A, 55% in B; pair 7: "},
+		{"B quieter in 3 pairs: the failure stands", slow, busyB, quiet, drop, OutcomeFail,
+			"3 of 8 pairs ran under different machine states between A and B (pairs 2, 5, 7), none of which could explain the verdict"},
+		{"B quieter in 3 pairs: could hide a regression", quiet, busyB, quiet, drop, OutcomeInconclusive, "could explain the pass"},
+		{"B busier in 3 pairs: the pass stands", quiet, quiet, busyB, drop, OutcomePass, "none of which could explain"},
+		{"unknown states decide nothing", slow, []float64{-1, -1, -1, -1, -1, -1, -1, -1}, busyB, drop, OutcomeFail, "the whole interval is below -5%"},
+		{"memory is not timed", []float64{0.2, 0.3, 0.1, 0.25, 0.2, 0.15, 0.22, 0.18}, quiet, busyB, mem, OutcomeFail, "pairs 2, 5, 7"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := machinePoint(tt.changes, tt.a, tt.b)
+			if tt.rules[0].Metric != "tokens_per_s_per_rank" {
+				p.Metrics[0].Metric = tt.rules[0].Metric
+			}
+			g, err := GateAB(ABResult{Confidence: Confidence, Points: []ABPoint{p}}, tt.rules, "")
+			require.NoError(t, err)
+			require.Len(t, g.Checks, 1)
+			assert.Equal(t, tt.want, g.Checks[0].Outcome, g.Checks[0].Why)
+			assert.Contains(t, g.Checks[0].Why, tt.why)
+		})
+	}
+
+	// With 16 pairs one busier pair cannot make the failure: the other 15 carry it.
+	many := append(slices.Clone(slow), slow...)
+	a16, b16 := append(slices.Clone(quiet), quiet...), append(slices.Clone(quiet), quiet...)
+	b16[3] = 0.7
+	g, err := GateAB(ABResult{Confidence: Confidence, Points: []ABPoint{machinePoint(many, a16, b16)}}, drop, "")
+	require.NoError(t, err)
+	assert.Equal(t, OutcomeFail, g.Checks[0].Outcome, g.Checks[0].Why)
+	assert.Contains(t, g.Checks[0].Why, "the other 15 pairs reach the verdict without the 1 that could explain it")
+	assert.Equal(t, []int{4}, g.Checks[0].MachinePairs)
+}
+
+// TestABPointOfMachines: ab.json keeps each side's machine summary and each
+// pair's A and B states (repeat i of each), with how they differ.
+func TestABPointOfMachines(t *testing.T) {
+	rc := fixtureConfig(1, sweeps.DDP)
+	run := func(shares ...float64) *Run {
+		var reps []Result
+		for _, s := range shares {
+			r := fixtureResult(rc)
+			r.Env.Machine = &Machine{Repeats: 1, CPUs: 2, OtherCPUShare: F64(s)}
+			reps = append(reps, r)
+		}
+		return &Run{Config: rc, Metrics: Normalize(rc, reps)}
+	}
+	a, b := run(0.1, 0.1, 0.1), run(0.1, 0.5, 0.12)
+	p := ABPointOf(a, b, Confidence)
+	require.NotNil(t, p.AMachine)
+	require.NotNil(t, p.BMachine)
+	assert.Nil(t, p.BMachine.PerRepeat, "the pairs hold the repeats")
+	require.Len(t, p.Pairs, 3)
+	assert.Equal(t, "", p.Pairs[0].MachineDiff)
+	assert.Equal(t, "other processes used 10% of the CPU in A, 50% in B", p.Pairs[1].MachineDiff)
+	assert.InDelta(t, 0.12, *p.Pairs[2].B.OtherCPUShare, 1e-12)
+
+	dir := t.TempDir()
+	require.NoError(t, WriteAB(dir, ABResult{Confidence: Confidence, A: []string{}, B: []string{}, Points: []ABPoint{p}}))
+	got, err := ReadAB(dir)
+	require.NoError(t, err)
+	assert.Equal(t, p.Pairs, got.Points[0].Pairs)
 }
 
 // TestReadABRefusesOtherFiles: gate --ab reads only what ab wrote, whole.
@@ -87,6 +283,8 @@ func TestReadABRefusesOtherFiles(t *testing.T) {
 		"another kind": `{"kind": "something else"}`,
 		"not json":     `{"kind": `,
 		"lo above":     `{"kind": "fsdpbench-ab", "points": [{"point": "p", "metrics": [{"metric": "mfu", "median": 0.1, "lo": 0.2, "hi": 0.3}]}]}`,
+		"pair machine": `{"kind": "fsdpbench-ab", "confidence": 0.95, "points": [{"point": "p", "pairs": [{"a": {"other_cpu_share": 7}, "b": {}}]}]}`,
+		"a change":     `{"kind": "fsdpbench-ab", "confidence": 0.95, "points": [{"point": "p", "metrics": [{"metric": "mfu", "changes": [-2]}]}]}`,
 	} {
 		require.NoError(t, os.WriteFile(bad, []byte(body), 0o644))
 		_, err := ReadAB(bad)

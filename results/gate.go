@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -457,12 +456,9 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 	if !(alpha > 0 && alpha < 1) {
 		return nil, fmt.Errorf("alpha %v: give a significance level between 0 and 1, such as 0.05", alpha)
 	}
-	policy := opt.Inconclusive
-	if policy == "" {
-		policy = InconclusiveReport
-	}
-	if !slices.Contains(InconclusivePolicies, policy) {
-		return nil, fmt.Errorf("inconclusive policy %q: use %s", clip(policy), strings.Join(InconclusivePolicies, ", "))
+	policy, err := CheckInconclusivePolicy(opt.Inconclusive)
+	if err != nil {
+		return nil, err
 	}
 	rules := opt.Rules
 	if len(rules) == 0 {
@@ -526,14 +522,7 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 		}
 	}
 	g.Problems = gateProblems(baseline, current, rules, decided, opt)
-	switch {
-	case g.Failures > 0 || len(g.Problems) > 0 || (g.Inconclusive > 0 && policy == InconclusiveFail):
-		g.Verdict = OutcomeFail
-	case g.Inconclusive > 0 && policy == InconclusiveReport:
-		g.Verdict = OutcomeInconclusive
-	default:
-		g.Verdict = OutcomePass
-	}
+	g.Verdict = GateVerdict(g.Failures > 0 || len(g.Problems) > 0, g.Inconclusive, policy)
 	g.Passed = g.Verdict == OutcomePass
 	return g, nil
 }
@@ -733,11 +722,7 @@ func (g *GateReport) Headline() string {
 		runs[c.Run] = true
 	}
 	// How inconclusive checks were counted, when there were any.
-	counted := ""
-	if g.Inconclusive > 0 && g.InconclusivePolicy != InconclusiveReport && g.InconclusivePolicy != "" {
-		as := map[string]string{InconclusiveFail: "failures", InconclusivePass: "passing"}[g.InconclusivePolicy]
-		counted = fmt.Sprintf("; %d inconclusive counted as %s (--inconclusive=%s)", g.Inconclusive, as, g.InconclusivePolicy)
-	}
+	counted := policyCounted(g.Inconclusive, g.InconclusivePolicy)
 	switch {
 	case g.Passed:
 		return fmt.Sprintf("gate passed: %d checks on %d runs, %d skipped", len(g.Checks), len(runs), g.Skipped) + counted
@@ -873,7 +858,7 @@ func (g *GateReport) writeText(w io.Writer, markdown bool) error {
 		codes[i] = code(r)
 	}
 	fmt.Fprintf(&buf, "baseline %s, current %s; rules %s; alpha %g; inconclusive checks %s\n", code(sideLabel(g.Baseline, "baseline")),
-		code(sideLabel(g.Current, "current")), strings.Join(codes, ", "), g.Alpha, policyText(g.InconclusivePolicy))
+		code(sideLabel(g.Current, "current")), strings.Join(codes, ", "), g.Alpha, PolicyText(g.InconclusivePolicy))
 	if g.NotBacked > 0 {
 		if markdown {
 			buf.WriteByte('\n')
@@ -1059,17 +1044,6 @@ func (g *GateReport) WriteJUnit(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
-}
-
-// policyText says in the report what inconclusive checks do to the verdict.
-func policyText(policy string) string {
-	switch policy {
-	case InconclusiveFail:
-		return "count as failures (--inconclusive=fail)"
-	case InconclusivePass:
-		return "count as passing (--inconclusive=pass)"
-	}
-	return "make the gate inconclusive (exit 3)"
 }
 
 func orNone(s Status) string {

@@ -51,6 +51,11 @@ type Machine struct {
 	GPUThrottledShare *float64 `json:"gpu_throttled_share,omitempty"`
 	// GPUThrottle names every such reason seen (GPUThrottleReasons' names).
 	GPUThrottle []string `json:"gpu_throttle,omitempty"`
+	// PerRepeat holds, in a summary of more than one repeat, each repeat's own
+	// state, repeat i at index i (an empty one where a repeat had none): what
+	// `fsdpbench ab` compares pair by pair, A's repeat i against B's, since a
+	// disturbance that hit one side of a pair is invisible in the medians.
+	PerRepeat []Machine `json:"per_repeat,omitempty"`
 }
 
 // GPUThrottleReasons are the names Machine.GPUThrottle uses: NVML's clock event
@@ -98,6 +103,17 @@ func checkMachine(m *Machine) (field, msg string) {
 	if p := m.GPUOtherProcesses; p != nil && (*p < 0 || *p > maxGPUProcesses) {
 		return "gpu_other_processes", fmt.Sprintf("%d is not between 0 and %d", *p, maxGPUProcesses)
 	}
+	if len(m.PerRepeat) > MaxRepeats {
+		return "per_repeat", fmt.Sprintf("holds %d repeats, more than %d", len(m.PerRepeat), MaxRepeats)
+	}
+	for i := range m.PerRepeat {
+		if len(m.PerRepeat[i].PerRepeat) > 0 {
+			return fmt.Sprintf("per_repeat[%d].per_repeat", i), "a repeat's state holds no repeats"
+		}
+		if f, msg := checkMachine(&m.PerRepeat[i]); f != "" {
+			return fmt.Sprintf("per_repeat[%d].%s", i, f), msg
+		}
+	}
 	if len(m.GPUThrottle) > maxThrottleListed {
 		return "gpu_throttle", fmt.Sprintf("lists %d reasons; there are %d", len(m.GPUThrottle), len(GPUThrottleReasons))
 	}
@@ -122,6 +138,15 @@ func SummarizeMachine(repeats []Result) *Machine {
 		return nil
 	}
 	out := &Machine{Repeats: len(ms)}
+	if len(repeats) > 1 {
+		out.PerRepeat = make([]Machine, len(repeats))
+		for i := range repeats {
+			if m := repeats[i].Env.Machine; m != nil {
+				out.PerRepeat[i] = *m
+				out.PerRepeat[i].PerRepeat = nil
+			}
+		}
+	}
 	med := func(get func(*Machine) *float64) *float64 {
 		var xs []float64
 		for _, m := range ms {
@@ -185,15 +210,26 @@ const (
 // side only (results of an older fsdpbench) decides nothing. Other processes on the
 // GPU on one side and none on the other differ materially.
 func MachineDiff(base, cur *Machine) string {
-	why, _ := machineLean(base, cur)
+	why, _ := machineLean(base, cur, nightSides)
 	return why
 }
+
+// machineSides name the two sides in machineLean's words: where the first state
+// was read, and where the second.
+type machineSides struct{ base, cur string }
+
+var (
+	// nightSides: the nightly gate's baseline and current results.
+	nightSides = machineSides{"in the baseline", "now"}
+	// abSides: an A/B pair's A and B.
+	abSides = machineSides{"in A", "in B"}
+)
 
 // machineLean is MachineDiff with the way the differences lean: +1 when the current
 // side ran on a busier or slower machine in every way it differs (more of the CPU
 // taken, lower clocks, more throttling, other processes on the GPU), -1 when on a
 // quieter or faster one in every way, 0 when the ways disagree or nothing differs.
-func machineLean(base, cur *Machine) (string, int) {
+func machineLean(base, cur *Machine, in machineSides) (string, int) {
 	if base == nil || cur == nil {
 		return "", 0
 	}
@@ -207,29 +243,29 @@ func machineLean(base, cur *Machine) (string, int) {
 		}
 	}
 	if b, c := base.OtherCPUShare, cur.OtherCPUShare; b != nil && c != nil && math.Abs(*b-*c) > MachineOtherCPUShareDiff {
-		why = append(why, fmt.Sprintf("other processes used %.0f%% of the CPU in the baseline, %.0f%% now", *b*100, *c*100))
+		why = append(why, fmt.Sprintf("other processes used %.0f%% of the CPU %s, %.0f%% %s", *b*100, in.base, *c*100, in.cur))
 		lean(*c > *b)
 	}
 	if b, c := base.Load1, cur.Load1; b != nil && c != nil && base.CPUs > 0 && cur.CPUs > 0 &&
 		(base.OtherCPUShare == nil || cur.OtherCPUShare == nil) &&
 		math.Abs(*b/float64(base.CPUs)-*c/float64(cur.CPUs)) > MachineLoadPerCPUDiff {
-		why = append(why, fmt.Sprintf("load average %.2f on %d CPUs in the baseline, %.2f on %d now", *b, base.CPUs, *c, cur.CPUs))
+		why = append(why, fmt.Sprintf("load average %.2f on %d CPUs %s, %.2f on %d %s", *b, base.CPUs, in.base, *c, cur.CPUs, in.cur))
 		lean(*c/float64(cur.CPUs) > *b/float64(base.CPUs))
 	}
 	clock := func(what string, b, c *float64) {
 		if b != nil && c != nil && *b > 0 && *c > 0 && math.Abs(*c / *b - 1) > MachineClockDiff {
-			why = append(why, fmt.Sprintf("%s %.0f MHz in the baseline, %.0f MHz now", what, *b, *c))
+			why = append(why, fmt.Sprintf("%s %.0f MHz %s, %.0f MHz %s", what, *b, in.base, *c, in.cur))
 			lean(*c < *b)
 		}
 	}
 	clock("CPU clock", base.CPUMHz, cur.CPUMHz)
 	clock("GPU SM clock", base.GPUSMClockMHz, cur.GPUSMClockMHz)
 	if b, c := base.GPUThrottledShare, cur.GPUThrottledShare; b != nil && c != nil && math.Abs(*b-*c) > MachineThrottledShareDiff {
-		why = append(why, fmt.Sprintf("GPU clocks held down in %.0f%% of the readings in the baseline, %.0f%% now", *b*100, *c*100))
+		why = append(why, fmt.Sprintf("GPU clocks held down in %.0f%% of the readings %s, %.0f%% %s", *b*100, in.base, *c*100, in.cur))
 		lean(*c > *b)
 	}
 	if b, c := base.GPUOtherProcesses, cur.GPUOtherProcesses; b != nil && c != nil && (*b == 0) != (*c == 0) {
-		why = append(why, fmt.Sprintf("%d other processes on the GPU in the baseline, %d now", *b, *c))
+		why = append(why, fmt.Sprintf("%d other processes on the GPU %s, %d %s", *b, in.base, *c, in.cur))
 		lean(*c > *b)
 	}
 	switch {

@@ -34,6 +34,11 @@ func TestSummarizeMachine(t *testing.T) {
 	assert.Equal(t, 2, *x.GPUOtherProcesses, "the most seen at once")
 	assert.Equal(t, []string{"hw_thermal"}, x.GPUThrottle)
 	assert.Nil(t, x.CPUMHz, "unknown stays unknown")
+	// Each repeat's own state, in order, for ab's pair-by-pair comparison.
+	require.Len(t, x.PerRepeat, 6)
+	assert.InDelta(t, 0.5, *x.PerRepeat[2].OtherCPUShare, 1e-12)
+	assert.Equal(t, []string{"hw_thermal"}, x.PerRepeat[2].GPUThrottle)
+	assert.InDelta(t, 0.01, *x.PerRepeat[5].OtherCPUShare, 1e-12)
 	require.NoError(t, CheckMetrics(&rc, &m))
 
 	none := Normalize(rc, []Result{fixtureResult(rc)})
@@ -54,6 +59,11 @@ func TestCheckMachineBounds(t *testing.T) {
 		"env.machine.cpus":                func(x *Machine) { x.CPUs = -2 },
 		"env.machine.gpu_throttle[0]":     func(x *Machine) { x.GPUThrottle = []string{"\x1b[31mred"} },
 		"env.machine.gpu_throttle":        func(x *Machine) { x.GPUThrottle = make([]string, 17) },
+		"env.machine.per_repeat[1].other_cpu_share": func(x *Machine) {
+			x.PerRepeat = []Machine{{OtherCPUShare: F64(0.1)}, {OtherCPUShare: F64(2)}}
+		},
+		"env.machine.per_repeat":               func(x *Machine) { x.PerRepeat = make([]Machine, MaxRepeats+1) },
+		"env.machine.per_repeat[0].per_repeat": func(x *Machine) { x.PerRepeat = []Machine{{PerRepeat: []Machine{{}}}} },
 	} {
 		m := Normalize(rc, []Result{fixtureResult(rc)})
 		m.Env.Machine = &Machine{}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"golang.org/x/perf/benchmath"
 )
@@ -30,6 +31,54 @@ const (
 // InconclusivePolicies lists the policies, the default first.
 var InconclusivePolicies = []string{InconclusiveReport, InconclusiveFail, InconclusivePass}
 
+// CheckInconclusivePolicy returns policy, "" read as InconclusiveReport, or an
+// error naming the policies. Both gates (the nightly one and gate --ab) take it.
+func CheckInconclusivePolicy(policy string) (string, error) {
+	if policy == "" {
+		return InconclusiveReport, nil
+	}
+	if !slices.Contains(InconclusivePolicies, policy) {
+		return "", fmt.Errorf("inconclusive policy %q: use %s", clip(policy), strings.Join(InconclusivePolicies, ", "))
+	}
+	return policy, nil
+}
+
+// GateVerdict is a gate's verdict under an inconclusive policy: fail when
+// something failed (a check, or a problem that fails the gate), or when checks
+// were inconclusive and the policy counts them as failures; inconclusive when
+// some were and the policy reports them; else pass. The nightly gate and gate
+// --ab both decide with it, so one policy reads the same on both.
+func GateVerdict(failed bool, inconclusive int, policy string) Outcome {
+	switch {
+	case failed || (inconclusive > 0 && policy == InconclusiveFail):
+		return OutcomeFail
+	case inconclusive > 0 && (policy == InconclusiveReport || policy == ""):
+		return OutcomeInconclusive
+	}
+	return OutcomePass
+}
+
+// PolicyText says in a report what inconclusive checks do to the verdict.
+func PolicyText(policy string) string {
+	switch policy {
+	case InconclusiveFail:
+		return "count as failures (--inconclusive=fail)"
+	case InconclusivePass:
+		return "count as passing (--inconclusive=pass)"
+	}
+	return "make the gate inconclusive (exit 3)"
+}
+
+// policyCounted says how a policy other than report counted n inconclusive
+// checks ("; 2 inconclusive counted as failures (--inconclusive=fail)"), or "".
+func policyCounted(n int, policy string) string {
+	if n == 0 || policy == InconclusiveReport || policy == "" {
+		return ""
+	}
+	as := map[string]string{InconclusiveFail: "failures", InconclusivePass: "passing"}[policy]
+	return fmt.Sprintf("; %d inconclusive counted as %s (--inconclusive=%s)", n, as, policy)
+}
+
 // machineSensitive names the figures a busy machine changes: those measured in
 // time. Memory, losses and counts do not depend on what else ran, so a different
 // machine state makes no check of theirs inconclusive.
@@ -48,9 +97,9 @@ func machineSensitive(metric string) bool {
 // JudgeSamples decides relative rule r (METRIC:-X% or METRIC:+X%) on each repeat's
 // figure of the two sides (base, cur: per-repeat samples, as Metrics.Samples holds
 // them) measured under the machine states baseM and curM (nil: unknown). It is the
-// verdict the gate gives a run; `fsdpbench ab` gives it to its A and B. The Delta
-// holds the medians, their 95% CIs and the Mann-Whitney p-value (alpha: 0 =
-// DefaultAlpha). An absolute rule, or a side without samples, is an error.
+// verdict the gate gives a run (gate --ab judges paired changes with GateAB, under
+// the same machine rule, machineCouldExplain). The Delta holds the medians, their
+// 95% CIs and the Mann-Whitney p-value (alpha: 0 = DefaultAlpha). An absolute rule, or a side without samples, is an error.
 func JudgeSamples(r Rule, base, cur []float64, baseM, curM *Machine, alpha float64) (Outcome, string, Delta, error) {
 	if !r.relative() {
 		return "", "", Delta{}, fmt.Errorf("rule %s: only a relative rule compares two sides", r)
@@ -138,26 +187,44 @@ func judgeChange(r Rule, d Delta, baseM, curM *Machine) (Outcome, string) {
 	if !machineSensitive(r.Metric) {
 		return o, why
 	}
-	diff, lean := machineLean(baseM, curM)
+	diff, lean := machineLean(baseM, curM, nightSides)
 	if diff == "" {
 		return o, why
 	}
 	change := fmt.Sprintf("%+.1f%%", *d.Change*100)
 	limit := fmt.Sprintf("%+g%%", signed(r)*100)
-	// Whether the current side's machine pushed the figure the way the rule fails.
-	pushedBad := (lean > 0) == busierIsBad(r)
 	where := map[int]string{1: "a busier machine", -1: "a quieter machine"}[lean]
 	switch {
 	case o == OutcomeInconclusive:
 		return o, why + "; and measured under different machine states: " + diff
+	case !machineCouldExplain(r, o, lean):
+		return o, fmt.Sprintf("%s, even on %s now (%s)", why, where, diff)
 	case lean == 0:
 		return OutcomeInconclusive, fmt.Sprintf("%s, measured under machine states that differ both ways, which could explain any change: %s", change, diff)
-	case o == OutcomeFail && pushedBad:
+	case o == OutcomeFail:
 		return OutcomeInconclusive, fmt.Sprintf("%s, beyond the %s limit, but measured on %s now, which could explain it: %s", change, limit, where, diff)
-	case o == OutcomePass && !pushedBad:
-		return OutcomeInconclusive, fmt.Sprintf("%s, within the %s limit, but measured on %s now, which could hide a regression: %s", change, limit, where, diff)
 	}
-	return o, fmt.Sprintf("%s, even on %s now (%s)", why, where, diff)
+	return OutcomeInconclusive, fmt.Sprintf("%s, within the %s limit, but measured on %s now, which could hide a regression: %s", change, limit, where, diff)
+}
+
+// machineCouldExplain reports whether machine states differing the way lean says
+// (machineLean: +1 the current side, or B, ran on a busier or slower machine, -1
+// on a quieter one, 0 both ways) could explain verdict o of rule r. A busier
+// machine now could explain a failure, a quieter one a pass (it could hide a
+// regression); differences both ways could explain either. A failure on a
+// quieter machine, or a pass on a busier one, stands: the machine only made the
+// verdict harder to reach. The nightly gate (judgeChange) and gate --ab
+// (judgeABChange) both decide with it.
+func machineCouldExplain(r Rule, o Outcome, lean int) bool {
+	if o != OutcomeFail && o != OutcomePass {
+		return false
+	}
+	if lean == 0 {
+		return true
+	}
+	// Whether the current side's machine pushed the figure the way the rule fails.
+	pushedBad := (lean > 0) == busierIsBad(r)
+	return (o == OutcomeFail) == pushedBad
 }
 
 // busierIsBad reports whether a busier machine pushes rule r's figure the way the

@@ -56,8 +56,13 @@ both alike; abab runs A first in every pair.
 For each metric with per-repeat figures it reports the median over the pairs of
 B/A - 1 and its confidence interval (95%, or --confidence) (from order statistics, as benchstat: no
 assumption of normal noise, and a pair a disturbance hit moves the median
-little). Pairing takes the machine out of the comparison: a slow minute slows
-both sides of a pair. At least 6 pairs are needed for an interval.
+little; equal-tailed, so that each side's chance of missing is at most half of
+1 - confidence). Pairing takes the machine out of the comparison: a slow minute
+slows both sides of a pair. At least 6 pairs are needed for a 95% interval, 8
+for 99%. Each repeat records what the machine was doing (env.machine); ab.json
+keeps each pair's A and B states, and a pair whose A and B ran under materially
+different ones is listed after the table (gate --ab decides whether such pairs
+could explain its verdict).
 
 The runs go to <results>/<name>-ab/ (one directory per run, A's and B's), the
 comparison to its ab.json, which gate takes: fsdpbench gate --ab DIR --rule ...
@@ -74,6 +79,11 @@ Exit codes: 0 compared; 1 a run of A or B did not finish ok; 2 usage error.`,
 			}
 			if !(confidence >= results.MinABConfidence && confidence <= results.MaxABConfidence) {
 				return usageError(fmt.Errorf("--confidence %v: give a level from %g to %g, such as 0.95 or 0.99", confidence, results.MinABConfidence, results.MaxABConfidence))
+			}
+			if need := results.MinPairs(confidence); pairs < need {
+				// Fewer pairs give no interval at this level: every check would be
+				// inconclusive, after the whole measurement.
+				return usageError(fmt.Errorf("--pairs %d: a %g%% confidence interval needs at least %d pairs; give --pairs %d or more, or a lower --confidence", pairs, 100*confidence, need, need))
 			}
 			if !slices.Contains(abOrders, order) {
 				return usageError(fmt.Errorf("--order %q: use %s", order, strings.Join(abOrders, " or ")))
@@ -218,12 +228,21 @@ func printAB(w io.Writer, ab results.ABResult, metric string) {
 		case c == nil || len(c.Changes) == 0:
 			fmt.Fprintf(tw, "%s\t\t\tno per-repeat %s\t\t\n", p.Point, metric)
 		case !c.Backed:
-			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t%+.1f%% (no interval: fewer than %d pairs)\t%d\t\n", p.Point, c.AMedian, c.BMedian, 100*c.Median, results.MinStatRepeats, len(c.Changes))
+			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t%+.1f%% (no interval: fewer than %d pairs)\t%d\t\n", p.Point, c.AMedian, c.BMedian, 100*c.Median, results.MinPairs(ab.Confidence), len(c.Changes))
 		default:
 			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t%+.1f%% [%+.1f%%, %+.1f%%]\t%d\t\n", p.Point, c.AMedian, c.BMedian, 100*c.Median, 100*c.Lo, 100*c.Hi, len(c.Changes))
 		}
 	}
 	_ = tw.Flush()
+	// A pair whose A and B ran under different machine states is said here;
+	// gate --ab decides whether such pairs could explain its verdict.
+	for _, p := range ab.Points {
+		for i, pr := range p.Pairs {
+			if pr.MachineDiff != "" {
+				fmt.Fprintf(w, "%s pair %d: A and B ran under different machine states: %s\n", termsafe.Line(p.Point), i+1, termsafe.Line(pr.MachineDiff))
+			}
+		}
+	}
 }
 
 func quoteAll(xs []string) []string {

@@ -108,8 +108,19 @@ base:
 	t.Run("identical", func(t *testing.T) {
 		res := fsdpbench(t, dir, "ab", spec, "--a", "backend_options.blas=gonum", "--b", "backend_options.blas=gonum", "--pairs", "10", "--confidence", "0.99", "--progress", "none")
 		require.Equal(t, 0, res.code, res.stderr)
-		_, c := readABChange(t, abDir, results.SampleTokensPerSPerRank)
+		ab, c := readABChange(t, abDir, results.SampleTokensPerSPerRank)
 		require.True(t, c.Backed)
+		// Every repeat of both sides read the machine (ab's repeats go through
+		// the harness's repeatOnce), and ab.json pairs them.
+		p := ab.Points[0]
+		require.NotNil(t, p.AMachine)
+		require.NotNil(t, p.BMachine)
+		require.Len(t, p.Pairs, 10)
+		for i, pr := range p.Pairs {
+			assert.Positive(t, pr.A.CPUs, "pair %d: A's machine state", i+1)
+			assert.NotNil(t, pr.B.OtherCPUShare, "pair %d: B's machine state", i+1)
+			assert.Equal(t, results.MachineDiff(&pr.A, &pr.B) != "", pr.MachineDiff != "", "pair %d", i+1)
+		}
 		assert.LessOrEqual(t, c.Lo, 0.0, "identical sets: %+v", c)
 		assert.GreaterOrEqual(t, c.Hi, 0.0, "identical sets: %+v", c)
 		g := fsdpbench(t, dir, "gate", "--ab", abDir, "--rule", "tokens_per_s_per_rank:-5%")
@@ -133,9 +144,29 @@ base:
 		ofMedians := c.BMedian/c.AMedian - 1
 		assert.LessOrEqual(t, c.Lo, ofMedians, "%+v", c)
 		assert.GreaterOrEqual(t, c.Hi, ofMedians, "%+v", c)
+		// A slowdown is never passed. It fails, or, on a machine busy enough
+		// that the pairs straddle the limit or too many ran A and B under
+		// different states, is inconclusive (the gate's verdicts are
+		// unit-tested on fixed pairs in results).
 		g := fsdpbench(t, dir, "gate", "--ab", abDir, "--rule", "tokens_per_s_per_rank:-5%")
-		assert.Equal(t, 1, g.code, g.stdout)
+		switch g.code {
+		case ExitFailed:
+		case ExitInconclusive:
+			t.Logf("inconclusive on this busy machine (%s): %s", loadAverage(), g.stdout)
+		default:
+			t.Errorf("gonum is slower: gate --ab exit %d, want 1 (or 3 under load): %s", g.code, g.stdout)
+		}
 	})
+}
+
+// loadAverage is /proc/loadavg's first three figures, for a test's log.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "load unknown"
+	}
+	f := strings.Fields(string(b))
+	return "load average " + strings.Join(f[:min(3, len(f))], " ")
 }
 
 // TestABUsageErrors: each mistake exits 2 before anything runs, saying what to
@@ -152,6 +183,7 @@ func TestABUsageErrors(t *testing.T) {
 		{[]string{"ab", spec, "--b", "batch_per_device=8", "--pairs", "3"}, "--pairs 3: give 6 to 1000"},
 		{[]string{"ab", spec, "--b", "batch_per_device=8", "--order", "aabb"}, `--order "aabb": use abba or abab`},
 		{[]string{"ab", spec, "--b", "batch_per_device=8", "--confidence", "1"}, "--confidence 1: give a level from 0.5 to 0.999"},
+		{[]string{"ab", spec, "--b", "batch_per_device=8", "--confidence", "0.99", "--pairs", "7"}, "--pairs 7: a 99% confidence interval needs at least 8 pairs"},
 		{[]string{"ab", spec, "--b", "batch_per_device=8,16"}, "A has 1 runs and B 2"},
 		{[]string{"ab", spec, "--b", "sharding=full_shrad"}, "variant B"},
 		{[]string{"sweep", spec, "--repeat-order", "random"}, `--repeat-order "random": use interleaved or sequential`},

@@ -12,14 +12,11 @@ import (
 	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
-// exitABInconclusive is gate --ab's exit when no check failed and some were
-// inconclusive: CI may measure again (with more pairs). It is the code the
-// gate's inconclusive verdict has (issue 29).
-const exitABInconclusive = 3
-
 // gateAB is `gate --ab PATH`: the relative rules applied to an A/B result
-// (results.GateAB), in the table or JSON format.
-func gateAB(cmd *cobra.Command, path string, ruleTexts []string, rulesFile, format string) error {
+// (results.GateAB) under the inconclusive policy, in the table or JSON format.
+// Its verdict and exit codes are the nightly gate's: 0 pass, 1 fail, 3
+// inconclusive (results.GateVerdict decides both).
+func gateAB(cmd *cobra.Command, path string, ruleTexts []string, rulesFile, format, policy string) error {
 	if format != results.FormatTable && format != results.FormatJSON {
 		return usageError(fmt.Errorf("--format %s: gate --ab writes %s or %s", format, results.FormatTable, results.FormatJSON))
 	}
@@ -48,56 +45,43 @@ func gateAB(cmd *cobra.Command, path string, ruleTexts []string, rulesFile, form
 	if err != nil {
 		return usageError(fmt.Errorf("--ab: %w", err))
 	}
-	checks, skipped := results.GateAB(ab, rules)
-	if len(checks) == 0 {
-		return usageError(fmt.Errorf("--ab %s: no rule to judge a change with (bound rules such as %s judge one side; give METRIC:-X%% or METRIC:+X%%)", path, strings.Join(skipped, ", ")))
+	g, err := results.GateAB(ab, rules, policy)
+	if err != nil {
+		return usageError(err)
 	}
-	fails, unsure := 0, 0
-	for _, c := range checks {
-		switch c.Outcome {
-		case results.ABFail:
-			fails++
-		case results.ABInconclusive:
-			unsure++
-		}
-	}
-	verdict := "PASS"
-	switch {
-	case fails > 0:
-		verdict = "FAIL"
-	case unsure > 0:
-		verdict = "INCONCLUSIVE"
+	if len(g.Checks) == 0 {
+		return usageError(fmt.Errorf("--ab %s: no rule to judge a change with (bound rules such as %s judge one side; give METRIC:-X%% or METRIC:+X%%)", path, strings.Join(g.Skipped, ", ")))
 	}
 	out := cmd.OutOrStdout()
 	if format == results.FormatJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(struct {
-			Verdict string            `json:"verdict"`
-			A       []string          `json:"a"`
-			B       []string          `json:"b"`
-			Checks  []results.ABCheck `json:"checks"`
-			Skipped []string          `json:"skipped_rules,omitempty"`
-		}{verdict, ab.A, ab.B, checks, skipped}); err != nil {
+		if err := enc.Encode(g); err != nil {
 			return failure(err)
 		}
+		fmt.Fprintln(cmd.ErrOrStderr(), g.Headline())
 	} else {
 		fmt.Fprintf(out, "A/B %s: A %s, B %s\n", termsafe.Line(ab.Sweep), termsafe.Line(strings.Join(ab.A, " ")), termsafe.Line(strings.Join(ab.B, " ")))
+		fmt.Fprintf(out, "%g%% confidence intervals; inconclusive checks %s\n", 100*g.Confidence, results.PolicyText(g.InconclusivePolicy))
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		for _, c := range checks {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Outcome, termsafe.Line(c.Point), c.Rule, termsafe.Line(c.Why))
+		for _, c := range g.Checks {
+			outcome := string(c.Outcome)
+			if c.Outcome == results.OutcomeFail {
+				outcome = "FAIL"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", outcome, termsafe.Line(c.Point), c.Rule, termsafe.Line(c.Why))
 		}
 		_ = tw.Flush()
-		if len(skipped) > 0 {
-			fmt.Fprintf(out, "skipped (bound rules judge one side, not a change): %s\n", strings.Join(skipped, ", "))
+		if len(g.Skipped) > 0 {
+			fmt.Fprintf(out, "skipped (bound rules judge one side, not a change): %s\n", strings.Join(g.Skipped, ", "))
 		}
-		fmt.Fprintf(out, "%s: %d checks, %d failed, %d inconclusive\n", verdict, len(checks), fails, unsure)
+		fmt.Fprintln(out, g.Headline())
 	}
-	switch {
-	case fails > 0:
+	switch g.Verdict {
+	case results.OutcomeInconclusive:
+		return &exitError{code: ExitInconclusive}
+	case results.OutcomeFail:
 		return &exitError{code: ExitFailed}
-	case unsure > 0:
-		return &exitError{code: exitABInconclusive}
 	}
 	return nil
 }

@@ -66,9 +66,13 @@ passed is the baseline: the one stored last (a night backfilled under an old
 --allow-future-date.
 
 --ab DIR judges what ` + "`fsdpbench ab`" + ` measured (A the baseline, B the current) by the
-confidence interval of B's paired change: a check fails when the whole interval is
-beyond the rule's limit, passes when it is wholly within, and is inconclusive
-(exit 3) otherwise.
+confidence interval of B's paired change (recomputed from the pairs, equal-tailed):
+a check fails when the whole interval is beyond the rule's limit, passes when it is
+wholly within, and is inconclusive otherwise. A check of a timed figure is also
+inconclusive when pairs whose A and B ran under machine states that differ
+materially (the thresholds above) could explain its verdict, unless the other
+pairs reach the verdict without them. --inconclusive
+applies as above: exit 3 by default, or counted as failures or as passing.
 
 Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 inconclusive (no check
 failed, some could not tell).`,
@@ -79,7 +83,10 @@ failed, some could not tell).`,
 				if current != "" || baseline != "" || history != "" {
 					return usageError(errors.New("--ab is the whole input (A is the baseline, B the current): drop --baseline, --current and --history"))
 				}
-				return gateAB(cmd, abPath, rules, rulesFile, format)
+				if !slices.Contains(results.InconclusivePolicies, inconclusive) {
+					return usageError(fmt.Errorf("--inconclusive %q: use %s", inconclusive, strings.Join(results.InconclusivePolicies, ", ")))
+				}
+				return gateAB(cmd, abPath, rules, rulesFile, format, inconclusive)
 			}
 			if current == "" {
 				return usageError(errors.New("--current is required: the results directory (or exported JSON) to check"))
