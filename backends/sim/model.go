@@ -50,8 +50,11 @@ type Prediction struct {
 
 	// StepTimeS = ComputeS + ExposedCommS + OptimizerS + OffloadS.
 	StepTimeS float64 `json:"step_time_s"`
-	// ComputeS is the model FLOPs of every micro-step (× 4/3 with activation
-	// checkpointing) over peak × efficiency.
+	// ComputeS is every micro-step's forward and backward (and recompute with
+	// activation checkpointing): on a GPU its matmuls over peak × efficiency,
+	// attention over peak × attention efficiency and the elementwise kernels'
+	// bytes over the memory bandwidth (passTimePerToken); on a CPU the model
+	// FLOPs over peak × efficiency.
 	ComputeS float64 `json:"compute_s"`
 	// CommS is the time of every collective if none overlapped compute; ExposedCommS
 	// the part that does not.
