@@ -72,8 +72,10 @@ var fileKeys = []fileKey{
 		lo: minBWGBps, hi: maxBWGBps, set: func(p *Profile, v float64) { p.MemBWBytesPerS = v * giga }},
 	{name: "host_link_bw_gbps", help: "device↔host bandwidth per direction, GB/s (default 32, PCIe Gen4 x16): CPU offload's copies",
 		lo: minBWGBps, hi: maxBWGBps, set: func(p *Profile, v float64) { p.HostLinkBWBytesPerS = v * giga }},
-	{name: "efficiency", help: "fraction of peak a training step's compute reaches (default 0.45, the H100 profiles')",
+	{name: "efficiency", help: "fraction of peak a training step's matmuls reach (default 0.49, the H100 profiles'); attention and elementwise kernels are added at this efficiency and at memory_bw_gbps",
 		lo: minFileEfficiency, hi: 1, set: func(p *Profile, v float64) { p.Efficiency = v }},
+	{name: "attention_efficiency", help: "fraction of peak flash attention reaches, in model FLOPs (default: efficiency; the H100 profiles' 0.30, the A100s' 0.45)",
+		lo: minFileEfficiency, hi: 1, set: func(p *Profile, v float64) { p.AttentionEfficiency = v }},
 }
 
 // fileKeyNames are the keys a profile file accepts, sorted.

@@ -25,6 +25,7 @@ func TestExampleProfileFile(t *testing.T) {
 	assert.Equal(t, 200e9, p.InterNodeBusBWBytesPerS)
 	assert.Equal(t, 1555e9, p.MemBWBytesPerS)
 	assert.Equal(t, 0.6, p.Efficiency)
+	assert.Equal(t, 0.45, p.AttentionEfficiency)
 	assert.True(t, p.IsGPU)
 	require.NoError(t, Check("../../examples/hardware/my-gpu.yaml"))
 }
@@ -37,6 +38,7 @@ func TestProfileFileDefaultsAndCache(t *testing.T) {
 	assert.Equal(t, "gpu-x", p.Name, "named after the file")
 	assert.Equal(t, defaultInterNodeBusBW, p.InterNodeBusBWBytesPerS)
 	assert.Equal(t, gpuEfficiency, p.Efficiency)
+	assert.Zero(t, p.AttentionEfficiency, "attention at the matmuls' efficiency unless given")
 	// The table is read again when the file changes.
 	require.NoError(t, os.WriteFile(path, []byte("peak_tflops: {bf16: 200}\nmemory_gib: 48\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n"), 0o644))
 	later := time.Now().Add(2 * time.Second)
@@ -53,6 +55,7 @@ func TestProfileFileErrors(t *testing.T) {
 		line, col  int
 		want       []string
 	}{
+		{"attention efficiency above 1", ok + "attention_efficiency: 1.5\n", 5, 23, []string{"attention_efficiency: 1.5 is out of range"}},
 		{"unknown key", ok + "memory_gb: 24\n", 5, 1, []string{`unknown key "memory_gb"`, "did you mean memory_gib?"}},
 		{"out of range", "peak_tflops: {bf16: 100}\nmemory_gib: 40960\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n", 2, 13, []string{"memory_gib: 40960 is out of range [0.25, 16384]", "MiB / 1024"}},
 		{"a string", "peak_tflops: {bf16: lots}\nmemory_gib: 24\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n", 1, 21, []string{"peak_tflops.bf16: must be a number", "lots"}},

@@ -67,7 +67,12 @@ func TestA100Profiles(t *testing.T) {
 	for _, p := range []Profile{p40, p80} {
 		assert.Greater(t, p.Efficiency, h100.Efficiency, p.Name)
 		assert.GreaterOrEqual(t, p.Efficiency, 0.55, p.Name)
-		assert.LessOrEqual(t, p.Efficiency, 0.64, p.Name)
+		// The matmuls' share: attention and the elementwise kernels are timed
+		// apart (at AttentionEfficiency and the memory bandwidth), so the
+		// matmuls run above the whole step's MFU, below a large GEMM's 0.8.
+		assert.LessOrEqual(t, p.Efficiency, 0.75, p.Name)
+		assert.Greater(t, p.AttentionEfficiency, 0.0, p.Name)
+		assert.Less(t, p.AttentionEfficiency, p.Efficiency, p.Name)
 	}
 }
 

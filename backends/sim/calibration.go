@@ -45,7 +45,8 @@ type Calibration struct {
 // Constants are the sim's free constants for one hardware profile. A zero (or
 // absent) figure keeps the model's own value.
 type Constants struct {
-	// Efficiency is the fraction of peak FLOP/s the step's compute reaches for a
+	// Efficiency is the fraction of peak FLOP/s the step's matmuls reach (on a GPU;
+	// attention and the elementwise kernels keep their own rates) for a
 	// model of RefParams parameters; a model of P parameters reaches
 	// Efficiency × (P/RefParams)^EfficiencySizeExponent (bigger GEMMs run closer
 	// to peak), clamped to [0.001, MaxCalibratedEfficiency], the model size held

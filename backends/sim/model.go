@@ -50,8 +50,11 @@ type Prediction struct {
 
 	// StepTimeS = ComputeS + ExposedCommS + OptimizerS + OffloadS.
 	StepTimeS float64 `json:"step_time_s"`
-	// ComputeS is the model FLOPs of every micro-step (× 4/3 with activation
-	// checkpointing) over peak × efficiency.
+	// ComputeS is every micro-step's forward and backward (and recompute with
+	// activation checkpointing): on a GPU its matmuls over peak × efficiency,
+	// attention over peak × attention efficiency and the elementwise kernels'
+	// bytes over the memory bandwidth (passTimePerToken); on a CPU the model
+	// FLOPs over peak × efficiency.
 	ComputeS float64 `json:"compute_s"`
 	// CommS is the time of every collective if none overlapped compute; ExposedCommS
 	// the part that does not.
@@ -96,6 +99,9 @@ type Prediction struct {
 	// step breakdown (StepBreakdown); unexported, so a prediction's JSON keeps
 	// its fields.
 	allGatherS, reduceScatterS, allReduceS float64
+	// matmulS is the part of ComputeS the matmuls take (at the efficiency),
+	// recompute included.
+	matmulS float64
 }
 
 // Constants of the model that are not hardware figures. Each is a documented
@@ -691,6 +697,93 @@ func (p *point) recomputeFactor() float64 {
 	return 1 + extra*p.recomputeShare()
 }
 
+// passTimePerToken is the forward and backward of one token, without
+// recompute. On a CPU it is the model FLOPs over peak × efficiency. On a GPU
+// the step is three kinds of kernels, each at its own rate:
+//   - the matmuls (6 × the parameters that multiply) at peak × Efficiency;
+//   - fused attention (the 12·L·H·Q·T term) at peak × AttentionEfficiency;
+//   - the elementwise kernels around them (norms, residual adds, the MLP's
+//     activation, the loss over the vocabulary), which do a few FLOPs per
+//     byte and so run at the memory bandwidth (elementwiseBytesPerToken).
+//
+// The last two are what a single efficiency misses: a matmul's FLOPs grow
+// with hidden² per token and the elementwise bytes with hidden, so small
+// models spend a larger share of the step bound by memory (on an H100, whose
+// FLOP/byte ratio is twice an A100's, more so), and attention's share grows
+// with the sequence.
+func (p *point) passTimePerToken(flopsPerToken, peak float64) float64 {
+	hw := p.hw
+	if !hw.IsGPU {
+		return flopsPerToken / (peak * hw.Efficiency)
+	}
+	attn := p.attentionFlops()
+	attnEff := hw.Efficiency
+	if hw.AttentionEfficiency > 0 && p.as.attention(*p) == AttentionFlash {
+		attnEff = hw.AttentionEfficiency
+	}
+	t := (flopsPerToken-attn)/(peak*hw.Efficiency) + attn/(peak*attnEff)
+	if hw.MemBWBytesPerS > 0 {
+		t += elementwiseBytesPerToken(*p) / hw.MemBWBytesPerS
+	}
+	return t
+}
+
+// attentionFlops is the attention FLOPs per token that passTimePerToken
+// times apart from the matmuls: on a GPU, attentionFlopsPerToken; on a CPU
+// none (everything runs at one efficiency there).
+func (p *point) attentionFlops() float64 {
+	if !p.hw.IsGPU {
+		return 0
+	}
+	return attentionFlopsPerToken(p.shape, p.rc.SeqLen)
+}
+
+// attentionFlopsPerToken is the attention term of shapes.Shape.FlopsPerToken:
+// 12·L·H·Q·T (PaLM's count, forward and backward).
+func attentionFlopsPerToken(s shapes.Shape, seqLen int) float64 {
+	return 12 * float64(s.Layers) * float64(s.Heads) * float64(s.HeadDim()) * float64(seqLen)
+}
+
+// elementwiseBytesPerToken is the device-memory traffic of one token's
+// forward and backward outside the matmuls and attention, as PyTorch's eager
+// kernels move it (each reads its inputs and writes its output once):
+//   - per layer forward: two norms (read h, write h), two residual adds (read
+//     2h, write h), the MLP's activation on the intermediate width I: GELU
+//     (read I, write I) or SwiGLU (SiLU: 2I, the product: 3I); 10h + 2I
+//     values (GELU) or 10h + 5I (SwiGLU);
+//   - per layer backward: each norm and residual add reads the gradient and
+//     its saved input and writes a gradient (3h each, 12h), the activation's
+//     backward 3I (GELU) or 8I (SwiGLU);
+//   - the loss over the vocabulary V (logitsTraffic).
+//
+// The matmuls' own reads and writes are not counted: at a training step's
+// sizes they are compute bound. Values are in the compute dtype.
+func elementwiseBytesPerToken(p point) float64 {
+	s := p.shape
+	h, in := float64(s.Hidden), float64(s.Intermediate)
+	cb := float64(computeBytes(p.rc.MixedPrecision))
+	act := 2*in + 3*in // GELU forward and backward
+	if s.Arch != shapes.ArchGPT2 {
+		act = 5*in + 8*in // SwiGLU
+	}
+	perLayer := 10*h + 12*h + act
+	return cb*float64(s.Layers)*perLayer + logitsTraffic(p)
+}
+
+// logitsTraffic is the memory traffic per token of the loss over V logits:
+// a fused cross-entropy reads the logits in forward, reads them again and
+// writes their gradient in backward (3·V values in the compute dtype); the
+// upcast loss (logits.float(), log_softmax, their backward, the cast back)
+// moves 2·V compute-dtype and 28·V fp32 bytes.
+func logitsTraffic(p point) float64 {
+	v := float64(p.shape.Vocab)
+	cb := float64(computeBytes(p.rc.MixedPrecision))
+	if p.as.Loss == LossUpcast {
+		return 2*cb*v + 28*v
+	}
+	return 3 * cb * v
+}
+
 // timeModel fills the step time, its parts and the communication volumes.
 func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	r, s, hw := p.rc, p.shape, p.hw
@@ -719,8 +812,24 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	pred.PeakFlopsPerS = peak
 	pred.ModelFlopsPerToken = s.FlopsPerToken(r.SeqLen)
 	microTokens := float64(r.BatchPerDevice * r.SeqLen)
-	plain := pred.ModelFlopsPerToken * microTokens / (peak * hw.Efficiency)
-	fwdC, micro := plain/3, plain*p.recomputeFactor()
+	plain := p.passTimePerToken(pred.ModelFlopsPerToken, peak) * microTokens
+	matmulRate := peak * hw.Efficiency
+	matmul := (pred.ModelFlopsPerToken - p.attentionFlops()) * microTokens / matmulRate
+	fwdC, micro := plain/3, plain
+	if r.ActivationCheckpointing {
+		// Full checkpointing runs every kernel of the forward (a third of the
+		// pass) again; selective runs again only the matmuls its policy does
+		// not save.
+		extra, extraMatmul := plain/3, matmul/3
+		if p.as.Checkpointing == CheckpointSelective {
+			_, rf := selectiveSaved(s)
+			extra = float64(s.Layers) * rf * microTokens / matmulRate
+			extraMatmul = extra
+		}
+		micro += extra * p.recomputeShare()
+		matmul += extraMatmul * p.recomputeShare()
+	}
+	pred.matmulS = float64(r.GradAccum) * matmul
 	bwdC := micro - fwdC
 	ga := float64(r.GradAccum)
 	pred.ComputeS = ga * micro

@@ -212,7 +212,8 @@ func TestInterNodeOptionOverridesProfile(t *testing.T) {
 	assert.Equal(t, 100e9, fast.Hardware.IntraNodeBusBWBytesPerS)
 	assert.Equal(t, 0.3, fast.Hardware.Efficiency)
 	assert.InEpsilon(t, def.CommS/2, fast.CommS, 1e-9, "twice the bandwidth halves the time")
-	assert.InEpsilon(t, def.ComputeS*def.Hardware.Efficiency/0.3, fast.ComputeS, 1e-9)
+	// The efficiency option is the matmuls'.
+	assert.InEpsilon(t, def.ComputeS-def.matmulS+def.matmulS*def.Hardware.Efficiency/0.3, fast.ComputeS, 1e-9)
 }
 
 func TestGradAccumulation(t *testing.T) {
@@ -382,4 +383,39 @@ func BenchmarkPredict(b *testing.B) {
 			}
 		})
 	}
+}
+
+// computeMFU is the model FLOPs utilization of a prediction's compute alone
+// (communication and the optimizer left out).
+func computeMFU(p Prediction) float64 {
+	return p.ModelFlopsPerToken * float64(p.TokensPerStep) / p.ComputeS / p.PeakFlopsPerS
+}
+
+// A GPU step's compute is not one efficiency over all FLOPs: the elementwise
+// kernels run at the memory bandwidth, a larger share of a small model's step
+// (and more so on an H100, whose FLOP/byte ratio is an A100's twice), and
+// attention below a matmul's rate, a larger share at a longer sequence. With
+// one efficiency, llm-foundry's small models and long sequences were
+// over-predicted (issue 26: H100 760M +30%, 125M–350M +23–40%).
+func TestSmallModelsAndLongSequencesComputeBelowTheMatmuls(t *testing.T) {
+	at := func(model, hw string, seq, batch int) Prediction {
+		rc := cfg(model, 1, sweeps.FullShard)
+		rc.Hardware, rc.SeqLen, rc.BatchPerDevice = hw, seq, batch
+		return mustPredict(t, withOpts(rc, "loss", LossFused))
+	}
+	for _, hw := range []string{"h100-sxm", "a100-80g"} {
+		small, large := at("gpt2-124m", hw, 1024, 16), at("llama3-8b", hw, 1024, 16)
+		eff := small.Hardware.Efficiency
+		assert.Less(t, computeMFU(small), computeMFU(large), hw)
+		assert.Less(t, computeMFU(large), eff, "%s: attention and elementwise kernels run below the matmuls", hw)
+		assert.Greater(t, computeMFU(large), 0.8*eff, "%s: an 8B model's step is mostly matmuls", hw)
+		assert.Greater(t, small.matmulS, 0.0)
+		// Same tokens per micro-step, eight times the sequence: attention's share
+		// of the FLOPs grows, and it runs at AttentionEfficiency.
+		short, long := at("llama3-8b", hw, 1024, 16), at("llama3-8b", hw, 8192, 2)
+		assert.Less(t, computeMFU(long), computeMFU(short), hw)
+	}
+	// The memory-bound share weighs more on the H100 than on the A100.
+	h, a := at("gpt2-124m", "h100-sxm", 1024, 16), at("gpt2-124m", "a100-80g", 1024, 16)
+	assert.Less(t, computeMFU(h)/h.Hardware.Efficiency, computeMFU(a)/a.Hardware.Efficiency)
 }

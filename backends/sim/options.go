@@ -18,7 +18,8 @@ type Options struct {
 	// bandwidths, in bytes/s (the spec gives GB/s, as nccl-tests reports busbw).
 	InterNodeBusBW float64
 	IntraNodeBusBW float64
-	// Efficiency overrides the profile's fraction of peak FLOP/s reached.
+	// Efficiency overrides the profile's fraction of peak FLOP/s the matmuls
+	// reach (attention and the elementwise kernels keep their rates).
 	Efficiency float64
 	// SleepPerStep makes Run sleep this long per simulated step and emit step events,
 	// so the harness's progress, Ctrl-C and resume can be exercised with a backend
@@ -140,7 +141,7 @@ var optionTable = map[string]option{
 		func(o *Options, v any) error { return setBusBW(&o.InterNodeBusBW, v) }},
 	"intra_node_bus_bw_gbps": {"bus bandwidth inside a node, GB/s in [0.001, 20000] (nccl-tests busbw)",
 		func(o *Options, v any) error { return setBusBW(&o.IntraNodeBusBW, v) }},
-	"efficiency": {"fraction of peak FLOP/s the step's compute reaches, in [0.001, 1]",
+	"efficiency": {"fraction of peak FLOP/s the step's matmuls reach, in [0.001, 1]",
 		func(o *Options, v any) error {
 			f, err := backends.NumberIn(v, minEfficiency, 1, false)
 			o.Efficiency = f

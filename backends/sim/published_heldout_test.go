@@ -178,27 +178,38 @@ func (g *errTally) add(e float64) {
 func (g *errTally) mean() float64 { return g.sum / float64(max(g.n, 1)) }
 
 // foundryOutlier says the published table contradicts itself on the row, so
-// that no model of the row's settings can predict it; such a row counts in its
-// group's mean (logged) but not in the 30% bound nor in the asserted mean:
-//   - A100 40GB 1B on 32 GPUs: 15,555 tokens/s/GPU between 19,085 on 16 and
-//     19,001 on 64 at the same micro-batch (MFU 0.45 among 0.55s);
-//   - A100 80GB 760M at seq 512: MFU 0.45 where the same model at seq 2048
-//     reports 0.57, and on A100 40GB at seq 512 0.53 (the seq 1024 row dips
-//     likewise, 0.48); nothing in the row says why.
+// that no model of the row's settings can predict it: A100 40GB 1B on 32 GPUs,
+// 15,555 tokens/s/GPU between 19,085 on 16 and 19,001 on 64 at the same
+// micro-batch (MFU 0.45 among 0.55s). It is a kept row (the tuned tests name it
+// too), known before any held-out row was predicted; the calibration tests
+// log their worst row without it.
 func foundryOutlier(r foundryRow) bool {
-	return (r.hw == "a100-40g" && r.model == "1b" && r.seq == 2048 && r.gpus == 32) ||
-		(r.hw == "a100-80g" && r.model == "760m" && r.seq == 512)
+	return r.hw == "a100-40g" && r.model == "1b" && r.seq == 2048 && r.gpus == 32
 }
+
+// heldOutMisses are the held-out rows of the issue's kinds that the model
+// misses by more than the issue's 30%, as first predicted: not excused, but
+// logged as misses and held to not getting worse (missBound), so that a
+// change that fixes them, or one that breaks them further, is seen.
+//   - A100 80GB 760M at seq 512 (+34%): its MFU 0.45 where the same model at
+//     seq 2048 reports 0.57 and on the A100 40GB at seq 512 0.53, on the same
+//     chip with less memory bandwidth; the seq 1024 row dips likewise (0.48).
+var heldOutMisses = map[string]bool{"a100-80g/mpt-760m/seq512/gpus8/mb96/ga2": true}
+
+// missBound is what a row in heldOutMisses may not exceed.
+const missBound = 0.40
 
 // TestPublishedHeldOutRows predicts every held-out llm-foundry row as a user
 // states it (llm-foundry's stack: FSDP1, fused loss, flash attention, the
 // row's fabric), uncalibrated: each must fit (it trained); in each group of
-// the issue's kinds the mean throughput error stays within 15% and no row
-// beyond 30% (issue 26's done-when). Rows outside those kinds are logged with
-// their groups' figures.
+// the issue's kinds, over all its rows, the mean throughput error stays within
+// 15% and no row beyond 30% (issue 26's done-when) but the heldOutMisses,
+// which are logged as misses. Rows outside those kinds are logged with their
+// groups' figures.
 func TestPublishedHeldOutRows(t *testing.T) {
 	dir := t.TempDir()
-	groups, asserted := map[string]*errTally{}, map[string]*errTally{}
+	groups := map[string]*errTally{}
+	var misses []string
 	for _, r := range llmFoundryHeldOutRows {
 		g := r.group()
 		switch {
@@ -208,32 +219,34 @@ func TestPublishedHeldOutRows(t *testing.T) {
 			g += " (seq 16K-64K, not asserted)"
 		}
 		if groups[g] == nil {
-			groups[g], asserted[g] = &errTally{}, &errTally{}
+			groups[g] = &errTally{}
 		}
 		name := fmt.Sprintf("%s/mpt-%s/seq%d/gpus%d/mb%d/ga%d", r.hw, r.model, r.seq, r.gpus, r.mb, r.ga)
 		t.Run(name, func(t *testing.T) {
 			p := mustPredict(t, r.run(t, dir))
 			e := p.TokensPerS/float64(r.gpus)/r.tokensPerSPerGPU - 1
 			groups[g].add(e)
-			if !foundryOutlier(r.foundryRow) {
-				asserted[g].add(e)
-			}
 			t.Logf("peak %.1f GiB of %.1f; %.0f tokens/s/GPU vs %.0f published (%+.0f%%)", gibs(p.PeakDeviceMemBytes),
 				gibs(p.DeviceMemBytes), p.TokensPerS/float64(r.gpus), r.tokensPerSPerGPU, 100*e)
 			assert.True(t, p.Feasible, "it trained: %s", p.Reason)
-			if r.inKind() && !foundryOutlier(r.foundryRow) {
+			switch {
+			case !r.inKind():
+			case heldOutMisses[name]:
+				misses = append(misses, fmt.Sprintf("%s %+.1f%%", name, 100*e))
+				assert.Less(t, abs(e), missBound, "a known miss, not to get worse")
+			default:
 				assert.Less(t, abs(e), 0.30, "no row off by more than 30 percent")
 			}
 		})
 	}
 	for _, n := range slices.Sorted(maps.Keys(groups)) {
-		g, a := groups[n], asserted[n]
-		t.Logf("%-44s %3d rows: mean |error| %4.1f%%, worst %4.1f%%; without the table's outliers %d rows: %4.1f%%, worst %4.1f%%",
-			n, g.n, 100*g.mean(), 100*g.worst, a.n, 100*a.mean(), 100*a.worst)
+		g := groups[n]
+		t.Logf("%-44s %3d rows: mean |error| %4.1f%%, worst %4.1f%%", n, g.n, 100*g.mean(), 100*g.worst)
 		if !strings.Contains(n, "not asserted") {
-			assert.Less(t, a.mean(), 0.15, n)
+			assert.Less(t, g.mean(), 0.15, n)
 		}
 	}
+	t.Logf("rows of the issue's kinds beyond its 30%% (misses, not asserted to 30%%): %v", misses)
 }
 
 // foundryMeasurements are rows as measured runs of the sim backend stated
@@ -318,8 +331,9 @@ func TestPublishedHoldOutOneNodeToMultiNode(t *testing.T) {
 			assert.LessOrEqual(t, cal.mean(), uncal.mean(), "calibrated on one node, no worse than uncalibrated across nodes")
 			assert.Less(t, cal.mean(), 0.15)
 			// Not asserted: the worst row. A100 40GB 70B on 64 GPUs (MFU 0.36
-			// where 128 GPUs reach 0.49 at twice the micro-batch) is +31% here,
-			// +23% uncalibrated: nothing the model holds says why.
+			// where 128 GPUs reach 0.49 at twice the micro-batch) is +32% here,
+			// +30% uncalibrated: the row is bound by the network, and nothing
+			// the model holds says why it ran slower.
 			t.Logf("worst calibrated row without the table's outliers: %.1f%%", 100*kept.worst)
 		})
 	}
@@ -336,8 +350,8 @@ func ptrStr(p *float64) string {
 // single-node llm-foundry rows (llmFoundryA100Rows, stated with llm-foundry's
 // stack) and predicts each row from the others (beyond MaxFolds rows, from the
 // rows outside its fold): the error to expect on a run of a calibrated A100
-// node the fit has not seen, within the issue's 15% on average (a100-80g 6.6%,
-// a100-40g 5.0%).
+// node the fit has not seen, within the issue's 15% on average (a100-80g 5.2%,
+// a100-40g 4.0%).
 func TestPublishedA100LeaveOneOut(t *testing.T) {
 	for _, hw := range []string{"a100-80g", "a100-40g"} {
 		t.Run(hw, func(t *testing.T) {
@@ -365,8 +379,8 @@ func TestPublishedA100LeaveOneOut(t *testing.T) {
 			assert.Less(t, all.mean(), 0.15)
 			// Not asserted: the worst row. A100 80GB 30B at seq 8192 (MFU 0.39
 			// where the same model reaches 0.51-0.56 at seq 512 to 4096, and 13B
-			// at seq 8192 0.56; predicted at 96% of the device) is +48% from
-			// constants fitted to the other rows, +14% uncalibrated: the fit
+			// at seq 8192 0.56; predicted at 96% of the device) is +36% from
+			// constants fitted to the other rows, +15% uncalibrated: the fit
 			// follows the other 30B rows, the row does not.
 			t.Logf("worst without the table's outliers: %.1f%%", 100*kept.worst)
 		})
