@@ -41,7 +41,7 @@ func callsByKind(p *point, strategy string, wu wrapUnits) (ag, rs, ar int64) {
 	case sweeps.NoShard:
 		return 0, 0, units
 	case sweeps.DDP:
-		return 0, 0, (p.shape.Params()*4 + ddpBucketBytes - 1) / ddpBucketBytes
+		return 0, 0, ddpCalls(p, units)
 	}
 	return 0, 0, 0
 }

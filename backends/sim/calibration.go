@@ -540,9 +540,18 @@ func collectiveCalls(p *point, strategy string, wu wrapUnits) int64 {
 	case sweeps.NoShard:
 		return units
 	case sweeps.DDP:
-		return (p.shape.Params()*4 + ddpBucketBytes - 1) / ddpBucketBytes
+		return ddpCalls(p, units)
 	}
 	return 0
+}
+
+// ddpCalls is how many all-reduces DDP issues per step: one per 25 MiB bucket
+// in PyTorch, one per wrap unit in the Go trainer (its unit is the bucket).
+func ddpCalls(p *point, units int64) int64 {
+	if p.as.Trainer == TrainerGotrain {
+		return units
+	}
+	return (p.shape.Params()*4 + ddpBucketBytes - 1) / ddpBucketBytes
 }
 
 // looRowsErr checks a fit's leave-one-out rows: predicted / measured − 1 is at

@@ -36,6 +36,12 @@ type Measurement struct {
 	// one repeat), reported beside its leave-one-out error: TokensPerS is their
 	// median (results.Normalize), which the fit uses.
 	TokensPerSSpread float64
+	// Breakdown is where the run's measured step went (issue 27: compute,
+	// collectives, exposed communication), nil when it did not measure it. A
+	// step time alone cannot tell compute from communication (a faster link and
+	// a slower core can give one step time); the breakdown tells them apart, so
+	// the fit matches its parts too (breakdownResiduals).
+	Breakdown *results.StepBreakdown
 }
 
 // Names of the constants in FitReport.Fitted and Kept.
@@ -223,10 +229,39 @@ func newSample(m Measurement) (sample, error) {
 	moves := ws.AllGather+ws.ReduceScatter+ws.AllReduce > 0
 	s.inter = moves && nodes > 1
 	s.intra = moves && (nodes == 1 || p == sweeps.HybridShard)
-	s.fwdGather = ws.AllGather > 0 && !rc.ForwardPrefetch
+	// The Go trainer on a host hides no forward all-gather it did not prefetch
+	// (gotrainHostSchedule): forward_overlap does not enter its prediction.
+	hostSchedule := pred.Assumptions.Trainer == TrainerGotrain && !pred.Hardware.IsGPU
+	s.fwdGather = ws.AllGather > 0 && !rc.ForwardPrefetch && !hostSchedule
 	s.interStated = len(opts.Links.Inter) > 0 || opts.InterNodeBusBW > 0
 	s.ac = rc.ActivationCheckpointing
 	return s, nil
+}
+
+// breakdownFloor is the share of the measured step added to both sides of a
+// breakdown part's log ratio: a part near zero (the exposed communication of a
+// prefetching run, say) then weighs by its error as a share of the step
+// instead of by a ratio of two tiny numbers, and a part that is most of the
+// step by its relative error, as the step time does.
+const breakdownFloor = 0.01
+
+// breakdownResiduals are the log errors of the parts of the predicted step
+// against the measured breakdown b: compute (what the efficiency and the rank
+// share tell), collective time (the bandwidth factors and the per-call
+// latency) and exposed communication (the overlap), each on the scale of the
+// step time's own residual, so that a run that measured its breakdown weighs
+// its parts as much as its step. None when b is nil, or not a measurement.
+func breakdownResiduals(pred Prediction, b *results.StepBreakdown) []float64 {
+	if b == nil || b.StepS <= 0 || b.Source == SourceSim {
+		return nil
+	}
+	eps := breakdownFloor * b.StepS
+	r := func(p, m float64) float64 { return math.Log((max(p, 0) + eps) / (max(m, 0) + eps)) }
+	return []float64{
+		r(pred.ComputeS+pred.OptimizerS, b.ComputeS),
+		r(pred.CommS, b.CollectiveS),
+		r(pred.ExposedCommS, b.ExposedCommS),
+	}
 }
 
 // fittedOptions are the sim options that set what the fit fits (efficiency,
@@ -440,6 +475,9 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 				}
 				r := math.Log(pred.TokensPerS / ts[i].m.TokensPerS)
 				sum += r * r
+				for _, r := range breakdownResiduals(pred, ts[i].m.Breakdown) {
+					sum += r * r
+				}
 			}
 			return sum / float64(len(ts))
 		}
@@ -715,6 +753,12 @@ func Measurements(runs []results.Run, wholeRun bool) (ms []Measurement, skipped 
 		meas.AllocatedBytes, meas.ReservedBytes, meas.DeviceBytes = get(m.PeakMemAllocatedBytes), get(m.PeakMemReservedBytes), get(m.PeakDeviceMemBytes)
 		meas.RSSBytes = get(m.PeakRSSBytes)
 		meas.TokensPerSSpread = spread(m.Samples["tokens_per_s"])
+		if b := m.StepBreakdown; b != nil && meas.TokensPerS > 0 && b.Source != SourceSim {
+			if f, _ := b.Check(); f == "" && b.StepS > 0 {
+				bb := *b
+				meas.Breakdown = &bb
+			}
+		}
 		if meas.TokensPerS == 0 && meas.AllocatedBytes == 0 && meas.RSSBytes == 0 {
 			skipped = append(skipped, id+": measures neither tokens/s nor memory")
 			continue

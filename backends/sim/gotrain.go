@@ -342,3 +342,32 @@ func (p *gotrainPass) backward(u int) {
 		p.hidden[u-1] = 0
 	}
 }
+
+// gotrainHostSchedule says whether p is the Go trainer on a host (cpu)
+// profile, whose schedule differs from PyTorch's (backends/gotrain/fsdp:
+// microStep, startGather, reduce): with no communication stream, its reduce-
+// scatters and all-reduces run on the training goroutine and block it, an
+// all-gather nobody prefetched is issued when its unit needs it and waited for
+// at once, and only a prefetched all-gather (forward_prefetch, backward_pre)
+// runs on a goroutine of its own under the current unit's compute;
+// backward_post issues the next unit's all-gather after this unit's backward,
+// where only the blocking reduce-scatter follows it, so it hides behind no
+// compute. On cuda the trainer orders its collectives on a communication stream
+// as PyTorch does, and the model's schedule applies.
+func gotrainHostSchedule(p point) bool {
+	return p.as.Trainer == TrainerGotrain && !p.hw.IsGPU
+}
+
+// gotrainHostOverlap is the share of each kind of collective the Go trainer's
+// host schedule (gotrainHostSchedule) hides behind compute: backward
+// all-gathers only under backward_pre, forward ones only under
+// forward_prefetch, reductions never.
+func gotrainHostOverlap(r sweeps.RunConfig) (gather, reduce, forward float64) {
+	if r.BackwardPrefetch == sweeps.BackwardPre {
+		gather = 1
+	}
+	if r.ForwardPrefetch {
+		forward = 1
+	}
+	return gather, 0, forward
+}

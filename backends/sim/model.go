@@ -935,6 +935,9 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	if r.WorldSize == 1 {
 		agFwd, agBwd, rs, ar = 0, 0, 0, 0
 	}
+	if gotrainHostSchedule(p) {
+		gatherOverlap, reduceOverlap, fwdOverlap = gotrainHostOverlap(r)
+	}
 
 	exposedFwd := tAgFwd - min((tAgFwd-tAgFwd*firstFwdShare)*fwdOverlap, fwdC)
 	exposedBwd := func(reduce float64) float64 {

@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// gotrainCPURuns predicts the Go trainer's cpu runs at 2 and 4 ranks, three
+// micro-batches, full_shard without prefetch, under known constants, and returns
+// them as if measured, with their step breakdowns when breakdowns is set.
+func gotrainCPURuns(t *testing.T, truth Constants, breakdowns bool) []Measurement {
+	t.Helper()
+	cal := &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"cpu": truth}}
+	var ms []Measurement
+	for _, ws := range []int{2, 4} {
+		for _, bs := range []int{1, 4, 16} {
+			rc := sweeps.RunConfig{Backend: "gotrain", Hardware: "cpu", Model: "tiny", SeqLen: 64, Nodes: 1, GPUsPerNode: ws, WorldSize: ws,
+				BatchPerDevice: bs, GradAccum: 1, Sharding: sweeps.FullShard, BackwardPrefetch: sweeps.PrefetchNone, MixedPrecision: sweeps.FP32}
+			pred, err := predict(rc, Options{Calibration: cal})
+			require.NoError(t, err)
+			m := Measurement{Run: rc.MakeSlug(), Backend: "gotrain", Config: rc, TokensPerS: pred.TokensPerS}
+			if breakdowns {
+				b := pred.StepBreakdown()
+				require.NotNil(t, b)
+				b.Source = "gotrain"
+				m.Breakdown = b
+			}
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// TestFitRecoversCommunicationFromBreakdowns: the step times of these runs
+// tell the compute (it grows with the micro-batch) but not how their fixed
+// part divides between communication (link bandwidth, per-call latency) and
+// the per-step overhead: two world sizes give two intercepts for three
+// constants. The measured breakdown tells them apart, so a fit to it recovers
+// the constants and predicts the collectives' and the exposed time; a fit to
+// step times alone matches the steps but not where they went.
+func TestFitRecoversCommunicationFromBreakdowns(t *testing.T) {
+	share := 0.4
+	truth := Constants{Efficiency: 0.3, RankShareExponent: &share, IntraNodeBWFactor: 0.3,
+		CollectiveLatencyS: 200e-6, StepOverheadS: 1e-3}
+
+	cal, err := Fit(gotrainCPURuns(t, truth, true))
+	require.NoError(t, err)
+	got := cal.Profiles["cpu/gotrain"]
+	require.NotNil(t, got.RankShareExponent)
+	for _, c := range []struct {
+		name      string
+		want, got float64
+	}{
+		{ConstEfficiency, truth.Efficiency, got.Efficiency},
+		{ConstRankShare, share, *got.RankShareExponent},
+		{ConstIntraBW, truth.IntraNodeBWFactor, got.IntraNodeBWFactor},
+		{ConstLatency, truth.CollectiveLatencyS, got.CollectiveLatencyS},
+		{ConstStepOverhead, truth.StepOverheadS, got.StepOverheadS},
+	} {
+		assert.InEpsilon(t, c.want, c.got, 0.02, c.name)
+	}
+	for _, row := range got.Fit.LeaveOneOut {
+		require.NotNil(t, row.TputErr, row.Run)
+		assert.Less(t, abs(*row.TputErr), 0.02, row.Run)
+	}
+
+	// Step times alone: as close on the steps, not on their parts.
+	steps := gotrainCPURuns(t, truth, false)
+	cal, err = Fit(steps)
+	require.NoError(t, err)
+	only := cal.Profiles["cpu/gotrain"]
+	worst := 0.0
+	for _, m := range gotrainCPURuns(t, truth, true) {
+		s, err := newSample(m)
+		require.NoError(t, err)
+		pred, err := s.predictWith("cpu", &only)
+		require.NoError(t, err)
+		assert.InEpsilon(t, m.TokensPerS, pred.TokensPerS, 0.02, m.Run)
+		worst = max(worst, abs(pred.CommS/m.Breakdown.CollectiveS-1))
+	}
+	assert.Greater(t, worst, 0.1, "a step-time fit should not find the collectives' time it was never shown (intra_node_bw_factor %g, collective_latency_s %g, step_overhead_s %g)",
+		only.IntraNodeBWFactor, only.CollectiveLatencyS, only.StepOverheadS)
+}
+
+// TestGotrainCPUScheduleExposesBlockingCollectives: the Go trainer on a cpu
+// runs its reductions and unprefetched all-gathers on the training goroutine,
+// so the sim predicts them all exposed; prefetching (backward_pre with
+// forward_prefetch) hides all-gathers. PyTorch's schedule (torchrun) hides
+// reductions under the backward even without prefetch.
+func TestGotrainCPUScheduleExposesBlockingCollectives(t *testing.T) {
+	run := func(backend, sharding, bwd string, fwd bool) Prediction {
+		rc := sweeps.RunConfig{Backend: backend, Hardware: "cpu", Model: "tiny", SeqLen: 128, Nodes: 1, GPUsPerNode: 2, WorldSize: 2,
+			BatchPerDevice: 2, GradAccum: 1, Sharding: sharding, BackwardPrefetch: bwd, ForwardPrefetch: fwd, MixedPrecision: sweeps.FP32}
+		pred, err := Predict(rc)
+		require.NoError(t, err)
+		require.Positive(t, pred.CommS)
+		return pred
+	}
+	for _, sh := range []string{sweeps.FullShard, sweeps.DDP} {
+		p := run("gotrain", sh, sweeps.PrefetchNone, false)
+		assert.InEpsilon(t, p.CommS, p.ExposedCommS, 1e-9, sh+": every collective blocks")
+	}
+	// (DDP's one 25 MiB bucket of this model cannot hide under PyTorch either.)
+	assert.Less(t, run("torchrun", sweeps.FullShard, sweeps.PrefetchNone, false).ExposedCommS,
+		run("torchrun", sweeps.FullShard, sweeps.PrefetchNone, false).CommS*0.9, "full_shard under PyTorch's schedule")
+	none, pre := run("gotrain", sweeps.FullShard, sweeps.PrefetchNone, false), run("gotrain", sweeps.FullShard, sweeps.BackwardPre, true)
+	assert.Less(t, pre.ExposedCommS, none.ExposedCommS*0.9, "prefetched all-gathers run under compute")
+	// The reduce-scatters still block: at least their time stays exposed.
+	assert.GreaterOrEqual(t, pre.ExposedCommS, pre.reduceScatterS)
+	post := run("gotrain", sweeps.FullShard, sweeps.BackwardPost, false)
+	assert.InEpsilon(t, post.CommS, post.ExposedCommS, 1e-9, "backward_post's all-gather hides behind the blocking reduce-scatter only")
+}
