@@ -52,6 +52,7 @@ const (
 	ConstInterBW        = "inter_node_bw_factor"
 	ConstForwardOverlap = "forward_overlap"
 	ConstRankShare      = "rank_share_exponent"
+	ConstHostWait       = "host_wait_share"
 	ConstReserved       = "reserved_factor"
 	ConstOverhead       = "overhead_bytes"
 	ConstStepOverhead   = "step_overhead_s"
@@ -245,12 +246,40 @@ func newSample(m Measurement) (sample, error) {
 // step by its relative error, as the step time does.
 const breakdownFloor = 0.01
 
+// breakdownParts is how many residuals breakdownResiduals gives a run.
+const breakdownParts = 3
+
+// partsFloor is the least variance partsLoss gives a kind of residual: a 1%
+// error, below which a timing on a shared machine tells nothing.
+const partsFloor = 1e-4
+
+// partsLoss is the loss of a fit to step times and their measured parts:
+// minus the log-likelihood of the residuals with a variance per kind (step,
+// compute, collectives, exposed) left free, Σ n_k·log(SS_k/n_k), which is
+// least squares weighted by each kind's own error, found with the constants
+// (feasible generalised least squares in one minimisation). A kind the model
+// predicts poorly (the collectives' waits for ranks the host has not run yet,
+// which no bandwidth predicts) then weighs less than the step time it
+// predicts well, instead of dragging the step's constants towards itself; a
+// kind it can predict pins the constants the step time alone leaves free.
+func partsLoss(ss []float64, n []int) float64 {
+	var v float64
+	total := 0
+	for k := range ss {
+		if n[k] > 0 {
+			v += float64(n[k]) * math.Log(ss[k]/float64(n[k])+partsFloor)
+			total += n[k]
+		}
+	}
+	return v / float64(total)
+}
+
 // breakdownResiduals are the log errors of the parts of the predicted step
 // against the measured breakdown b: compute (what the efficiency and the rank
 // share tell), collective time (the bandwidth factors and the per-call
 // latency) and exposed communication (the overlap), each on the scale of the
-// step time's own residual, so that a run that measured its breakdown weighs
-// its parts as much as its step. None when b is nil, or not a measurement.
+// step time's own residual (a log ratio). None when b is nil, or not a
+// measurement.
 func breakdownResiduals(pred Prediction, b *results.StepBreakdown) []float64 {
 	if b == nil || b.StepS <= 0 || b.Source == SourceSim {
 		return nil
@@ -442,6 +471,28 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 		} else if !ts[0].gpu {
 			keep(ConstRankShare, "every run has the same number of ranks on a host")
 		}
+		// Where the ranks share a host and communicate, a measured breakdown
+		// tells how much of the sharing's cost is spent waiting in collectives.
+		shared := false
+		for _, s := range ts {
+			if s.m.Breakdown != nil && !s.gpu && (s.intra || s.inter) && ranksPerNode(s.m.Config) > 1 {
+				shared = true
+			}
+		}
+		switch {
+		case shared:
+			ps = append(ps, param{ConstHostWait, 0, func(k *Constants, x float64) {
+				v := 1 / (1 + math.Exp(-x))
+				k.HostWaitShare = &v
+			}, func(k *Constants) float64 {
+				if k.HostWaitShare == nil {
+					return math.NaN()
+				}
+				return math.Log(*k.HostWaitShare / (1 - *k.HostWaitShare))
+			}})
+		case !ts[0].gpu:
+			keep(ConstHostWait, "no run that shares a host among communicating ranks measured its step breakdown")
+		}
 		// The fixed costs start at a share of the runs' typical step, not near 0:
 		// in the log coordinate a negligible cost is a plateau the search cannot
 		// leave.
@@ -460,6 +511,10 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 		} else {
 			keep(ConstLatency, "no run communicates")
 		}
+		parts := false
+		for _, s := range ts {
+			parts = parts || s.m.Breakdown != nil
+		}
 		if len(ts) < len(ps) {
 			// As many unknowns as equations or more: any such fit matches its
 			// runs exactly and says little about the next one.
@@ -467,19 +522,23 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 				"measure more runs (other batch sizes, world sizes, strategies) before trusting its predictions", hw, len(ps), len(ts)))
 		}
 		loss := func(k *Constants) float64 {
-			var sum float64
+			var ss [1 + breakdownParts]float64 // squared residuals by kind: step, then the parts
+			var n [1 + breakdownParts]int
 			for i := range ts {
 				pred, err := ts[i].predictWith(hw, k)
 				if err != nil || !(pred.TokensPerS > 0) {
 					return math.Inf(1)
 				}
 				r := math.Log(pred.TokensPerS / ts[i].m.TokensPerS)
-				sum += r * r
-				for _, r := range breakdownResiduals(pred, ts[i].m.Breakdown) {
-					sum += r * r
+				ss[0], n[0] = ss[0]+r*r, n[0]+1
+				for j, r := range breakdownResiduals(pred, ts[i].m.Breakdown) {
+					ss[1+j], n[1+j] = ss[1+j]+r*r, n[1+j]+1
 				}
 			}
-			return sum / float64(len(ts))
+			if !parts {
+				return ss[0] / float64(n[0])
+			}
+			return partsLoss(ss[:], n[:])
 		}
 		if err := minimize(ctx, &k, ps, loss, start); err != nil {
 			return k, fmt.Errorf("throughput fit: %w", err)

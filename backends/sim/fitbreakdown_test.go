@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,20 +44,22 @@ func gotrainCPURuns(t *testing.T, truth Constants, breakdowns bool) []Measuremen
 // the constants and predicts the collectives' and the exposed time; a fit to
 // step times alone matches the steps but not where they went.
 func TestFitRecoversCommunicationFromBreakdowns(t *testing.T) {
-	share := 0.4
-	truth := Constants{Efficiency: 0.3, RankShareExponent: &share, IntraNodeBWFactor: 0.3,
+	share, wait := 0.4, 0.3
+	truth := Constants{Efficiency: 0.3, RankShareExponent: &share, HostWaitShare: &wait, IntraNodeBWFactor: 0.3,
 		CollectiveLatencyS: 200e-6, StepOverheadS: 1e-3}
 
 	cal, err := Fit(gotrainCPURuns(t, truth, true))
 	require.NoError(t, err)
 	got := cal.Profiles["cpu/gotrain"]
 	require.NotNil(t, got.RankShareExponent)
+	require.NotNil(t, got.HostWaitShare)
 	for _, c := range []struct {
 		name      string
 		want, got float64
 	}{
 		{ConstEfficiency, truth.Efficiency, got.Efficiency},
 		{ConstRankShare, share, *got.RankShareExponent},
+		{ConstHostWait, wait, *got.HostWaitShare},
 		{ConstIntraBW, truth.IntraNodeBWFactor, got.IntraNodeBWFactor},
 		{ConstLatency, truth.CollectiveLatencyS, got.CollectiveLatencyS},
 		{ConstStepOverhead, truth.StepOverheadS, got.StepOverheadS},
@@ -73,6 +76,8 @@ func TestFitRecoversCommunicationFromBreakdowns(t *testing.T) {
 	cal, err = Fit(steps)
 	require.NoError(t, err)
 	only := cal.Profiles["cpu/gotrain"]
+	assert.Nil(t, only.HostWaitShare, "a step time cannot tell waiting from computing")
+	assert.Contains(t, only.Fit.Kept, ConstHostWait+": no run that shares a host among communicating ranks measured its step breakdown")
 	worst := 0.0
 	for _, m := range gotrainCPURuns(t, truth, true) {
 		s, err := newSample(m)
@@ -80,9 +85,9 @@ func TestFitRecoversCommunicationFromBreakdowns(t *testing.T) {
 		pred, err := s.predictWith("cpu", &only)
 		require.NoError(t, err)
 		assert.InEpsilon(t, m.TokensPerS, pred.TokensPerS, 0.02, m.Run)
-		worst = max(worst, abs(pred.CommS/m.Breakdown.CollectiveS-1))
+		worst = max(worst, abs(pred.ExposedCommS/m.Breakdown.ExposedCommS-1))
 	}
-	assert.Greater(t, worst, 0.1, "a step-time fit should not find the collectives' time it was never shown (intra_node_bw_factor %g, collective_latency_s %g, step_overhead_s %g)",
+	assert.Greater(t, worst, 0.1, "a step-time fit should not find the exposed communication it was never shown (intra_node_bw_factor %g, collective_latency_s %g, step_overhead_s %g)",
 		only.IntraNodeBWFactor, only.CollectiveLatencyS, only.StepOverheadS)
 }
 
@@ -113,4 +118,33 @@ func TestGotrainCPUScheduleExposesBlockingCollectives(t *testing.T) {
 	assert.GreaterOrEqual(t, pre.ExposedCommS, pre.reduceScatterS)
 	post := run("gotrain", sweeps.FullShard, sweeps.BackwardPost, false)
 	assert.InEpsilon(t, post.CommS, post.ExposedCommS, 1e-9, "backward_post's all-gather hides behind the blocking reduce-scatter only")
+}
+
+// TestHostWaitMovesComputeToExposed: the host wait share moves part of what
+// sharing the host costs from compute to exposed communication, and leaves
+// the step as it was.
+func TestHostWaitMovesComputeToExposed(t *testing.T) {
+	share, wait := 0.5, 0.6
+	rc := sweeps.RunConfig{Backend: "gotrain", Hardware: "cpu", Model: "tiny", SeqLen: 64, Nodes: 1, GPUsPerNode: 2, WorldSize: 2,
+		BatchPerDevice: 4, GradAccum: 1, Sharding: sweeps.DDP, BackwardPrefetch: sweeps.PrefetchNone, MixedPrecision: sweeps.FP32}
+	k := Constants{Efficiency: 0.3, RankShareExponent: &share}
+	pred := func(k Constants) Prediction {
+		p, err := PredictCalibrated(rc, nil, &Calibration{Version: CalibrationVersion, Profiles: map[string]Constants{"cpu": k}})
+		require.NoError(t, err)
+		return p
+	}
+	base := pred(k)
+	k.HostWaitShare = &wait
+	got := pred(k)
+	w := wait * base.ComputeS * (1 - 1/math.Sqrt2)
+	assert.InEpsilon(t, base.StepTimeS, got.StepTimeS, 1e-12)
+	assert.InEpsilon(t, base.ComputeS-w, got.ComputeS, 1e-9)
+	assert.InEpsilon(t, base.ExposedCommS+w, got.ExposedCommS, 1e-9)
+	b := got.StepBreakdown()
+	require.NotNil(t, b)
+	require.NotNil(t, b.AllReduceS)
+	assert.InEpsilon(t, b.CollectiveS, *b.AllReduceS, 1e-9)
+
+	_, err := ParseCalibration([]byte(`{"version": 1, "profiles": {"cpu": {"efficiency": 0.3, "host_wait_share": 1.5}}}`))
+	require.ErrorContains(t, err, "host_wait_share: 1.5 is outside [0, 1]")
 }

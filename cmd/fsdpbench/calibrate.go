@@ -155,6 +155,9 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 		if k.RankShareExponent != nil {
 			rows = append(rows, []string{sim.ConstRankShare, fmt.Sprintf("%.4g", *k.RankShareExponent)})
 		}
+		if k.HostWaitShare != nil {
+			rows = append(rows, []string{sim.ConstHostWait, fmt.Sprintf("%.4g of sharing the host's cost, waited in collectives", *k.HostWaitShare)})
+		}
 		if k.RecomputeShare != nil {
 			rows = append(rows, []string{sim.ConstRecompute, fmt.Sprintf("%.4g of the forward recomputed", *k.RecomputeShare)})
 		}
