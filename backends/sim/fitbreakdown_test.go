@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
@@ -147,4 +148,27 @@ func TestHostWaitMovesComputeToExposed(t *testing.T) {
 
 	_, err := ParseCalibration([]byte(`{"version": 1, "profiles": {"cpu": {"efficiency": 0.3, "host_wait_share": 1.5}}}`))
 	require.ErrorContains(t, err, "host_wait_share: 1.5 is outside [0, 1]")
+}
+
+// TestMeasurementsKeepMeasuredBreakdowns: a run's measured step breakdown
+// reaches the fit; the sim's own (a predicted breakdown), one that fails its
+// bounds, and one beside a throughput the fit does not use do not.
+func TestMeasurementsKeepMeasuredBreakdowns(t *testing.T) {
+	tps := 1000.0
+	run := func(id string, b *results.StepBreakdown, wholeRun bool) results.Run {
+		return results.Run{Config: sweeps.RunConfig{ID: id, Backend: "gotrain", Hardware: "cpu", Model: "tiny", SeqLen: 64, WorldSize: 2, BatchPerDevice: 1},
+			Metrics: results.Metrics{Status: results.StatusOK, TokensPerS: &tps, StepBreakdown: b, WholeRunWallTime: wholeRun}}
+	}
+	good := &results.StepBreakdown{StepS: 0.01, ComputeS: 0.006, CollectiveS: 0.004, ExposedCommS: 0.003, OtherS: 0.001, Source: "gotrain"}
+	simB := *good
+	simB.Source = SourceSim
+	bad := *good
+	bad.ExposedCommS = 0.005 // more than the collectives
+	ms, _ := Measurements([]results.Run{run("good", good, false), run("sim", &simB, false), run("bad", &bad, false),
+		run("whole", good, true)}, false)
+	require.Len(t, ms, 3) // "whole" has no figure the fit uses
+	require.NotNil(t, ms[0].Breakdown)
+	assert.Equal(t, *good, *ms[0].Breakdown)
+	assert.Nil(t, ms[1].Breakdown)
+	assert.Nil(t, ms[2].Breakdown)
 }
