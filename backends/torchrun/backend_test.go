@@ -293,11 +293,14 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 		err error
 	}
 	done := make(chan ran, 1)
-	var stderr strings.Builder
-	lw := &lockedWriter{w: &stderr}
+	// Every line the backend read, with when: a run that fails here says whether
+	// the step line never arrived, arrived late, or was not taken as a step.
+	var stderr, stdout strings.Builder
 	begun := time.Now()
+	lw := &lockedWriter{w: &stderr, stamp: begun}
+	ow := &lockedWriter{w: &stdout, stamp: begun}
 	go func() {
-		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir(), Stderr: lw}, emit)
+		res, err := b.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir(), Stderr: lw, Stdout: ow}, emit)
 		done <- ran{res, err}
 	}()
 	select {
@@ -312,7 +315,8 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 		dumpStacks(t, marker)
 		cancel()
 		r := <-done
-		t.Fatalf("the hanging script never printed its step line in %v (%+v %v); stderr:\n%s", 2*testTimeout, r.res, r.err, lw.String())
+		t.Fatalf("the hanging script never printed its step line in %v (%+v %v); the run started at unix %.3f; stdout as read, with seconds since the start:\n%s\nstderr:\n%s",
+			2*testTimeout, r.res, r.err, float64(begun.UnixNano())/1e9, ow.String(), lw.String())
 	}
 	t.Logf("first step line after %v", time.Since(begun).Round(time.Millisecond))
 	start := time.Now()
@@ -335,12 +339,24 @@ func TestRunCancelStopsEveryRank(t *testing.T) {
 // moment to write their stacks to stderr.
 func dumpStacks(t *testing.T, marker string) {
 	out, _ := exec.Command("pgrep", "-f", marker).Output()
+	// Where each of the run's processes writes its stdout, and whether this test
+	// process reads that pipe: a rank whose step line went nowhere shows it here.
+	ours := map[string]bool{}
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		for _, fd := range fds {
+			if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil {
+				ours[l] = true
+			}
+		}
+	}
 	for _, f := range strings.Fields(string(out)) {
 		pid, err := strconv.Atoi(f)
 		if err != nil {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		fd1, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/1", pid))
+		t.Logf("process %d (%.80s): stdout %s (read by this test: %v)", pid, strings.ReplaceAll(string(cmdline), "\x00", " "), fd1, ours[fd1])
 		if strings.Contains(string(cmdline), "faulty.py") && !strings.Contains(string(cmdline), "torch.distributed.run") &&
 			!strings.Contains(string(cmdline), "fsdpbench-run-reaper") {
 			t.Logf("SIGUSR1 to rank process %d", pid)
@@ -350,10 +366,12 @@ func dumpStacks(t *testing.T, marker string) {
 	time.Sleep(2 * time.Second)
 }
 
-// lockedWriter serializes writes from the backend's reader goroutines.
+// lockedWriter serializes writes from the backend's reader goroutines; with stamp
+// set, each write is prefixed by the seconds since stamp.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	stamp time.Time
 }
 
 // String returns what was written so far (w must be a *strings.Builder).
@@ -366,6 +384,11 @@ func (l *lockedWriter) String() string {
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.stamp.IsZero() {
+		if _, err := fmt.Fprintf(l.w, "[%.3fs] ", time.Since(l.stamp).Seconds()); err != nil {
+			return 0, err
+		}
+	}
 	return l.w.Write(p)
 }
 
