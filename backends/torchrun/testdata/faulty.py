@@ -66,7 +66,14 @@ elif a.mode == "tmpfile":
 elif a.mode == "oom":
     raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)")
 elif a.mode == "hang":
+    # When the step line was written, and where to (a test that misses it compares
+    # these wall-clock times with its own and the pipe with the one it reads).
+    try:
+        out = os.readlink("/proc/self/fd/1")
+    except OSError as e:
+        out = str(e)
     print("FSDPBENCH " + json.dumps({"step": 1, "loss": 5.0, "step_time_s": 0.1, "rank": rank}), flush=True)
+    print(f"faulty: rank {rank}: step line written to {out} at unix {time.time():.3f}", file=sys.stderr, flush=True)
     time.sleep(600)
 elif a.mode == "nothing":
     pass
