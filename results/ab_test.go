@@ -206,7 +206,7 @@ func TestGateABMachinePairs(t *testing.T) {
 		why     string
 	}{
 		{"B busier in 3 pairs: could explain the failure", slow, quiet, busyB, drop, OutcomeInconclusive,
-			"could explain the failure: pair 2: other processes used 2% of the CPU in A, 60% in B; pair 5: other processes used 2% of the CPU in A, 55% in B; pair 7: "},
+			"could explain the failure: pair 2: other processes used 2% of the CPU in A, 60% in B, leaving 59% less of it free in B; pair 5: other processes used 2% of the CPU in A, 55% in B, leaving 54% less of it free in B; pair 7: "},
 		{"B quieter in 3 pairs: the failure stands", slow, busyB, quiet, drop, OutcomeFail,
 			"3 of 8 pairs ran under different machine states between A and B (pairs 2, 5, 7), none of which could explain the verdict"},
 		{"B quieter in 3 pairs: could hide a regression", quiet, busyB, quiet, drop, OutcomeInconclusive, "could explain the pass"},
@@ -258,7 +258,7 @@ func TestABPointOfMachines(t *testing.T) {
 	assert.Nil(t, p.BMachine.PerRepeat, "the pairs hold the repeats")
 	require.Len(t, p.Pairs, 3)
 	assert.Equal(t, "", p.Pairs[0].MachineDiff)
-	assert.Equal(t, "other processes used 10% of the CPU in A, 50% in B", p.Pairs[1].MachineDiff)
+	assert.Equal(t, "other processes used 10% of the CPU in A, 50% in B, leaving 44% less of it free in B", p.Pairs[1].MachineDiff)
 	assert.InDelta(t, 0.12, *p.Pairs[2].B.OtherCPUShare, 1e-12)
 
 	dir := t.TempDir()

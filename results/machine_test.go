@@ -90,18 +90,43 @@ func TestMachineDiff(t *testing.T) {
 	assert.Empty(t, MachineDiff(quiet, quiet))
 	assert.Empty(t, MachineDiff(nil, quiet), "a baseline from an older fsdpbench decides nothing")
 	assert.Empty(t, MachineDiff(quiet, &Machine{}), "unknown figures decide nothing")
-	assert.Empty(t, MachineDiff(quiet, cp(func(x *Machine) { x.OtherCPUShare = F64(0.11) })), "9 points apart: within 10")
+	assert.Empty(t, MachineDiff(quiet, cp(func(x *Machine) { x.OtherCPUShare = F64(0.11) })), "98% free against 89%: 9% less, within 10%")
 	assert.Empty(t, MachineDiff(quiet, cp(func(x *Machine) { x.Load1 = F64(2.4) })),
 		"the load average is only read where the other processes' share is unknown")
 	for want, edit := range map[string]func(*Machine){
-		"other processes used 2% of the CPU in the baseline, 50% now": func(x *Machine) { x.OtherCPUShare = F64(0.5) },
-		"load average 0.40 on 2 CPUs in the baseline, 2.40 on 2 now":  func(x *Machine) { x.Load1, x.OtherCPUShare = F64(2.4), nil },
-		"CPU clock 2400 MHz in the baseline, 1200 MHz now":            func(x *Machine) { x.CPUMHz = F64(1200) },
-		"GPU SM clock 1980 MHz in the baseline, 1410 MHz now":         func(x *Machine) { x.GPUSMClockMHz = F64(1410) },
-		"GPU clocks held down in 0% of the readings":                  func(x *Machine) { x.GPUThrottledShare = F64(0.6) },
-		"0 other processes on the GPU in the baseline, 1 now":         func(x *Machine) { x.GPUOtherProcesses = &[]int{1}[0] },
+		"other processes used 2% of the CPU in the baseline, 50% now, leaving 49% less of it free now": func(x *Machine) { x.OtherCPUShare = F64(0.5) },
+		"load average 0.40 on 2 CPUs in the baseline, 2.40 on 2 now":                                   func(x *Machine) { x.Load1, x.OtherCPUShare = F64(2.4), nil },
+		"CPU clock 2400 MHz in the baseline, 1200 MHz now":                                             func(x *Machine) { x.CPUMHz = F64(1200) },
+		"GPU SM clock 1980 MHz in the baseline, 1410 MHz now":                                          func(x *Machine) { x.GPUSMClockMHz = F64(1410) },
+		"GPU clocks held down in 0% of the readings":                                                   func(x *Machine) { x.GPUThrottledShare = F64(0.6) },
+		"0 other processes on the GPU in the baseline, 1 now":                                          func(x *Machine) { x.GPUOtherProcesses = &[]int{1}[0] },
 	} {
 		got := MachineDiff(quiet, cp(edit))
 		assert.True(t, strings.Contains(got, want), "got %q, want %q", got, want)
+	}
+}
+
+// TestMachineDiffFreeCPURelative: other processes' CPU share is judged by how much
+// less of the CPU it leaves free, relative to the freer side, not in absolute
+// points: on a loaded host 60% taken against 65% taken leaves the benchmark 12.5%
+// less (material), on a quiet one 2% against 8% leaves it 6% less (not).
+func TestMachineDiffFreeCPURelative(t *testing.T) {
+	state := func(other float64) *Machine { return &Machine{CPUs: 2, OtherCPUShare: F64(other)} }
+	for _, c := range []struct {
+		base, cur float64
+		want      string
+		lean      int
+	}{
+		{0.60, 0.65, "other processes used 60% of the CPU in the baseline, 65% now, leaving 13% less of it free now", 1},
+		{0.65, 0.60, "other processes used 65% of the CPU in the baseline, 60% now, leaving 13% less of it free in the baseline", -1},
+		{0.02, 0.08, "", 0},
+		{0.08, 0.02, "", 0},
+		{0.60, 0.63, "", 0}, // 40% free against 37%: 7.5% less
+		{1, 1, "", 0},       // nothing free on either side: no ratio
+		{0.95, 1, "other processes used 95% of the CPU in the baseline, 100% now, leaving 100% less of it free now", 1},
+	} {
+		why, lean := machineLean(state(c.base), state(c.cur), nightSides)
+		assert.Equal(t, c.want, why, "%v taken in the baseline, %v now", c.base, c.cur)
+		assert.Equal(t, c.lean, lean, "%v taken in the baseline, %v now", c.base, c.cur)
 	}
 }

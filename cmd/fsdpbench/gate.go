@@ -44,8 +44,8 @@ lies wholly within the limit. Otherwise the check is inconclusive: too noisy to
 tell. A check of a timed figure (throughput, step time, MFU) is also inconclusive
 when the two sides ran under machine states that differ materially and could
 explain its verdict (a busier machine now a failure, a quieter one a pass) (env.machine:
-other processes' share of the CPU more than 10 points apart (where unknown, the
-load average per CPU more than 0.5 apart), CPU or GPU clock more than 10% apart, GPU throttled in more than
+other processes leaving more than 10% less of the CPU free on one side than on the
+other, e.g. 40% free against 35% (where unknown, the load average per CPU more than 0.5 apart), CPU or GPU clock more than 10% apart, GPU throttled in more than
 25 points more of the readings, other processes on the GPU on one side only). An
 absolute bound inside the median's 95% CI is inconclusive too. With fewer than 6
 repeats the threshold alone decides and the report says the comparison is not
