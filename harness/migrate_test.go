@@ -81,7 +81,11 @@ func TestLegacyTreeResumesAndGates(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, g.Missing)
 	assert.Empty(t, g.New)
-	assert.True(t, g.Passed)
+	// Every point matched, so nothing fails. The fake backend's timed figures are
+	// real wall times, so on a loaded machine the two sides' machine states may
+	// differ enough to make a check inconclusive (issue 29), never failed.
+	assert.Zero(t, g.Failures, "%+v", g.Checks)
+	assert.NotEqual(t, results.OutcomeFail, g.Verdict)
 	assert.NotEmpty(t, g.Checks)
 
 	// A resume of the old tree finds every run done and moves it to its new ID.
