@@ -1,0 +1,231 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/sweeps"
+)
+
+// externalRow is a published FSDP throughput row from a source other than
+// llm-foundry, which the sim and its defaults were never tuned to: the run as
+// its source states it, and tokens/s/GPU.
+type externalRow struct {
+	name   string // source/model/GPUs, unique
+	source string // short citation, logged with the row
+	hw     string
+	// model is a built-in model name, or, empty, a Llama-shaped config.json
+	// written from the fields below.
+	model                                    string
+	hidden, layers, heads, kvHeads, ffn, voc int
+	nodes, gpusPerNode, seq, mb, ga          int
+	sharding                                 string
+	// checkpointing is "" (off), CheckpointFull or CheckpointSelective.
+	checkpointing string
+	opts          []any // backend_options as the source's stack states them
+	// interNote is the inter-node assumption the prediction must print: what
+	// the source states.
+	interNote        string
+	tokensPerSPerGPU float64
+	// why, non-empty, says why the row is predicted and logged but not held to
+	// the issue's thresholds (a run the sim's options cannot state exactly).
+	why string
+}
+
+func (r externalRow) gpus() int { return r.nodes * r.gpusPerNode }
+
+// group is the row's group, named as the llm-foundry tests name theirs.
+func (r externalRow) group() string {
+	if r.gpus() > 8 {
+		return r.hw + " multi-node"
+	}
+	return r.hw + " one node"
+}
+
+// fmsStack is fms-fsdp's stack (main_training.py and fms_fsdp/ at
+// foundation-model-stack/fms-fsdp commit 4ffb9bdfa30e957e339ccfbb617a589fd07c495e):
+// FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel, LLaMABlock wrapping,
+// bfSixteen mixed precision), torch.nn.CrossEntropyLoss on the model's logits
+// (no fused loss: the sim's default upcast, which counts fp32 logits where
+// fms-fsdp's are bf16, so over-counts the loss's memory a little), attention
+// through SDPA (flash v2, as the README and the blog say). inter is the stated
+// inter-node link in GB/s: the blog's "400Gbps inter-node interconnect" (A100)
+// and "800Gbps" (H100), per node, as 400/8 and 800/8 GB/s of bus bandwidth. No
+// fabric profile fits (ib-rail-8x200g is 1600 Gb/s a node; tcp 3 GB/s), and
+// with one link's worth per node a ring's busbw is at most the node's line
+// rate: the stated figure, an upper bound nccl-tests would measure somewhat
+// under.
+func fmsStack(inter int) []any {
+	return []any{"fsdp_version", 1, "loss", LossUpcast, "attention", AttentionSDPA, "inter_node_bus_bw_gbps", inter}
+}
+
+// fmsNote is the inter-node note a prediction under fmsStack(inter) prints.
+func fmsNote(inter int) string {
+	return fmt.Sprintf("inter-node: %d GB/s bus bandwidth (inter_node_bus_bw_gbps)", inter)
+}
+
+// externalRows are the held-out rows. Sources, each number read from the text:
+//
+//   - IBM fms-fsdp, README.md "Training throughput benchmarks" at commit
+//     4ffb9bdfa30e957e339ccfbb617a589fd07c495e (2024-03-21; the eager table,
+//     before ed74fd5 replaced it with torch.compile numbers), and the same table
+//     as "Table 1" of the PyTorch blog "Maximizing training throughput using
+//     PyTorch FSDP" (pytorch.org/blog/maximizing-training, 2024-03-13; source
+//     pytorch/pytorch.github.io _posts/2024-03-13-maximizing-training.md,
+//     commit 2ad10059d3021d0f902f1204db98e5c930532be8): Llama 2 7B/13B/34B/70B,
+//     batch size 2 per GPU, on "128 A100 80G GPUs with 400Gbps" and "96 H100
+//     GPUs with 800 Gbps" (H100 80GB in the MFU table). Sequence 4096 and no
+//     gradient accumulation: fms_fsdp/config/training.py (seq_length 4096) and
+//     the train loop (one backward per optimizer step). Model shapes:
+//     fms_fsdp/utils/config_utils.py get_model_config over fms's LLaMAConfig
+//     (foundation-model-stack/foundation-model-stack fms/models/llama.py: vocab
+//     32000, untied head, FFN rounded up to multiple_of 256). Sharding: the
+//     table's HSDP (HYBRID_SHARD: sharded in a node, replicated across nodes)
+//     for 7B and FSDP (FULL_SHARD) for the rest. Throughput is the train loop's
+//     "overall token per gpu per sec" (tokens since the loop began over the
+//     time since: steady state after a few hundred steps).
+//   - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan
+//     commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a), Table 3: Llama 3.1 8B
+//     on 128 H100 (16 hosts), local batch 2, selective (op) activation
+//     checkpointing, FSDP (FSDP2, eager): 5,605 TPS/GPU; seq_len 8192 from
+//     train_configs/llama3_8b.toml at the torchtitan commit it names (9dec370);
+//     hosts "inter-connected with backend RDMA network with 400 Gb/s per GPU"
+//     (the ib-rail-8x400g fabric). Its Table 1 (8 GPUs) is kept by
+//     torchtitanRows already; Table 3 is not. Its H100s have 96 GB of HBM2e at a
+//     500 W limit, the profile's 80 GB at 700 W.
+var externalRows = []externalRow{
+	{name: "fms-fsdp/a100-80g/llama2-7b/hsdp/128gpus", source: "fms-fsdp README@4ffb9bd", hw: "a100-80g",
+		hidden: 4096, layers: 32, heads: 32, kvHeads: 32, ffn: 11008, voc: 32000,
+		nodes: 16, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.HybridShard,
+		opts: fmsStack(50), interNote: fmsNote(50), tokensPerSPerGPU: 3700},
+	{name: "fms-fsdp/a100-80g/llama2-13b/fsdp/128gpus", source: "fms-fsdp README@4ffb9bd", hw: "a100-80g",
+		hidden: 5120, layers: 40, heads: 40, kvHeads: 40, ffn: 13824, voc: 32000,
+		nodes: 16, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.FullShard, checkpointing: CheckpointFull,
+		opts: fmsStack(50), interNote: fmsNote(50), tokensPerSPerGPU: 1800,
+		why: "fms-fsdp's selective AC checkpoints every n-th block whole (fms_fsdp/policies/ac_handler.py); n is not stated (HFU/MFU 0.59/0.51 says every 2nd) and the sim has no every-n-th-block policy: predicted with every block checkpointed, a lower bound"},
+	{name: "fms-fsdp/a100-80g/llama2-34b/fsdp/128gpus", source: "fms-fsdp README@4ffb9bd", hw: "a100-80g",
+		hidden: 8192, layers: 48, heads: 64, kvHeads: 8, ffn: 22016, voc: 32000,
+		nodes: 16, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.FullShard, checkpointing: CheckpointFull,
+		opts: fmsStack(50), interNote: fmsNote(50), tokensPerSPerGPU: 700},
+	{name: "fms-fsdp/a100-80g/llama2-70b/fsdp/128gpus", source: "fms-fsdp README@4ffb9bd", hw: "a100-80g",
+		hidden: 8192, layers: 80, heads: 64, kvHeads: 8, ffn: 28672, voc: 32000,
+		nodes: 16, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.FullShard, checkpointing: CheckpointFull,
+		opts: fmsStack(50), interNote: fmsNote(50), tokensPerSPerGPU: 370},
+	{name: "fms-fsdp/h100-sxm/llama2-7b/hsdp/96gpus", source: "fms-fsdp README@4ffb9bd", hw: "h100-sxm",
+		hidden: 4096, layers: 32, heads: 32, kvHeads: 32, ffn: 11008, voc: 32000,
+		nodes: 12, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.HybridShard,
+		opts: fmsStack(100), interNote: fmsNote(100), tokensPerSPerGPU: 7500},
+	{name: "fms-fsdp/h100-sxm/llama2-13b/fsdp/96gpus", source: "fms-fsdp README@4ffb9bd", hw: "h100-sxm",
+		hidden: 5120, layers: 40, heads: 40, kvHeads: 40, ffn: 13824, voc: 32000,
+		nodes: 12, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.FullShard, checkpointing: CheckpointFull,
+		opts: fmsStack(100), interNote: fmsNote(100), tokensPerSPerGPU: 3800,
+		why: "fms-fsdp's every-n-th-block selective AC, n not stated (HFU/MFU 0.40/0.35): predicted with every block checkpointed, a lower bound"},
+	{name: "fms-fsdp/h100-sxm/llama2-34b/fsdp/96gpus", source: "fms-fsdp README@4ffb9bd", hw: "h100-sxm",
+		hidden: 8192, layers: 48, heads: 64, kvHeads: 8, ffn: 22016, voc: 32000,
+		nodes: 12, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.FullShard, checkpointing: CheckpointFull,
+		opts: fmsStack(100), interNote: fmsNote(100), tokensPerSPerGPU: 1550},
+	{name: "fms-fsdp/h100-sxm/llama2-70b/fsdp/96gpus", source: "fms-fsdp README@4ffb9bd", hw: "h100-sxm",
+		hidden: 8192, layers: 80, heads: 64, kvHeads: 8, ffn: 28672, voc: 32000,
+		nodes: 12, gpusPerNode: 8, seq: 4096, mb: 2, ga: 1, sharding: sweeps.FullShard, checkpointing: CheckpointFull,
+		opts: fmsStack(100), interNote: fmsNote(100), tokensPerSPerGPU: 800},
+	{name: "torchtitan/h100-sxm/llama3.1-8b/fsdp2/128gpus", source: "torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 3", hw: "h100-sxm",
+		model: "llama3-8b", nodes: 16, gpusPerNode: 8, seq: 8192, mb: 2, ga: 1, sharding: sweeps.FullShard,
+		checkpointing: CheckpointSelective,
+		// torchtitan's defaults (as torchtitanRows states them): FSDP2, F.cross_entropy
+		// on fp32 logits, SDPA flash attention.
+		opts:      []any{"checkpointing", CheckpointSelective, "fsdp_version", 2, "inter_node_fabric", "ib-rail-8x400g"},
+		interNote: "inter-node: the ib-rail-8x400g fabric's busbw curves", tokensPerSPerGPU: 5605},
+}
+
+// run is r as a user states it: its model (a config.json written under dir for
+// a Llama shape), cluster, batch, sharding, checkpointing and stack.
+func (r externalRow) run(t *testing.T, dir string) sweeps.RunConfig {
+	t.Helper()
+	model := r.model
+	if model == "" {
+		model = filepath.Join(dir, strings.ReplaceAll(r.name, "/", "_")+".json")
+		b, err := json.Marshal(map[string]any{"model_type": "llama", "hidden_size": r.hidden, "num_hidden_layers": r.layers,
+			"num_attention_heads": r.heads, "num_key_value_heads": r.kvHeads, "intermediate_size": r.ffn,
+			"vocab_size": r.voc, "max_position_embeddings": r.seq, "tie_word_embeddings": false})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(model, b, 0o644))
+	}
+	rc := cfg(model, r.gpus(), r.sharding)
+	rc.Hardware = r.hw
+	rc.Nodes, rc.GPUsPerNode = r.nodes, r.gpusPerNode
+	rc.SeqLen, rc.BatchPerDevice, rc.GradAccum = r.seq, r.mb, r.ga
+	rc.ActivationCheckpointing = r.checkpointing != ""
+	rc.GlobalBatch = 0
+	rc = withOpts(rc, r.opts...)
+	if r.checkpointing != "" {
+		rc.BackendOptions["checkpointing"] = r.checkpointing
+	}
+	return rc
+}
+
+// externalMisses are the rows of the issue's kinds that the model misses by
+// more than the issue's 30%, as first predicted: logged as misses and held to
+// not getting worse (externalMissBound), as heldOutMisses are.
+var externalMisses = map[string]bool{}
+
+// externalMissBound is what a row in externalMisses may not exceed.
+const externalMissBound = 0.50
+
+// TestPublishedExternalRows predicts every external row as its source states
+// the run, uncalibrated: each must fit (it trained), and a multi-node row's
+// prediction must print the inter-node link the source states; per group,
+// over the rows the sim's options can state exactly, the mean throughput
+// error stays within 15% and no row beyond 30% (issue 26's done-when), but
+// the externalMisses, logged as misses.
+func TestPublishedExternalRows(t *testing.T) {
+	dir := t.TempDir()
+	groups := map[string]*errTally{}
+	var misses []string
+	for _, r := range externalRows {
+		g := r.group()
+		if r.why != "" {
+			g += " (not stateable, not asserted)"
+		}
+		if groups[g] == nil {
+			groups[g] = &errTally{}
+		}
+		t.Run(r.name, func(t *testing.T) {
+			p := mustPredict(t, r.run(t, dir))
+			perGPU := p.TokensPerS / float64(r.gpus())
+			e := perGPU/r.tokensPerSPerGPU - 1
+			groups[g].add(e)
+			t.Logf("%s: %.2fB params; peak %.1f GiB of %.1f; %.0f tokens/s/GPU vs %.0f published (%+.1f%%)", r.source,
+				float64(p.Shape.Params())/1e9, gibs(p.PeakDeviceMemBytes), gibs(p.DeviceMemBytes), perGPU, r.tokensPerSPerGPU, 100*e)
+			assert.True(t, p.Feasible, "it trained: %s", p.Reason)
+			if r.nodes > 1 {
+				assert.Contains(t, p.Notes, r.interNote, "the inter-node assumption is the source's")
+			}
+			switch {
+			case r.why != "":
+				t.Logf("not asserted: %s", r.why)
+			case externalMisses[r.name]:
+				misses = append(misses, fmt.Sprintf("%s %+.1f%%", r.name, 100*e))
+				assert.Less(t, abs(e), externalMissBound, "a known miss, not to get worse")
+			default:
+				assert.Less(t, abs(e), 0.30, "no row off by more than 30 percent")
+			}
+		})
+	}
+	for _, n := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[n]
+		t.Logf("%-50s %2d rows: mean |error| %4.1f%%, worst %4.1f%%", n, g.n, 100*g.mean(), 100*g.worst)
+		if !strings.Contains(n, "not asserted") {
+			assert.Less(t, g.mean(), 0.15, n)
+		}
+	}
+	t.Logf("rows beyond the issue's 30%% (misses, not asserted to 30%%): %v", misses)
+}
