@@ -72,7 +72,9 @@ func (r externalRow) group() string {
 // fms-fsdp's are bf16, so over-counts the loss's memory a little), attention
 // through SDPA (flash v2, as the README and the blog say). inter is the stated
 // inter-node link in GB/s: the blog's "400Gbps inter-node interconnect" (A100)
-// and "800Gbps" (H100), per node, as 400/8 and 800/8 GB/s of bus bandwidth. No
+// and "800Gbps" (H100), read as per node (the text does not say; per GPU the
+// A100 rows move by 4-5 points, 7B not at all), as 400/8 and 800/8 GB/s of
+// bus bandwidth. No
 // fabric profile fits (ib-rail-8x200g is 1600 Gb/s a node; tcp 3 GB/s), and
 // with one link's worth per node a ring's busbw is at most the node's line
 // rate: the stated figure, an upper bound nccl-tests would measure somewhat
@@ -103,9 +105,10 @@ func fmsNote(inter int) string {
 //     (foundation-model-stack/foundation-model-stack fms/models/llama.py: vocab
 //     32000, untied head, FFN rounded up to multiple_of 256). Sharding: the
 //     table's HSDP (HYBRID_SHARD: sharded in a node, replicated across nodes)
-//     for 7B and FSDP (FULL_SHARD) for the rest. Throughput is the train loop's
-//     "overall token per gpu per sec" (tokens since the loop began over the
-//     time since: steady state after a few hundred steps).
+//     for 7B and FSDP (FULL_SHARD) for the rest. Throughput: the train loop
+//     prints "overall token per gpu per sec" (tokens since the loop began over
+//     the time since, the first steps' warm-up averaged in); the README does
+//     not say which print or step the table took.
 //   - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan
 //     commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a), Table 3: Llama 3.1 8B
 //     on 128 H100 (16 hosts), local batch 2, selective (op) activation
