@@ -76,6 +76,8 @@ var fileKeys = []fileKey{
 		lo: minFileEfficiency, hi: 1, set: func(p *Profile, v float64) { p.Efficiency = v }},
 	{name: "attention_efficiency", help: "fraction of peak flash attention reaches, in model FLOPs (default: efficiency; the H100 profiles' 0.30, the A100s' 0.45)",
 		lo: minFileEfficiency, hi: 1, set: func(p *Profile, v float64) { p.AttentionEfficiency = v }},
+	{name: "attention_half_seq", help: "sequence length at which flash attention runs at half its attention_efficiency, which it approaches at long sequences (default 0: the same rate at every length; the built-in GPU profiles' 2048)",
+		lo: 0, hi: sweeps.MaxSeqLen, set: func(p *Profile, v float64) { p.AttentionHalfSeq = v }},
 }
 
 // fileKeyNames are the keys a profile file accepts, sorted.

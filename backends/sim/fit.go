@@ -206,7 +206,10 @@ type sample struct {
 	ac     bool
 	gpu    bool
 	defEff float64
-	tokens float64 // per step
+	// defRecompute is the recompute share the run is predicted with
+	// uncalibrated (recomputeShare): where the fit starts and its ridge pulls.
+	defRecompute float64
+	tokens       float64 // per step
 }
 
 func newSample(m Measurement) (sample, error) {
@@ -236,6 +239,10 @@ func newSample(m Measurement) (sample, error) {
 	s.fwdGather = ws.AllGather > 0 && !rc.ForwardPrefetch && !hostSchedule
 	s.interStated = len(opts.Links.Inter) > 0 || opts.InterNodeBusBW > 0
 	s.ac = rc.ActivationCheckpointing
+	s.defRecompute = 1
+	if pred.Hardware.IsGPU && pred.Assumptions.Trainer != TrainerGotrain {
+		s.defRecompute = gpuRecomputeShare
+	}
 	return s, nil
 }
 
@@ -431,7 +438,7 @@ func fitGroup(ctx context.Context, g []sample, start *Constants) (Constants, err
 			keep(ConstInterBW, "no run spans nodes")
 		}
 		if ac {
-			ps = append(ps, param{ConstRecompute, rg.recompute.unbounded(1), func(k *Constants, x float64) {
+			ps = append(ps, param{ConstRecompute, rg.recompute.unbounded(rg.recompute.clamp(ts[0].defRecompute)), func(k *Constants, x float64) {
 				v := rg.recompute.bounded(x)
 				k.RecomputeShare = &v
 			}, func(k *Constants) float64 {

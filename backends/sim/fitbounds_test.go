@@ -170,7 +170,7 @@ func TestRecomputeShareFittedOnlyFromCheckpointedRuns(t *testing.T) {
 	require.NoError(t, err)
 	without, err := PredictCalibrated(off, nil, cal)
 	require.NoError(t, err)
-	assert.InEpsilon(t, 4.0/3, on.ComputeS/without.ComputeS, 1e-9, "recompute priced at its FLOPs")
+	assert.InEpsilon(t, 1+gpuRecomputeShare/3, on.ComputeS/without.ComputeS, 1e-9, "recompute at the uncalibrated share")
 }
 
 // TestFitReadsTheSimOptionsOfAnIngestedRun: a run of no named backend (ingested

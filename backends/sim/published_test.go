@@ -165,9 +165,12 @@ func TestPublishedTorchtitanRows(t *testing.T) {
 				reserved, r.reservedGiB, 100*(reserved/r.reservedGiB-1), allocated, r.activeGiB, perGPU, mid, 100*(perGPU/mid-1))
 			assert.InEpsilon(t, r.reservedGiB, reserved, r.memTolerance)
 			assert.Less(t, gibs(p.PeakDeviceMemBytes), deviceGiB, "it ran on 95 GiB")
-			// Throughput rests on the generic efficiency (0.45, a 700 W H100) until
-			// calibration; these ran at 500 W: within 40%.
-			assert.InEpsilon(t, mid, perGPU, 0.40)
+			// Throughput rests on the h100-sxm profile (a 700 W SXM5, 3.35 TB/s)
+			// until calibration; these ran on Grand Teton's H100s, 96 GB HBM2e
+			// at 2.4 TB/s capped at 500 W, whose peak torchtitan's benchmark page
+			// puts "between SXM and NVL" (NVL: 835 dense TFLOP/s, 16% below): the
+			// sim predicts them 14–41% fast, within 45%.
+			assert.InEpsilon(t, mid, perGPU, 0.45)
 		})
 	}
 }
