@@ -25,7 +25,8 @@ func TestExampleProfileFile(t *testing.T) {
 	assert.Equal(t, 200e9, p.InterNodeBusBWBytesPerS)
 	assert.Equal(t, 1555e9, p.MemBWBytesPerS)
 	assert.Equal(t, 0.6, p.Efficiency)
-	assert.Equal(t, 0.45, p.AttentionEfficiency)
+	assert.Equal(t, 0.55, p.AttentionEfficiency)
+	assert.Equal(t, 2048.0, p.AttentionHalfSeq)
 	assert.True(t, p.IsGPU)
 	require.NoError(t, Check("../../examples/hardware/my-gpu.yaml"))
 }
@@ -39,6 +40,7 @@ func TestProfileFileDefaultsAndCache(t *testing.T) {
 	assert.Equal(t, defaultInterNodeBusBW, p.InterNodeBusBWBytesPerS)
 	assert.Equal(t, gpuEfficiency, p.Efficiency)
 	assert.Zero(t, p.AttentionEfficiency, "attention at the matmuls' efficiency unless given")
+	assert.Zero(t, p.AttentionHalfSeq, "one attention rate at every length unless given")
 	// The table is read again when the file changes.
 	require.NoError(t, os.WriteFile(path, []byte("peak_tflops: {bf16: 200}\nmemory_gib: 48\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n"), 0o644))
 	later := time.Now().Add(2 * time.Second)
