@@ -256,16 +256,7 @@ func (r externalRow) run(t *testing.T, dir string) sweeps.RunConfig {
 //     recompute), is the most network-bound: at 50 GB/s it is -1.8%, on the
 //     ib-rail-8x200g fabric +8.7%. The model is not shown wrong; the row's
 //     network is unknown.
-//   - fms-fsdp Llama 2 7B, HSDP, on 96 H100 (+31%): fms-fsdp's own text puts
-//     its H100 runs at MFU 0.37 with "a 10% gap due to network" and suspects
-//     HBM bandwidth; its 34B and 70B H100 rows are 11-12% over, so the table's
-//     H100 runs sit about 10% below llm-foundry's (whose rows set the H100
-//     defaults), and the 7B's network gap is one the sim does not see (HSDP's
-//     all-reduce across 12 nodes is a small part of its predicted step).
-var externalMisses = map[string]bool{
-	"torchtitan/a100-80g/llama2-70b/sac-op/64gpus": true,
-	"fms-fsdp/h100-sxm/llama2-7b/hsdp/96gpus":      true,
-}
+var externalMisses = map[string]bool{"torchtitan/a100-80g/llama2-70b/sac-op/64gpus": true}
 
 // externalMissBound is what a row in externalMisses may not exceed.
 const externalMissBound = 0.40
