@@ -146,7 +146,6 @@ var fabrics = []fabric{
 	},
 }
 
-// uniform is a Link with one curve for every collective.
 // railLink is a rail-optimized fabric across nodes: all_reduce at its
 // measured busbw, which NCCL's tree (and SHARP) algorithms can lift above the
 // rails' line rate, and all_gather and reduce_scatter, which NCCL runs as rings
@@ -166,6 +165,7 @@ func railLink(allReduce, lineRate float64) Link {
 // nccl-tests figure of all_gather across these rails was found.
 const railRingShare = 0.9
 
+// uniform is a Link with one curve for every collective.
 func uniform(c Curve) Link {
 	return Link{AllGather: c, ReduceScatter: c, AllReduce: c}
 }

@@ -2,6 +2,10 @@ package sim
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -418,4 +422,63 @@ func TestSmallModelsAndLongSequencesComputeBelowTheMatmuls(t *testing.T) {
 	// The memory-bound share weighs more on the H100 than on the A100.
 	h, a := at("gpt2-124m", "h100-sxm", 1024, 16), at("gpt2-124m", "a100-80g", 1024, 16)
 	assert.Less(t, computeMFU(h)/h.Hardware.Efficiency, computeMFU(a)/a.Hardware.Efficiency)
+}
+
+// Flash attention's rate rises with the sequence: at sequence s it runs at
+// attention_efficiency × s/(s + attention_half_seq), so a profile with a half
+// sequence h adds exactly attention FLOPs × h/(s × peak × attention_efficiency)
+// to the compute of the same profile without one (issue 26: one rate at every
+// length over-predicted seq 512 and under-predicted seq 16K–64K).
+func TestAttentionRateRisesWithTheSequence(t *testing.T) {
+	dir := t.TempDir()
+	profile := func(half int) string {
+		path := filepath.Join(dir, fmt.Sprintf("gpu-h%d.yaml", half))
+		require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(
+			"peak_tflops: {bf16: 312}\nmemory_gib: 80\ngpus_per_node: 8\nintra_node_bus_bw_gbps: 230\nefficiency: 0.7\nattention_efficiency: 0.55\nattention_half_seq: %d\n", half)), 0o644))
+		return path
+	}
+	flat, curved := profile(0), profile(2048)
+	var added []float64
+	for _, seq := range []int{512, 2048, 8192} {
+		rc := withOpts(cfg("llama3-8b", 8, sweeps.FullShard), "attention", AttentionFlash)
+		rc.SeqLen, rc.BatchPerDevice = seq, 16384/seq
+		rc.Hardware = flat
+		a := mustPredict(t, rc)
+		rc.Hardware = curved
+		b := mustPredict(t, rc)
+		tokens := float64(rc.SeqLen * rc.BatchPerDevice)
+		want := tokens * attentionFlopsPerToken(a.Shape, seq) * 2048 / (float64(seq) * 312e12 * 0.55)
+		assert.InEpsilon(t, want, b.ComputeS-a.ComputeS, 1e-9, "seq %d", seq)
+		added = append(added, (b.ComputeS-a.ComputeS)/a.ComputeS)
+	}
+	assert.Greater(t, added[0], 0.0)
+	// The same attention work costs less extra the longer the sequence it is
+	// spent on, per token of attention.
+	assert.Less(t, added[2]/float64(8192), added[0]/float64(512))
+}
+
+// A prediction within 5% of the device's memory says its throughput may not
+// hold there (PyTorch's allocator retries); one well below does not.
+func TestNearTheMemoryLimitSaysSo(t *testing.T) {
+	near := func(p Prediction) bool {
+		return slices.ContainsFunc(p.Notes, func(n string) bool { return strings.HasPrefix(n, "near the memory limit") })
+	}
+	rc := cfg("llama3-8b", 8, sweeps.FullShard)
+	rc.SeqLen = 128 // small steps in memory as the batch grows
+	low := mustPredict(t, rc)
+	require.True(t, low.Feasible)
+	assert.False(t, near(low), "%.1f of %.1f GiB", gibs(low.PeakDeviceMemBytes), gibs(low.DeviceMemBytes))
+	for b := 2; b <= 1024; b++ {
+		rc.BatchPerDevice = b
+		p := mustPredict(t, rc)
+		if !p.Feasible {
+			break
+		}
+		share := float64(p.PeakDeviceMemBytes) / float64(p.DeviceMemBytes)
+		assert.Equal(t, share > allocatorRetryShare, near(p), "batch %d at %.3f of the device", b, share)
+		if share > allocatorRetryShare {
+			return
+		}
+	}
+	t.Fatal("no batch put llama3-8b within 5% of the device")
 }
