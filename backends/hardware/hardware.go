@@ -99,7 +99,7 @@ const (
 // chosen with those terms (attention's rate rising with the sequence,
 // attentionHalfSeq; recompute at gpuRecomputeShare) on the rows the sim was
 // tuned to: llm-foundry's kept H100 rows alone prefer 0.65 (mean error 4.2%
-// against 9.2% at 0.55), but PyTorch-native stacks on H100 run below
+// against 9.3% at 0.55), but PyTorch-native stacks on H100 run below
 // llm-foundry's (fms-fsdp's own text puts its H100 MFU at 0.37; torchtitan's
 // rows, TestPublishedTorchtitanRows), and at 0.65 those are 12–59% fast;
 // 0.55 keeps every stack within the bounds. The held-out rows
@@ -140,9 +140,10 @@ const attentionHalfSeq = 2048
 // activation checkpointing at seq 2048–8192 and HFU 0.69–0.79 for the
 // checkpointed ones, against 0.35–0.46 on H100. 0.70 (with
 // a100AttentionEfficiency, attentionHalfSeq and gpuRecomputeShare) gives the
-// 70 A100 rows the sim keeps their smallest mean error (5.2%) among the
-// settings whose worst row is not past 0.70 (0.75 gives 4.9% and puts the
-// network-bound 70B row at +42%); no held-out row took part.
+// 70 A100 rows the sim keeps mean errors of 9.1% (80 GB, one node), 4.3% (40
+// GB, one node) and 5.7% (40 GB, across nodes); 0.75 fits them a little better
+// on average but puts the network-bound 70B row on 64 GPUs at +42%. No
+// held-out row took part in the choice.
 const a100Efficiency = 0.70
 
 // a100AttentionEfficiency is the A100's flash attention rate at long

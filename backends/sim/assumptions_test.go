@@ -126,7 +126,7 @@ func TestEveryMicroStepReducesEveryMicroStep(t *testing.T) {
 	P := every.Shape.Params()
 	assert.Equal(t, 4*P*2, every.CommBytesPerStep.ReduceScatter)
 	assert.Equal(t, P*2, once.CommBytesPerStep.ReduceScatter)
-	tRS := ringTime(float64(P*2), 16, false, every.Hardware.InterNodeBusBWBytesPerS)
+	tRS := ringTime(float64(P*2), 16, false, every.Hardware.InterNodeBusBWBytesPerS) + unitCalls(every)*ncclLatency(every, 16, 2)
 	assert.InEpsilon(t, once.CommS+3*tRS, every.CommS, 1e-9)
 }
 

@@ -691,6 +691,37 @@ func ringTime(size float64, n int, allReduce bool, bw float64) float64 {
 	return size * f / bw
 }
 
+// ringLatency is one NCCL ring collective's latency, NCCL's own model of it
+// (src/graph/tuning.cc, ncclTopoTuneModel, the Simple protocol its tuner picks
+// for FSDP's megabyte messages): a base of 8.4 µs, then each step of the ring
+// (n−1 for all_gather and reduce_scatter, 2(n−1) for all_reduce) at 3.4 µs
+// over NVLink inside a node, or 14 µs for the steps that cross nodes
+// (nodes−1, twice for all_reduce). It grows with the ranks: 32 µs on one node
+// of 8, 2.4 ms across 64 nodes of 8, paid by every unit's collective, which
+// is what makes a step slower per GPU at 512 GPUs than at 128 when the
+// bandwidth term alone says it should not be (llm-foundry's H100 rows lose
+// 3–5% a doubling there). On the Go trainer's host transports, and on a
+// single rank, there is no NCCL: none.
+func (p *point) ringLatency(n, nodes int, allReduce bool) float64 {
+	if !p.hw.IsGPU || n <= 1 {
+		return 0
+	}
+	steps, inter := n-1, max(nodes-1, 0)
+	if allReduce {
+		steps, inter = 2*steps, 2*inter
+	}
+	inter = min(inter, steps)
+	return ncclBaseLatencyS + float64(steps-inter)*ncclNVLinkHopS + float64(inter)*ncclNetHopS
+}
+
+// NCCL's latency constants for ring collectives with the Simple protocol
+// (src/graph/tuning.cc: baseLat, hwLat[NVLINK] and hwLat[NET]).
+const (
+	ncclBaseLatencyS = 8.4e-6
+	ncclNVLinkHopS   = 3.4e-6
+	ncclNetHopS      = 14e-6
+)
+
 // ranksPerNode is the run's gpus_per_node, or when it is not given its ranks
 // spread evenly over its nodes (at least 1).
 func ranksPerNode(r sweeps.RunConfig) int {
@@ -916,6 +947,9 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 		fwdOverlap = 1
 	}
 
+	// calls: the collectives of one kind a pass issues, one per wrapped unit
+	// and the root, each paying NCCL's latency (ringLatency).
+	calls := float64(len(wu.Units) + 1)
 	switch strategy {
 	case sweeps.FullShard, sweeps.HybridShard:
 		n, sinter := r.WorldSize, inter
@@ -924,13 +958,18 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 		}
 		agFwd, agBwd, rs = P*pb, (P-root)*pb, P*pb
 		agBW := bwOf(sinter, AllGather, unitMsg)
-		tAgFwd, tAgBwd = ringTime(agFwd, n, false, agBW), ringTime(agBwd, n, false, agBW)
-		tReduce = ringTime(rs, n, false, bwOf(sinter, ReduceScatter, unitMsg))
+		nodes := r.Nodes
+		if strategy == sweeps.HybridShard {
+			nodes = 1
+		}
+		lat := p.ringLatency(n, nodes, false)
+		tAgFwd, tAgBwd = ringTime(agFwd, n, false, agBW)+calls*lat, ringTime(agBwd, n, false, agBW)+(calls-1)*lat
+		tReduce = ringTime(rs, n, false, bwOf(sinter, ReduceScatter, unitMsg)) + calls*lat
 		if strategy == sweeps.HybridShard {
 			// Each rank all-reduces its reduced shard with its peers in the other
-			// nodes.
+			// nodes: one rank a node, so every step of that ring crosses nodes.
 			ar = P * pb / float64(r.GPUsPerNode)
-			tAllReduce = ringTime(ar, r.Nodes, true, bwOf(true, AllReduce, unitMsg/float64(r.GPUsPerNode)))
+			tAllReduce = ringTime(ar, r.Nodes, true, bwOf(true, AllReduce, unitMsg/float64(r.GPUsPerNode))) + calls*p.ringLatency(r.Nodes, r.Nodes, true)
 			tReduce += tAllReduce
 		}
 		if n == 1 {
@@ -939,8 +978,9 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	case sweeps.ShardGradOp:
 		// Parameters gathered for forward stay gathered through backward.
 		agFwd, rs = P*pb, P*pb
-		tAgFwd = ringTime(agFwd, r.WorldSize, false, bwOf(inter, AllGather, unitMsg))
-		tReduce = ringTime(rs, r.WorldSize, false, bwOf(inter, ReduceScatter, unitMsg))
+		lat := p.ringLatency(r.WorldSize, r.Nodes, false)
+		tAgFwd = ringTime(agFwd, r.WorldSize, false, bwOf(inter, AllGather, unitMsg)) + calls*lat
+		tReduce = ringTime(rs, r.WorldSize, false, bwOf(inter, ReduceScatter, unitMsg)) + calls*lat
 	case sweeps.NoShard, sweeps.DDP:
 		gb, msg := pb, unitMsg
 		if strategy == sweeps.DDP {
@@ -952,7 +992,11 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 		if r.WorldSize > 1 {
 			ar = P * gb
 		}
-		tReduce = ringTime(ar, r.WorldSize, true, bwOf(inter, AllReduce, msg))
+		arCalls := calls
+		if strategy == sweeps.DDP {
+			arCalls = float64(ddpCalls(&p, int64(calls)))
+		}
+		tReduce = ringTime(ar, r.WorldSize, true, bwOf(inter, AllReduce, msg)) + arCalls*p.ringLatency(r.WorldSize, r.Nodes, true)
 		tAllReduce = tReduce
 		// All-reduces are issued per bucket (DDP) or per unit (FSDP) as gradients
 		// become ready, whatever the prefetch setting: there is nothing to prefetch.

@@ -215,7 +215,8 @@ func TestInterNodeOptionOverridesProfile(t *testing.T) {
 	assert.Equal(t, 50e9, fast.Hardware.InterNodeBusBWBytesPerS)
 	assert.Equal(t, 100e9, fast.Hardware.IntraNodeBusBWBytesPerS)
 	assert.Equal(t, 0.3, fast.Hardware.Efficiency)
-	assert.InEpsilon(t, def.CommS/2, fast.CommS, 1e-9, "twice the bandwidth halves the time")
+	lat := fullShardLatency(def, 16, 2) // NCCL's latency does not change with the bandwidth
+	assert.InEpsilon(t, (def.CommS-lat)/2+lat, fast.CommS, 1e-9, "twice the bandwidth halves the time")
 	// The efficiency option is the matmuls'.
 	assert.InEpsilon(t, def.ComputeS-def.matmulS+def.matmulS*def.Hardware.Efficiency/0.3, fast.ComputeS, 1e-9)
 }
@@ -252,7 +253,7 @@ func TestCommBytes(t *testing.T) {
 	assert.Zero(t, p.CommBytesPerStep.AllReduce)
 	// nccl-tests: an all-gather of S bytes over n ranks moves S·(n−1)/n per rank.
 	hw := p.Hardware
-	assert.InEpsilon(t, float64((2*P-root)*2+P*2)*7/8/hw.IntraNodeBusBWBytesPerS, p.CommS, 1e-9)
+	assert.InEpsilon(t, float64((2*P-root)*2+P*2)*7/8/hw.IntraNodeBusBWBytesPerS+fullShardLatency(p, 8, 1), p.CommS, 1e-9)
 
 	sgo := mustPredict(t, cfg("llama-1b", 8, sweeps.ShardGradOp))
 	assert.Equal(t, P*2, sgo.CommBytesPerStep.AllGather, "shard_grad_op gathers once per step")
@@ -481,4 +482,47 @@ func TestNearTheMemoryLimitSaysSo(t *testing.T) {
 		}
 	}
 	t.Fatal("no batch put llama3-8b within 5% of the device")
+}
+
+// unitCalls is the collectives of one kind a pass of p issues: one per layer
+// (the transformer wrap policy's units) and the root.
+func unitCalls(p Prediction) float64 { return float64(p.Shape.Layers + 1) }
+
+// ncclLatency is one ring all_gather's or reduce_scatter's NCCL latency over
+// n ranks on nodes nodes, on p's hardware.
+func ncclLatency(p Prediction, n, nodes int) float64 {
+	pt := point{hw: p.Hardware}
+	return pt.ringLatency(n, nodes, false)
+}
+
+// fullShardLatency is the NCCL latency a full_shard step of one micro-step
+// pays: all-gathers of every unit in forward and all but the root in
+// backward, and a reduce-scatter of every unit.
+func fullShardLatency(p Prediction, n, nodes int) float64 {
+	return (3*unitCalls(p) - 1) * ncclLatency(p, n, nodes)
+}
+
+// NCCL's ring latency grows with the ranks (src/graph/tuning.cc's model):
+// 8.4 µs + 3.4 µs a step inside a node + 14 µs a step across nodes. It is
+// what makes a step slower per GPU at 512 GPUs than at 128 with the same work
+// per GPU, as llm-foundry's H100 rows are; on the cpu profile (no NCCL) there
+// is none.
+func TestNCCLRingLatencyGrowsWithTheRanks(t *testing.T) {
+	h100 := point{hw: mustPredict(t, cfg("gpt2-124m", 8, sweeps.FullShard)).Hardware}
+	assert.InDelta(t, 8.4e-6+7*3.4e-6, h100.ringLatency(8, 1, false), 1e-12)
+	assert.InDelta(t, 8.4e-6+448*3.4e-6+63*14e-6, h100.ringLatency(512, 64, false), 1e-12)
+	assert.InDelta(t, 8.4e-6+2*7*3.4e-6, h100.ringLatency(8, 1, true), 1e-12)
+	assert.InDelta(t, 8.4e-6+2*1*14e-6, h100.ringLatency(2, 2, true), 1e-12, "one rank a node: every step crosses")
+	assert.Zero(t, h100.ringLatency(1, 1, false))
+	cpu := cfg("gpt2-124m", 2, sweeps.FullShard)
+	cpu.Hardware = "cpu"
+	assert.Zero(t, (&point{hw: mustPredict(t, cpu).Hardware}).ringLatency(2, 1, false))
+
+	perGPU := func(gpus int) float64 {
+		rc := withOpts(cfg("llama-1b", 8, sweeps.FullShard), "inter_node_fabric", "ib-rail-8x400g")
+		rc.Nodes, rc.WorldSize, rc.SeqLen, rc.BatchPerDevice = gpus/8, gpus, 2048, 4
+		p := mustPredict(t, rc)
+		return p.TokensPerS / float64(gpus)
+	}
+	assert.Less(t, perGPU(512), perGPU(128), "the latency of 511-step rings")
 }

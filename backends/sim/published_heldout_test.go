@@ -327,17 +327,13 @@ func TestPublishedHoldOutOneNodeToMultiNode(t *testing.T) {
 			cal, uncal, kept, k := holdOut(t, fit, held)
 			t.Logf("fitted on %d one-node rows (efficiency %.3g, size exponent %.3g, recompute share %s); %d multi-node rows: calibrated mean |error| %.1f%% (worst %.1f%%), uncalibrated %.1f%% (worst %.1f%%)",
 				len(fit), k.Efficiency, k.EfficiencySizeExponent, ptrStr(k.RecomputeShare), len(held), 100*cal.mean(), 100*cal.worst, 100*uncal.mean(), 100*uncal.worst)
-			// No worse than uncalibrated, to the fit's noise: the defaults were
-			// chosen on the same table's rows (one node and a few across nodes),
-			// so both are fits to nearly the same data and land within two
-			// points of each other (h100-sxm 5.0% against 4.8%, a100-40g 7.0%
-			// against 5.2%). Issue 26's failure was 22% against 14%.
-			assert.LessOrEqual(t, cal.mean(), uncal.mean()+0.02, "calibrated on one node, no worse than uncalibrated across nodes")
+			assert.LessOrEqual(t, cal.mean(), uncal.mean(), "calibrated on one node, no worse than uncalibrated across nodes")
 			assert.Less(t, cal.mean(), 0.15)
 			// Not asserted: the worst row. A100 40GB 70B on 64 GPUs (MFU 0.36
-			// where 128 GPUs reach 0.49 at twice the micro-batch) is +32% here,
-			// +30% uncalibrated: the row is bound by the network, and nothing
-			// the model holds says why it ran slower.
+			// where 128 GPUs reach 0.49 at twice the micro-batch) is about +25%
+			// calibrated, +30% uncalibrated: each micro-step gathers all 70B's
+			// weights for half the compute, and the sim hides more of that
+			// than the run did (TestPublishedFoundryRowsByGroup names it).
 			t.Logf("worst calibrated row without the table's outliers: %.1f%%", 100*kept.worst)
 		})
 	}
