@@ -171,9 +171,12 @@ const DefaultInterNodeBusBW = defaultInterNodeBusBW
 // unless torch.backends.cuda.matmul.allow_tf32 (off by default since 1.12) or
 // set_float32_matmul_precision("high") says otherwise; "tf32" is the tensor-core
 // dense figure for runs that enable it. Memory is nvidia-smi's memory.total for the
-// part. Intra-node figures are the link's per-direction bandwidth (NVLink's
-// "900 GB/s" counts both directions): nccl-tests busbw reaches most of it on large
-// messages, and the calibration issue replaces these with measured busbw.
+// part. Intra-node figures are nccl-tests busbw at large messages where it is
+// published (A100: 230 GB/s of NVLink 3's 300 a direction, as the nvlink3-8gpu
+// fabric; with 300, llm-foundry's communication-bound A100 rows were predicted
+// up to twice as fast), else the link's per-direction bandwidth (NVLink 4's
+// "900 GB/s" counts both directions; H100 nodes measure 460 of its 450);
+// calibration replaces them with what a cluster measures.
 var gpuProfiles = []Profile{
 	{
 		Name: "h100-sxm",
@@ -232,7 +235,7 @@ var gpuProfiles = []Profile{
 		PeakFLOPS:               map[string]float64{"bf16": 312 * tera, "fp16": 312 * tera, "tf32": 156 * tera, "fp32": 19.5 * tera},
 		MemBytes:                40960 * mib, // "NVIDIA A100-SXM4-40GB"
 		MemBWBytesPerS:          1.555e12,
-		IntraNodeBusBWBytesPerS: 300 * giga, // NVLink 3: 600 GB/s bidirectional per GPU
+		IntraNodeBusBWBytesPerS: 230 * giga, // NVLink 3 (300 GB/s a direction): nccl-tests busbw, as nvlink3-8gpu
 		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
 		InterNodeDefault:        true,
 		HostLinkBWBytesPerS:     32 * giga, // PCIe Gen4 x16, per direction
@@ -248,7 +251,7 @@ var gpuProfiles = []Profile{
 		PeakFLOPS:               map[string]float64{"bf16": 312 * tera, "fp16": 312 * tera, "tf32": 156 * tera, "fp32": 19.5 * tera},
 		MemBytes:                81920 * mib, // "NVIDIA A100-SXM4-80GB"
 		MemBWBytesPerS:          2.039e12,
-		IntraNodeBusBWBytesPerS: 300 * giga, // NVLink 3: 600 GB/s bidirectional per GPU
+		IntraNodeBusBWBytesPerS: 230 * giga, // NVLink 3 (300 GB/s a direction): nccl-tests busbw, as nvlink3-8gpu
 		InterNodeBusBWBytesPerS: defaultInterNodeBusBW,
 		InterNodeDefault:        true,
 		HostLinkBWBytesPerS:     32 * giga, // PCIe Gen4 x16, per direction
