@@ -248,7 +248,7 @@ func (r externalRow) run(t *testing.T, dir string) sweeps.RunConfig {
 
 // externalMisses are the rows of the issue's kinds that the model misses by
 // more than the issue's 30%, as first predicted: logged as misses and held to
-// not getting worse (externalMissBound), as heldOutMisses are.
+// not getting worse (externalMissBound).
 //   - torchtitan Llama 2 70B, selective op AC, local batch 1, on 64 A100 80GB
 //     (-30.8%): its source states no network, and at the profile's default
 //     (25 GB/s, one 200 Gb/s NIC's line rate) this row, with the least compute
@@ -261,23 +261,17 @@ var externalMisses = map[string]bool{"torchtitan/a100-80g/llama2-70b/sac-op/64gp
 // externalMissBound is what a row in externalMisses may not exceed.
 const externalMissBound = 0.40
 
-// externalGroupMisses are groups whose mean |error| exceeds the issue's 15%,
-// with the bound each may not exceed: logged as misses. None now: the one
-// first recorded, a100-80g multi-node (network not stated), torchtitan's
-// 64-A100 rows 17% under on average at the default 25 GB/s between nodes, is
-// 13.5% since the A100's attention rate rises with the sequence
-// (attentionHalfSeq); at 50 GB/s those rows are 8% under, on the
-// ib-rail-8x200g fabric 6%: the default is a guess the prediction names as
-// one, and these rows say it is a pessimistic one for a datacenter cluster.
-var externalGroupMisses = map[string]float64{}
-
 // TestPublishedExternalRows predicts every external row as its source states
 // the run, uncalibrated: each must fit (it trained), and a multi-node row's
 // prediction must print the inter-node link the source states (or, where it
 // states none, that the figure is the profile's default); per group, over the
 // rows the sim's options can state exactly, the mean throughput error stays
 // within 15% and no row beyond 30% (issue 26's done-when), but the
-// externalMisses and externalGroupMisses, logged as misses.
+// externalMisses, logged as misses. (The a100-80g rows whose network is not
+// stated, torchtitan's, were first a group miss: 17% under on average at the
+// default 25 GB/s; they are within 15% since the A100's attention rate rises
+// with the sequence. At 50 GB/s they are 8% under, on ib-rail-8x200g 6%: the
+// default is a guess the prediction names as one.)
 func TestPublishedExternalRows(t *testing.T) {
 	dir := t.TempDir()
 	groups := map[string]*errTally{}
@@ -313,12 +307,7 @@ func TestPublishedExternalRows(t *testing.T) {
 	for _, n := range slices.Sorted(maps.Keys(groups)) {
 		g := groups[n]
 		t.Logf("%-50s %2d rows: mean |error| %4.1f%%, worst %4.1f%%", n, g.n, 100*g.mean(), 100*g.worst)
-		switch bound, miss := externalGroupMisses[n]; {
-		case strings.Contains(n, "not asserted"):
-		case miss:
-			t.Logf("%s: a known group miss (mean above the issue's 15%%), not to get worse than %.0f%%", n, 100*bound)
-			assert.Less(t, g.mean(), bound, n)
-		default:
+		if !strings.Contains(n, "not asserted") {
 			assert.Less(t, g.mean(), 0.15, n)
 		}
 	}
