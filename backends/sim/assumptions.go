@@ -84,6 +84,15 @@ const (
 	// saved (_save_list with "save every other mm"), the rest is recomputed.
 	// Explicit only (checkpointing: selective), as torchtitan users set it.
 	CheckpointSelective = "selective"
+
+	// CommOverlapPrefetch: collectives run under compute as FSDP's prefetch
+	// settings allow (backward_prefetch, forward_prefetch), the default.
+	CommOverlapPrefetch = "prefetch"
+	// CommOverlapNone: every collective adds to the step. llm-foundry's
+	// Composer runs on torch 2.0 measure so: a micro-step's time is its tokens'
+	// compute plus a fixed part equal to all its collectives, even where the
+	// compute is ten times longer (TestCommOverlapNoneFitsFoundrySeries).
+	CommOverlapNone = "none"
 )
 
 // Assumptions are the choices a prediction rests on that the run config does not
@@ -111,6 +120,8 @@ type Assumptions struct {
 	// LlamaDecoderLayer, torchtitan's TransformerBlock), MPT's resid_pdrop is 0
 	// by default: off.
 	Dropout bool `json:"dropout"`
+	// CommOverlap is CommOverlapPrefetch (empty means it) or CommOverlapNone.
+	CommOverlap string `json:"comm_overlap,omitempty"`
 	// Trainer is TrainerGotrain when the run is the Go trainer's, whose peak is
 	// replayed allocation by allocation (gotrainPeak); empty for the formulas.
 	Trainer string `json:"trainer,omitempty"`
@@ -238,6 +249,9 @@ func (a Assumptions) notes(p point, strategy string) []string {
 	}
 	if p.hw.IsGPU {
 		out = append(out, fmt.Sprintf("reserved = %.2f × allocated", a.ReservedFactor))
+	}
+	if a.CommOverlap == CommOverlapNone && r.WorldSize > 1 {
+		out = append(out, "comm_overlap none: every collective adds to the step")
 	}
 	if gotrainApplies(p) {
 		out = append(out, "trainer gotrain: peak memory replayed from the Go trainer's allocation schedule (exact on cpu)")

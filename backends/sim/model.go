@@ -1008,6 +1008,9 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	if gotrainHostSchedule(p) {
 		gatherOverlap, reduceOverlap, fwdOverlap = gotrainHostOverlap(r)
 	}
+	if p.as.CommOverlap == CommOverlapNone {
+		gatherOverlap, reduceOverlap, fwdOverlap = 0, 0, 0
+	}
 
 	exposedFwd := tAgFwd - min((tAgFwd-tAgFwd*firstFwdShare)*fwdOverlap, fwdC)
 	exposedBwd := func(reduce float64) float64 {

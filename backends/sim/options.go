@@ -40,6 +40,8 @@ type Options struct {
 	Checkpointing  string
 	FSDPVersion    int
 	ReservedFactor float64
+	// CommOverlap overrides Assumptions.CommOverlap.
+	CommOverlap string
 	// Dropout (with DropoutSet) overrides Assumptions.Dropout.
 	Dropout, DropoutSet bool
 	// InterNodeFabric and IntraNodeFabric name a fabric profile (FabricNames)
@@ -82,6 +84,9 @@ func (o Options) assumptions(base Assumptions) Assumptions {
 	}
 	if o.ReservedFactor != 0 {
 		a.ReservedFactor = o.ReservedFactor
+	}
+	if o.CommOverlap != "" {
+		a.CommOverlap = o.CommOverlap
 	}
 	if o.GradientAsBucketView {
 		a.GradientAsBucketView = true
@@ -185,6 +190,12 @@ var optionTable = map[string]option{
 		func(o *Options, v any) error {
 			c, err := choice(v, CheckpointSelective, CheckpointFull)
 			o.Checkpointing = c
+			return err
+		}},
+	"comm_overlap": {"how collectives meet compute: prefetch (under compute as backward_prefetch and forward_prefetch allow, the default) or none (every collective adds to the step, as llm-foundry's torch 2.0 runs measure)",
+		func(o *Options, v any) error {
+			c, err := choice(v, CommOverlapPrefetch, CommOverlapNone)
+			o.CommOverlap = c
 			return err
 		}},
 	"fsdp_version": {"1 (FullyShardedDataParallel, flat parameters) or 2 (fully_shard, the default)",

@@ -47,7 +47,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		want string
 	}{
 		{"unknown", map[string]any{"bandwidth": 3}, `backend_options.bandwidth: the sim backend has no such option`},
-		{"misspelt", map[string]any{"x": 1}, "known: attention, calibration, checkpointing, ddp_gradient_as_bucket_view, dropout, efficiency,"},
+		{"misspelt", map[string]any{"x": 1}, "known: attention, calibration, checkpointing, comm_overlap, ddp_gradient_as_bucket_view, dropout, efficiency,"},
 		{"typo", map[string]any{"inter_node_bw_gbps": 3}, `did you mean "inter_node_bus_bw_gbps"?`},
 		{"zero bandwidth", map[string]any{"inter_node_bus_bw_gbps": 0}, "backend_options.inter_node_bus_bw_gbps: must be in [0.001, 20000], got 0"},
 		{"negative bandwidth", map[string]any{"intra_node_bus_bw_gbps": -1.5}, "got -1.5"},

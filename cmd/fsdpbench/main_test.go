@@ -409,7 +409,7 @@ grid:
 		set  []string
 		want string
 	}{
-		{[]string{"backend_options.x=1"}, "backend_options.x: the sim backend has no such option; known: attention, calibration, checkpointing, ddp_gradient_as_bucket_view, dropout, efficiency"},
+		{[]string{"backend_options.x=1"}, "backend_options.x: the sim backend has no such option; known: attention, calibration, checkpointing, comm_overlap, ddp_gradient_as_bucket_view, dropout, efficiency"},
 		{[]string{"backend_options.efficency=0.5"}, `backend_options.efficency: the sim backend has no such option (did you mean "efficiency"?)`},
 		{[]string{"backend_options.efficiency=NaN"}, "backend_options.efficiency: must be a finite number, got NaN"},
 		{[]string{"backend_options.inter_node_bus_bw_gbps=0"}, "backend_options.inter_node_bus_bw_gbps: must be in [0.001, 20000], got 0"},
