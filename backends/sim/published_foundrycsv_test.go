@@ -208,14 +208,12 @@ func (r foundryCSVRow) name() string {
 // micro-batch 1, whose measured step is about the sim's compute plus all its
 // communication, none of it hidden, or more; the sim hides the backward
 // gathers and the reduce-scatters (but the first and last unit's) and half the
-// forward gathers:
-//   - A100 40GB 13B at seq 128 to 1024 and 7B at seq 1024 (torch2.csv): +55% to
-//     +127%, the more the fewer tokens per micro-step (128 to 1024). At seq 128
-//     a micro-step's two all-gathers and reduce-scatter of 13B's bf16 weights
-//     and gradients took about 0.46 s (the step less the sim's compute), where
-//     the sim's A100 NVLink figures give them 0.22 s;
-//   - A100 40GB 3B at seq 2048 (larger_mb_1.csv): +38%, a 0.58 s step where
-//     the sim's compute and communication add up to 0.49 s.
+// forward gathers. First predicted, seven A100 40GB rows were misses, 13B at
+// seq 128 to 1024 and 7B at seq 1024 (torch2.csv), +55% to +127%, and 3B at seq
+// 2048 (larger_mb_1.csv), +38%; since the A100 profiles' NVLink figure is
+// nccl-tests' busbw (230 GB/s, not the 300 line rate) four of them are within
+// 30% and asserted so. Three remain: 13B at seq 512 (+56%) and 128 (+72%),
+// and 7B at seq 1024 with grad_accum 4 (+30.2%; with 16, +29.7%).
 //
 // (H100 30B at seq 8192, micro-batch 1, checkpointed, +26%, is predicted at 96%
 // of the device's memory, where PyTorch's caching allocator frees its cache and
@@ -239,13 +237,9 @@ func (r foundryCSVRow) name() string {
 // but for 13B at seq 128 (+47%), and the micro-batch series flatten
 // (TestCommOverlapNoneFitsFoundrySeries).
 var foundryCSVMisses = map[string]float64{
-	"a100-40g/mpt-13b/seq1024/gpus8/mb1/ga16/ac=false/torch2":    0.65,
-	"a100-40g/mpt-13b/seq1024/gpus8/mb1/ga4/ac=false/torch2":     0.65,
-	"a100-40g/mpt-13b/seq512/gpus8/mb1/ga16/ac=false/torch2":     1.30,
-	"a100-40g/mpt-13b/seq128/gpus8/mb1/ga16/ac=false/torch2":     1.40,
-	"a100-40g/mpt-7b/seq1024/gpus8/mb1/ga16/ac=false/torch2":     0.75,
-	"a100-40g/mpt-7b/seq1024/gpus8/mb1/ga4/ac=false/torch2":      0.75,
-	"a100-40g/mpt-3b/seq2048/gpus8/mb1/ga2/ac=false/larger_mb_1": 0.50,
+	"a100-40g/mpt-13b/seq512/gpus8/mb1/ga16/ac=false/torch2": 1.30,
+	"a100-40g/mpt-13b/seq128/gpus8/mb1/ga16/ac=false/torch2": 1.40,
+	"a100-40g/mpt-7b/seq1024/gpus8/mb1/ga4/ac=false/torch2":  0.75,
 }
 
 // keptSettings says another published test keeps a row of r's settings (at
