@@ -406,7 +406,14 @@ func (p *point) recomputeShare() float64 {
 	if p.cal != nil && p.cal.RecomputeShare != nil {
 		return *p.cal.RecomputeShare
 	}
-	if p.hw.IsGPU && p.as.Trainer != TrainerGotrain {
+	return uncalibratedRecomputeShare(p.hw.IsGPU, p.as.Trainer)
+}
+
+// uncalibratedRecomputeShare is the recompute share without a calibration:
+// gpuRecomputeShare for a PyTorch run on a GPU, 1 on a CPU and for the Go
+// trainer. The fit starts from it and its prior pulls towards it.
+func uncalibratedRecomputeShare(gpu bool, trainer string) float64 {
+	if gpu && trainer != TrainerGotrain {
 		return gpuRecomputeShare
 	}
 	return 1

@@ -257,10 +257,7 @@ func newSample(m Measurement) (sample, error) {
 	s.fwdGather = ws.AllGather > 0 && !rc.ForwardPrefetch && !hostSchedule
 	s.interStated = len(opts.Links.Inter) > 0 || opts.InterNodeBusBW > 0
 	s.ac = rc.ActivationCheckpointing
-	s.defRecompute = 1
-	if pred.Hardware.IsGPU && pred.Assumptions.Trainer != TrainerGotrain {
-		s.defRecompute = gpuRecomputeShare
-	}
+	s.defRecompute = uncalibratedRecomputeShare(pred.Hardware.IsGPU, pred.Assumptions.Trainer)
 	return s, nil
 }
 
