@@ -102,6 +102,11 @@ type Prediction struct {
 	// matmulS is the part of ComputeS the matmuls take (at the efficiency),
 	// recompute included.
 	matmulS float64
+	// weightS and copyS are the parts of ComputeS the matmuls' weight traffic
+	// (weightTraffic) and FSDP's copies (fsdpCopyTraffic) take; reduceCopyS is
+	// the part of copyS the copies before the reductions add, what of them the
+	// compute does not hide.
+	weightS, copyS, reduceCopyS float64
 }
 
 // Constants of the model that are not hardware figures. Each is a documented
@@ -841,6 +846,73 @@ func logitsTraffic(p point) float64 {
 	return 3 * cb * v
 }
 
+// matmulParams is the parameters the matmuls read as weights: all but those
+// of the embedding lookups, which read only the rows of the batch's tokens:
+// the input embedding unless the head shares it, and GPT-2's learned
+// positions. (Norms' and biases' few are counted.)
+func matmulParams(s shapes.Shape) float64 {
+	n := float64(s.Params())
+	if !s.TiedEmbeddings {
+		n -= float64(s.Vocab) * float64(s.Hidden)
+	}
+	if s.Arch == shapes.ArchGPT2 {
+		n -= float64(s.MaxPositions) * float64(s.Hidden)
+	}
+	return max(n, 0)
+}
+
+// weightTraffic is the device-memory traffic, in bytes, of the matmuls'
+// weights in one micro-step, in its forward and its backward: the forward reads
+// each weight once (and a checkpointed forward again, for the share recomputed
+// of its matmuls, in the backward), the backward reads it for the input's
+// gradient and writes the weight's gradient, all in the compute dtype.
+//
+// This traffic does not grow with the micro-step's tokens. A matmul over m
+// tokens does 2m FLOPs for each weight it reads, an arithmetic intensity of m
+// FLOP per byte at bf16: under the ridge (the A100's 312 TFLOP/s over 1.56
+// TB/s: 200; the H100's 989 over 3.35: 295) at one sequence of a few hundred
+// tokens, and cuBLAS reaches its rate only well above it. The time adds the
+// traffic to the FLOPs' time, the roofline's pessimistic side, as
+// passTimePerToken adds the elementwise kernels': a few percent at thousands of
+// tokens a micro-step, inside the efficiency's own uncertainty, and what slows a
+// micro-batch of one short sequence beyond its FLOPs (llm-foundry's micro-batch
+// series, TestPublishedFoundryCSVRows).
+func weightTraffic(p point, recomputed float64) (fwd, bwd float64) {
+	w := matmulParams(p.shape) * float64(computeBytes(p.rc.MixedPrecision))
+	return w, (2 + recomputed) * w
+}
+
+// fsdpCopyTraffic is the device-memory traffic, in bytes, of FSDP's own copies
+// around its collectives, each a read and a write of what it copies:
+// fwd and bwd per micro-step, reduce per reduction, given the bytes a
+// micro-step gathers in its forward and its backward and those a reduction
+// reduces.
+//   - FSDP1 (FullyShardedDataParallel, one flat parameter a unit): the backward
+//     writes the gradients of the original parameters, views of the flat
+//     parameter, into one flat gradient (autograd's backward of the split is a
+//     cat: the CatArrayBatchedCopy kernels of pytorch#133849), and the
+//     post-backward hook divides that gradient in place before reducing it
+//     (_div_if_needed with the pre-divide factor). Gathers land in the flat
+//     parameter itself: no copy.
+//   - FSDP2 (fully_shard, per-parameter shards): each gather's output is
+//     copied out into the parameters (foreach_all_gather_copy_out), and the
+//     gradients are copied into the reduce-scatter's flat input
+//     (foreach_reduce's chunk_cat); the gradients are separate tensors, no cat.
+//
+// Copies of a shard (casts, the shard's accumulation) are a world size's
+// fraction of these and left out; so are DDP's bucket copies, and the Go
+// trainer, whose flat buffers gather and reduce in place.
+func fsdpCopyTraffic(p point, strategy string, agFwd, agBwd, reduced float64) (fwd, bwd, reduce float64) {
+	if strategy == sweeps.DDP || p.as.Trainer == TrainerGotrain {
+		return 0, 0, 0
+	}
+	if p.as.FSDPVersion == 2 {
+		return 2 * agFwd, 2 * agBwd, 2 * reduced
+	}
+	gradBytes := float64(p.shape.Params()) * float64(computeBytes(p.rc.MixedPrecision))
+	return 0, 2 * gradBytes, 2 * reduced
+}
+
 // timeModel fills the step time, its parts and the communication volumes.
 func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	r, s, hw := p.rc, p.shape, p.hw
@@ -873,6 +945,7 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	matmulRate := peak * hw.Efficiency
 	matmul := (pred.ModelFlopsPerToken - p.attentionFlops()) * microTokens / matmulRate
 	fwdC, micro := plain/3, plain
+	recomputed := 0.0 // the share of the forward's matmuls checkpointing runs again
 	if r.ActivationCheckpointing {
 		// Full checkpointing runs every kernel of the forward (a third of the
 		// pass) again; selective runs again only the matmuls its policy does
@@ -883,10 +956,21 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 			extra = float64(s.Layers) * rf * microTokens / matmulRate
 			extraMatmul = extra
 		}
+		if matmul > 0 {
+			recomputed = extraMatmul / (matmul / 3)
+		}
 		micro += extra * p.recomputeShare()
 		matmul += extraMatmul * p.recomputeShare()
 	}
 	pred.matmulS = float64(r.GradAccum) * matmul
+	if hw.IsGPU && hw.MemBWBytesPerS > 0 {
+		// The weights' traffic, per micro-step whatever its tokens
+		// (weightTraffic).
+		wf, wb := weightTraffic(p, recomputed)
+		fwdC += wf / hw.MemBWBytesPerS
+		micro += (wf + wb) / hw.MemBWBytesPerS
+		pred.weightS = float64(r.GradAccum) * (wf + wb) / hw.MemBWBytesPerS
+	}
 	bwdC := micro - fwdC
 	ga := float64(r.GradAccum)
 	pred.ComputeS = ga * micro
@@ -1008,6 +1092,21 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	if gotrainHostSchedule(p) {
 		gatherOverlap, reduceOverlap, fwdOverlap = gotrainHostOverlap(r)
 	}
+	// FSDP's own copies around its collectives (fsdpCopyTraffic): those of the
+	// gathers and FSDP1's flat gradient run on the compute stream, with the
+	// compute; the one before each reduction runs in the reduction's chain,
+	// before its reduce-scatter (FSDP1's post-backward stream, FSDP2's
+	// reduce-scatter stream until torch 2.5), hidden or exposed as it is.
+	var reduceCopyS float64 // one reduction's copy
+	if hw.IsGPU && hw.MemBWBytesPerS > 0 && r.WorldSize > 1 {
+		fwdCopy, bwdCopy, reduceCopy := fsdpCopyTraffic(p, strategy, agFwd, agBwd, rs+ar)
+		fwdCopyS, bwdCopyS := fwdCopy/hw.MemBWBytesPerS, bwdCopy/hw.MemBWBytesPerS
+		fwdC += fwdCopyS
+		bwdC += bwdCopyS
+		reduceCopyS = reduceCopy / hw.MemBWBytesPerS
+		pred.copyS = ga * (fwdCopyS + bwdCopyS)
+		pred.ComputeS += pred.copyS
+	}
 	if p.as.CommOverlap == CommOverlapNone {
 		gatherOverlap, reduceOverlap, fwdOverlap = 0, 0, 0
 	}
@@ -1024,6 +1123,11 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 		reductions = 1
 	}
 	pred.ExposedCommS = ga*exposedFwd + (ga-reductions)*exposedBwd(0) + reductions*exposedBwd(tReduce)
+	// The reductions' copies: what of them the compute does not hide is device
+	// time of its own, the compute's in the breakdown (no collective runs).
+	pred.reduceCopyS = reductions * (exposedBwd(tReduce+reduceCopyS) - exposedBwd(tReduce))
+	pred.copyS += pred.reduceCopyS
+	pred.ComputeS += pred.reduceCopyS
 	pred.CommS = ga*(tAgFwd+tAgBwd) + reductions*tReduce
 	pred.allGatherS, pred.reduceScatterS, pred.allReduceS = ga*(tAgFwd+tAgBwd), reductions*(tReduce-tAllReduce), reductions*tAllReduce
 	pred.CommBytesPerStep = results.CommBytes{

@@ -109,7 +109,10 @@ func TestActivationCheckpointing(t *testing.T) {
 	rc.ActivationCheckpointing = true
 	on := mustPredict(t, rc)
 	assert.Less(t, on.Breakdown[MemActivations], off.Breakdown[MemActivations])
-	assert.InEpsilon(t, 1+gpuRecomputeShare/3, on.ComputeS/off.ComputeS, 1e-9, "the forward is recomputed once, at the GPU's recompute share")
+	flops := func(p Prediction) float64 { return p.ComputeS - p.weightS - p.copyS }
+	assert.InEpsilon(t, 1+gpuRecomputeShare/3, flops(on)/flops(off), 1e-9, "the forward is recomputed once, at the GPU's recompute share")
+	assert.InEpsilon(t, 4.0/3, on.weightS/off.weightS, 1e-9, "the recompute reads the weights a third time")
+	assert.Equal(t, off.copyS, on.copyS, "FSDP copies the same bytes")
 	assert.Greater(t, on.StepTimeS, off.StepTimeS)
 	// Korthikanti et al.: with checkpointing each layer keeps 2·s·b·h bytes, and one
 	// layer's full 32·s·b·h (34 less the dropout masks) is live during its recompute.
@@ -227,7 +230,8 @@ func TestGradAccumulation(t *testing.T) {
 	one := mustPredict(t, rc)
 	rc.GradAccum, rc.GlobalBatch = 4, 0
 	four := mustPredict(t, rc)
-	assert.InEpsilon(t, 4*one.ComputeS, four.ComputeS, 1e-9)
+	assert.InEpsilon(t, 4*(one.ComputeS-one.reduceCopyS)+one.reduceCopyS, four.ComputeS, 1e-9,
+		"compute every micro-step; under no_sync, the copy before the reduction once")
 	assert.Equal(t, 4*one.TokensPerStep, four.TokensPerStep)
 	assert.InEpsilon(t, 4*float64(one.CommBytesPerStep.AllGather), float64(four.CommBytesPerStep.AllGather), 1e-9,
 		"full_shard gathers every micro-step")

@@ -197,16 +197,13 @@ func TestPublishedFoundryRowsByGroup(t *testing.T) {
 			t.Logf("peak %.1f GiB of %.1f (bare defaults %.1f); %.0f tokens/s/GPU vs %.0f published (%+.0f%%)", gibs(p.PeakDeviceMemBytes),
 				gibs(p.DeviceMemBytes), gibs(bare.PeakDeviceMemBytes), perGPU, r.tokensPerSPerGPU, 100*e)
 			assert.True(t, p.Feasible, "it trained: %s", p.Reason)
-			if name == "a100-40g/mpt-1b/seq2048/gpus32/mb10/ga1" || name == "a100-40g/mpt-70b/seq2048/gpus64/mb2/ga1" {
+			if name == "a100-40g/mpt-1b/seq2048/gpus32/mb10/ga1" {
 				// The table disagrees with itself here: 15,555 tokens/s/GPU on 32
 				// GPUs between 19,085 on 16 and 19,001 on 64 at the same micro-batch
-				// (MFU 0.45 among 0.55s). And 70B on 64 GPUs at micro-batch 2 runs
-				// at MFU 0.36 where 128 GPUs at micro-batch 4 reach 0.49: each
-				// micro-step gathers all 70B's weights for half the compute, and the
-				// sim hides the gathers under it for free where the run shows them
-				// slowing it (the CSV rows' micro-batch-1 misses show the same,
-				// TestPublishedFoundryCSVRows); +31% here. Each counts in its
-				// group's mean only.
+				// (MFU 0.45 among 0.55s). It counts in its group's mean only. (70B
+				// on 64 GPUs at micro-batch 2, MFU 0.36 where 128 GPUs at
+				// micro-batch 4 reach 0.49, was excused beside it at +31%; it is
+				// +29% since the weights' traffic and FSDP's copies are timed.)
 				return
 			}
 			assert.Less(t, abs(e), 0.30, "no row off by more than 30 percent")

@@ -161,7 +161,7 @@ func (r heldOutRow) run(t *testing.T, dir string) sweeps.RunConfig {
 // 70B at seq 512 to 8192. The others (125M and 350M, seq 16K to 64K) are
 // predicted and logged, and must fit, but their errors are not the issue's
 // targets (see TestPublishedHeldOutRows).
-func (r heldOutRow) inKind() bool { return r.numParams >= 7e8 && r.seq <= 8192 }
+func (r heldOutRow) inKind() bool { return r.numParams >= 7e8 && r.seq >= 512 && r.seq <= 8192 }
 
 // errTally sums a group's throughput errors.
 type errTally struct {
@@ -178,13 +178,29 @@ func (g *errTally) add(e float64) {
 func (g *errTally) mean() float64 { return g.sum / float64(max(g.n, 1)) }
 
 // foundryOutlier says the published table contradicts itself on the row, so
-// that no model of the row's settings can predict it: A100 40GB 1B on 32 GPUs,
-// 15,555 tokens/s/GPU between 19,085 on 16 and 19,001 on 64 at the same
-// micro-batch (MFU 0.45 among 0.55s). It is a kept row (the tuned tests name it
-// too), known before any held-out row was predicted; the calibration tests
-// log their worst row without it.
+// that no model of the row's settings can predict it; the calibration tests fit
+// without these rows and log their worst row without them:
+//   - A100 40GB 1B on 32 GPUs: 15,555 tokens/s/GPU between 19,085 on 16 and
+//     19,001 on 64 at the same micro-batch (MFU 0.45 among 0.55s). Known before
+//     any held-out row was predicted; the tuned tests name it too.
+//   - A100 40GB 13B on one node (seq 1024 to 8192, grad_accum 16, the README's
+//     four): llm-foundry's raw torch2.csv reruns two of them with the same
+//     settings 17% faster (seq 2048, micro-batch 4: 1,948 tokens/s/GPU against
+//     the README's 1,668; seq 1024, micro-batch 8: 2,019 against 1,727), and the
+//     README's own 13B rows on 16 to 128 GPUs (1,972 to 1,998) agree with the
+//     reruns, not with these: the four come from a slower setup than the rest of
+//     the table. Found while diagnosing the a100-40g hold-out, where a fit to
+//     them reads their slowness as efficiency falling with model size and
+//     carries it to every multi-node row (calibrated 5.7% against 4.1%
+//     uncalibrated; 3.5% without them).
 func foundryOutlier(r foundryRow) bool {
-	return r.hw == "a100-40g" && r.model == "1b" && r.seq == 2048 && r.gpus == 32
+	switch {
+	case r.hw == "a100-40g" && r.model == "1b" && r.seq == 2048 && r.gpus == 32:
+		return true
+	case r.hw == "a100-40g" && r.model == "13b" && r.gpus == 8 && r.ga == 16 && r.ac:
+		return true
+	}
+	return false
 }
 
 // TestPublishedHeldOutRows predicts every held-out llm-foundry row as a user
@@ -301,7 +317,7 @@ func TestPublishedHoldOutOneNodeToMultiNode(t *testing.T) {
 			for _, r := range all {
 				switch {
 				case r.hw != hw || !r.inKind():
-				case r.gpus <= 8 && slices.ContainsFunc(keptFoundryRows(), func(k heldOutRow) bool { return k == r }):
+				case r.gpus <= 8 && !foundryOutlier(r.foundryRow) && slices.ContainsFunc(keptFoundryRows(), func(k heldOutRow) bool { return k == r }):
 					fit = append(fit, r)
 				case r.gpus > 8:
 					held = append(held, r)

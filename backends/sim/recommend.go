@@ -258,8 +258,9 @@ func btoi(b bool) int {
 }
 
 // whySlower names the cost that makes p slower than best: of compute
-// (recompute, smaller GEMMs), exposed communication, offload copies, the
-// optimizer step and fixed costs, per token, the one that grew most.
+// (recompute, smaller GEMMs), FSDP's copies, exposed communication, offload
+// copies, the optimizer step and fixed costs, per token, the one that grew
+// most.
 func whySlower(p, best *Prediction) string {
 	perTok := func(x *Prediction, v float64) float64 { return v / float64(x.TokensPerStep) }
 	fixed := func(x *Prediction) float64 {
@@ -269,7 +270,8 @@ func whySlower(p, best *Prediction) string {
 		what string
 		d    float64
 	}{
-		{"compute-bound (recompute or lower efficiency)", perTok(p, p.ComputeS) - perTok(best, best.ComputeS)},
+		{"compute-bound (recompute or lower efficiency)", perTok(p, p.ComputeS-p.copyS) - perTok(best, best.ComputeS-best.copyS)},
+		{"FSDP's copies around its collectives (each gather's copy-out, each reduction's copy-in)", perTok(p, p.copyS) - perTok(best, best.copyS)},
 		{fmt.Sprintf("comm-bound (%.0f%% of the step is exposed communication)", 100*p.ExposedCommS/p.StepTimeS),
 			perTok(p, p.ExposedCommS) - perTok(best, best.ExposedCommS)},
 		{"optimizer/offload-bound (host↔device copies, the optimizer over a larger shard or on the host)", perTok(p, p.OffloadS+p.OptimizerS) - perTok(best, best.OffloadS+best.OptimizerS)},
