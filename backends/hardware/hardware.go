@@ -140,12 +140,14 @@ const attentionHalfSeq = 2048
 // activation checkpointing at seq 2048–8192 and HFU 0.69–0.79 for the
 // checkpointed ones, against 0.35–0.46 on H100. 0.73 (with
 // a100AttentionEfficiency, attentionHalfSeq and gpuRecomputeShare) gives the
-// 70 A100 rows the sim keeps mean errors of 8.2% (80 GB, one node), 3.5% (40
-// GB, one node) and 4.1% (40 GB, across nodes). It was 0.70 until the sim
+// 70 A100 rows the sim keeps mean errors of 7.9% (80 GB, one node), 3.5% (40
+// GB, one node) and 4.0% (40 GB, across nodes). It was 0.70 until the sim
 // timed the matmuls' weight traffic and FSDP's copies apart (sim's
 // weightTraffic, fsdpCopyTraffic), time the efficiency had absorbed; at 0.70
-// the kept rows' means became 10.3%, 4.8% and 6.4%. 0.76 fits them a little
-// better on average but puts the network-bound 70B row on 64 GPUs at +31%.
+// the kept rows' means became 10.1%, 4.7% and 6.2%. 0.76 fits them a little
+// better on average (6.0%, 3.5%, 3.6%) but puts the network-bound 70B row on
+// 64 GPUs at +33% and an 80 GB row at +30%. (The held-out rows were seen at
+// 0.70 and 0.73 both: torchtitan's A100 rows are under-predicted at either.)
 const a100Efficiency = 0.73
 
 // a100AttentionEfficiency is the A100's flash attention rate at long

@@ -530,3 +530,63 @@ func TestNCCLRingLatencyGrowsWithTheRanks(t *testing.T) {
 	}
 	assert.Less(t, perGPU(512), perGPU(128), "the latency of 511-step rings")
 }
+
+// TestWeightTrafficAndFSDPCopies checks the two per-micro-step memory costs
+// against their formulas: the matmuls' weights (weightTraffic) and FSDP's
+// copies around its collectives (fsdpCopyTraffic), each at the device's memory
+// bandwidth, and where they do not apply.
+func TestWeightTrafficAndFSDPCopies(t *testing.T) {
+	rc := cfg("llama-1b", 8, sweeps.FullShard)
+	rc.GradAccum, rc.GlobalBatch = 2, 0
+	v1 := mustPredict(t, withOpts(rc, "fsdp_version", 1))
+	bw := v1.Hardware.MemBWBytesPerS
+	P := float64(v1.Shape.Params())
+	require.True(t, v1.Shape.TiedEmbeddings, "llama-1b's head is its embedding: every parameter is a matmul weight")
+	// Forward read, backward read and gradient write, bf16, each micro-step.
+	assert.InEpsilon(t, 2*3*P*2/bw, v1.weightS, 1e-9)
+	// FSDP1: the flat gradient written from the views each micro-step; the
+	// pre-divide before each reduction, what of it the compute does not hide.
+	assert.InEpsilon(t, 2*2*P*2/bw, v1.copyS-v1.reduceCopyS, 1e-9)
+	assert.GreaterOrEqual(t, v1.reduceCopyS, 0.0)
+	assert.LessOrEqual(t, v1.reduceCopyS, 2*float64(v1.CommBytesPerStep.ReduceScatter)*2/bw*(1+1e-9))
+
+	// FSDP2: every gathered byte copied out (read and written), forward and
+	// backward, the copy-in before each reduce-scatter.
+	v2 := mustPredict(t, withOpts(rc, "fsdp_version", 2))
+	assert.InEpsilon(t, 2*float64(v2.CommBytesPerStep.AllGather)/bw, v2.copyS-v2.reduceCopyS, 1e-9)
+	assert.Equal(t, v1.weightS, v2.weightS)
+	sgo := rc
+	sgo.Sharding = sweeps.ShardGradOp
+	s2 := mustPredict(t, withOpts(sgo, "fsdp_version", 2))
+	assert.InEpsilon(t, 2*float64(s2.CommBytesPerStep.AllGather)/bw, s2.copyS-s2.reduceCopyS, 1e-9)
+	assert.Less(t, s2.copyS, v2.copyS, "shard_grad_op gathers, and copies out, once a micro-step")
+
+	// Checkpointing reads the weights a third time.
+	ac := rc
+	ac.ActivationCheckpointing = true
+	assert.InEpsilon(t, 2*4*P*2/bw, mustPredict(t, withOpts(ac, "fsdp_version", 1, "checkpointing", CheckpointFull)).weightS, 1e-9)
+
+	// The weights' traffic weighs most on the smallest micro-step.
+	big := rc
+	big.BatchPerDevice, big.SeqLen = 8, 4096
+	pb := mustPredict(t, big)
+	p1 := mustPredict(t, rc)
+	assert.Greater(t, p1.weightS/p1.ComputeS, 10*pb.weightS/pb.ComputeS)
+
+	// No FSDP copies under DDP, on one rank, or for the Go trainer (its flat
+	// buffers gather and reduce in place); neither cost on the cpu profile,
+	// whose efficiency is calibrated as one.
+	ddp := rc
+	ddp.Sharding = sweeps.DDP
+	assert.Zero(t, mustPredict(t, ddp).copyS)
+	one := cfg("llama-1b", 1, sweeps.FullShard)
+	assert.Zero(t, mustPredict(t, one).copyS)
+	gt := rc
+	gt.Backend = "gotrain"
+	assert.Zero(t, mustPredict(t, gt).copyS)
+	cpu := cfg("gpt2-124m", 2, sweeps.FullShard)
+	cpu.Hardware, cpu.MixedPrecision = "cpu", sweeps.FP32
+	c := mustPredict(t, cpu)
+	assert.Zero(t, c.weightS)
+	assert.Zero(t, c.copyS)
+}

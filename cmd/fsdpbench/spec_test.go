@@ -105,22 +105,25 @@ func TestSpecPathsFromAnotherDirectory(t *testing.T) {
 	assert.Equal(t, ids.FindAllString(home.stdout, -1), ids.FindAllString(away.stdout, -1))
 }
 
-// TestRecommendSaysTiesAndTheInterNodeAssumption is issue 25's case: picks
-// within the model's resolution are ties, won by the one with headroom (not
-// shard_grad_op at 59.5 of 60 GiB), and the output says so; on several nodes it
-// says which inter-node bandwidth it assumed.
+// TestRecommendSaysTiesAndTheInterNodeAssumption is issue 25's ask: picks
+// within the model's resolution are ties, won by the one with headroom (issue
+// 25 saw shard_grad_op at 59.5 of 60 GiB win by 0.2%), and the output says so;
+// on several nodes it says which inter-node bandwidth it assumed.
 func TestRecommendSaysTiesAndTheInterNodeAssumption(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	args := []string{"recommend", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus-per-node", "8",
-		"--global-batch", "64", "--seq-len", "4096", "--budget-gib", "60", "--calibration", "none"}
+	// Mistral 7B at seq 8192 within 50 GiB has ties on both sides of the
+	// headroom line (issue 25's Llama 3 8B case has none since the sim times
+	// FSDP2's copies: see sim's TestRecommendTiesPreferHeadroomAndSimplicity).
+	args := []string{"recommend", "--model", "mistral-7b", "--hardware", "h100-sxm", "--gpus-per-node", "8",
+		"--global-batch", "64", "--seq-len", "8192", "--budget-gib", "50", "--calibration", "none"}
 	res := fsdpbench(t, dir, append(args, "--nodes", "1")...)
 	require.Equal(t, 0, res.code, res.stderr)
 	first := regexp.MustCompile(`│\s*1 │ ([^│]+?)\s*│\s*([\d.]+) │`).FindStringSubmatch(res.stdout)
 	require.NotNil(t, first, res.stdout)
 	peak, err := strconv.ParseFloat(first[2], 64)
 	require.NoError(t, err)
-	assert.LessOrEqual(t, peak, 0.9*60, "#1 (%s) leaves headroom", first[1])
+	assert.LessOrEqual(t, peak, 0.9*50, "#1 (%s) leaves headroom", first[1])
 	assert.Regexp(t, `#1–#\d+ are ties: within 1% of each other's tokens/s`, res.stdout)
 	assert.NotContains(t, res.stdout, "inter-node")
 
