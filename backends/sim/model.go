@@ -1094,12 +1094,17 @@ func timeModel(p point, strategy string, wu wrapUnits, pred *Prediction) error {
 	}
 	// FSDP's own copies around its collectives (fsdpCopyTraffic): those of the
 	// gathers and FSDP1's flat gradient run on the compute stream, with the
-	// compute; the one before each reduction runs in the reduction's chain,
-	// before its reduce-scatter (FSDP1's post-backward stream, FSDP2's
-	// reduce-scatter stream until torch 2.5), hidden or exposed as it is.
+	// compute; the one before each reduction runs beside it, in the
+	// reduction's chain before its collective (FSDP1 divides on its
+	// post-backward stream; FSDP2's first releases copied in on the
+	// reduce-scatter stream), hidden or exposed as the reduction is.
 	var reduceCopyS float64 // one reduction's copy
 	if hw.IsGPU && hw.MemBWBytesPerS > 0 && r.WorldSize > 1 {
-		fwdCopy, bwdCopy, reduceCopy := fsdpCopyTraffic(p, strategy, agFwd, agBwd, rs+ar)
+		reduced := rs // hybrid_shard all-reduces the reduced shard in place
+		if rs == 0 {
+			reduced = ar // no_shard: the all-reduce's input
+		}
+		fwdCopy, bwdCopy, reduceCopy := fsdpCopyTraffic(p, strategy, agFwd, agBwd, reduced)
 		fwdCopyS, bwdCopyS := fwdCopy/hw.MemBWBytesPerS, bwdCopy/hw.MemBWBytesPerS
 		fwdC += fwdCopyS
 		bwdC += bwdCopyS

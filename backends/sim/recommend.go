@@ -271,7 +271,7 @@ func whySlower(p, best *Prediction) string {
 		d    float64
 	}{
 		{"compute-bound (recompute or lower efficiency)", perTok(p, p.ComputeS-p.copyS) - perTok(best, best.ComputeS-best.copyS)},
-		{"FSDP's copies around its collectives (each gather's copy-out, each reduction's copy-in)", perTok(p, p.copyS) - perTok(best, best.copyS)},
+		{"copy-bound (FSDP's copies around its collectives: FSDP2's copy-out of each gather, each reduction's copy-in)", perTok(p, p.copyS) - perTok(best, best.copyS)},
 		{fmt.Sprintf("comm-bound (%.0f%% of the step is exposed communication)", 100*p.ExposedCommS/p.StepTimeS),
 			perTok(p, p.ExposedCommS) - perTok(best, best.ExposedCommS)},
 		{"optimizer/offload-bound (host↔device copies, the optimizer over a larger shard or on the host)", perTok(p, p.OffloadS+p.OptimizerS) - perTok(best, best.OffloadS+best.OptimizerS)},

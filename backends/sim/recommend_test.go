@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -178,4 +179,21 @@ func TestAnnotatorStoresThePrediction(t *testing.T) {
 	Annotator(nil, nil)(bad, &m)
 	require.NotNil(t, m.StoredPrediction())
 	assert.Contains(t, m.StoredPrediction().Error, "no-such-model")
+}
+
+// TestRecommendNamesFSDPCopies is issue 25's case since the sim times FSDP's
+// copies: full_shard loses to shard_grad_op by the copy-out of the backward's
+// gathers, which shard_grad_op does not gather again, and says so.
+func TestRecommendNamesFSDPCopies(t *testing.T) {
+	req := Request{Model: "llama3-8b", Hardware: "h100-sxm", Nodes: 1, GPUsPerNode: 8, SeqLen: 4096, GlobalBatch: 64,
+		BudgetBytes: 60 << 30}
+	cands, err := Recommend(req)
+	require.NoError(t, err)
+	require.Equal(t, sweeps.ShardGradOp, cands[0].Config.Sharding)
+	i := slices.IndexFunc(cands, func(c Candidate) bool { return c.Config.Sharding == sweeps.FullShard })
+	require.GreaterOrEqual(t, i, 0)
+	fs := cands[i]
+	assert.True(t, strings.HasPrefix(fs.Lost, LostSlower+" by "), fs.Lost)
+	assert.Contains(t, fs.Lost, "copy-bound (FSDP's copies around its collectives", fs.Lost)
+	assert.Greater(t, fs.Pred.copyS, cands[0].Pred.copyS)
 }

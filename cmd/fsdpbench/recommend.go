@@ -64,7 +64,7 @@ with the analytic model (calibrated when a calibration is given, or found in
 <results>/calibration.json), ranks the points within the budget by tokens/s, prints
 the top ones with their predicted memory, and says why the others lost (over
 budget, does not fit, refused, or slower and what costs them: comm-bound,
-compute-bound, offload-bound, fixed costs).
+compute-bound, copy-bound (FSDP's own copies), offload-bound, fixed costs).
 
 --measure K runs the top K with a real backend (--backend gotrain, torchrun or a
 plugin; --launcher local or slurm) as a sweep named --name under --results, each
