@@ -140,17 +140,22 @@ base:
 		require.Equal(t, 0, res.code, res.stderr)
 		_, c := readABChange(t, abDir, results.SampleTokensPerSPerRank)
 		require.True(t, c.Backed)
-		assert.Less(t, c.Hi, 0.0, "gonum is slower: %+v", c)
+		assert.Less(t, c.Median, 0.0, "gonum is slower: %+v", c)
 		ofMedians := c.BMedian/c.AMedian - 1
 		assert.LessOrEqual(t, c.Lo, ofMedians, "%+v", c)
 		assert.GreaterOrEqual(t, c.Hi, ofMedians, "%+v", c)
 		// A slowdown is never passed. It fails, or, on a machine busy enough
 		// that the pairs straddle the limit or too many ran A and B under
 		// different states, is inconclusive (the gate's verdicts are
-		// unit-tested on fixed pairs in results).
+		// unit-tested on fixed pairs in results). Only a conclusive verdict
+		// needs the interval below zero: under load (CI once measured
+		// [-39.5%, +10.1%] around a median of -29.6%, six of ten pairs under
+		// different machine states) the test must not fail on noise the gate
+		// itself calls unresolved.
 		g := fsdpbench(t, dir, "gate", "--ab", abDir, "--rule", "tokens_per_s_per_rank:-5%")
 		switch g.code {
 		case ExitFailed:
+			assert.Less(t, c.Hi, 0.0, "a failing verdict rests on an interval below zero: %+v", c)
 		case ExitInconclusive:
 			t.Logf("inconclusive on this busy machine (%s): %s", loadAverage(), g.stdout)
 		default:

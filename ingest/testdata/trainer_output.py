@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -197,4 +198,11 @@ if rank == 0:
     torch.save(model.state_dict(), os.path.join(out, "pytorch_model.bin"))
     torch.save(vars(a), os.path.join(out, "training_args.bin"))
 if world > 1:
-    dist.destroy_process_group()
+    # End at once, as fsdpbench_train.py does: under torch 1.13 with gloo, the
+    # process group's teardown (destroy_process_group, or Python's own at exit)
+    # can abort a rank ("terminate called without an active exception": a gloo
+    # thread still joinable) or hang it. Every file is written and closed above.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
