@@ -216,8 +216,8 @@ func (r foundryCSVRow) name() string {
 // read again and the gradient written backward, whatever the tokens) and
 // FSDP's own copies (fsdpCopyTraffic: FSDP1's flat gradient and its
 // pre-divide), 13B at seq 512 is +29% and 7B at seq 1024 +17%. 13B at seq 128
-// (+55%, MFU 0.06) is outside the kinds (inKind: seq 512 to 8192, as
-// every kept table's rows are) and is logged in its own group.
+// (+55%, MFU 0.06) is outside the kinds (inKind: seq 512 to 8192; the
+// kept tables' rows are seq 1024 to 8192) and is logged in its own group.
 //
 // (H100 30B at seq 8192, micro-batch 1, checkpointed, +26%, is predicted at 96%
 // of the device's memory, where PyTorch's caching allocator frees its cache and
@@ -228,7 +228,8 @@ func (r foundryCSVRow) name() string {
 // everywhere: torchtitan's FSDP1 and FSDP2 runs of the same model on H100
 // (TestPublishedTorchtitanRows) are within 1.5% of each other, which they would
 // not be without overlap, and llm-foundry's own multi-node rows stated with
-// comm_overlap: none (CommOverlapNone) are 30-78% under. So the default keeps
+// comm_overlap: none (CommOverlapNone) fall up to 78% under (H100 13B on 64
+// GPUs; A100 40GB 70B on 64, 43%). So the default keeps
 // FSDP's prefetch overlap, and these rows are stated with it
 // (TestCommOverlapNoneFitsFoundrySeries shows the series under none).
 
