@@ -179,6 +179,14 @@ func (n *node) toAny() any {
 // toYAML converts the tree to values goccy/go-yaml marshals in order.
 func (n *node) toYAML() any {
 	switch n.kind {
+	case scalarNode:
+		if n.text != "" {
+			// A number as written: env values keep the spec's text (envString:
+			// `000` is "000", `2048.0` is "2048.0"), so the resolved spec must
+			// write the text, not the number's canonical form, to read back
+			// the same (the fuzzer found env.A: [000] resolved to [0]).
+			return writtenScalar(n.text)
+		}
 	case seqNode:
 		out := make([]any, len(n.items))
 		for i, it := range n.items {
@@ -194,6 +202,13 @@ func (n *node) toYAML() any {
 	}
 	return n.val
 }
+
+// writtenScalar is a scalar's text as the spec wrote it, which the YAML encoder
+// writes as it is (goccy parses MarshalYAML's bytes into the node it writes).
+type writtenScalar string
+
+// MarshalYAML implements goccy/go-yaml's BytesMarshaler.
+func (w writtenScalar) MarshalYAML() ([]byte, error) { return []byte(w), nil }
 
 // parseYAML reads one YAML document into a tree. Malformed YAML is reported with
 // goccy's message and position; duplicate keys, unsupported tags and non-string keys
