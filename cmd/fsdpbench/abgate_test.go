@@ -131,3 +131,27 @@ base: {world_size: 1, sharding: ddp, batch_per_device: 4, mixed_precision: fp32}
 	}
 	t.Logf("%d trials: exits %v", n, exits)
 }
+
+// TestGateABRefusesTheNightlyGatesFlags: --junit, --markdown and --alpha mean
+// something only to the nightly gate; with --ab they were once ignored without
+// a word (no JUnit file for the CI that asked for one). Each is a usage error
+// that says what gate --ab does instead.
+func TestGateABRefusesTheNightlyGatesFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	abDir := writeABResult(t, filepath.Join(dir, "ab"), []float64{-0.2, -0.21, -0.19, -0.2, -0.22, -0.18}, nil, nil)
+	for _, args := range [][]string{
+		{"--junit", filepath.Join(dir, "gate.xml")},
+		{"--markdown", filepath.Join(dir, "gate.md")},
+		{"--alpha", "0.01"},
+	} {
+		res := fsdpbench(t, dir, append([]string{"gate", "--ab", abDir, "--rule", "tokens_per_s_per_rank:-5%"}, args...)...)
+		assert.Equal(t, 2, res.code, "%v: %s", args, res.stdout)
+		assert.Contains(t, res.stderr, args[0]+" with --ab:", args)
+		assert.NoFileExists(t, filepath.Join(dir, "gate.xml"))
+		assert.NoFileExists(t, filepath.Join(dir, "gate.md"))
+	}
+	// Without them the same gate runs: the refusal is the flags', not the input's.
+	res := fsdpbench(t, dir, "gate", "--ab", abDir, "--rule", "tokens_per_s_per_rank:-5%")
+	assert.Equal(t, 1, res.code, res.stdout+res.stderr)
+}

@@ -72,7 +72,9 @@ wholly within, and is inconclusive otherwise. A check of a timed figure is also
 inconclusive when pairs whose A and B ran under machine states that differ
 materially (the thresholds above) could explain its verdict, unless the other
 pairs reach the verdict without them. --inconclusive
-applies as above: exit 3 by default, or counted as failures or as passing.
+applies as above: exit 3 by default, or counted as failures or as passing. Its report
+goes to stdout only (--format table or json): --junit, --markdown and --alpha are the
+nightly gate's, and --ab refuses them.
 
 Exit codes: 0 pass; 1 regression; 2 usage or data error; 3 inconclusive (no check
 failed, some could not tell).`,
@@ -82,6 +84,17 @@ failed, some could not tell).`,
 				// An A/B result is its own input: its two sides ran side by side.
 				if current != "" || baseline != "" || history != "" {
 					return usageError(errors.New("--ab is the whole input (A is the baseline, B the current): drop --baseline, --current and --history"))
+				}
+				// The nightly gate's report files and test level have no meaning
+				// here: refused, rather than silently not written or not applied.
+				for _, n := range []struct{ flag, why string }{
+					{"junit", "gate --ab writes its report to stdout only (--format table or json); keep the JSON (--format json > FILE) for CI"},
+					{"markdown", "gate --ab writes its report to stdout only (--format table or json)"},
+					{"alpha", "gate --ab judges by the confidence interval `fsdpbench ab --confidence` stored, not by a significance test; measure again with the confidence you want"},
+				} {
+					if cmd.Flags().Changed(n.flag) {
+						return usageError(fmt.Errorf("--%s with --ab: %s", n.flag, n.why))
+					}
 				}
 				if !slices.Contains(results.InconclusivePolicies, inconclusive) {
 					return usageError(fmt.Errorf("--inconclusive %q: use %s", inconclusive, strings.Join(results.InconclusivePolicies, ", ")))
