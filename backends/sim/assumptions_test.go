@@ -114,9 +114,8 @@ func TestSelectiveCheckpointingRecomputesTheUnsavedMatmuls(t *testing.T) {
 	// Each at the GPU's uncalibrated recompute share (gpuRecomputeShare).
 	// The FLOPs' time, without the weights' traffic, which the recompute reads
 	// again for the share of the forward's matmuls it runs (weightTraffic).
-	flops := func(p Prediction) float64 { return p.ComputeS - p.weightS - p.copyS }
-	assert.InEpsilon(t, flops(off)+gpuRecomputeShare*rf/peak, flops(sel), 1e-9)
-	assert.InEpsilon(t, flops(off)*(1+gpuRecomputeShare/3), flops(full), 1e-9)
+	assert.InEpsilon(t, flopsS(off)+gpuRecomputeShare*rf/peak, flopsS(sel), 1e-9)
+	assert.InEpsilon(t, flopsS(off)*(1+gpuRecomputeShare/3), flopsS(full), 1e-9)
 	forwardMatmuls := (off.ModelFlopsPerToken - attentionFlopsPerToken(s, rc.SeqLen)) / 3 * float64(rc.SeqLen*rc.BatchPerDevice)
 	assert.InEpsilon(t, 1+rf/forwardMatmuls/3, sel.weightS/off.weightS, 1e-9, "selective reads again the weights of the matmuls it runs again")
 	assert.InEpsilon(t, 4.0/3, full.weightS/off.weightS, 1e-9)

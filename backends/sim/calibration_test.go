@@ -137,8 +137,7 @@ func TestCalibratedPrediction(t *testing.T) {
 		// Full checkpointing runs the forward's ops again: 1 + share/3 of the
 		// overhead, as of the FLOPs (the share uncalibrated: gpuRecomputeShare).
 		assert.InEpsilon(t, bare.StepTimeS+0.01*(1+gpuRecomputeShare/3), p.StepTimeS, 1e-9)
-		flops := func(p Prediction) float64 { return p.ComputeS - p.weightS - p.copyS }
-		assert.InEpsilon(t, 1+gpuRecomputeShare/3, flops(bare)/flops(base), 1e-9)
+		assert.InEpsilon(t, 1+gpuRecomputeShare/3, flopsS(bare)/flopsS(base), 1e-9)
 	})
 	t.Run("bandwidth factor scales fabric curves too", func(t *testing.T) {
 		two := rc

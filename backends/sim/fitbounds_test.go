@@ -170,8 +170,7 @@ func TestRecomputeShareFittedOnlyFromCheckpointedRuns(t *testing.T) {
 	require.NoError(t, err)
 	without, err := PredictCalibrated(off, nil, cal)
 	require.NoError(t, err)
-	flops := func(p Prediction) float64 { return p.ComputeS - p.weightS - p.copyS }
-	assert.InEpsilon(t, 1+gpuRecomputeShare/3, flops(on)/flops(without), 1e-9, "recompute at the uncalibrated share")
+	assert.InEpsilon(t, 1+gpuRecomputeShare/3, flopsS(on)/flopsS(without), 1e-9, "recompute at the uncalibrated share")
 }
 
 // TestFitReadsTheSimOptionsOfAnIngestedRun: a run of no named backend (ingested

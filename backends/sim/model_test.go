@@ -26,6 +26,10 @@ func cfg(model string, worldSize int, sharding string) sweeps.RunConfig {
 	}
 }
 
+// flopsS is p's compute time without the per-micro-step memory costs (the
+// matmuls' weight traffic, FSDP's copies): the part that scales with FLOPs.
+func flopsS(p Prediction) float64 { return p.ComputeS - p.weightS - p.copyS }
+
 func mustPredict(t testing.TB, rc sweeps.RunConfig) Prediction {
 	t.Helper()
 	p, err := Predict(rc)
@@ -109,8 +113,7 @@ func TestActivationCheckpointing(t *testing.T) {
 	rc.ActivationCheckpointing = true
 	on := mustPredict(t, rc)
 	assert.Less(t, on.Breakdown[MemActivations], off.Breakdown[MemActivations])
-	flops := func(p Prediction) float64 { return p.ComputeS - p.weightS - p.copyS }
-	assert.InEpsilon(t, 1+gpuRecomputeShare/3, flops(on)/flops(off), 1e-9, "the forward is recomputed once, at the GPU's recompute share")
+	assert.InEpsilon(t, 1+gpuRecomputeShare/3, flopsS(on)/flopsS(off), 1e-9, "the forward is recomputed once, at the GPU's recompute share")
 	assert.InEpsilon(t, 4.0/3, on.weightS/off.weightS, 1e-9, "the recompute reads the weights a third time")
 	assert.Equal(t, off.copyS, on.copyS, "FSDP copies the same bytes")
 	assert.Greater(t, on.StepTimeS, off.StepTimeS)
