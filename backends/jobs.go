@@ -60,8 +60,10 @@ type Job interface {
 	Spec() JobSpec
 	// Line takes one line a task printed, as it comes: stream is "stdout" or
 	// "stderr", task the task's index in the job (-1 for the launcher's own
-	// lines). It returns the step the line reports, if any, for progress.
-	Line(stream string, task int, line string) (Event, bool)
+	// lines). It returns the steps the line reports, if any, for progress (a
+	// line can hold several: ranks that share a pipe can write into each
+	// other's lines).
+	Line(stream string, task int, line string) []Event
 	// Finish builds the repeat's Result once every task has ended; exitErr is nil
 	// when the job succeeded and says how it ended otherwise. A job the launcher
 	// stopped (time limit, cancellation, node failure) is the launcher's to

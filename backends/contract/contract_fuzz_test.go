@@ -54,6 +54,8 @@ func FuzzParseStepLine(f *testing.F) {
 		`FSDPBENCH {"step": 3, "loss": 1.5, "step_time_s": 0.2, "rank": 0}`,
 		`[1]:FSDPBENCH {"step": 1, "loss": NaN, "step_time_s": 0.2}`,
 		`FSDPBENCH {"step": 1, "step_time_s": -1}`, `FSDPBENCH {`, `FSDPBENCH done`, `iter 3: loss 2.0`,
+		`FSDPBENCH {"step": 1, "step_time_s": 0.1, "rank": 0}FSDPBENCH {"step": 1, "step_time_s": 0.1, "rank": 1}`,
+		`FSDPBENCH {"step": 2, "step_time_s": 0.1}iter 7 FSDPBENCH {`,
 	} {
 		f.Add(s)
 	}
@@ -62,14 +64,20 @@ func FuzzParseStepLine(f *testing.F) {
 		if ok && err != nil {
 			t.Fatalf("both a step and an error: %v", err)
 		}
-		if !ok {
-			return
+		sts, errs := ParseStepLines(line)
+		if n := strings.Count(line, StepPrefix); len(sts)+len(errs) > n {
+			t.Fatalf("%d steps and %d errors from %d prefixes", len(sts), len(errs), n)
 		}
-		if st.Step.Step < 1 || !(st.StepTimeS > 0) || math.IsInf(st.StepTimeS, 0) || st.Tokens < 0 {
-			t.Fatalf("accepted a step out of bounds: %+v", st)
+		if ok {
+			sts = append(sts, st)
 		}
-		if _, err := json.Marshal(st); err != nil {
-			t.Fatalf("an accepted step cannot be stored: %v", err)
+		for _, st := range sts {
+			if st.Step.Step < 1 || !(st.StepTimeS > 0) || math.IsInf(st.StepTimeS, 0) || st.Tokens < 0 {
+				t.Fatalf("accepted a step out of bounds: %+v", st)
+			}
+			if _, err := json.Marshal(st); err != nil {
+				t.Fatalf("an accepted step cannot be stored: %v", err)
+			}
 		}
 	})
 }

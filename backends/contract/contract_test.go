@@ -71,6 +71,40 @@ func TestParseStepLine(t *testing.T) {
 	assert.Contains(t, st.Diverged, "loss is -Inf at step 4")
 }
 
+// TestParseStepLinesReadsRanksThatShareALine: the ranks share the launcher's
+// stdout and Python's print writes the text and the newline apart, so two ranks
+// printing at once give one line with both records (CI read this line and
+// dropped both steps as a broken line), and a record can be followed by another
+// rank's text.
+func TestParseStepLinesReadsRanksThatShareALine(t *testing.T) {
+	sts, errs := ParseStepLines(`FSDPBENCH {"step": 1, "loss": 5.0, "step_time_s": 0.1, "rank": 0}FSDPBENCH {"step": 1, "loss": 5.0, "step_time_s": 0.1, "rank": 1}`)
+	require.Empty(t, errs)
+	require.Len(t, sts, 2)
+	assert.Equal(t, []int{0, 1}, []int{sts[0].Rank, sts[1].Rank})
+	assert.Equal(t, 1, sts[1].Step.Step)
+
+	sts, errs = ParseStepLines(`[0]:FSDPBENCH {"step": 2, "step_time_s": 0.25}iter 7: loss 2.1 FSDPBENCH done`)
+	require.Empty(t, errs)
+	require.Len(t, sts, 1, "the other rank's text after the record is no part of it")
+	assert.Equal(t, 0.25, sts[0].StepTimeS)
+	st, ok, err := ParseStepLine(`FSDPBENCH {"step": 2, "step_time_s": 0.25} and more`)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, 2, st.Step.Step)
+
+	// A broken record among good ones fails alone, and says where in the whole line.
+	sts, errs = ParseStepLines(`FSDPBENCH {"step": 3, "step_time_s": 0.1}FSDPBENCH {"step": 0, "step_time_s": 0.1}FSDPBENCH {"step": 4,, "step_time_s": 0.1}`)
+	require.Len(t, sts, 1)
+	assert.Equal(t, 3, sts[0].Step.Step)
+	require.Len(t, errs, 2)
+	assert.Contains(t, errs[0].Error(), "step is 0")
+	assert.Contains(t, errs[1].Error(), "step line:1:104: invalid character ','")
+
+	sts, errs = ParseStepLines("no step here")
+	assert.Empty(t, sts)
+	assert.Empty(t, errs)
+}
+
 // TestParseStepLineRefusesBrokenLines: a step line that is broken says where and
 // why (it used to be dropped without a word, or taken with a negative step time).
 func TestParseStepLineRefusesBrokenLines(t *testing.T) {

@@ -55,6 +55,19 @@ func DecodeJSON(path string, data []byte, v any) ([]NonFinite, error) {
 	return out, nil
 }
 
+// jsonValueEnd is the length of the JSON value data starts with (Python's
+// non-finite tokens allowed), or len(data) when none parses: the error then
+// names the whole of data.
+func jsonValueEnd(data []byte) int {
+	clean, _ := maskNonFinite(data)
+	dec := json.NewDecoder(bytes.NewReader(clean))
+	var v json.RawMessage
+	if dec.Decode(&v) != nil {
+		return len(data)
+	}
+	return int(dec.InputOffset())
+}
+
 // maskNonFinite replaces each bare non-finite token outside strings by a 0 padded
 // with spaces to the token's length, so every offset (and so every error position)
 // stays that of the original; it returns the offsets of the zeros and their values.

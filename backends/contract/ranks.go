@@ -283,22 +283,83 @@ const (
 )
 
 // ParseStepLine reads a "FSDPBENCH {json}" line (anywhere in the line: torchrun's
-// --tee prefixes "[rank]:"). ok is false for a line that is no step line; err is
-// set for one that is, but broken: its JSON (with line:column in the line), or a
-// figure out of bounds (a step below 1, a step time that is not a positive number
-// of seconds). A NaN or infinite loss is no error: see StepLine.Diverged.
+// --tee prefixes "[rank]:"): its first step record, as ParseStepLines reads each.
+// ok is false for a line that is no step line; err is set for one that is, but
+// broken: its JSON (with line:column in the line), or a figure out of bounds (a
+// step below 1, a step time that is not a positive number of seconds). A NaN or
+// infinite loss is no error: see StepLine.Diverged.
 func ParseStepLine(line string) (st StepLine, ok bool, err error) {
 	i := strings.Index(line, StepPrefix)
-	if i < 0 || !strings.HasPrefix(strings.TrimLeft(line[i+len(StepPrefix):], " \t"), "{") {
+	if i < 0 {
+		return st, false, nil
+	}
+	return parseStepRecord(line, i, recordEnd(line, i))
+}
+
+// ParseStepLines reads every step record in one stdout line. The ranks of a
+// launcher share its stdout, and Python's print writes the text and its newline
+// in two writes (unbuffered, as under python -u), so two ranks printing at once
+// read back as "FSDPBENCH {a}FSDPBENCH {b}" and an empty line, and a record can
+// be followed on its line by another rank's text: each record ends at the end of
+// its JSON object, or at the next prefix. Each record gives a step or an error,
+// in the order they appear.
+func ParseStepLines(line string) (sts []StepLine, errs []error) {
+	for from := 0; ; {
+		i := strings.Index(line[from:], StepPrefix)
+		if i < 0 {
+			return sts, errs
+		}
+		start := from + i
+		end := recordEnd(line, start)
+		st, ok, err := parseStepRecord(line, start, end)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case ok:
+			sts = append(sts, st)
+		}
+		if tooLong := (lineTooLong{}); errors.As(err, &tooLong) {
+			return sts, errs // one error for the line, not one per record in it
+		}
+		from = end
+	}
+}
+
+// recordEnd is where the step record that starts at start ends at the latest:
+// at the next prefix, or at the end of the line.
+func recordEnd(line string, start int) int {
+	after := start + len(StepPrefix)
+	if j := strings.Index(line[after:], StepPrefix); j >= 0 {
+		return after + j
+	}
+	return len(line)
+}
+
+// lineTooLong marks a step line refused for its length: the whole line's error.
+type lineTooLong struct{ error }
+
+func (e lineTooLong) Unwrap() error { return e.error }
+
+// parseStepRecord reads the record in line[start:end], which starts with the
+// prefix; it ends at the end of its JSON object, and what follows the object
+// (another rank's text) is no part of it.
+func parseStepRecord(line string, start, end int) (st StepLine, ok bool, err error) {
+	open := start + len(StepPrefix)
+	open += len(line[open:end]) - len(strings.TrimLeft(line[open:end], " \t"))
+	if !strings.HasPrefix(line[open:end], "{") {
 		return st, false, nil
 	}
 	if err := LineTooLong("step line", line); err != nil {
-		return st, false, err
+		return st, false, lineTooLong{err}
 	}
-	// The prefix is blanked rather than cut, so columns count in the whole line.
+	// What is not the record is blanked rather than cut, so columns count in the
+	// whole line.
 	data := []byte(line)
-	for j := range i + len(StepPrefix) {
-		data[j] = ' '
+	end = open + jsonValueEnd(data[open:end])
+	for j := range data {
+		if j < open || j >= end {
+			data[j] = ' '
+		}
 	}
 	// A flat copy of StepLine, so type errors name the fields as the line has them.
 	var wire struct {

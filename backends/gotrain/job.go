@@ -69,7 +69,7 @@ var srunExit = regexp.MustCompile(`srun: error: \S+: tasks? ([0-9]+)[^:]*: Exite
 
 func (j *job) Spec() backends.JobSpec { return j.spec }
 
-func (j *job) Line(stream string, task int, line string) (backends.Event, bool) {
+func (j *job) Line(stream string, task int, line string) []backends.Event {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if stream == "stderr" {
@@ -104,19 +104,19 @@ func (j *job) Line(stream string, task int, line string) (backends.Event, bool) 
 				j.diverged, j.divergedSaid = task, true
 			}
 		}
-		return backends.Event{}, false
+		return nil
 	}
 	we, ok, err := stepEvent(line)
 	if err != nil && j.badEvent == "" {
 		j.badEvent = fmt.Sprintf("task %d: %v", task, err)
 	}
 	if !ok {
-		return backends.Event{}, false
+		return nil
 	}
 	loss := we.Loss
 	j.steps = append(j.steps, results.Step{Step: len(j.steps) + 1, Loss: &loss, StepTimeS: we.StepTimeS, Tokens: we.Tokens})
-	return backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: task, Step: len(j.steps),
-		Loss: &loss, StepTimeS: we.StepTimeS, Tokens: we.Tokens}, true
+	return []backends.Event{{Kind: backends.EventStep, Time: time.Now(), Rank: task, Step: len(j.steps),
+		Loss: &loss, StepTimeS: we.StepTimeS, Tokens: we.Tokens}}
 }
 
 // errOOMText is how the device's out-of-memory error reads in a worker's last line.

@@ -90,13 +90,12 @@ func TestJobLineReportsMeasuredSteps(t *testing.T) {
 	b := &Backend{executable: func() (string, error) { return "fsdpbench", nil }}
 	job, err := b.PrepareJob(context.Background(), jobRun(), backends.RunEnv{RunDir: t.TempDir()}, backends.Placement{Nodes: 2}, false)
 	require.NoError(t, err)
-	_, ok := job.Line("stdout", 0, `FSDPBENCH {"event":"step","rank":0,"step":1,"warmup":true,"loss":5.5}`)
-	assert.False(t, ok)
-	ev, ok := job.Line("stdout", 0, `FSDPBENCH {"event":"step","rank":0,"step":2,"loss":5.4,"step_time_s":0.01,"tokens":64}`)
-	require.True(t, ok)
+	assert.Empty(t, job.Line("stdout", 0, `FSDPBENCH {"event":"step","rank":0,"step":1,"warmup":true,"loss":5.5}`))
+	evs := job.Line("stdout", 0, `FSDPBENCH {"event":"step","rank":0,"step":2,"loss":5.4,"step_time_s":0.01,"tokens":64}`)
+	require.Len(t, evs, 1)
+	ev := evs[0]
 	assert.Equal(t, backends.EventStep, ev.Kind)
 	assert.Equal(t, 1, ev.Step)
 	assert.InDelta(t, 5.4, *ev.Loss, 1e-12)
-	_, ok = job.Line("stdout", 1, "not an event")
-	assert.False(t, ok)
+	assert.Empty(t, job.Line("stdout", 1, "not an event"))
 }

@@ -467,7 +467,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 		var started bool
 		started, waitErr = contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
 			Stdout: func(line string) {
-				if st, ok := rep.Stdout(line); ok {
+				for _, st := range rep.Stdout(line) {
 					stepped = true
 					emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 						Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
@@ -866,16 +866,17 @@ const (
 // tokensPerIter matches nanoGPT's "tokens per iteration will be: 491,520".
 var tokensPerIter = regexp.MustCompile(`tokens per iteration will be: ([0-9][0-9,]*)\s*$`)
 
-// Stdout takes one stdout line and returns the step it reports, if it is a valid
-// FSDPBENCH line; a broken one fails the run (Finish) with its position.
-func (o *Report) Stdout(line string) (contract.StepLine, bool) {
-	st, ok, err := contract.ParseStepLine(line)
+// Stdout takes one stdout line and returns the steps it reports: its valid
+// FSDPBENCH records (two ranks printing at once can share a line, see
+// contract.ParseStepLines); a broken one fails the run (Finish) with its position.
+func (o *Report) Stdout(line string) []contract.StepLine {
+	sts, errs := contract.ParseStepLines(line)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err != nil && o.badStep == "" {
-		o.badStep = err.Error()
+	if len(errs) > 0 && o.badStep == "" {
+		o.badStep = errs[0].Error()
 	}
-	if ok {
+	for _, st := range sts {
 		o.steps = append(o.steps, st.Step)
 		if st.Diverged != "" && o.diverged == "" {
 			o.diverged = st.Diverged
@@ -889,7 +890,7 @@ func (o *Report) Stdout(line string) (contract.StepLine, bool) {
 			o.scriptTokens = n
 		}
 	}
-	return st, ok
+	return sts
 }
 
 // Stderr takes one stderr line.

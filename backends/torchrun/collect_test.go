@@ -121,6 +121,15 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	res = finish(t, rc, o, rep)
 	assert.Equal(t, results.StatusOK, res.Status, res.Error)
 	assert.InDelta(t, 0.75, res.MeasuredWallS, 1e-12)
+
+	// Rank 1's text written between rank 0's record and its newline (print
+	// writes them apart) leaves the step whole.
+	rep, o = logReport(t, nil, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}rank 1: warming up`, "",
+		`FSDPBENCH {"step": 2, "loss": 2.4, "step_time_s": 0.25}`)
+	res = finish(t, rc, o, rep)
+	assert.Equal(t, results.StatusOK, res.Status, res.Error)
+	assert.Len(t, res.Steps, 2)
+	assert.InDelta(t, 0.75, res.MeasuredWallS, 1e-12)
 }
 
 // TestReportReadsTorch2Prefixes: torch 2.x's --tee writes "[default0]:" before

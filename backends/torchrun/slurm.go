@@ -101,17 +101,17 @@ type slurmJob struct {
 
 func (s *slurmJob) Spec() backends.JobSpec { return s.spec }
 
-func (s *slurmJob) Line(stream string, _ int, line string) (backends.Event, bool) {
+func (s *slurmJob) Line(stream string, _ int, line string) []backends.Event {
 	if stream == "stderr" {
 		s.rep.Stderr(line)
-		return backends.Event{}, false
+		return nil
 	}
-	st, ok := s.rep.Stdout(line)
-	if !ok {
-		return backends.Event{}, false
+	var evs []backends.Event
+	for _, st := range s.rep.Stdout(line) {
+		evs = append(evs, backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
+			Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: s.job.rc.TokensPerStep()})
 	}
-	return backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
-		Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: s.job.rc.TokensPerStep()}, true
+	return evs
 }
 
 func (s *slurmJob) Finish(exitErr error, warn func(string)) results.Result {

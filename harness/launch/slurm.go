@@ -285,7 +285,7 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ende
 	drain := func(final bool) {
 		for _, t := range outs {
 			t.read(final, func(stream string, task int, line string) {
-				if ev, ok := job.Line(stream, task, line); ok {
+				for _, ev := range job.Line(stream, task, line) {
 					emit(ev)
 				}
 			})

@@ -80,11 +80,11 @@ type shellJob struct {
 }
 
 func (j *shellJob) Spec() backends.JobSpec { return j.spec }
-func (j *shellJob) Line(stream string, task int, line string) (backends.Event, bool) {
+func (j *shellJob) Line(stream string, task int, line string) []backends.Event {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.lines = append(j.lines, fmt.Sprintf("%s %d %s", stream, task, line))
-	return backends.Event{}, false
+	return nil
 }
 func (j *shellJob) Finish(exitErr error, _ func(string)) results.Result {
 	j.exitErr = exitErr

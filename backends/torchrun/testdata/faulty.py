@@ -86,9 +86,19 @@ elif a.mode == "mismatch":
         with open("metrics.json", "w") as f:
             json.dump({"wall_time_s": 2.0, "approx_tokens_per_rank": 1000, "world_size": world + 1}, f)
 elif a.mode == "steplines":
-    if rank == 0:
-        for s in range(1, 4):
-            print("FSDPBENCH " + json.dumps({"step": s, "loss": 5.0 - s / 10, "step_time_s": 0.5, "rank": 0}), flush=True)
+    # Step 1's line comes as ranks sharing stdout can write it: print writes the
+    # record and its newline apart, and another rank's text lands between them.
+    for s in range(1, 4):
+        if rank == 0:
+            sys.stdout.write("FSDPBENCH " + json.dumps({"step": s, "loss": 5.0 - s / 10, "step_time_s": 0.5, "rank": 0}))
+            sys.stdout.flush()
+        if s == 1 and world > 1:
+            dist.barrier()
+            if rank == 1:
+                print("rank 1: writing between rank 0's record and its newline", flush=True)
+            dist.barrier()
+        if rank == 0:
+            print(flush=True)
 elif a.mode == "diverged":
     # What a run whose loss blows up writes: json.dump's bare NaN, as is.
     steps = [{"step": s, "loss": [2.5, float("inf"), float("nan")][s - 1], "step_time_s": 0.5} for s in range(1, 4)]
