@@ -36,21 +36,28 @@ var nonFiniteTokens = []struct {
 // and position, for the caller to judge (a NaN loss is a diverged run; a NaN step
 // time is a broken report). Any error names path:line:col.
 func DecodeJSON(path string, data []byte, v any) ([]NonFinite, error) {
+	return decodeJSONAt(path, data, 0, v)
+}
+
+// decodeJSONAt is DecodeJSON for data that starts col0 bytes into the first line
+// of path (a record within a stdout line): positions count in that whole line,
+// while only data is read.
+func decodeJSONAt(path string, data []byte, col0 int, v any) ([]NonFinite, error) {
 	clean, at := maskNonFinite(data)
 	if err := json.Unmarshal(clean, v); err != nil {
-		return nil, fmt.Errorf("%s: %s", JSONPos(path, data, err), jsonMessage(err))
+		return nil, fmt.Errorf("%s: %s", jsonPosAt(path, data, col0, err), jsonMessage(err))
 	}
 	if len(at) == 0 {
 		return nil, nil
 	}
 	fields, err := fieldsAt(clean, at)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s", JSONPos(path, data, err), jsonMessage(err))
+		return nil, fmt.Errorf("%s: %s", jsonPosAt(path, data, col0, err), jsonMessage(err))
 	}
 	offs := slices.Sorted(maps.Keys(at)) // as they appear in the file
 	out := make([]NonFinite, 0, len(offs))
 	for _, off := range offs {
-		out = append(out, NonFinite{Field: fields[off], Value: at[off], Pos: posAt(path, data, off)})
+		out = append(out, NonFinite{Field: fields[off], Value: at[off], Pos: posAt(path, data, col0, off)})
 	}
 	return out, nil
 }
@@ -212,10 +219,13 @@ func fieldsAt(data []byte, at map[int]float64) (map[int]string, error) {
 }
 
 // posAt is path:line:col of the byte at off.
-func posAt(path string, data []byte, off int) string {
+func posAt(path string, data []byte, col0, off int) string {
 	off = min(max(off, 0), len(data))
 	line := 1 + bytes.Count(data[:off], []byte("\n"))
 	col := off - bytes.LastIndexByte(data[:off], '\n')
+	if line == 1 {
+		col += col0
+	}
 	return fmt.Sprintf("%s:%d:%d", path, line, col)
 }
 

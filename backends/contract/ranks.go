@@ -293,7 +293,16 @@ func ParseStepLine(line string) (st StepLine, ok bool, err error) {
 	if i < 0 {
 		return st, false, nil
 	}
-	return parseStepRecord(line, i, recordEnd(line, i))
+	end := recordEnd(line, i)
+	open, ok := recordOpen(line, i, end)
+	if !ok {
+		return st, false, nil
+	}
+	if err := LineTooLong("step line", line); err != nil {
+		return st, false, err
+	}
+	st, err = parseStepRecord(line, open, end)
+	return st, err == nil, err
 }
 
 // ParseStepLines reads every step record in one stdout line. The ranks of a
@@ -302,8 +311,9 @@ func ParseStepLine(line string) (st StepLine, ok bool, err error) {
 // read back as "FSDPBENCH {a}FSDPBENCH {b}" and an empty line, and a record can
 // be followed on its line by another rank's text: each record ends at the end of
 // its JSON object, or at the next prefix. Each record gives a step or an error,
-// in the order they appear.
+// in the order they appear; a line that was cut gives one error.
 func ParseStepLines(line string) (sts []StepLine, errs []error) {
+	checked := false
 	for from := 0; ; {
 		i := strings.Index(line[from:], StepPrefix)
 		if i < 0 {
@@ -311,17 +321,22 @@ func ParseStepLines(line string) (sts []StepLine, errs []error) {
 		}
 		start := from + i
 		end := recordEnd(line, start)
-		st, ok, err := parseStepRecord(line, start, end)
-		switch {
-		case err != nil:
+		from = end
+		open, ok := recordOpen(line, start, end)
+		if !ok {
+			continue
+		}
+		if !checked { // once: LineTooLong reads the whole line
+			checked = true
+			if err := LineTooLong("step line", line); err != nil {
+				return sts, []error{err}
+			}
+		}
+		if st, err := parseStepRecord(line, open, end); err != nil {
 			errs = append(errs, err)
-		case ok:
+		} else {
 			sts = append(sts, st)
 		}
-		if tooLong := (lineTooLong{}); errors.As(err, &tooLong) {
-			return sts, errs // one error for the line, not one per record in it
-		}
-		from = end
 	}
 }
 
@@ -335,32 +350,21 @@ func recordEnd(line string, start int) int {
 	return len(line)
 }
 
-// lineTooLong marks a step line refused for its length: the whole line's error.
-type lineTooLong struct{ error }
-
-func (e lineTooLong) Unwrap() error { return e.error }
-
-// parseStepRecord reads the record in line[start:end], which starts with the
-// prefix; it ends at the end of its JSON object, and what follows the object
-// (another rank's text) is no part of it.
-func parseStepRecord(line string, start, end int) (st StepLine, ok bool, err error) {
-	open := start + len(StepPrefix)
+// recordOpen is where the JSON object of the record in line[start:end] opens;
+// ok is false when the prefix is followed by no object ("FSDPBENCH done").
+func recordOpen(line string, start, end int) (open int, ok bool) {
+	open = start + len(StepPrefix)
 	open += len(line[open:end]) - len(strings.TrimLeft(line[open:end], " \t"))
-	if !strings.HasPrefix(line[open:end], "{") {
-		return st, false, nil
-	}
-	if err := LineTooLong("step line", line); err != nil {
-		return st, false, lineTooLong{err}
-	}
-	// What is not the record is blanked rather than cut, so columns count in the
-	// whole line.
-	data := []byte(line)
-	end = open + jsonValueEnd(data[open:end])
-	for j := range data {
-		if j < open || j >= end {
-			data[j] = ' '
-		}
-	}
+	return open, strings.HasPrefix(line[open:end], "{")
+}
+
+// parseStepRecord reads the record whose object opens at line[open] and ends by
+// end; what follows the object (another rank's text) is no part of it. Only the
+// record is read (a line of many records is read once, not once per record),
+// and positions count in the whole line.
+func parseStepRecord(line string, open, end int) (st StepLine, err error) {
+	data := []byte(line[open:end])
+	data = data[:jsonValueEnd(data)]
 	// A flat copy of StepLine, so type errors name the fields as the line has them.
 	var wire struct {
 		Step      int      `json:"step"`
@@ -369,22 +373,22 @@ func parseStepRecord(line string, start, end int) (st StepLine, ok bool, err err
 		Tokens    int64    `json:"tokens"`
 		Rank      int      `json:"rank"`
 	}
-	bad, err := DecodeJSON("step line", data, &wire)
+	bad, err := decodeJSONAt("step line", data, open, &wire)
 	if err != nil {
-		return st, false, fmt.Errorf("%w: %s", err, quoteLine(line))
+		return st, fmt.Errorf("%w: %s", err, quoteLine(line))
 	}
 	st = StepLine{Step: results.Step{Step: wire.Step, Loss: wire.Loss, StepTimeS: wire.StepTimeS, Tokens: wire.Tokens}, Rank: wire.Rank}
 	for _, nf := range bad {
 		if nf.Field != "loss" {
-			return st, false, fmt.Errorf("%s: %s is %v; it must be a finite number: %s", nf.Pos, nf.Field, nf.Value, quoteLine(line))
+			return st, fmt.Errorf("%s: %s is %v; it must be a finite number: %s", nf.Pos, nf.Field, nf.Value, quoteLine(line))
 		}
 		st.Loss = nil
 		st.Diverged = fmt.Sprintf("loss is %v at step %d (rank %d's step line, %s)", nf.Value, st.Step.Step, st.Rank, nf.Pos)
 	}
 	if err := checkStepLine(st); err != nil {
-		return st, false, fmt.Errorf("step line: %w: %s", err, quoteLine(line))
+		return st, fmt.Errorf("step line: %w: %s", err, quoteLine(line))
 	}
-	return st, true, nil
+	return st, nil
 }
 
 func checkStepLine(st StepLine) error {
@@ -432,14 +436,19 @@ func VisibleDevices(devices []int, parent string) string {
 // JSONPos is path:line:col of a JSON syntax or type error in data (a metrics
 // file), or path for any other error, so a message can point an editor at the spot.
 func JSONPos(path string, data []byte, err error) string {
+	return jsonPosAt(path, data, 0, err)
+}
+
+// jsonPosAt is JSONPos for data that starts col0 bytes into path's first line.
+func jsonPosAt(path string, data []byte, col0 int, err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
 		// Offset counts the bytes read, the offending one included.
-		return posAt(path, data, int(se.Offset)-1)
+		return posAt(path, data, col0, int(se.Offset)-1)
 	case errors.As(err, &te):
-		return posAt(path, data, valueStart(data, int(te.Offset)))
+		return posAt(path, data, col0, valueStart(data, int(te.Offset)))
 	}
 	return path
 }
