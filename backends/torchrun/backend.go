@@ -469,8 +469,7 @@ func (b *Backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.Run
 			Stdout: func(line string) {
 				for _, st := range rep.Stdout(line) {
 					stepped = true
-					emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
-						Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
+					emit(stepEvent(st, rc))
 				}
 			},
 			Stderr: func(line string) {
@@ -891,6 +890,12 @@ func (o *Report) Stdout(line string) []contract.StepLine {
 		}
 	}
 	return sts
+}
+
+// stepEvent is the progress event of a step line.
+func stepEvent(st contract.StepLine, rc sweeps.RunConfig) backends.Event {
+	return backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
+		Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()}
 }
 
 // Stderr takes one stderr line.

@@ -108,8 +108,7 @@ func (s *slurmJob) Line(stream string, _ int, line string) []backends.Event {
 	}
 	var evs []backends.Event
 	for _, st := range s.rep.Stdout(line) {
-		evs = append(evs, backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
-			Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: s.job.rc.TokensPerStep()})
+		evs = append(evs, stepEvent(st, s.job.rc))
 	}
 	return evs
 }
