@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -112,27 +113,49 @@ func (s *ptySweep) wait(t *testing.T, limit time.Duration) (int, time.Duration) 
 	}
 }
 
-var cpuStrategies = filepath.Join("..", "..", "sweeps", "examples", "cpu-strategies.yaml")
+// ctrlCSpec is a sweep whose first run ends in a few steps of the tiny model and
+// whose later runs each take 65,536 micro-batches a step: minutes, even on a fast
+// machine. The Ctrl-C tests press Ctrl-C once the first run is done and the second
+// is drawing its steps, so what they see does not depend on how fast this machine
+// trains (they waited for 1500 steps of cpu-strategies.yaml's first run, which took
+// 59.8 s of a 60 s wait under the race detector: issue 36).
+const ctrlCSpec = `name: ctrlc
+backend: gotrain
+hardware: cpu
+model: tiny
+seq_len: 64
+steps: 3
+base: {batch_per_device: 1, mixed_precision: fp32, sharding: ddp}
+include:
+  - {world_size: 1}
+  - {world_size: 1, grad_accum: 65536}
+  - {world_size: 2, grad_accum: 65536}
+`
+
+func writeCtrlCSpec(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ctrlc.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(ctrlCSpec), 0o644))
+	return p
+}
 
 // The first Ctrl-C in a terminal with the default progress bars stops the sweep:
 // it exits 130 promptly with the partial table and the resume hint, as
 // --progress plain does (it hung forever: mpb's overall bar never completed).
 func TestCtrlCInATerminalStopsTheSweep(t *testing.T) {
 	t.Parallel()
-	abs, err := filepath.Abs(cpuStrategies)
-	require.NoError(t, err)
-	s := startPTYSweep(t, abs, "--set", "steps=1500", "--results", t.TempDir())
+	s := startPTYSweep(t, writeCtrlCSpec(t), "--results", t.TempDir())
 	// One run finished and the next one drawing its steps: bars are up.
-	s.waitOutput(t, "[1/26]", "/1500 steps")
-	require.Contains(t, s.output(), "/26 runs", "the default on a terminal is bars")
-	_, err = s.tty.Write([]byte{0x03}) // Ctrl-C, as typed
+	s.waitOutput(t, "[1/3]", "/3 steps")
+	require.Contains(t, s.output(), "/3 runs", "the default on a terminal is bars")
+	_, err := s.tty.Write([]byte{0x03}) // Ctrl-C, as typed
 	require.NoError(t, err)
 	// The bound is generous for a loaded CI machine; the figure is logged.
 	code, took := s.wait(t, 30*time.Second)
 	t.Logf("exited %d in %s after Ctrl-C", code, took)
 	out := s.output()
 	assert.Equal(t, ExitInterrupted, code, out)
-	after := out[strings.LastIndex(out, "[1/26]"):]
+	after := out[strings.LastIndex(out, "[1/3]"):]
 	assert.Contains(t, after, "interrupting: stopping cleanly; press Ctrl-C again to force")
 	assert.Contains(t, after, "canceled")
 	assert.Contains(t, after, "tokens/s/rank", "the partial table")
@@ -148,11 +171,9 @@ func TestCtrlCInATerminalStopsTheSweep(t *testing.T) {
 // A second Ctrl-C forces the exit at once, whatever the sweep is doing.
 func TestSecondCtrlCInATerminalExitsAtOnce(t *testing.T) {
 	t.Parallel()
-	abs, err := filepath.Abs(cpuStrategies)
-	require.NoError(t, err)
-	s := startPTYSweep(t, abs, "--set", "steps=1500", "--results", t.TempDir())
-	s.waitOutput(t, "/1500 steps")
-	_, err = s.tty.Write([]byte{0x03})
+	s := startPTYSweep(t, writeCtrlCSpec(t), "--results", t.TempDir())
+	s.waitOutput(t, "[1/3]", "/3 steps")
+	_, err := s.tty.Write([]byte{0x03})
 	require.NoError(t, err)
 	s.waitOutput(t, "interrupting:")
 	_, err = s.tty.Write([]byte{0x03})
