@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Environment variables and backend options as axes (issue 30). A spec gives
@@ -94,6 +95,11 @@ func CheckEnvName(name string) string {
 func checkEnvValue(name, v string) string {
 	if len(v) > MaxEnvValue {
 		return fmt.Sprintf("env %s: the value is %d bytes, more than %d", name, len(v), MaxEnvValue)
+	}
+	if !utf8.ValidString(v) {
+		// A run's ID hashes the value as JSON, which writes every such byte as
+		// U+FFFD: two different values would name one run.
+		return fmt.Sprintf("env %s: the value holds bytes that are not UTF-8; environment values are UTF-8 text", name)
 	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {

@@ -17,6 +17,10 @@ func (p *parsing) applySets(root *node) []string {
 	for i, s := range p.opts.Set {
 		flag := i + 1
 		at := func(col int) pos { return pos{file: setFile, line: flag, col: col} }
+		if col := setNotUTF8(s); col > 0 {
+			p.e.at(at(col), "byte 0x%02x is not UTF-8; a --set flag is UTF-8 text", s[col-1])
+			continue
+		}
 		eq := strings.IndexByte(s, '=')
 		if eq < 0 || strings.TrimSpace(s[:eq]) == "" {
 			p.e.at(at(1), "--set %s: expected key=value, e.g. --set sharding=full_shard,no_shard or --set seq_len=1024", q(s))

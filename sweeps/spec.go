@@ -113,6 +113,9 @@ func Parse(data []byte, filename string, opts Options) (*Plan, error) {
 		}
 		return nil, &SpecError{File: filename, Msg: err.Error(), Err: err}
 	}
+	if err := checkUTF8(filename, data); err != nil {
+		return nil, err
+	}
 	root := parseYAML(data, filename, &p.e)
 	if p.e.failed() {
 		return nil, p.e.err()

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -234,7 +235,7 @@ func parseYAML(data []byte, file string, e *errs) *node {
 		e.at(p, "a spec holds one YAML document, but a second starts here; put each sweep in its own file")
 		return nil
 	}
-	c := converter{file: file, e: e, anchors: map[string]*node{}}
+	c := converter{file: file, data: data, e: e, anchors: map[string]*node{}}
 	return c.convert(docs[0].Body, 0)
 }
 
@@ -282,6 +283,16 @@ func tokenPos(file string, n ast.Node) pos {
 	return pos{file: file, line: tp.Line, col: tp.Column}
 }
 
+// badEscape is badEscape for a double-quoted scalar that goccy read as
+// holding U+FFFD (the one place a bad escape can be).
+func (c *converter) badEscape(v *ast.StringNode, p pos) (string, pos) {
+	if v.Token == nil || v.Token.Type != token.DoubleQuoteType || !strings.ContainsRune(v.Value, utf8.RuneError) {
+		return "", p
+	}
+	esc, line, col := badEscape(c.data, p.line, p.col)
+	return esc, pos{file: p.file, line: line, col: col}
+}
+
 // maxDepth bounds nesting, so a hostile or broken file cannot exhaust the stack;
 // maxSize bounds the number of values once aliases are expanded.
 const (
@@ -291,6 +302,7 @@ const (
 
 type converter struct {
 	file     string
+	data     []byte // the spec, for badEscape
 	e        *errs
 	anchors  map[string]*node
 	tooLarge bool
@@ -350,6 +362,10 @@ func (c *converter) convertNode(n ast.Node, depth int) *node {
 	case *ast.NanNode:
 		return &node{pos: p, kind: scalarNode, val: math.NaN(), text: v.Token.Value}
 	case *ast.StringNode:
+		if esc, at := c.badEscape(v, p); esc != "" {
+			c.e.at(at, "the escape %s names no Unicode character (a surrogate half, or past \\U0010FFFF); a spec's strings are UTF-8 text", esc)
+			return &node{pos: p}
+		}
 		if v.Token != nil && v.Token.Type == token.StringType && yamlFloat.MatchString(v.Value) {
 			// YAML 1.2's core schema reads 1e3 as a float; goccy/go-yaml reads it as
 			// a string. Follow the schema, as --set does, so `steps: 1e3` means the
