@@ -2,8 +2,11 @@ package results
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"reflect"
 	"sort"
+	"strconv"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -25,30 +28,130 @@ type Derived struct {
 	ModelStateBytes *int64 `json:"model_state_bytes,omitempty"`
 }
 
-// pointKey is the comparable form of every axis of a RunConfig (RunConfig itself
-// holds a map). Launch details that do not change what is measured (timeout,
-// launcher options, the search bookkeeping) are not part of it.
+// FieldRole says what a field of sweeps.RunConfig is to the derived figures:
+// whether two runs compared with each other (a run and its scaling or memory
+// baseline) must agree on it.
+type FieldRole int
+
+// Field roles (ConfigFieldRoles).
+const (
+	// RoleSameConfig: the field defines what is measured; a run and its baseline
+	// agree on it. A field ConfigFieldRoles does not list is treated so, so that
+	// a new axis keeps runs apart until someone decides otherwise.
+	RoleSameConfig FieldRole = iota
+	// RoleWorldSize: the field changes with the world size (weak scaling grows
+	// global_batch, strong scaling shrinks grad_accum); scaling_efficiency's
+	// baseline may differ in it.
+	RoleWorldSize
+	// RoleBookkeeping: the field names or launches the run without changing what
+	// is measured (its ID, its timeout, where Slurm puts it, a search's
+	// bookkeeping, the paths as the spec wrote them: the resolved values are in
+	// other fields).
+	RoleBookkeeping
+)
+
+// ConfigFieldRoles classifies every field of sweeps.RunConfig, by Go name. The
+// derived figures' "same config" key is every field not listed as
+// RoleWorldSize or RoleBookkeeping (keyOf reads the struct by reflection), so
+// a field added to RunConfig is part of the key by default, and
+// TestConfigFieldRolesCoverRunConfig fails until it is classified here.
+var ConfigFieldRoles = map[string]FieldRole{
+	"ID":              RoleBookkeeping, // Slug + a hash of the fields below
+	"Slug":            RoleBookkeeping,
+	"Timeout":         RoleBookkeeping, // a run past it has no figures to compare
+	"LauncherOptions": RoleBookkeeping, // Slurm's partition, account, queue wait
+	"OptionAxes":      RoleBookkeeping, // which backend options vary: their values are in BackendOptions
+	"Search":          RoleBookkeeping, // max_fit's bookkeeping; the point is in the axes
+	"SearchGroup":     RoleBookkeeping,
+	"SpecPaths":       RoleBookkeeping, // paths as written; the resolved ones are in Model, Hardware, BackendOptions
+
+	"Nodes":       RoleWorldSize,
+	"GPUsPerNode": RoleWorldSize,
+	"WorldSize":   RoleWorldSize,
+	"GradAccum":   RoleWorldSize,
+	"GlobalBatch": RoleWorldSize,
+
+	"Sweep": RoleSameConfig, "Backend": RoleSameConfig, "Launcher": RoleSameConfig,
+	"Hardware": RoleSameConfig, "Model": RoleSameConfig, "SeqLen": RoleSameConfig,
+	"Steps": RoleSameConfig, "WarmupSteps": RoleSameConfig, "Repeats": RoleSameConfig,
+	"RepeatsMin": RoleSameConfig, "RepeatsCI": RoleSameConfig, "Seed": RoleSameConfig,
+	"BatchPerDevice": RoleSameConfig, "Sharding": RoleSameConfig,
+	"ActivationCheckpointing": RoleSameConfig, "BackwardPrefetch": RoleSameConfig,
+	"ForwardPrefetch": RoleSameConfig, "CPUOffload": RoleSameConfig,
+	"MixedPrecision": RoleSameConfig, "WrapPolicy": RoleSameConfig, "Compile": RoleSameConfig,
+	"Checkpoint": RoleSameConfig, "CheckpointEvery": RoleSameConfig, "ResumeCheck": RoleSameConfig,
+	"BackendOptions": RoleSameConfig, "Env": RoleSameConfig,
+}
+
+// keyFields are the indices of RunConfig's fields in the same-config key, in
+// declaration order; Sharding and the world-size fields are kept apart in
+// pointKey, since memory_saving compares across sharding and
+// scaling_efficiency across the world size.
+var keyFields = func() []int {
+	t := reflect.TypeFor[sweeps.RunConfig]()
+	var out []int
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() || f.Name == "Sharding" {
+			continue
+		}
+		if role := ConfigFieldRoles[f.Name]; role == RoleSameConfig {
+			out = append(out, i)
+		}
+	}
+	return out
+}()
+
+// pointKey is the comparable form of a RunConfig (which holds maps): rest is the
+// canonical text of every same-config field but sharding (keyFields), so two
+// keys are equal when the runs agree on every field that is not bookkeeping.
 type pointKey struct {
-	sweep, backend, launcher, hardware, model                              string
-	seqLen, steps, warmupSteps, repeats                                    int
-	seed                                                                   int64
-	nodes, gpusPerNode, worldSize, batchPerDevice, gradAccum, globalBatch  int
-	sharding, backwardPrefetch, mixedPrecision, wrapPolicy, backendOptions string
-	ac, forwardPrefetch, cpuOffload, compile                               bool
+	rest                                                  string
+	sharding                                              string
+	nodes, gpusPerNode, worldSize, gradAccum, globalBatch int
 }
 
 func keyOf(rc *sweeps.RunConfig) pointKey {
-	k := pointKey{
-		sweep: rc.Sweep, backend: rc.Backend, launcher: rc.Launcher, hardware: rc.Hardware, model: rc.Model,
-		seqLen: rc.SeqLen, steps: rc.Steps, warmupSteps: rc.WarmupSteps, repeats: rc.Repeats, seed: rc.Seed,
-		nodes: rc.Nodes, gpusPerNode: rc.GPUsPerNode, worldSize: rc.WorldSize, batchPerDevice: rc.BatchPerDevice,
-		gradAccum: rc.GradAccum, globalBatch: rc.GlobalBatch, sharding: rc.Sharding,
-		backwardPrefetch: rc.BackwardPrefetch, mixedPrecision: rc.MixedPrecision, wrapPolicy: rc.WrapPolicy,
-		ac: rc.ActivationCheckpointing, forwardPrefetch: rc.ForwardPrefetch, cpuOffload: rc.CPUOffload,
-		compile: rc.Compile,
+	c := *rc
+	// A config stored before the checkpoint axis has none written as "".
+	c.Checkpoint = checkpointKind(rc)
+	v := reflect.ValueOf(&c).Elem()
+	var b []byte
+	for _, i := range keyFields {
+		b = append(b, v.Type().Field(i).Name...)
+		b = append(b, '=')
+		b = appendKeyValue(b, v.Field(i))
+		b = append(b, ';')
 	}
-	k.backendOptions = optionsText(rc.BackendOptions)
-	return k
+	return pointKey{rest: string(b), sharding: rc.Sharding, nodes: rc.Nodes, gpusPerNode: rc.GPUsPerNode,
+		worldSize: rc.WorldSize, gradAccum: rc.GradAccum, globalBatch: rc.GlobalBatch}
+}
+
+// appendKeyValue appends a canonical text of v: plain kinds directly (Derive
+// keys every run of a 100,000-run set), anything else as its JSON, where maps
+// come out with sorted keys; an empty map or slice is the same as none.
+func appendKeyValue(b []byte, v reflect.Value) []byte {
+	switch v.Kind() {
+	case reflect.String:
+		return strconv.AppendQuote(b, v.String())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.AppendInt(b, v.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.AppendUint(b, v.Uint(), 10)
+	case reflect.Bool:
+		return strconv.AppendBool(b, v.Bool())
+	case reflect.Float32, reflect.Float64:
+		return strconv.AppendFloat(b, v.Float(), 'g', -1, 64)
+	case reflect.Map, reflect.Slice:
+		if v.Len() == 0 {
+			return append(b, "null"...)
+		}
+	}
+	j, err := json.Marshal(v.Interface())
+	if err != nil {
+		return strconv.AppendQuote(b, fmt.Sprint(v.Interface()))
+	}
+	return append(b, j...)
 }
 
 // optionsText is the canonical text of backend options (encoding/json sorts map
@@ -67,10 +170,12 @@ func optionsText(o map[string]any) string {
 // Derive fills Derived in every run from the others (Load calls it; call it for runs
 // built in memory). Both figures exist only when the run and its baseline are ok.
 //
-// scaling_efficiency: the same config is every axis equal except nodes,
-// gpus_per_node, world_size, grad_accum and global_batch (the ones that change with
-// the world size under weak scaling, fixed batch_per_device and grad_accum, or
-// strong scaling, fixed global_batch). The baseline is the run of the same config at
+// scaling_efficiency: the same config is every field of the run config equal
+// (env, checkpointing and backend options included) except those
+// ConfigFieldRoles lists as changing with the world size (nodes, gpus_per_node,
+// world_size, grad_accum and global_batch: weak scaling fixes batch_per_device and
+// grad_accum, strong scaling global_batch) or as bookkeeping (ID, timeout,
+// launcher options, ...). The baseline is the run of the same config at
 // the smallest world size present; where several are there, the one with the same
 // grad_accum (weak scaling), else the same global_batch (strong scaling), fewest
 // nodes first. The smallest world size's own run has efficiency 1; a config run at
@@ -79,7 +184,7 @@ func optionsText(o map[string]any) string {
 // added communication (and measured runs are noisy); tables say so in a note.
 //
 // memory_saving: the baseline is the no_shard run, else the ddp run, with every other
-// axis equal. The peaks compared are peak_mem_reserved_bytes when both runs report
+// field of the config equal but the bookkeeping ones. The peaks compared are peak_mem_reserved_bytes when both runs report
 // it, else peak_mem_allocated_bytes when both do (PyTorch's reserved includes the
 // caching allocator's slack, which is what decides an OOM).
 func Derive(runs []Run) {

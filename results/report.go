@@ -19,6 +19,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 	"github.com/sourcegraph/conc/iter"
 
+	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
@@ -127,6 +128,9 @@ type gridCell struct {
 	text      string // table text
 	predicted bool
 	wholeRun  bool // a throughput of a whole-run wall time (wholeRunMark)
+	// superlinear is a scaling efficiency above 100% (superlinearSharded or
+	// superlinearUnsharded), for the note that explains it; 0 otherwise.
+	superlinear int
 }
 
 func resolveMetrics(names []string, def []string) ([]Column, error) {
@@ -154,7 +158,7 @@ func metricCell(c *Column, r *Run, u ByteUnit) gridCell {
 	if r.Metrics.Status != StatusOK {
 		return gridCell{raw: string(r.Metrics.Status), text: string(r.Metrics.Status)}
 	}
-	cell := gridCell{raw: v, text: displayValue(c, v, u)}
+	cell := gridCell{raw: v, text: displayValue(c, v, u), superlinear: superlinearKind(c, r, v)}
 	if v == nil {
 		return cell
 	}
@@ -200,25 +204,54 @@ func wholeRunColumn(c *Column) bool {
 	return false
 }
 
-// superlinearNote explains a scaling efficiency above 100%, which readers take
-// for a bug.
-const superlinearNote = "scaling eff. above 100%: faster per rank than at the smallest world size " +
-	"(sharding cuts each rank's optimizer work as 1/N; measured runs also vary)"
+// superlinearNote explains a sharded run's scaling efficiency above 100%, which
+// readers take for a bug; unshardedSuperlinearNote a ddp or no_shard run's,
+// where every rank still does the whole optimizer step, so sharding explains
+// nothing.
+const (
+	superlinearNote = "scaling eff. above 100%: faster per rank than at the smallest world size " +
+		"(sharding cuts each rank's optimizer work as 1/N; measured runs also vary)"
+	unshardedSuperlinearNote = "scaling eff. above 100% for ddp/no_shard: every rank still does the whole optimizer step, " +
+		"so the runs' own variation (or the machine) made it: measure again, with more steps or repeats"
+)
+
+// superlinear values of gridCell.superlinear.
+const (
+	superlinearSharded   = 1
+	superlinearUnsharded = 2
+)
+
+// superlinearKind says whether column c of run r is a scaling efficiency that
+// reads above 100.0, and whether the run shards its optimizer state.
+func superlinearKind(c *Column, r *Run, v any) int {
+	x, ok := v.(float64)
+	if c.Name != "scaling_efficiency" || !ok || x < 1.0005 {
+		return 0
+	}
+	if r.Config.Sharding == sweeps.DDP || r.Config.Sharding == sweeps.NoShard {
+		return superlinearUnsharded
+	}
+	return superlinearSharded
+}
 
 // superlinearNotes is the footnote of a grid showing a scaling efficiency that
-// reads above 100.0.
+// reads above 100.0: the one that fits each kind of run shown.
 func superlinearNotes(g *grid) []string {
-	for j, c := range g.cols {
-		if c.key != "scaling_efficiency" && !strings.HasPrefix(c.key, "scaling_efficiency[") {
-			continue
-		}
-		for _, row := range g.rows {
-			if v, ok := row[j].raw.(float64); ok && v >= 1.0005 {
-				return []string{superlinearNote}
-			}
+	var sharded, unsharded bool
+	for _, row := range g.rows {
+		for _, c := range row {
+			sharded = sharded || c.superlinear == superlinearSharded
+			unsharded = unsharded || c.superlinear == superlinearUnsharded
 		}
 	}
-	return nil
+	var out []string
+	if sharded {
+		out = append(out, superlinearNote)
+	}
+	if unsharded {
+		out = append(out, unshardedSuperlinearNote)
+	}
+	return out
 }
 
 // wholeRunNotes is the footnote of a grid holding a † cell.
