@@ -185,4 +185,3 @@ func TestSuperlinearNoteOnlyForShardedRuns(t *testing.T) {
 		assert.Equal(t, tc.flat, strings.Contains(buf.String(), unshardedSuperlinearNote), "%s:\n%s", tc.sharding, buf.String())
 	}
 }
-
