@@ -57,6 +57,13 @@ type ABPoint struct {
 	BError   string     `json:"b_error,omitempty"`
 	Metrics  []ABChange `json:"metrics,omitempty"`
 	Problems []string   `json:"problems,omitempty"`
+	// AOnly and BOnly name the figures with per-repeat values on one side only
+	// (abFigures): gate --ab fails a rule on a figure A measured and B did not,
+	// as the nightly gate fails a figure the baseline knew and the current run
+	// does not, and skips one on a figure only B has. Absent in files written
+	// before they were recorded.
+	AOnly []string `json:"a_only,omitempty"`
+	BOnly []string `json:"b_only,omitempty"`
 	// AMachine and BMachine summarize what the machine was doing while each side
 	// ran (the runs' env.machine, without the per-repeat states: Pairs holds
 	// those); nil where the harness read nothing (a prediction, an older run).
@@ -187,22 +194,59 @@ func ABPointOf(a, b *Run, confidence float64) ABPoint {
 	if p.Point == "" {
 		p.Point = a.Config.ID
 	}
-	for _, c := range Columns() {
-		if c.Kind != KindMetric || c.CI == "" {
+	for _, f := range abFigures() {
+		xa, xb := a.Metrics.Samples[f.sample], b.Metrics.Samples[f.sample]
+		switch {
+		case len(xa) == 0 && len(xb) == 0:
 			continue
-		}
-		xa, xb := a.Metrics.Samples[c.CI], b.Metrics.Samples[c.CI]
-		if len(xa) == 0 || len(xb) == 0 {
+		case len(xb) == 0:
+			p.AOnly = append(p.AOnly, f.metric)
+			continue
+		case len(xa) == 0:
+			p.BOnly = append(p.BOnly, f.metric)
 			continue
 		}
 		if len(xa) != len(xb) {
-			p.Problems = append(p.Problems, fmt.Sprintf("%s: %d repeats of A and %d of B; compared as %d pairs", c.Name, len(xa), len(xb), min(len(xa), len(xb))))
+			p.Problems = append(p.Problems, fmt.Sprintf("%s: %d repeats of A and %d of B; compared as %d pairs", f.metric, len(xa), len(xb), min(len(xa), len(xb))))
 		}
-		p.Metrics = append(p.Metrics, PairedChange(c.Name, xa, xb, confidence))
+		p.Metrics = append(p.Metrics, PairedChange(f.metric, xa, xb, confidence))
 	}
 	p.AMachine, p.BMachine = sideMachine(a.Metrics.Env.Machine), sideMachine(b.Metrics.Env.Machine)
 	p.Pairs = machinePairs(a.Metrics.Env.Machine, b.Metrics.Env.Machine)
 	return p
+}
+
+// abFigure is a figure ab.json pairs: its metric (column) name and the key of
+// its per-repeat values in Metrics.Samples.
+type abFigure struct{ metric, sample string }
+
+// abPeakFigures are the peak memory figures, which Normalize keeps per repeat
+// (Samples) but whose columns carry no CI (a peak's headline is the maximum over
+// repeats, not a median). ab.json pairs them too: without them gate --ab's
+// default rules, two of which are on peak memory, could never be decided
+// (issue 37: an A/A on the sim was inconclusive forever).
+var abPeakFigures = []abFigure{
+	{SamplePeakReserved, SamplePeakReserved},
+	{SamplePeakAllocated, SamplePeakAllocated},
+	{SamplePeakDevice, SamplePeakDevice},
+	{SamplePeakRSS, SamplePeakRSS},
+}
+
+// abFigures lists the figures ab.json pairs: every metric column with a
+// per-repeat interval (Column.CI), then the peak memory figures.
+func abFigures() []abFigure {
+	var out []abFigure
+	for _, c := range Columns() {
+		if c.Kind == KindMetric && c.CI != "" {
+			out = append(out, abFigure{c.Name, c.CI})
+		}
+	}
+	for _, f := range abPeakFigures {
+		if !slices.ContainsFunc(out, func(g abFigure) bool { return g.metric == f.metric }) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // sideMachine is a side's machine summary without its per-repeat states (the
@@ -362,8 +406,36 @@ type ABGateReport struct {
 	Checks             []ABCheck `json:"checks"`
 	Failures           int       `json:"failures"`
 	Inconclusive       int       `json:"inconclusive"`
-	// Skipped lists the bound rules (>=, <=): they judge one side, not a change.
-	Skipped []string `json:"skipped_rules,omitempty"`
+	// SkippedChecks counts the checks skipped because the figure was not
+	// measured at that point (neither side, or only B, has per-repeat values):
+	// nothing was compared, so they are neither noise nor a verdict.
+	SkippedChecks int `json:"skipped_checks"`
+	// Skipped lists the rules that decided nothing, each with why: bound rules
+	// (>=, <=), which judge one side, not a change, and default rules on a figure
+	// no point measured on both sides.
+	Skipped []ABSkippedRule `json:"skipped_rules,omitempty"`
+}
+
+// ABSkippedRule is a rule gate --ab did not apply, and why.
+type ABSkippedRule struct {
+	Rule string `json:"rule"`
+	Why  string `json:"why"`
+}
+
+// ABRuleError is GateAB's error for a rule given explicitly (not a default)
+// whose figure no point of the A/B result has on both sides: the user asked for
+// a check that cannot be made, which is a usage error, not a verdict.
+type ABRuleError struct {
+	Rule Rule
+	Why  string
+}
+
+func (e *ABRuleError) Error() string {
+	from := e.Rule.From
+	if from == "" {
+		from = "given"
+	}
+	return fmt.Sprintf("rule %s (%s) cannot be checked: %s; drop the rule, or measure the figure", e.Rule, from, e.Why)
 }
 
 // GateAB applies the relative rules (METRIC:-X%, METRIC:+X%) to an A/B result,
@@ -380,7 +452,14 @@ type ABGateReport struct {
 // (MachineDiff) could explain it and the other pairs do not reach it alone
 // (judgeABChange). A point where B did not
 // finish ok while A did fails; one where A did not finish is inconclusive.
-// Bound rules (>=, <=) judge one side, not a change, and are listed as skipped.
+//
+// A figure that was not measured is no noise: more pairs would not measure it.
+// Where neither side has per-repeat values of a rule's figure (the runs do not
+// measure it, or ab.json predates its recording) the check is skipped with the
+// reason; where A has them and B not, it fails (B lost a figure). A default rule
+// whose figure no point has is listed in Skipped with the reason; a rule given
+// explicitly is an *ABRuleError. Bound rules (>=, <=) judge one side, not a
+// change, and are listed as skipped.
 func GateAB(r ABResult, rules []Rule, policy string) (*ABGateReport, error) {
 	policy, err := CheckInconclusivePolicy(policy)
 	if err != nil {
@@ -393,14 +472,17 @@ func GateAB(r ABResult, rules []Rule, policy string) (*ABGateReport, error) {
 	g := &ABGateReport{Sweep: r.Sweep, A: r.A, B: r.B, InconclusivePolicy: policy, Confidence: conf}
 	for _, rule := range rules {
 		if !rule.relative() {
-			g.Skipped = append(g.Skipped, rule.String())
+			g.Skipped = append(g.Skipped, ABSkippedRule{Rule: rule.String(), Why: "a bound judges one side, not a change"})
 		}
 	}
-	for _, p := range r.Points {
-		for _, rule := range rules {
-			if !rule.relative() {
-				continue
-			}
+	var byRule [][]ABCheck // each applied rule's check of every point
+	for _, rule := range rules {
+		if !rule.relative() {
+			continue
+		}
+		var checks []ABCheck
+		decided := false
+		for _, p := range r.Points {
 			ck := ABCheck{Point: p.Point, Rule: rule.String()}
 			c := p.Change(rule.Metric)
 			switch {
@@ -410,22 +492,56 @@ func GateAB(r ABResult, rules []Rule, policy string) (*ABGateReport, error) {
 				ck.Outcome, ck.Why = OutcomeFail, fmt.Sprintf("B is %s where A was ok: %s", p.BStatus, clip(firstLine(p.BError)))
 			case p.BStatus != StatusOK:
 				ck.Outcome, ck.Why = OutcomeInconclusive, fmt.Sprintf("neither finished (A %s, B %s)", p.AStatus, p.BStatus)
-			case c == nil || len(c.Changes) == 0:
-				ck.Outcome, ck.Why = OutcomeInconclusive, fmt.Sprintf("no per-repeat %s on both sides", rule.Metric)
+			case slices.Contains(p.AOnly, rule.Metric):
+				ck.Outcome, ck.Why = OutcomeFail, fmt.Sprintf("A measured %s in every repeat, B did not: B lost the figure", rule.Metric)
+			case c == nil:
+				ck.Outcome, ck.Why = OutcomeSkip, notMeasuredAB(rule.Metric, &p)
+			case len(c.Changes) == 0:
+				ck.Outcome, ck.Why = OutcomeSkip, fmt.Sprintf("no pair has a positive, finite %s on both sides: no change to judge", rule.Metric)
 			default:
 				ck.Outcome, ck.Why, ck.MachinePairs = judgeABChange(rule, c, p.Pairs, conf)
 			}
+			if ck.Outcome != OutcomeSkip {
+				decided = true
+			}
+			checks = append(checks, ck)
+		}
+		if !decided && len(r.Points) > 0 {
+			// Every point skipped the rule: its figure was measured nowhere.
+			why := fmt.Sprintf("no point of the A/B result has per-repeat %s on both sides (%s)", rule.Metric, checks[0].Why)
+			if rule.From != "default" {
+				return nil, &ABRuleError{Rule: rule, Why: why}
+			}
+			g.Skipped = append(g.Skipped, ABSkippedRule{Rule: rule.String(), Why: why})
+			continue
+		}
+		byRule = append(byRule, checks)
+	}
+	// Point by point, each point's rules together, as the table reads best.
+	for i := range r.Points {
+		for _, checks := range byRule {
+			ck := checks[i]
 			switch ck.Outcome {
 			case OutcomeFail:
 				g.Failures++
 			case OutcomeInconclusive:
 				g.Inconclusive++
+			case OutcomeSkip:
+				g.SkippedChecks++
 			}
 			g.Checks = append(g.Checks, ck)
 		}
 	}
 	g.Verdict = GateVerdict(g.Failures > 0, g.Inconclusive, policy)
 	return g, nil
+}
+
+// notMeasuredAB says why point p has no per-repeat figure of metric.
+func notMeasuredAB(metric string, p *ABPoint) string {
+	if slices.Contains(p.BOnly, metric) {
+		return fmt.Sprintf("A has no per-repeat %s (B has): nothing to compare B with", metric)
+	}
+	return fmt.Sprintf("neither A nor B has per-repeat %s: the runs did not measure it (or an older fsdpbench wrote ab.json without it; run ab again)", metric)
 }
 
 // judgeABFigures decides rule r on the pairs' changes xs at the confidence
@@ -529,11 +645,20 @@ func joinInts(xs []int) string {
 // counted under a policy other than report.
 func (g *ABGateReport) Headline() string {
 	counted := policyCounted(g.Inconclusive, g.InconclusivePolicy)
+	skipped := ""
+	if g.SkippedChecks > 0 || len(g.Skipped) > 0 {
+		// Said apart from the inconclusive ones: a figure not measured is no
+		// noise, and measuring again would not decide it.
+		skipped = fmt.Sprintf(", %d skipped (not measured)", g.SkippedChecks)
+		if len(g.Skipped) > 0 {
+			skipped = fmt.Sprintf(", %d skipped (not measured) and %d rules skipped", g.SkippedChecks, len(g.Skipped))
+		}
+	}
 	switch g.Verdict {
 	case OutcomePass:
-		return fmt.Sprintf("PASS: %d checks, %d failed, %d inconclusive%s", len(g.Checks), g.Failures, g.Inconclusive, counted)
+		return fmt.Sprintf("PASS: %d checks, %d failed, %d inconclusive%s%s", len(g.Checks), g.Failures, g.Inconclusive, skipped, counted)
 	case OutcomeInconclusive:
-		return fmt.Sprintf("INCONCLUSIVE: %d checks, none failed, %d inconclusive (too noisy, or measured under different machine states); measure again, with more pairs", len(g.Checks), g.Inconclusive)
+		return fmt.Sprintf("INCONCLUSIVE: %d checks, none failed, %d inconclusive (too noisy, or measured under different machine states)%s; measure again, with more pairs", len(g.Checks), g.Inconclusive, skipped)
 	}
-	return fmt.Sprintf("FAIL: %d checks, %d failed, %d inconclusive%s", len(g.Checks), g.Failures, g.Inconclusive, counted)
+	return fmt.Sprintf("FAIL: %d checks, %d failed, %d inconclusive%s%s", len(g.Checks), g.Failures, g.Inconclusive, skipped, counted)
 }

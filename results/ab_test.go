@@ -83,7 +83,7 @@ func TestGateAB(t *testing.T) {
 	require.NoError(t, err)
 	g, err := GateAB(r, rules, "")
 	require.NoError(t, err)
-	assert.Equal(t, []string{"mfu>=0.3"}, g.Skipped)
+	assert.Equal(t, []ABSkippedRule{{Rule: "mfu>=0.3", Why: "a bound judges one side, not a change"}}, g.Skipped)
 	got := map[string]Outcome{}
 	for _, c := range g.Checks {
 		got[c.Point] = c.Outcome
@@ -290,4 +290,95 @@ func TestReadABRefusesOtherFiles(t *testing.T) {
 		_, err := ReadAB(bad)
 		assert.Error(t, err, name)
 	}
+}
+
+// aaRuns are the runs of an A/A on the sim: A and B identical, repeat by
+// repeat, peak memory included, as the sim predicts them (issue 37 item 5).
+func aaRuns(t *testing.T, repeats int) (*Run, *Run) {
+	t.Helper()
+	rc := fixtureConfig(1, sweeps.DDP)
+	var reps []Result
+	for range repeats {
+		reps = append(reps, fixtureResult(rc))
+	}
+	a := &Run{Config: rc, Metrics: Normalize(rc, reps)}
+	b := &Run{Config: rc, Metrics: Normalize(rc, reps)}
+	return a, b
+}
+
+// TestABPointOfPairsPeakMemory (issue 37 item 5): ab.json holds the per-repeat
+// peak memory the runs measured, so that gate --ab's default rules, two of which
+// are on peak memory, can decide; an A/A on the sim passes them.
+func TestABPointOfPairsPeakMemory(t *testing.T) {
+	a, b := aaRuns(t, 6)
+	p := ABPointOf(a, b, Confidence)
+	for _, m := range []string{SamplePeakReserved, SamplePeakAllocated} {
+		c := p.Change(m)
+		require.NotNil(t, c, "ab.json pairs %s", m)
+		assert.Len(t, c.Changes, 6)
+		assert.True(t, c.Backed)
+		assert.Zero(t, c.Median)
+	}
+	assert.Nil(t, p.Change(SamplePeakRSS), "a figure no run measured is not paired")
+	dir := t.TempDir()
+	require.NoError(t, WriteAB(dir, ABResult{Confidence: Confidence, A: []string{"x=1"}, B: []string{"x=1"}, Points: []ABPoint{p}}))
+	ab, err := ReadAB(dir)
+	require.NoError(t, err)
+	rules, err := ParseRules(DefaultRules, "default")
+	require.NoError(t, err)
+	g, err := GateAB(ab, rules, "")
+	require.NoError(t, err)
+	assert.Equal(t, OutcomePass, g.Verdict, g.Headline())
+	assert.Len(t, g.Checks, 3)
+	assert.Empty(t, g.Skipped)
+}
+
+// TestGateABSkipsUnmeasuredFigures (issue 37 item 5): a figure that no pair
+// measured is not noise. A default rule on it is a skipped rule with the reason
+// and the gate passes on the others; the same rule given explicitly is an
+// error (a usage error on the command line); A measuring a figure B lost fails;
+// an ab.json written before memory was recorded still reads and passes.
+func TestGateABSkipsUnmeasuredFigures(t *testing.T) {
+	// An ab.json as older versions wrote it: no peak memory, no a_only/b_only.
+	old := []byte(`{"kind": "fsdpbench-ab", "sweep": "s-ab", "order": "abba", "a": ["x=1"], "b": ["x=1"], "confidence": 0.95,
+  "points": [{"point": "p", "a_run": "a", "b_run": "b", "a_status": "ok", "b_status": "ok",
+    "metrics": [{"metric": "tokens_per_s_per_rank", "changes": [0, 0, 0, 0, 0, 0], "a_median": 5, "b_median": 5, "median": 0, "lo": 0, "hi": 0, "backed": true}]}]}`)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ABFile), old, 0o644))
+	ab, err := ReadAB(dir)
+	require.NoError(t, err)
+	defaults, err := ParseRules(DefaultRules, "default")
+	require.NoError(t, err)
+	g, err := GateAB(ab, defaults, "")
+	require.NoError(t, err)
+	assert.Equal(t, OutcomePass, g.Verdict, g.Headline())
+	assert.Zero(t, g.Inconclusive, "an unmeasured figure is never noise")
+	require.Len(t, g.Skipped, 2)
+	assert.Equal(t, "peak_mem_reserved_bytes:+3%", g.Skipped[0].Rule)
+	assert.Contains(t, g.Skipped[0].Why, "neither A nor B has per-repeat peak_mem_reserved_bytes")
+	assert.Contains(t, g.Headline(), "2 rules skipped")
+
+	asked, err := ParseRules([]string{"peak_mem_reserved_bytes:+3%"}, "--rule")
+	require.NoError(t, err)
+	_, err = GateAB(ab, asked, "")
+	var re *ABRuleError
+	require.ErrorAs(t, err, &re)
+	assert.ErrorContains(t, err, "rule peak_mem_reserved_bytes:+3% (--rule) cannot be checked")
+
+	// Measured at one point and not at another: the other point's check is
+	// skipped (with why), the rule decided; B losing a figure A had fails.
+	a, b := aaRuns(t, 6)
+	measured := ABPointOf(a, b, Confidence)
+	unmeasured := abPoint("cpu", 0, 0, 0, 0, 0, 0)
+	lost := abPoint("lost", 0, 0, 0, 0, 0, 0)
+	lost.AOnly = []string{SamplePeakReserved}
+	g, err = GateAB(ABResult{Confidence: Confidence, Points: []ABPoint{measured, unmeasured}}, asked, "")
+	require.NoError(t, err)
+	assert.Equal(t, OutcomePass, g.Verdict)
+	assert.Equal(t, 1, g.SkippedChecks)
+	assert.Equal(t, []Outcome{OutcomePass, OutcomeSkip}, []Outcome{g.Checks[0].Outcome, g.Checks[1].Outcome})
+	g, err = GateAB(ABResult{Confidence: Confidence, Points: []ABPoint{measured, lost}}, asked, "")
+	require.NoError(t, err)
+	assert.Equal(t, OutcomeFail, g.Verdict)
+	assert.Contains(t, g.Checks[1].Why, "B lost the figure")
 }

@@ -49,8 +49,22 @@ func gateAB(cmd *cobra.Command, path string, ruleTexts []string, rulesFile, form
 	if err != nil {
 		return usageError(err)
 	}
-	if len(g.Checks) == 0 {
-		return usageError(fmt.Errorf("--ab %s: no rule to judge a change with (bound rules such as %s judge one side; give METRIC:-X%% or METRIC:+X%%)", path, strings.Join(g.Skipped, ", ")))
+	decided := 0
+	for _, c := range g.Checks {
+		if c.Outcome != results.OutcomeSkip {
+			decided++
+		}
+	}
+	if decided == 0 {
+		// Nothing was compared: a pass would guarantee nothing.
+		var why []string
+		for _, s := range g.Skipped {
+			why = append(why, s.Rule+": "+s.Why)
+		}
+		if len(why) == 0 {
+			why = append(why, "no point to check")
+		}
+		return usageError(fmt.Errorf("--ab %s: no rule judged a change (%s); give METRIC:-X%% or METRIC:+X%% on a figure the runs measured", path, strings.Join(why, "; ")))
 	}
 	out := cmd.OutOrStdout()
 	if format == results.FormatJSON {
@@ -72,8 +86,8 @@ func gateAB(cmd *cobra.Command, path string, ruleTexts []string, rulesFile, form
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", outcome, termsafe.Line(c.Point), c.Rule, termsafe.Line(c.Why))
 		}
 		_ = tw.Flush()
-		if len(g.Skipped) > 0 {
-			fmt.Fprintf(out, "skipped (bound rules judge one side, not a change): %s\n", strings.Join(g.Skipped, ", "))
+		for _, s := range g.Skipped {
+			fmt.Fprintf(out, "skipped rule %s: %s\n", s.Rule, termsafe.Line(s.Why))
 		}
 		fmt.Fprintln(out, g.Headline())
 	}
