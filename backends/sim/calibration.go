@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -36,7 +37,10 @@ type Calibration struct {
 	// Profiles maps a hardware profile name (h100-sxm, cpu, ...), or a profile
 	// and the backend that measured the runs ("cpu/gotrain"), to its constants.
 	// A run takes its hardware and backend's, else its hardware's, else the one
-	// entry of its hardware there is.
+	// entry of its hardware there is. Runs no backend ran (ingested from
+	// folders) are keyed by their hardware alone. A user-defined profile (a
+	// profile file) is keyed by the name it gives itself, and its constants
+	// name the file (Constants.ProfileFile).
 	Profiles map[string]Constants `json:"profiles"`
 	// path is where the file was read from, for notes and errors.
 	path string
@@ -45,6 +49,12 @@ type Calibration struct {
 // Constants are the sim's free constants for one hardware profile. A zero (or
 // absent) figure keeps the model's own value.
 type Constants struct {
+	// ProfileFile is the profile file of a user-defined hardware profile
+	// (hardware: ./my-gpu.yaml) the runs ran on; empty for a built-in profile.
+	// Its key is the profile's name, which no built-in profile has, so the file
+	// says which profile the constants belong to; they apply to predictions on
+	// a profile file of that name, and never to a built-in profile.
+	ProfileFile string `json:"profile_file,omitempty"`
 	// Efficiency is the fraction of peak FLOP/s the step's matmuls reach (on a GPU;
 	// attention and the elementwise kernels keep their own rates) for a
 	// model of RefParams parameters; a model of P parameters reaches
@@ -114,9 +124,11 @@ const RefParams = 1e9
 // FitReport is what a calibration was fitted to and how well it predicts.
 type FitReport struct {
 	// Runs is how many measured runs the constants were fitted to; Backends
-	// names the backends that measured them.
+	// names the backends that measured them, and Ingested counts the runs
+	// that no backend ran (ingested from folders of past runs).
 	Runs     int      `json:"runs"`
 	Backends []string `json:"backends,omitempty"`
+	Ingested int      `json:"ingested,omitempty"`
 	// Fitted names the constants fitted; Kept names those the runs cannot tell
 	// (kept at the model's value), each with why.
 	Fitted []string `json:"fitted,omitempty"`
@@ -230,14 +242,23 @@ func ParseCalibration(data []byte) (*Calibration, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Profiles)) {
 		hw, backend, two := strings.Cut(name, "/")
-		if hw == "" || (two && (backend == "" || strings.Contains(backend, "/"))) {
+		// A key names a profile, never a file: hardware.Lookup would open one.
+		if hw == "" || hardware.IsFile(hw) || (two && (backend == "" || strings.Contains(backend, "/"))) {
 			return nil, fmt.Errorf("profiles: key %s: give a hardware profile, or PROFILE/BACKEND", input.Quote(name, 64))
 		}
 		// Constants for no profile would never apply, and a prediction would be
-		// labelled with a calibration that changed nothing.
-		if _, err := hardware.Lookup(hw); err != nil {
-			return nil, fmt.Errorf("profiles: key %s: %s is no hardware profile (profiles are %s)",
+		// labelled with a calibration that changed nothing. A user-defined
+		// profile is no built-in one: its constants name its file instead.
+		if _, err := hardware.Lookup(hw); err != nil && c.Profiles[name].ProfileFile == "" {
+			return nil, fmt.Errorf("profiles: key %s: %s is no hardware profile (profiles are %s; a user-defined profile's constants name its profile_file)",
 				input.Quote(name, 64), input.Quote(hw, 64), strings.Join(hardware.Names(), ", "))
+		}
+		// Likewise constants of a backend that no run can have: a slip of the
+		// pen (h100-sxm/torcrun) would leave them unused, and the prediction
+		// would take the hardware's other constants without a word.
+		if two && !slices.Contains(knownBackends(), backend) {
+			return nil, fmt.Errorf("profiles: key %s: %s is no backend (backends: %s, or a plugin on the plugin path); calibrate keys runs by the backend that ran them, ingested runs by their hardware alone",
+				input.Quote(name, 64), input.Quote(backend, 64), strings.Join(knownBackends(), ", "))
 		}
 		if err := c.Profiles[name].check(); err != nil {
 			return nil, fmt.Errorf("profiles.%s.%w", input.Clip(name, 64), err)
@@ -364,7 +385,7 @@ func calibrate(p *point, opts Options) {
 	if opts.Calibration == nil {
 		return
 	}
-	key, k, ok := opts.Calibration.lookup(p.hw.Name, p.rc.Backend)
+	key, k, ok := opts.Calibration.lookup(p.hw.Name, p.rc.Backend, p.hw.File != "")
 	if !ok {
 		p.notes = append(p.notes, fmt.Sprintf("uncalibrated: the calibration %s has no constants for hardware %s (it has %s)",
 			opts.Calibration.path, p.hw.Name, strings.Join(slices.Sorted(maps.Keys(opts.Calibration.Profiles)), ", ")))
@@ -387,11 +408,33 @@ func calibrate(p *point, opts Options) {
 	}
 	p.notes = append(p.notes, fmt.Sprintf("calibrated%s: constants for %s fitted to %d measured runs (efficiency %.3g)",
 		where, key, k.Fit.Runs, p.hw.Efficiency))
+	if k.ProfileFile != "" && !sameFile(k.ProfileFile, p.hw.File) {
+		// The key is the profile's name; the figures the constants scale are
+		// the file's, which may have changed since.
+		p.notes = append(p.notes, fmt.Sprintf("the constants for %s were fitted to runs on the profile file %s, this prediction's profile is %s: they apply by the profile's name, so keep the files' figures alike",
+			key, k.ProfileFile, p.hw.File))
+	}
 	if r := k.Fit.Range; r != nil {
 		if out := r.outside(p.shape.Params(), p.rc.Nodes, p.rc.SeqLen); out != "" {
 			p.notes = append(p.notes, ExtrapolatesNote+out+": the constants were fitted inside that range (efficiency's size exponent, bandwidth factors), so expect larger errors here than the fit's leave-one-out")
 		}
 	}
+}
+
+// sameFile says paths a and b name one file: the same absolute path, or one
+// file reached by two (a link, a relative path from another folder).
+func sameFile(a, b string) bool {
+	if aa, err := filepath.Abs(a); err == nil {
+		if ab, err := filepath.Abs(b); err == nil && aa == ab {
+			return true
+		}
+	}
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // ExtrapolatesNote begins the note of a calibrated prediction outside the
@@ -432,19 +475,27 @@ func uncalibratedRecomputeShare(gpu bool, trainer string) float64 {
 const gpuRecomputeShare = 0.75
 
 // lookup finds the constants for a run on hardware hw measured by backend:
-// hw/backend's, else hw's, else the only hw/* entry there is.
-func (c *Calibration) lookup(hw, backend string) (string, Constants, bool) {
+// hw/backend's, else hw's, else the only hw/* entry there is. user says hw is a
+// user-defined profile (a profile file): only constants fitted on one
+// (Constants.ProfileFile) apply to it, and only the others to a built-in
+// profile, so that a file named like a built-in profile (h100-sxm.yaml, with
+// no name: key) and the built-in profile never take each other's constants.
+func (c *Calibration) lookup(hw, backend string, user bool) (string, Constants, bool) {
+	get := func(key string) (Constants, bool) {
+		k, ok := c.Profiles[key]
+		return k, ok && (k.ProfileFile != "") == user
+	}
 	if backend != "" {
-		if k, ok := c.Profiles[hw+"/"+backend]; ok {
+		if k, ok := get(hw + "/" + backend); ok {
 			return hw + "/" + backend, k, true
 		}
 	}
-	if k, ok := c.Profiles[hw]; ok {
+	if k, ok := get(hw); ok {
 		return hw, k, true
 	}
 	var only string
 	for key := range c.Profiles {
-		if strings.HasPrefix(key, hw+"/") {
+		if _, ok := get(key); ok && strings.HasPrefix(key, hw+"/") {
 			if only != "" {
 				return "", Constants{}, false // several backends' and none asked for
 			}
@@ -455,6 +506,25 @@ func (c *Calibration) lookup(hw, backend string) (string, Constants, bool) {
 		return "", Constants{}, false
 	}
 	return only, c.Profiles[only], true
+}
+
+// BuiltinBackends are the backends built into fsdpbench, whose names a
+// calibration's keys may carry.
+var BuiltinBackends = []string{Name, TrainerGotrain, "torchrun"}
+
+// PluginBackends, when set, lists the plugin backends found on this machine:
+// their names are keys' backend halves too. The CLI sets it (the plugins on
+// the plugin path); unset, only BuiltinBackends' names are read.
+var PluginBackends func() []string
+
+// knownBackends are the backend names a calibration key may carry, sorted.
+func knownBackends() []string {
+	names := slices.Clone(BuiltinBackends)
+	if PluginBackends != nil {
+		names = append(names, PluginBackends()...)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // calibratedLinks are p's busbw curves (fabric profiles, nccl-tests output)

@@ -257,7 +257,7 @@ func TestCalibrationLookup(t *testing.T) {
 		{"a100-80g", "torchrun", "a100-80g"},
 		{"h200", "sim", ""},
 	} {
-		key, k, ok := c.lookup(tc.hw, tc.backend)
+		key, k, ok := c.lookup(tc.hw, tc.backend, false)
 		assert.Equal(t, tc.key != "", ok, "%s %s", tc.hw, tc.backend)
 		assert.Equal(t, tc.key, key, "%s %s", tc.hw, tc.backend)
 		if ok {

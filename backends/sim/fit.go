@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"path/filepath"
 	"slices"
 	"sort"
 
@@ -20,9 +21,14 @@ import (
 // Measurement is one measured run as calibration reads it. A zero figure is
 // unknown: the run then says nothing about the constants that predict it.
 type Measurement struct {
-	// Run names the run in the fit's report (its ID); Backend is what measured it.
-	Run     string
-	Backend string
+	// Run names the run in the fit's report (its ID); Backend is what measured
+	// it: empty for a run ingested from a folder, which no backend ran
+	// (Ingested), so that its constants are keyed by its hardware alone and
+	// not under the backend its ingest spec named for its configuration
+	// (torchrun by default).
+	Run      string
+	Backend  string
+	Ingested bool
 	// Config is the run's configuration; its Hardware must name a profile.
 	Config sweeps.RunConfig
 	// TokensPerS is the measured throughput of all ranks.
@@ -141,6 +147,12 @@ func FitContext(ctx context.Context, ms []Measurement, opts FitOptions) (*Calibr
 		if m.Backend != "" {
 			key += "/" + m.Backend
 		}
+		if g := groups[key]; len(g) > 0 && g[0].hwFile != s.hwFile {
+			// One name, two profiles (two files, or a file named like a
+			// built-in profile): the key could not tell their constants apart.
+			return nil, fmt.Errorf("runs %s and %s ran on two hardware profiles named %s (%s and %s): give the profile files distinct name: keys to calibrate them",
+				g[0].m.Run, m.Run, s.hw, profileWhere(g[0].hwFile), profileWhere(s.hwFile))
+		}
 		groups[key] = append(groups[key], s)
 	}
 	progress := func(string, int, int) {}
@@ -166,9 +178,17 @@ func FitContext(ctx context.Context, ms []Measurement, opts FitOptions) (*Calibr
 		progress(key, 1, 1+folds)
 		backs := map[string]bool{}
 		for _, s := range g {
-			backs[s.m.Backend] = true
+			if s.m.Backend != "" {
+				backs[s.m.Backend] = true
+			}
+			if s.m.Ingested {
+				k.Fit.Ingested++
+			}
 		}
-		k.Fit.Backends = slices.Sorted(maps.Keys(backs))
+		if len(backs) > 0 {
+			k.Fit.Backends = slices.Sorted(maps.Keys(backs))
+		}
+		k.ProfileFile = g[0].hwFile
 		k.Fit.Folds = folds
 		k.Fit.LeaveOneOut = make([]LOORow, len(g))
 		for i := range g {
@@ -211,10 +231,12 @@ func FitContext(ctx context.Context, ms []Measurement, opts FitOptions) (*Calibr
 
 // sample is a measurement with what the uncalibrated model says of it.
 type sample struct {
-	m   Measurement
-	hw  string
-	P   int64            // parameters
-	mem map[string]int64 // the uncalibrated breakdown
+	m  Measurement
+	hw string
+	// hwFile is the profile file of a user-defined profile, "" for a built-in one.
+	hwFile string
+	P      int64            // parameters
+	mem    map[string]int64 // the uncalibrated breakdown
 	// opts are the sim options the run is predicted under (measuredOptions).
 	opts Options
 	// comm flags: which links the run's collectives cross; interStated: its
@@ -244,7 +266,7 @@ func newSample(m Measurement) (sample, error) {
 	if err != nil {
 		return sample{}, fmt.Errorf("the sim cannot predict it: %w", err)
 	}
-	s := sample{m: m, opts: opts, hw: pred.Hardware.Name, P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency,
+	s := sample{m: m, opts: opts, hw: pred.Hardware.Name, hwFile: absPath(pred.Hardware.File), P: pred.Shape.Params(), mem: pred.Breakdown, defEff: pred.Hardware.Efficiency,
 		gpu: pred.Hardware.IsGPU, tokens: float64(pred.TokensPerStep)}
 	p := pred.Strategy
 	ws, nodes := pred.CommBytesPerStep, max(rc.Nodes, 1)
@@ -361,7 +383,9 @@ func measuredOptions(rc sweeps.RunConfig) (Options, error) {
 // the run's own options.
 func (s *sample) predictWith(hw string, k *Constants) (Prediction, error) {
 	opts := s.opts
-	opts.Calibration = &Calibration{Profiles: map[string]Constants{hw: *k}}
+	kk := *k
+	kk.ProfileFile = s.hwFile // the constants apply to the run's kind of profile (lookup)
+	opts.Calibration = &Calibration{Profiles: map[string]Constants{hw: kk}}
 	return predict(s.m.Config, opts)
 }
 
@@ -834,6 +858,11 @@ func Measurements(runs []results.Run, wholeRun bool) (ms []Measurement, skipped 
 			continue
 		}
 		meas := Measurement{Run: id, Backend: rc.Backend, Config: rc}
+		if ingested(m) {
+			// No backend ran it: its ingest spec's backend (torchrun unless
+			// --spec says) only chose the assumptions it is predicted under.
+			meas.Backend, meas.Ingested = "", true
+		}
 		if m.TokensPerS != nil && *m.TokensPerS > 0 {
 			if m.WholeRunWallTime && !wholeRun {
 				skipped = append(skipped, id+": tokens/s over the whole run's wall time (†: start-up and warm-up included), not steady state: "+
@@ -864,6 +893,35 @@ func Measurements(runs []results.Run, wholeRun bool) (ms []Measurement, skipped 
 		ms = append(ms, meas)
 	}
 	return ms, skipped
+}
+
+// absPath is path made absolute ("" stays ""): a calibration names the profile
+// file its runs ran on wherever it is read from.
+func absPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
+}
+
+// profileWhere names a profile's source: its file, or the built-in table.
+func profileWhere(file string) string {
+	if file == "" {
+		return "the built-in profile"
+	}
+	return "the file " + file
+}
+
+// ingested says m is a run `fsdpbench ingest` wrote from a folder of a past
+// run: only those name their folders in extra (package ingest's source_dir and
+// source_dirs keys, which the harness reads the same way).
+func ingested(m *results.Metrics) bool {
+	_, one := m.Extra["source_dir"]
+	_, many := m.Extra["source_dirs"]
+	return one || many
 }
 
 // spread is max / min − 1 of positive samples, 0 when fewer than two.

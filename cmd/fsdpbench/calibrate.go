@@ -18,8 +18,22 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/harness"
+	"github.com/fsdpbench/fsdpbench/plugins"
 	"github.com/fsdpbench/fsdpbench/results"
 )
+
+// A calibration's keys may name plugin backends (PROFILE/BACKEND): the sim
+// checks them against the plugins on the plugin path, as the registry finds
+// them, so that a key of no backend at all is refused when the file is read.
+func init() {
+	sim.PluginBackends = func() []string {
+		var names []string
+		for _, f := range plugins.Discover(plugins.SearchPath()) {
+			names = append(names, f.Name)
+		}
+		return names
+	}
+}
 
 func newCalibrateCmd() *cobra.Command {
 	var (
@@ -132,7 +146,17 @@ calibration; a calibrated prediction says so in its notes and in metrics.json.`,
 func printCalibration(w io.Writer, cal *sim.Calibration) error {
 	for _, hw := range slices.Sorted(maps.Keys(cal.Profiles)) {
 		k := cal.Profiles[hw]
-		fmt.Fprintf(w, "%s: fitted to %d runs of %s\n", hw, k.Fit.Runs, strings.Join(k.Fit.Backends, ", "))
+		of := "of " + strings.Join(k.Fit.Backends, ", ")
+		switch {
+		case k.Fit.Ingested > 0 && len(k.Fit.Backends) == 0:
+			of = "ingested (no backend ran them: keyed by their hardware alone)"
+		case k.Fit.Ingested > 0:
+			of += fmt.Sprintf(" and %d ingested", k.Fit.Ingested)
+		}
+		fmt.Fprintf(w, "%s: fitted to %d runs %s\n", hw, k.Fit.Runs, of)
+		if k.ProfileFile != "" {
+			fmt.Fprintf(w, "user-defined profile: %s (the constants apply to predictions on a profile file named %s)\n", k.ProfileFile, strings.Split(hw, "/")[0])
+		}
 		rows := [][]string{{sim.ConstEfficiency, fmt.Sprintf("%.4g at %.0e params", k.Efficiency, sim.RefParams)}}
 		if k.EfficiencySizeExponent != 0 {
 			rows = append(rows, []string{sim.ConstSizeExponent, fmt.Sprintf("%.4g", k.EfficiencySizeExponent)})
@@ -191,7 +215,11 @@ func printCalibration(w io.Writer, cal *sim.Calibration) error {
 			if r.TputSpread != nil {
 				spread = fmt.Sprintf("%.1f%%", *r.TputSpread*100)
 			}
-			loo = append(loo, []string{r.Run, r.Backend, pct(r.MemErr), pct(r.TputErr), spread})
+			backend := r.Backend
+			if backend == "" {
+				backend = "ingested"
+			}
+			loo = append(loo, []string{r.Run, backend, pct(r.MemErr), pct(r.TputErr), spread})
 			if r.MemErr != nil {
 				memAbs = append(memAbs, math.Abs(*r.MemErr))
 			}
