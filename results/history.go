@@ -23,17 +23,31 @@ import (
 const NightFile = "night.json"
 
 // Night is one stored night of a history directory: <history>/<date>-<commit>/ holds
-// that night's results tree (as `fsdpbench sweep` wrote it) and NightFile.
+// that night's results tree (as `fsdpbench sweep` wrote it) and NightFile. A
+// second night of the same date and commit (the "measure again" an inconclusive
+// gate asks for) is stored beside it as <date>-<commit>-2/, and so on: a night
+// is never replaced, so the history keeps every verdict the gate gave.
 type Night struct {
-	// Name is the directory name, <date>-<commit>.
+	// Name is the directory name, <date>-<commit>, with -<Seq> from the second
+	// night of that date and commit on.
 	Name   string `json:"name"`
 	Date   string `json:"date"` // YYYY-MM-DD
 	Commit string `json:"commit"`
+	// Seq numbers the nights of one date and commit from 1 (0 in nights older
+	// versions stored, which replaced one another).
+	Seq int `json:"seq,omitempty"`
 	// StoredAt orders nights of the same date.
 	StoredAt time.Time `json:"stored_at"`
 	// Passed is the gate's verdict on the night. Only a night that passed is ever a
 	// baseline (LastPassingNight).
 	Passed bool `json:"passed"`
+	// Verdict is the gate's verdict: pass, fail or inconclusive (an inconclusive
+	// night did not pass, but nothing in it failed either: the trend marks it
+	// apart from a failed one). Empty in night.json files older versions wrote;
+	// Nights fills it in (nightVerdict).
+	Verdict Outcome `json:"verdict,omitempty"`
+	// Inconclusive counts the gate's inconclusive checks.
+	Inconclusive int `json:"inconclusive,omitempty"`
 	// Baseline names the night (or path) the gate compared with; empty for none.
 	Baseline string `json:"baseline,omitempty"`
 	Failures int    `json:"failures"`
@@ -77,6 +91,50 @@ func CommitOf(runs []Run) string {
 	return ""
 }
 
+// RecordedCommit is the commit a results directory recorded: its manifest.json's
+// env.commit (every sweep writes one, whatever the backend), then that of the
+// manifest of each sweep its runs belong to (a directory of several sweeps),
+// then a run's metrics.json env.commit (CommitOf); "" when none did. The
+// manifest comes first: gotrain's runs record no commit of their own, and a
+// night named <date>-unknown could not be told from another commit's.
+func RecordedCommit(dir string, runs []Run) string {
+	manifests := []string{filepath.Join(dir, ManifestFile)}
+	for i := range runs {
+		if runs[i].Dir != "" {
+			// <sweep>/runs/<id>: the sweep's manifest is two levels up.
+			manifests = append(manifests, filepath.Join(filepath.Dir(filepath.Dir(runs[i].Dir)), ManifestFile))
+		}
+	}
+	seen := map[string]bool{}
+	for _, path := range manifests {
+		if seen[path] {
+			continue
+		}
+		seen[path] = true
+		var m Manifest
+		if err := readJSON(path, &m); err == nil && m.Env.Commit != "" {
+			return m.Env.Commit
+		}
+	}
+	return CommitOf(runs)
+}
+
+// nightVerdict is n's verdict: the one stored, or for a night.json older
+// versions wrote (no verdict field) pass when it passed, inconclusive when it did
+// not pass although no check failed and the gate named no problem (the one way
+// those versions stored a night that neither passed nor failed), else fail.
+func nightVerdict(n *Night) Outcome {
+	switch {
+	case n.Verdict != "":
+		return n.Verdict
+	case n.Passed:
+		return OutcomePass
+	case n.Failures == 0 && len(n.Problems) == 0:
+		return OutcomeInconclusive
+	}
+	return OutcomeFail
+}
+
 // Nights lists the nights stored in a history directory, oldest first (by date, then
 // by the time stored). A missing directory holds no nights.
 func Nights(history string) ([]Night, error) {
@@ -101,6 +159,7 @@ func Nights(history string) ([]Night, error) {
 			return nil, fmt.Errorf("history night %s: %w", dir, err)
 		}
 		n.Name, n.Dir = e.Name(), dir
+		n.Verdict = nightVerdict(&n)
 		out = append(out, n)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -109,6 +168,9 @@ func Nights(history string) ([]Night, error) {
 		}
 		if !out[i].StoredAt.Equal(out[j].StoredAt) {
 			return out[i].StoredAt.Before(out[j].StoredAt)
+		}
+		if out[i].Seq != out[j].Seq {
+			return out[i].Seq < out[j].Seq
 		}
 		return out[i].Name < out[j].Name
 	})
@@ -180,11 +242,19 @@ func LastPassingNight(history string) (*Night, error) {
 	return nil, nil
 }
 
+// MaxNightsPerCommit bounds the nights of one date and commit (<name>-2 up to
+// <name>-MaxNightsPerCommit): a job that gates in a loop stops with an error
+// rather than filling the disk.
+const MaxNightsPerCommit = 1000
+
 // StoreNight copies the results tree at resultsDir into <history>/<NightName>/ with
-// the gate's verdict, which it needs: a night with no verdict never passes. A night of
-// the same name is replaced, so rerunning a nightly job for one commit keeps one
-// entry. The copy is made beside the target and renamed into place, so a killed job
-// never leaves half a night that a later gate would take as its baseline.
+// the gate's verdict, which it needs: a night with no verdict never passes. A night
+// is never replaced: a second night of the same date and commit (measured again
+// after an inconclusive or failed gate) goes to <NightName>-2/, a third to -3/, so
+// the history keeps each with its own verdict. The copy is made beside the target
+// and renamed into place, so a killed job never leaves half a night that a later
+// gate would take as its baseline; a name another gate took meanwhile is not
+// overwritten (the rename fails and the next number is tried).
 func StoreNight(history, resultsDir string, date time.Time, commit string, report *GateReport, baseline string) (Night, error) {
 	if report == nil {
 		return Night{}, errors.New("history: a night is stored with the gate's verdict; run the gate first")
@@ -197,9 +267,17 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 	if err := os.MkdirAll(history, 0o777); err != nil {
 		return Night{}, fmt.Errorf("history %s: %w", history, err)
 	}
-	n := Night{Name: NightName(date, commit), Date: date.UTC().Format(time.DateOnly), Commit: commit,
+	base := NightName(date, commit)
+	n := Night{Name: base, Date: date.UTC().Format(time.DateOnly), Commit: commit,
 		StoredAt: time.Now().UTC(), Baseline: baseline}
 	n.Passed, n.Failures, n.Checks = report.Passed, report.Failures, len(report.Checks)
+	n.Verdict, n.Inconclusive = report.Verdict, report.Inconclusive
+	if n.Verdict == "" {
+		n.Verdict = OutcomeFail
+		if n.Passed {
+			n.Verdict = OutcomePass
+		}
+	}
 	n.Problems = report.Problems
 	n.Dir = filepath.Join(history, n.Name)
 	tmp, err := mkdirTemp(history, "."+n.Name+".tmp")
@@ -212,33 +290,39 @@ func StoreNight(history, resultsDir string, date time.Time, commit string, repor
 		// Errors name the temporary copy; the user knows the night's directory.
 		return Night{}, fmt.Errorf("history: copying %s to %s: %w", resultsDir, n.Dir, bareErr(err))
 	}
-	n.Checksum, err = nightChecksum(n, tmp)
-	var b []byte
-	if err == nil {
-		b, err = json.MarshalIndent(n, "", "  ")
-	}
-	if err == nil {
-		// Plainly written: the directory is renamed into place only once whole.
-		err = os.WriteFile(filepath.Join(tmp, NightFile), append(b, '\n'), 0o666)
-	}
-	if err != nil {
-		return Night{}, fmt.Errorf("history: storing %s: %w", filepath.Join(n.Dir, NightFile), bareErr(err))
-	}
-	old := ""
-	if _, err := os.Stat(n.Dir); err == nil {
-		old = filepath.Join(history, "."+n.Name+".old") // dot: Nights never lists it
-		os.RemoveAll(old)
-		if err := os.Rename(n.Dir, old); err != nil {
-			return Night{}, fmt.Errorf("history: replacing %s: %w", n.Dir, err)
+	for seq := 1; seq <= MaxNightsPerCommit; seq++ {
+		n.Seq, n.Name = seq, base
+		if seq > 1 {
+			n.Name = fmt.Sprintf("%s-%d", base, seq)
 		}
+		n.Dir = filepath.Join(history, n.Name)
+		if _, err := os.Lstat(n.Dir); err == nil {
+			continue // taken: an earlier night of this date and commit
+		}
+		// The name and number are part of what the checksum seals.
+		n.Checksum, err = nightChecksum(n, tmp)
+		var b []byte
+		if err == nil {
+			b, err = json.MarshalIndent(n, "", "  ")
+		}
+		if err == nil {
+			// Plainly written: the directory is renamed into place only once whole.
+			err = os.WriteFile(filepath.Join(tmp, NightFile), append(b, '\n'), 0o666)
+		}
+		if err != nil {
+			return Night{}, fmt.Errorf("history: storing %s: %w", filepath.Join(n.Dir, NightFile), bareErr(err))
+		}
+		// rename(2) replaces an empty directory but never a night (night.json
+		// is in it): a night another gate stored since the Lstat stays.
+		if err := os.Rename(tmp, n.Dir); err != nil {
+			if _, serr := os.Lstat(n.Dir); serr == nil {
+				continue
+			}
+			return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareErr(err))
+		}
+		return n, nil
 	}
-	if err := os.Rename(tmp, n.Dir); err != nil {
-		return Night{}, fmt.Errorf("history: storing %s: %w", n.Dir, bareErr(err))
-	}
-	if old != "" {
-		os.RemoveAll(old)
-	}
-	return n, nil
+	return Night{}, fmt.Errorf("history: %d nights of %s are stored already (%s to %s-%d); move old ones out of %s", MaxNightsPerCommit, base, base, base, MaxNightsPerCommit, history)
 }
 
 // NightRuns is one night's runs, for trends.

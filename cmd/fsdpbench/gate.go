@@ -60,10 +60,14 @@ lets a partial night through). The gate also fails when the current results hold
 finished run, when every check was skipped, and when a rule given decided nothing.
 
 --history DIR keeps each night: the current results are stored under
-DIR/<date>-<commit>/ with the verdict, and without --baseline the last night that
-passed is the baseline: the one stored last (a night backfilled under an old
---date counts from its date). A --date after tomorrow (UTC) is refused unless
---allow-future-date.
+DIR/<date>-<commit>/ with the verdict (pass, fail or inconclusive), and without
+--baseline the last night that passed is the baseline: the one stored last (a
+night backfilled under an old --date counts from its date). The commit is --commit,
+else $GITHUB_SHA, else the commit the results' manifest.json recorded (env.commit),
+else a run's metrics.json's, else "unknown". A night is never replaced: another gate
+of the same date and commit (measuring again after an inconclusive verdict) is
+stored as DIR/<date>-<commit>-2/, and so on, each with its own verdict. A --date
+after tomorrow (UTC) is refused unless --allow-future-date.
 
 --ab DIR judges what ` + "`fsdpbench ab`" + ` measured (A the baseline, B the current) by the
 confidence interval of B's paired change (recomputed from the pairs, equal-tailed):
@@ -219,11 +223,13 @@ failed, some could not tell).`,
 				fmt.Fprintln(cmd.ErrOrStderr(), report.Headline())
 			}
 			if history != "" {
+				// The order the help gives: what the user said, what the CI job
+				// checked out, what the sweep recorded.
 				if commit == "" {
 					commit = os.Getenv("GITHUB_SHA")
 				}
 				if commit == "" {
-					commit = results.CommitOf(curRuns)
+					commit = results.RecordedCommit(current, curRuns)
 				}
 				n, err := results.StoreNight(history, current, night, commit, report, baseName)
 				if err != nil {
@@ -236,7 +242,11 @@ failed, some could not tell).`,
 				case !n.Passed:
 					verdict = "failed: the next night keeps the last passing baseline"
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "stored night %s (%s)\n", n.Dir, verdict)
+				again := ""
+				if n.Seq > 1 {
+					again = fmt.Sprintf("; night %d of %s %s, the earlier ones kept", n.Seq, n.Date, nightCommit(n.Commit))
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "stored night %s (%s%s)\n", n.Dir, verdict, again)
 			}
 			switch report.Verdict {
 			case results.OutcomeInconclusive:
@@ -263,7 +273,7 @@ failed, some could not tell).`,
 	f.BoolVar(&failMissing, "fail-missing", false, "fail when a baseline run is missing from the current results (the default now)")
 	_ = f.MarkDeprecated("fail-missing", "missing runs fail by default; --allow-missing lets them through")
 	f.StringVar(&history, "history", "", "history directory: store this night under DIR/<date>-<commit>/; without --baseline, compare with the last passing night")
-	f.StringVar(&commit, "commit", "", "commit of this night (default: $GITHUB_SHA, else the commit the runs recorded)")
+	f.StringVar(&commit, "commit", "", "commit of this night (default: $GITHUB_SHA, else the commit manifest.json recorded, else a run's)")
 	f.StringVar(&date, "date", "", "date of this night, written YYYY-MM-DD (default: today, UTC; at most tomorrow)")
 	f.BoolVar(&futureDate, "allow-future-date", false, "store a --date after tomorrow as given (the baseline is still picked by when nights were stored)")
 	return cmd
@@ -310,4 +320,12 @@ func samePath(a, b string) bool {
 	}
 	sb, err := os.Stat(b)
 	return err == nil && os.SameFile(sa, sb)
+}
+
+// nightCommit is a night's commit as the history names it.
+func nightCommit(c string) string {
+	if c == "" {
+		return "unknown"
+	}
+	return c
 }

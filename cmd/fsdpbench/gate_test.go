@@ -209,12 +209,13 @@ func TestGateHistory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, runs, len(okSpecs), "the night holds the results tree")
 
-	// The same night again replaces it.
+	// The same night again is stored beside it, never over it (issue 37).
 	r = cli(t, "gate", "--history", hist, "--current", night3, "--commit", "cccc3333", "--date", "2026-03-03")
 	require.Equal(t, ExitOK, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "stored night "+filepath.Join(hist, "2026-03-03-cccc3333-2"))
 	nights, err = results.Nights(hist)
 	require.NoError(t, err)
-	assert.Len(t, nights, 3)
+	assert.Len(t, nights, 4)
 }
 
 func TestCompareCommand(t *testing.T) {

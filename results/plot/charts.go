@@ -718,7 +718,10 @@ func drawTrend(nights []trendNight, col results.Column, metricName string) (*Fig
 		scale = 100
 	}
 	byStrategy := map[string]plotter.XYs{}
-	var failed plotter.XYs
+	// Failed and inconclusive nights are marked apart: an inconclusive night
+	// asked to measure again, it did not find a regression (issue 37: it was
+	// ringed as "gate failed that night").
+	var failed, unsure plotter.XYs
 	ticks := make([]string, len(nights))
 	every := (len(nights) + maxTrendTicks - 1) / maxTrendTicks
 	for x, n := range nights {
@@ -726,13 +729,21 @@ func drawTrend(nights []trendNight, col results.Column, metricName string) (*Fig
 		if len(commit) > 7 {
 			commit = commit[:7]
 		}
+		if n.night.Seq > 1 {
+			// A second night of one date and commit: told apart on the axis.
+			commit += fmt.Sprintf(" #%d", n.night.Seq)
+		}
 		if x%every == 0 || x == len(nights)-1 {
 			ticks[x] = n.night.Date[min(5, len(n.night.Date)):] + "\n" + commit
 		}
 		for s, c := range n.cnt {
 			y := math.Exp(n.sum[s]/c) * scale
 			byStrategy[s] = append(byStrategy[s], plotter.XY{X: float64(x), Y: y})
-			if !n.night.Passed {
+			switch {
+			case n.night.Passed:
+			case n.night.Verdict == results.OutcomeInconclusive:
+				unsure = append(unsure, plotter.XY{X: float64(x), Y: y})
+			default:
 				failed = append(failed, plotter.XY{X: float64(x), Y: y})
 			}
 		}
@@ -757,6 +768,9 @@ func drawTrend(nights []trendNight, col results.Column, metricName string) (*Fig
 		}
 		for i := range failed {
 			failed[i].Y /= u.Scale
+		}
+		for i := range unsure {
+			unsure[i].Y /= u.Scale
 		}
 	}
 	p := newPanel(fmt.Sprintf("%s over nights", col.Header), "night (date, commit)", unit+", geomean over runs")
@@ -784,6 +798,15 @@ func drawTrend(nights []trendNight, col results.Column, metricName string) (*Fig
 		sc.Shape, sc.Color, sc.Radius = draw.RingGlyph{}, red, vg.Points(7)
 		p.Add(sc)
 		fig.addSeries("gate failed that night", sc)
+	}
+	if len(unsure) > 0 {
+		sc, err := plotter.NewScatter(unsure)
+		if err != nil {
+			return nil, err
+		}
+		sc.Shape, sc.Color, sc.Radius = draw.SquareGlyph{}, color.RGBA{R: 0xe6, G: 0x9f, A: 0xff}, vg.Points(7)
+		p.Add(sc)
+		fig.addSeries("gate inconclusive that night", sc)
 	}
 	p.Y.Min = 0
 	p.Y.Max *= 1.08

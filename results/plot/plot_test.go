@@ -204,6 +204,29 @@ func TestTrend(t *testing.T) {
 	assert.ErrorContains(t, err, "unknown metric")
 }
 
+// TestTrendKeepsInconclusiveApart (issue 37 item 4): a failed night and the
+// night measured again after it on the same date and commit, whose gate was
+// inconclusive, are both drawn, each with its own verdict: the inconclusive one is
+// not ringed as failed, and the axis tells the two nights apart (#2).
+func TestTrendKeepsInconclusiveApart(t *testing.T) {
+	var nights []results.NightRuns
+	for i, v := range []results.Outcome{results.OutcomePass, results.OutcomeFail, results.OutcomeInconclusive} {
+		var runs []results.Run
+		for _, sh := range []string{sweeps.FullShard, sweeps.ShardGradOp} {
+			runs = append(runs, run(1, 2, sh, false, 1-0.05*float64(i)))
+		}
+		n := results.Night{Date: "2026-03-02", Commit: "abcdef0123", Seq: i, Passed: v == results.OutcomePass, Verdict: v}
+		if i == 0 {
+			n.Date, n.Seq = "2026-03-01", 1
+		}
+		nights = append(nights, results.NightRuns{Runs: runs, Night: n})
+	}
+	f, err := Trend(nights, "tokens_per_s_per_rank")
+	require.NoError(t, err)
+	checkFigure(t, f, []string{"full_shard", "shard_grad_op", "gate failed that night", "gate inconclusive that night"},
+		"night (date, commit)", "03-02", "abcdef0 #2")
+}
+
 func TestSaveRejectsUnknownFormat(t *testing.T) {
 	f, err := Scaling(scalingRuns())
 	require.NoError(t, err)
