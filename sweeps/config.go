@@ -138,6 +138,12 @@ type RunConfig struct {
 	// env.NAME axes): every process of the run gets them on top of the
 	// environment it inherits. They enter the ID when there are any.
 	Env map[string]string `json:"env,omitempty"`
+	// InputHashes holds the SHA-256 (hex) of the files that define what the run
+	// trains, read when the spec is loaded: "model" (a config.json the model
+	// axis names) and "backend_options.script" (a user's script). They enter
+	// the ID (see workload.go), so editing the script or the model's file names
+	// new runs; stored, they keep the ID reproducible from run_args.json.
+	InputHashes map[string]string `json:"input_sha256,omitempty"`
 	// OptionAxes names, sorted, the backend options the spec varies per point
 	// (backend_options.NAME as a grid or include axis): their values, in
 	// BackendOptions, enter the ID, so the points of such an axis are distinct
@@ -235,6 +241,9 @@ type trainingKey struct {
 	// some, so runs without them keep their IDs.
 	Env     map[string]string `json:"env,omitempty"`
 	Options map[string]any    `json:"backend_options,omitempty"`
+	// Workload is present only for a run of a program of the user's or of a
+	// model file (workload.go), so runs of the built-in model keep their IDs.
+	Workload map[string]any `json:"workload,omitempty"`
 }
 
 func (rc *RunConfig) trainingKey() trainingKey {
@@ -252,6 +261,7 @@ func (rc *RunConfig) trainingKey() trainingKey {
 		k.Env = rc.Env
 	}
 	k.Options = rc.axisOptions()
+	k.Workload = rc.workloadKey()
 	return k
 }
 
@@ -319,7 +329,8 @@ func (rc RunConfig) Hash() string {
 // live under it; MigrateID and the resume path map them to the current ID.
 func (rc RunConfig) LegacyID() string {
 	var buf [512]byte
-	sum := sha256.Sum256(rc.appendTrainingKey(buf[:0]))
+	// Legacy IDs predate the workload part of the key (WorkloadIDChange).
+	sum := sha256.Sum256(rc.appendKey(buf[:0], false))
 	return rc.MakeSlug() + "-" + hex.EncodeToString(sum[:LegacyHashBytes])
 }
 
@@ -335,7 +346,11 @@ func (rc *RunConfig) MigrateID() bool {
 }
 
 // appendTrainingKey appends the JSON encoding of rc's trainingKey to b.
-func (rc *RunConfig) appendTrainingKey(b []byte) []byte {
+func (rc *RunConfig) appendTrainingKey(b []byte) []byte { return rc.appendKey(b, true) }
+
+// appendKey is appendTrainingKey, with the workload part when workload is
+// true (false: the key IDs hashed before WorkloadIDChange).
+func (rc *RunConfig) appendKey(b []byte, workload bool) []byte {
 	b = append(b, `{"hardware":`...)
 	b = appendJSONString(b, rc.writtenHardware())
 	b = append(b, `,"model":`...)
@@ -374,6 +389,9 @@ func (rc *RunConfig) appendTrainingKey(b []byte) []byte {
 	b = strconv.AppendBool(b, rc.Compile)
 	b = rc.appendCheckpointKey(b)
 	b = rc.appendEnvKey(b)
+	if workload {
+		b = rc.appendWorkloadKey(b)
+	}
 	return append(b, '}')
 }
 

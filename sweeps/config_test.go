@@ -61,6 +61,14 @@ func TestHashMatchesJSON(t *testing.T) {
 	none := goldenConfig()
 	none.Checkpoint, none.CheckpointEvery = CheckpointNone, 7
 	configs = append(configs, none)
+	// A user's program and files (issue 37): the workload part of the key.
+	prog := goldenConfig()
+	prog.BackendOptions = map[string]any{"script": "/abs/train.py", "args": []any{"--n=<4>", int64(2)}, "lr": 0.1}
+	prog.SpecPaths = map[string]any{"backend_options.script": "train.py"}
+	prog.InputHashes = map[string]string{"backend_options.script": "ab", "model": "cd"}
+	cmd := goldenConfig()
+	cmd.BackendOptions = map[string]any{"command": []any{"deepspeed", "{script_args}"}}
+	configs = append(configs, prog, cmd)
 	for _, rc := range configs {
 		b, err := json.Marshal(rc.trainingKey())
 		require.NoError(t, err)

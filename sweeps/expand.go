@@ -42,6 +42,9 @@ type expander struct {
 	noted     map[nodesNote]bool
 	nodeSizes map[string]int
 	gridCount int
+	// inputs holds InputHashes by model as written, where the script's hash
+	// joins the model's.
+	inputs map[string]map[string]string
 }
 
 // nodesNote is one world size split into nodes on one hardware profile.
@@ -67,6 +70,9 @@ func (p *parsing) expand(sp *spec) *Plan {
 	}
 	x.base.BackendOptions = sp.backendOptions
 	x.base.LauncherOptions = sp.launcherOptions
+	// IDs hash resolved paths as written (a script's, in the workload key);
+	// resolveRuns adds the model's and hardware's after expansion.
+	x.base.SpecPaths = sp.writtenOptions
 	for _, v := range sp.env {
 		v.apply(&x.base)
 	}
@@ -333,6 +339,7 @@ func matchesAll(rc *RunConfig, conds []excludeCond) bool {
 // checkGridIDs looks for hash collisions once, by sorting: over a million points
 // that is several times cheaper than a hash map. Include points, few, are looked up.
 func (x *expander) keep(rc *RunConfig, from pos) bool {
+	x.inputHashes(rc)
 	if x.groups != nil {
 		return x.keepSearch(rc)
 	}

@@ -373,6 +373,7 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 		}
 		if d.f == fModel {
 			p.resolveModel(s, n.pos)
+			p.hashModel(s, n.pos)
 		}
 		if d.f == fHardware {
 			p.resolveHardware(s, n.pos)

@@ -82,11 +82,15 @@ func TestSpecPathsResolveAgainstTheSpecFile(t *testing.T) {
 	assert.Contains(t, string(plan.Resolved), "script: train.py")
 
 	// The same spec read as written (from its folder, as before paths were
-	// resolved) names the same runs with the same fingerprints.
+	// resolved) names the same runs with the same fingerprints. The IDs hash
+	// the script's and the model's content (issue 37), so it is read where
+	// those files are.
 	data, err := os.ReadFile(filepath.Join(dir, "spec.yaml"))
 	require.NoError(t, err)
+	t.Chdir(dir)
 	asWritten, err := Parse(data, "spec.yaml", Options{})
 	require.NoError(t, err)
+	t.Chdir(t.TempDir())
 	for i := range plan.Runs {
 		assert.Equal(t, asWritten.Runs[i].ID, plan.Runs[i].ID)
 		assert.Equal(t, asWritten.Runs[i].Fingerprint(), plan.Runs[i].Fingerprint())

@@ -160,6 +160,11 @@ type parsing struct {
 	warnings      []string
 	// dynDefs holds the env.NAME and backend_options.NAME keys met so far.
 	dynDefs map[string]*keyDef
+	// fileHashes caches the content hashes of files by the path opened;
+	// modelHashes holds InputHashes by model value as written (nil for one
+	// with no file).
+	fileHashes  map[string]string
+	modelHashes map[string]map[string]string
 }
 
 // spec is the checked content of a spec file, before expansion.
@@ -179,6 +184,9 @@ type spec struct {
 	// writtenOptions holds the options whose paths were resolved, as written
 	// ("backend_options.script": "train.py").
 	writtenOptions map[string]any
+	// scriptHash is the content hash of backend_options.script ("" without
+	// one, or without a file there).
+	scriptHash string
 	// env holds the variables given to every run (env: at the top level and
 	// under base:), as env.NAME values.
 	env []value
@@ -234,6 +242,7 @@ func (p *parsing) read(root *node) *spec {
 			sp.backendOptions, w = p.resolveOptions(p.readOptions(e), e)
 			sp.writtenOptions = addAll(sp.writtenOptions, w)
 			sp.optionPos = optionPositions(sp.optionPos, e)
+			p.hashScript(sp, sp.backendOptions, e)
 		case keyEnv:
 			sp.env = p.addEnv(sp.env, p.readEnvMap(e))
 		case keyLauncherOptions:
