@@ -1,6 +1,7 @@
 package results
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -305,6 +306,8 @@ var registry = []Column{
 			}
 			return nil
 		})),
+	textual(metric("warnings", "warnings", UnitNone, "what the backend found wrong with the run's figures, as a JSON list (tables mark the figures "+WarningMark+")",
+		func(m *Metrics) any { return warningsText(m.Warnings) })),
 
 	{Name: "scaling_efficiency", Kind: KindDerived, Header: "scaling eff. (%)", Unit: UnitFraction,
 		Doc: "tokens/s/rank over that of the same config at the smallest world size",
@@ -315,6 +318,39 @@ var registry = []Column{
 	{Name: "model_state_bytes", Kind: KindDerived, Header: "model states", Unit: UnitBytes,
 		Doc: "parameters + gradients + optimizer state of one rank, from mem_breakdown_bytes",
 		get: func(r *Run) any { return optI(r.Derived.ModelStateBytes) }},
+	{Name: "noise", Kind: KindDerived, Header: "noise", text: true,
+		Doc: "why the run's timed figures are too noisy to trust (tables mark them " + NoiseMark + "); empty when they are not",
+		get: func(r *Run) any { return optS(r.Derived.Noise) }},
+	{Name: "scaling_efficiency_noise", Kind: KindDerived, Header: "scaling eff. noise", text: true,
+		Doc: "why scaling_efficiency is too noisy to trust: its run's or its baseline's figures are",
+		get: func(r *Run) any { return optS(r.Derived.ScalingEfficiencyNoise) }},
+	{Name: "scaling_efficiency_warned", Kind: KindDerived, Header: "scaling eff. warned", text: true,
+		Doc: "scaling_efficiency's run or baseline carries warnings (empty when there is no scaling_efficiency)",
+		get: func(r *Run) any { return flagOf(r.Derived.ScalingEfficiency != nil, r.Derived.ScalingEfficiencyWarned) }},
+	{Name: "memory_saving_warned", Kind: KindDerived, Header: "memory saving warned", text: true,
+		Doc: "memory_saving's run or baseline carries warnings (empty when there is no memory_saving)",
+		get: func(r *Run) any { return flagOf(r.Derived.MemorySaving != nil, r.Derived.MemorySavingWarned) }},
+}
+
+// flagOf is a derived figure's flag: nil (unknown) where the figure is absent.
+func flagOf(known, v bool) any {
+	if !known {
+		return nil
+	}
+	return v
+}
+
+// warningsText is a run's warnings as one cell: a JSON list, so that a reader
+// gets each back whatever it holds (commas, newlines); nil for none.
+func warningsText(ws []string) any {
+	if len(ws) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(ws)
+	if err != nil {
+		return nil // strings always marshal
+	}
+	return string(b)
 }
 
 var registryIndex = func() map[string]int {
@@ -351,8 +387,9 @@ var registryIndex = func() map[string]int {
 //	         step_breakdown.source
 //	         env.machine.other_cpu_share env.machine.load1 env.machine.cpu_mhz
 //	         env.machine.gpu_other_processes env.machine.gpu_sm_clock_mhz
-//	         env.machine.gpu_throttled_share env.machine.gpu_throttle
-//	derived: scaling_efficiency memory_saving model_state_bytes
+//	         env.machine.gpu_throttled_share env.machine.gpu_throttle warnings
+//	derived: scaling_efficiency memory_saving model_state_bytes noise
+//	         scaling_efficiency_noise scaling_efficiency_warned memory_saving_warned
 //
 // New columns are appended within their kind; names never change once released.
 func Columns() []Column { return append([]Column(nil), registry...) }

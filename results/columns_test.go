@@ -41,6 +41,7 @@ func fullRun(t *testing.T) Run {
 	}
 	base := fixtureConfig(2, sweeps.NoShard)
 	base.BackendOptions = rc.BackendOptions
+	base.Checkpoint, base.CheckpointEvery, base.ResumeCheck = rc.Checkpoint, rc.CheckpointEvery, rc.ResumeCheck
 	runs := []Run{{Config: rc, Metrics: Normalize(rc, repeats)}, {Config: base}}
 	runs[1].Metrics = Normalize(runs[1].Config, []Result{fixtureResult(runs[1].Config)})
 	Derive(runs)
@@ -76,6 +77,10 @@ func decode(t *testing.T, v any) map[string]any {
 
 func TestColumnNamesAreJSONPaths(t *testing.T) {
 	r := fullRun(t)
+	// The marks a run has when noisy and warned, so that their columns have values.
+	r.Metrics.Warnings = []string{"a warning, with a comma"}
+	r.Derived.Noise, r.Derived.ScalingEfficiencyNoise = "step times spread", "scaling: step times spread"
+	r.Derived.ScalingEfficiencyWarned, r.Derived.MemorySavingWarned = true, true
 	docs := map[ColumnKind]map[string]any{KindID: decode(t, r.Config), KindAxis: decode(t, r.Config),
 		KindMetric: decode(t, r.Metrics), KindDerived: decode(t, r.Derived)}
 	seen := map[string]bool{}
@@ -94,7 +99,7 @@ func TestColumnNamesAreJSONPaths(t *testing.T) {
 		require.NotNil(t, got, "column %s: no value in a fully known run", c.Name)
 		switch g := got.(type) {
 		case string:
-			if c.Name == "backend_options" {
+			if c.Name == "backend_options" || c.Name == "warnings" { // JSON in a cell
 				b, _ := json.Marshal(want)
 				assert.JSONEq(t, string(b), g)
 				continue

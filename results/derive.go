@@ -26,6 +26,17 @@ type Derived struct {
 	// ModelStateBytes is the ZeRO paper's "model states" of one rank (parameters +
 	// gradients + optimizer state) from the backend's memory breakdown.
 	ModelStateBytes *int64 `json:"model_state_bytes,omitempty"`
+
+	// Noise says why this run's timed figures are too noisy to trust (Noise: the
+	// limits NoisyStepSpread, NoisyRepeatSpread, NoisyWholeVsMedian); "" when
+	// they are not. ScalingEfficiencyNoise is the same for the scaling efficiency,
+	// which is noisy when its run or its baseline is.
+	Noise                  string `json:"noise,omitempty"`
+	ScalingEfficiencyNoise string `json:"scaling_efficiency_noise,omitempty"`
+	// ScalingEfficiencyWarned and MemorySavingWarned: the figure's run or its
+	// baseline carries warnings (Metrics.Warnings).
+	ScalingEfficiencyWarned bool `json:"scaling_efficiency_warned,omitempty"`
+	MemorySavingWarned      bool `json:"memory_saving_warned,omitempty"`
 }
 
 // FieldRole says what a field of sweeps.RunConfig is to the derived figures:
@@ -299,6 +310,12 @@ func Derive(runs []Run) {
 		r.Derived.MemoryBaseline = b.Config.ID
 		r.Derived.MemorySavingOf = of
 	}
+
+	byID := make(map[string]int, len(runs))
+	for i := range runs {
+		byID[runs[i].Config.ID] = i
+	}
+	markNoise(runs, byID)
 }
 
 // modelStateBytes sums the parameters, gradients and optimizer state a backend

@@ -66,9 +66,7 @@ func (g *grid) fit(width int, set *axisSet, runs []Run) {
 		for i := range g.rows {
 			g.rows[i] = slices.Delete(g.rows[i], j, j+1)
 		}
-		if name == "scaling_efficiency" && superlinearNotes(g) == nil { // its note goes with it
-			g.notes = slices.DeleteFunc(g.notes, func(n string) bool { return n == superlinearNote })
-		}
+		g.setNotes() // a column's notes (its marks', a scaling efficiency's) go with it
 	}
 	needed := map[string]bool{}
 	sep := set.separating(nil)

@@ -155,6 +155,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 	m.PerRank = d.PerRank
 	m.MemBreakdownBytes = d.MemBreakdownBytes
 	m.Extra = d.Extra
+	m.Warnings = collectWarnings(repeats)
 
 	all := make([]repeatFigures, len(repeats))
 	var figs []repeatFigures
@@ -230,7 +231,76 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 			m.Samples = nil
 		}
 	}
+	resolveProfilerOverhead(&m)
 	return m
+}
+
+// ExtraProfilerOverhead is the Metrics.Extra key of the profiler's cost
+// (median profiled step / median measured step − 1, the torchrun backend's);
+// ExtraProfilerOverheadUnresolved keeps it instead when the measured steps'
+// own spread covers it (resolveProfilerOverhead).
+const (
+	ExtraProfilerOverhead           = "profiler_overhead"
+	ExtraProfilerOverheadUnresolved = "profiler_overhead_unresolved"
+)
+
+// resolveProfilerOverhead keeps extra.profiler_overhead only when it is
+// resolved: the median profiled step, (1 + overhead) × the median measured
+// step, lies outside the measured steps' p10 to p90. Inside it the figure says
+// nothing the steps' own noise does not (5.28 on one busy run, −0.03 on quiet
+// ones), so it moves to extra.profiler_overhead_unresolved, where no reader
+// takes it for the profiler's cost. Extra is copied, not changed in place: it
+// is the repeat's map.
+func resolveProfilerOverhead(m *Metrics) {
+	v, ok := m.Extra[ExtraProfilerOverhead].(float64)
+	if !ok {
+		return
+	}
+	q := m.StepTimeS
+	if q != nil && q.Median > 0 {
+		if p := (1 + v) * q.Median; p < q.P10 || p > q.P90 {
+			return
+		}
+	}
+	extra := make(map[string]any, len(m.Extra))
+	for k, x := range m.Extra {
+		extra[k] = x
+	}
+	delete(extra, ExtraProfilerOverhead)
+	extra[ExtraProfilerOverheadUnresolved] = v
+	m.Extra = extra
+}
+
+// collectWarnings gathers every repeat's warnings, Result.Warnings and the
+// extra.warnings backends write (a []string in process, []any once it has been
+// JSON, as from a plugin), each once in the order first seen; nil for none.
+func collectWarnings(repeats []Result) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(w string) {
+		if w != "" && !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	for _, r := range repeats {
+		for _, w := range r.Warnings {
+			add(w)
+		}
+		switch ws := r.Extra["warnings"].(type) {
+		case []string:
+			for _, w := range ws {
+				add(w)
+			}
+		case []any:
+			for _, w := range ws {
+				if s, ok := w.(string); ok {
+					add(s)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // statusOf is the repeat's status, with one that is empty or unknown read as failed.

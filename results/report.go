@@ -113,6 +113,16 @@ type grid struct {
 	cols  []gridCol
 	rows  [][]gridCell
 	notes []string
+	// headNotes are the notes that do not follow from the cells (the predicted
+	// backends'); setNotes puts them first in notes, then the cells' own.
+	headNotes []string
+}
+
+// setNotes makes the grid's notes: headNotes, then those its cells call for
+// (†, a scaling efficiency above 100%, NoiseMark, WarningMark). fit calls it
+// again after dropping a column, so that a note leaves with its marks.
+func (g *grid) setNotes() {
+	g.notes = append(append(append(slices.Clone(g.headNotes), wholeRunNotes(g)...), superlinearNotes(g)...), marksNotes(g)...)
 }
 
 type gridCol struct {
@@ -131,6 +141,11 @@ type gridCell struct {
 	// superlinear is a scaling efficiency above 100% (superlinearSharded or
 	// superlinearUnsharded), for the note that explains it; 0 otherwise.
 	superlinear int
+	// noisy and warned: the cell carries NoiseMark or WarningMark; noise and
+	// warnings name the runs behind the mark and why, for the footnotes.
+	noisy, warned bool
+	noise         []cellNoise
+	warnings      []cellWarnings
 }
 
 func resolveMetrics(names []string, def []string) ([]Column, error) {
@@ -150,7 +165,7 @@ func resolveMetrics(names []string, def []string) ([]Column, error) {
 
 // metricCell formats the value of a metric or derived column for run r, byte
 // figures in the column's unit u.
-func metricCell(c *Column, r *Run, u ByteUnit) gridCell {
+func metricCell(c *Column, r *Run, u ByteUnit, lookup func(string) *Run) gridCell {
 	v := c.Value(r)
 	if c.text {
 		return gridCell{raw: v, text: displayValue(c, v, u)}
@@ -178,7 +193,23 @@ func metricCell(c *Column, r *Run, u ByteUnit) gridCell {
 		cell.text += wholeRunMark
 		cell.wholeRun = true
 	}
+	markCell(&cell, c, r, lookup)
 	return cell
+}
+
+// runLookup finds a run by ID among runs, for the marks a derived figure takes
+// from its baseline; built once per report.
+func runLookup(runs []Run) func(string) *Run {
+	byID := make(map[string]int, len(runs))
+	for i := range runs {
+		byID[runs[i].Config.ID] = i
+	}
+	return func(id string) *Run {
+		if i, ok := byID[id]; ok && id != "" {
+			return &runs[i]
+		}
+		return nil
+	}
 }
 
 // wholeRunMark flags a throughput figure made of a whole run's wall time
@@ -361,6 +392,7 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 	}
 	g.rows = make([][]gridCell, 0, len(runs))
 	predicted := map[string]bool{}
+	lookup := runLookup(runs)
 	for _, i := range set.order(axes) {
 		r := &runs[i]
 		row := make([]gridCell, 0, len(g.cols))
@@ -371,7 +403,7 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 			row = append(row, gridCell{raw: a.values[k], text: a.text[k]})
 		}
 		for j := range metrics {
-			cell := metricCell(&metrics[j], r, units[j])
+			cell := metricCell(&metrics[j], r, units[j], lookup)
 			if cell.predicted {
 				predicted[r.Config.Backend] = true
 			}
@@ -379,7 +411,8 @@ func flatGrid(runs []Run, metricNames []string) (*grid, *axisSet, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = append(append(predictedNote(predicted), wholeRunNotes(g)...), superlinearNotes(g)...)
+	g.headNotes = predictedNote(predicted)
+	g.setNotes()
 	return g, set, nil
 }
 
@@ -522,6 +555,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		g.title = headers[0]
 	}
 	predicted := map[string]bool{}
+	lookup := runLookup(runs)
 	for ri, first := range rowFirst {
 		row := make([]gridCell, 0, len(g.cols))
 		for _, a := range rowAxes {
@@ -535,7 +569,7 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 					row = append(row, gridCell{})
 					continue
 				}
-				c := metricCell(&metrics[j], &runs[i], units[j])
+				c := metricCell(&metrics[j], &runs[i], units[j], lookup)
 				if c.predicted {
 					predicted[runs[i].Config.Backend] = true
 				}
@@ -544,7 +578,8 @@ func pivotGrid(runs []Run, opt ReportOptions) (*grid, error) {
 		}
 		g.rows = append(g.rows, row)
 	}
-	g.notes = append(append(predictedNote(predicted), wholeRunNotes(g)...), superlinearNotes(g)...)
+	g.headNotes = predictedNote(predicted)
+	g.setNotes()
 	return g, nil
 }
 
@@ -694,18 +729,49 @@ func markdownEscape(s string) string {
 
 var markdownEscaper = strings.NewReplacer(`\`, `\\`, `|`, `\|`, `*`, `\*`)
 
+// exportCells are the grid's cells as CSV and JSON reports hold them: each
+// column's key and plain values, and after a column some of whose cells carry
+// NoiseMark or WarningMark, a column key + MarksSuffix saying which ("noisy",
+// "warning", "noisy,warning"; empty or null where a cell has none), since
+// those formats have no footnotes.
+func (g *grid) exportCells() ([]string, [][]any) {
+	marked := make([]bool, len(g.cols))
+	for _, row := range g.rows {
+		for j := range row {
+			marked[j] = marked[j] || row[j].noisy || row[j].warned
+		}
+	}
+	var keys []string
+	for j, c := range g.cols {
+		keys = append(keys, c.key)
+		if marked[j] {
+			keys = append(keys, c.key+MarksSuffix)
+		}
+	}
+	rows := make([][]any, len(g.rows))
+	for i, row := range g.rows {
+		out := make([]any, 0, len(keys))
+		for j := range row {
+			out = append(out, row[j].raw)
+			if marked[j] {
+				out = append(out, marksText(&row[j]))
+			}
+		}
+		rows[i] = out
+	}
+	return keys, rows
+}
+
 func (g *grid) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	rec := make([]string, len(g.cols))
-	for j, c := range g.cols {
-		rec[j] = c.key
-	}
-	if err := cw.Write(rec); err != nil {
+	keys, rows := g.exportCells()
+	if err := cw.Write(keys); err != nil {
 		return err
 	}
-	for _, row := range g.rows {
-		for j, c := range row {
-			rec[j] = plainValue(c.raw)
+	rec := make([]string, len(keys))
+	for _, row := range rows {
+		for j, v := range row {
+			rec[j] = plainValue(v)
 		}
 		if err := cw.Write(rec); err != nil {
 			return err
@@ -718,9 +784,10 @@ func (g *grid) writeCSV(w io.Writer) error {
 // writeJSON writes an array with one object per row, keys in column order (a Go map
 // would sort them).
 func (g *grid) writeJSON(w io.Writer) error {
-	keys := make([][]byte, len(g.cols))
-	for j, c := range g.cols {
-		k, err := json.Marshal(c.key)
+	names, rows := g.exportCells()
+	keys := make([][]byte, len(names))
+	for j, n := range names {
+		k, err := json.Marshal(n)
 		if err != nil {
 			return err
 		}
@@ -728,24 +795,24 @@ func (g *grid) writeJSON(w io.Writer) error {
 	}
 	var buf bytes.Buffer
 	buf.WriteString("[")
-	for i, row := range g.rows {
+	for i, row := range rows {
 		if i > 0 {
 			buf.WriteString(",")
 		}
 		buf.WriteString("\n  {")
-		for j, c := range row {
+		for j, v := range row {
 			if j > 0 {
 				buf.WriteString(", ")
 			}
 			buf.Write(keys[j])
 			buf.WriteString(": ")
-			if err := appendJSONValue(&buf, c.raw); err != nil {
-				return fmt.Errorf("column %s: %w", g.cols[j].key, err)
+			if err := appendJSONValue(&buf, v); err != nil {
+				return fmt.Errorf("column %s: %w", names[j], err)
 			}
 		}
 		buf.WriteString("}")
 	}
-	if len(g.rows) > 0 {
+	if len(rows) > 0 {
 		buf.WriteString("\n")
 	}
 	buf.WriteString("]\n")

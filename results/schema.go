@@ -169,6 +169,12 @@ type Result struct {
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
 
+	// Warnings say what the backend found wrong with the repeat's figures while
+	// they stand (a script that counts other tokens than the run's step, fewer
+	// steps logged than configured); a backend may also list them in
+	// Extra["warnings"], which Normalize reads as well.
+	Warnings []string `json:"warnings,omitempty"`
+
 	// Extra keeps backend-specific keys as they were reported.
 	Extra map[string]any `json:"extra,omitempty"`
 }
@@ -248,6 +254,12 @@ type Metrics struct {
 
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
+
+	// Warnings are every repeat's warnings (Result.Warnings and extra.warnings),
+	// each once, in the order first seen: the figures stand, but not at face
+	// value. Tables mark the run's figures with WarningMark and list these under
+	// them; CSV has them as the warnings column; gate says so of a figure it judges.
+	Warnings []string `json:"warnings,omitempty"`
 
 	Extra map[string]any `json:"extra,omitempty"`
 }

@@ -1,0 +1,278 @@
+package results
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Limits past which a run's timed figures (tokens/s, step time, MFU, the step
+// breakdown, and what is derived from them) are marked too noisy to trust:
+// tables put NoiseMark after them with a footnote saying why, CSV and JSON hold
+// the reason in derived.noise (the `noise` column). They are wide on purpose: a
+// figure marked is one whose spread could make a table's comparison say the
+// opposite, not one a careful benchmark would rerun.
+const (
+	// NoisyStepSpread: the measured steps' p90 − p10 over their median step time.
+	// A GPU run's steps agree within a few percent and a quiet CPU's within
+	// 10–20%; steps of 3.9 to 87 ms (issue 37) are a machine busy with other work.
+	NoisyStepSpread = 0.5
+	// NoisyRepeatSpread: the repeats' spread of tokens/s per rank, as a fraction of
+	// its median: the 95% interval's wider half with six or more repeats (as the
+	// tables' ±), else half the range of two to five. Past ±10% a 10% difference
+	// between two rows is inside it.
+	NoisyRepeatSpread = 0.10
+	// NoisyWholeVsMedian: how far the whole-run throughput (tokens over the
+	// measured wall time) and the median step's (tokens per step over the median
+	// step time) may disagree, as a ratio − 1 either way. They differ by the
+	// steps' skew only; a 1.7× gap means a few steps took most of the time, so
+	// neither figure describes the run.
+	NoisyWholeVsMedian = 0.25
+)
+
+// Marks of tables (after the predicted * and the whole-run †).
+const (
+	// NoiseMark follows a timed figure whose run is too noisy to trust (Noise).
+	NoiseMark = "?"
+	// WarningMark follows a figure of a run that carries warnings
+	// (Metrics.Warnings), or a derived figure built on such a run's.
+	WarningMark = "!"
+)
+
+// noteLimit is how many runs a footnote names before it sends the reader to
+// the CSV/JSON columns, so that a large sweep's table is not buried under it.
+const noteLimit = 10
+
+// Noise says why the run's timed figures are too noisy to trust, "" when none of
+// the limits (NoisyStepSpread, NoisyRepeatSpread, NoisyWholeVsMedian) is passed
+// or the run has no figures (not ok). Several reasons are joined with "; ".
+func Noise(m *Metrics) string {
+	if m.Status != StatusOK {
+		return ""
+	}
+	var why []string
+	if q := m.StepTimeS; q != nil && q.Median > 0 && m.StepsMeasured > 1 {
+		if s := (q.P90 - q.P10) / q.Median; s > NoisyStepSpread {
+			why = append(why, fmt.Sprintf("step times spread %s to %s (p10 to p90), %.0f%% of the median step (limit %.0f%%)",
+				secondsShort(q.P10), secondsShort(q.P90), 100*s, 100*NoisyStepSpread))
+		}
+	}
+	if xs := m.Samples[SampleTokensPerSPerRank]; len(xs) > 1 {
+		med, half, how := median(xs), 0.0, "half their range"
+		if iv, ok := m.CI[SampleTokensPerSPerRank]; ok {
+			med, half, how = iv.Center, math.Max(iv.Hi-iv.Center, iv.Center-iv.Lo), "the 95% interval"
+		} else {
+			half = (slices.Max(xs) - slices.Min(xs)) / 2
+		}
+		if med > 0 && half/med > NoisyRepeatSpread {
+			why = append(why, fmt.Sprintf("tokens/s/rank over %d repeats ±%.0f%% of the median (%s; limit ±%.0f%%)",
+				len(xs), 100*half/med, how, 100*NoisyRepeatSpread))
+		}
+	}
+	if m.TokensPerS != nil && m.TokensPerStep > 0 && m.StepTimeS != nil && m.StepTimeS.Median > 0 && !m.WholeRunWallTime {
+		// A whole-run wall time is below the steps' by design (marked † already).
+		whole, med := *m.TokensPerS, float64(m.TokensPerStep)/m.StepTimeS.Median
+		if r := math.Max(whole/med, med/whole); whole > 0 && r > 1+NoisyWholeVsMedian {
+			why = append(why, fmt.Sprintf("tokens/s %s over the measured wall time but %s from the median step: %.2f× apart (limit %.2f×)",
+				fourDigits(whole), fourDigits(med), r, 1+NoisyWholeVsMedian))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// secondsShort is a step time with three figures in a fitting unit.
+func secondsShort(s float64) string {
+	switch {
+	case s >= 1:
+		return fmt.Sprintf("%.3g s", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.3g ms", s*1e3)
+	}
+	return fmt.Sprintf("%.3g µs", s*1e6)
+}
+
+// timedColumn reports whether column c is a figure of time (a rate, a step time,
+// the step breakdown): the ones a noisy run's spread makes untrustworthy. Memory,
+// loss and counts are not timed; scaling_efficiency is marked by its own reason
+// (Derived.ScalingEfficiencyNoise).
+func timedColumn(c *Column) bool {
+	if c.text {
+		return false
+	}
+	switch c.Name {
+	case "tokens_per_s", "tokens_per_s_per_rank", "ci.tokens_per_s_per_rank.lo", "ci.tokens_per_s_per_rank.hi",
+		"mfu", "tflops_per_rank", "overlap", ColumnExposedCommShare:
+		return true
+	}
+	return strings.HasPrefix(c.Name, "step_time_s.") || strings.HasPrefix(c.Name, "step_breakdown.")
+}
+
+// noisyFigure reports whether column c of run r is marked NoiseMark, and the
+// reason.
+func noisyFigure(c *Column, r *Run) (bool, string) {
+	switch {
+	case c.Name == "scaling_efficiency":
+		return r.Derived.ScalingEfficiencyNoise != "", r.Derived.ScalingEfficiencyNoise
+	case timedColumn(c):
+		return r.Derived.Noise != "", r.Derived.Noise
+	}
+	return false, ""
+}
+
+// warnedFigure reports whether column c of run r is marked WarningMark: every
+// figure of a run with warnings, and a derived figure whose baseline has some.
+func warnedFigure(c *Column, r *Run) bool {
+	if c.text {
+		return false
+	}
+	switch c.Name {
+	case "scaling_efficiency":
+		return r.Derived.ScalingEfficiencyWarned
+	case "memory_saving":
+		return r.Derived.MemorySavingWarned
+	}
+	return len(r.Metrics.Warnings) > 0
+}
+
+// markNoise fills the noise marks of Derived from the runs' metrics: each run's
+// own (Noise), and a scaling efficiency's from its run and its baseline; and the
+// warnings a derived figure inherits from its baseline. Derive calls it once the
+// baselines are known; byID maps run IDs to indices.
+func markNoise(runs []Run, byID map[string]int) {
+	for i := range runs {
+		runs[i].Derived.Noise = Noise(&runs[i].Metrics)
+	}
+	for i := range runs {
+		d := &runs[i].Derived
+		warned := len(runs[i].Metrics.Warnings) > 0
+		if d.ScalingEfficiency != nil {
+			var why []string
+			if d.Noise != "" {
+				why = append(why, "this run's figures: "+d.Noise)
+			}
+			b, ok := byID[d.ScalingBaseline]
+			if ok && b != i && runs[b].Derived.Noise != "" {
+				why = append(why, "its baseline "+d.ScalingBaseline+"'s: "+runs[b].Derived.Noise)
+			}
+			d.ScalingEfficiencyNoise = strings.Join(why, "; ")
+			d.ScalingEfficiencyWarned = warned || ok && len(runs[b].Metrics.Warnings) > 0
+		}
+		if d.MemorySaving != nil {
+			b, ok := byID[d.MemoryBaseline]
+			d.MemorySavingWarned = warned || ok && len(runs[b].Metrics.Warnings) > 0
+		}
+	}
+}
+
+// marksNotes are a grid's footnotes for its NoiseMark and WarningMark cells:
+// what each mark means, then per run (up to noteLimit) why.
+func marksNotes(g *grid) []string {
+	var notes []string
+	noisy, warned := map[cellNoise]bool{}, map[string][]string{}
+	var noisyOrder []cellNoise
+	var warnedOrder []string
+	for _, row := range g.rows {
+		for _, c := range row {
+			for _, n := range c.noise {
+				if !noisy[n] {
+					noisy[n] = true
+					noisyOrder = append(noisyOrder, n)
+				}
+			}
+			for _, w := range c.warnings {
+				if _, seen := warned[w.id]; !seen {
+					warned[w.id] = w.warnings
+					warnedOrder = append(warnedOrder, w.id)
+				}
+			}
+		}
+	}
+	if len(noisyOrder) > 0 {
+		notes = append(notes, fmt.Sprintf("%s too noisy to trust (limits: steps' p10 to p90 within %.0f%% of the median step, "+
+			"repeats within ±%.0f%%, whole-run and median-step tokens/s within %.2f×; a scaling efficiency built on such a figure too):",
+			NoiseMark, 100*NoisyStepSpread, 100*NoisyRepeatSpread, 1+NoisyWholeVsMedian))
+		for k, n := range noisyOrder {
+			if k == noteLimit {
+				notes = append(notes, fmt.Sprintf("  ... and %d more (CSV/JSON: the noise columns)", len(noisyOrder)-noteLimit))
+				break
+			}
+			notes = append(notes, "  "+n.id+": "+n.why)
+		}
+	}
+	if len(warnedOrder) > 0 {
+		notes = append(notes, WarningMark+" the run (or the baseline a derived figure divides by) carries warnings:")
+		for k, id := range warnedOrder {
+			if k == noteLimit {
+				notes = append(notes, fmt.Sprintf("  ... and %d more runs (CSV/JSON: the warnings column)", len(warnedOrder)-noteLimit))
+				break
+			}
+			notes = append(notes, "  "+id+": "+strings.Join(warned[id], " | "))
+		}
+	}
+	return notes
+}
+
+// cellNoise and cellWarnings are the runs behind a marked cell, with why, for
+// the footnotes.
+type (
+	cellNoise struct {
+		id, why string
+	}
+	cellWarnings struct {
+		id       string
+		warnings []string
+	}
+)
+
+// markCell adds the noise and warning marks of column c of run r to cell, with
+// the runs behind them; lookup finds a derived figure's baseline by ID (nil
+// when it is not among the runs).
+func markCell(cell *gridCell, c *Column, r *Run, lookup func(id string) *Run) {
+	if ok, why := noisyFigure(c, r); ok {
+		cell.text += NoiseMark
+		cell.noisy = true
+		if c.Name == "scaling_efficiency" {
+			why = "scaling eff.: " + why
+		}
+		cell.noise = append(cell.noise, cellNoise{r.Config.ID, why})
+	}
+	if warnedFigure(c, r) {
+		cell.text += WarningMark
+		cell.warned = true
+		if len(r.Metrics.Warnings) > 0 {
+			cell.warnings = append(cell.warnings, cellWarnings{r.Config.ID, r.Metrics.Warnings})
+		}
+		base := ""
+		switch c.Name {
+		case "scaling_efficiency":
+			base = r.Derived.ScalingBaseline
+		case "memory_saving":
+			base = r.Derived.MemoryBaseline
+		}
+		if b := lookup(base); base != "" && b != nil && len(b.Metrics.Warnings) > 0 {
+			cell.warnings = append(cell.warnings, cellWarnings{b.Config.ID, b.Metrics.Warnings})
+		}
+	}
+}
+
+// marksText is a marked cell's marks as CSV and JSON reports hold them, in the
+// column after the figure's (key + MarksSuffix): "noisy", "warning" or both;
+// nil when the cell has none.
+func marksText(c *gridCell) any {
+	var out []string
+	if c.noisy {
+		out = append(out, "noisy")
+	}
+	if c.warned {
+		out = append(out, "warning")
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return strings.Join(out, ",")
+}
+
+// MarksSuffix names the column that a CSV or JSON report adds after a figure
+// some of whose cells are marked: "tokens_per_s_per_rank.marks".
+const MarksSuffix = ".marks"
