@@ -92,6 +92,7 @@ var ConfigFieldRoles = map[string]FieldRole{
 	"MixedPrecision": RoleSameConfig, "WrapPolicy": RoleSameConfig, "Compile": RoleSameConfig,
 	"Checkpoint": RoleSameConfig, "CheckpointEvery": RoleSameConfig, "ResumeCheck": RoleSameConfig,
 	"BackendOptions": RoleSameConfig, "Env": RoleSameConfig,
+	"InputHashes": RoleSameConfig, // an edited script or model file trains something else
 }
 
 // keyFields are the indices of RunConfig's fields in the same-config key, in
