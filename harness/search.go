@@ -8,7 +8,7 @@ import (
 )
 
 // StoppedExhausted is SearchResult.StoppedBy when the axis had no larger value.
-const StoppedExhausted = "exhausted"
+const StoppedExhausted = results.SearchExhausted
 
 // task is what one pool slot executes: a plain run, or the runs of one search group,
 // which must run in order because each step depends on the previous outcome.
@@ -76,8 +76,9 @@ func (s *sweep) runTask(ctx context.Context, t task) ([]Outcome, *SearchResult) 
 		sr.Tried = append(sr.Tried, v)
 		fits := o.Status == results.StatusOK
 		if !fits && o.Status != results.StatusOOM && o.Status != results.StatusInfeasible {
+			// Not recorded as the wall: a failed or canceled run says nothing
+			// about memory, so the search knows only its bounds so far.
 			sr.StoppedBy = string(o.Status)
-			walk.Record(rc, false, string(o.Status))
 			break
 		}
 		next, ok := walk.Record(rc, fits, string(o.Status))
@@ -95,7 +96,7 @@ func (s *sweep) runTask(ctx context.Context, t task) ([]Outcome, *SearchResult) 
 		}
 		rc = next
 	}
-	sr.MaxFit, sr.MaxFitRun = walk.Fit, walk.FitID
+	sr.MaxFit, sr.MaxFitRun, sr.Wall = walk.Fit, walk.FitID, walk.Wall
 	s.manifest.search(*sr)
 	return outs, sr
 }

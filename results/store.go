@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -59,7 +60,9 @@ type Manifest struct {
 type SearchResult struct {
 	Group string `json:"group"`
 	Axis  string `json:"axis"`
-	// MaxFit is the largest value that fit; 0 when none did.
+	// MaxFit is the largest value that fit; 0 when none did. It is the
+	// search's answer only when the search ended at the wall (Conclusive);
+	// otherwise it is the largest value seen to fit before it stopped.
 	MaxFit int `json:"max_fit"`
 	// MaxFitRun is the ID of the run at MaxFit.
 	MaxFitRun string `json:"max_fit_run,omitempty"`
@@ -68,6 +71,55 @@ type SearchResult struct {
 	// StoppedBy is the status that ended the search (oom, infeasible, failed, ...),
 	// or "exhausted" when the axis had no larger value to try.
 	StoppedBy string `json:"stopped_by"`
+	// Wall is the smallest value that did not fit (oom or infeasible); 0 when
+	// none was seen. With MaxFit it bounds the answer of a search that stopped
+	// before it was found (canceled, failed, timed out).
+	Wall int `json:"wall,omitempty"`
+}
+
+// SearchExhausted is SearchResult.StoppedBy when the axis had no larger value.
+const SearchExhausted = "exhausted"
+
+// Conclusive says the search found its answer: it ended at the wall (the
+// largest value that fit and the smallest that did not are neighbours, or
+// nothing fit) or at the axis's end. A search stopped by anything else
+// (canceled, failed, timeout, diverged) knows only bounds: MaxFit is then no
+// maximum, and "none fits" would be a guess.
+func (s SearchResult) Conclusive() bool {
+	switch s.StoppedBy {
+	case SearchExhausted:
+		return true
+	case string(StatusOOM), string(StatusInfeasible):
+		return s.Wall > 0 && s.Wall-s.MaxFit <= 1
+	}
+	return false
+}
+
+// MaxFitText is the search's answer as tables print it: the value, "none
+// fits", or, for a search that did not reach its answer, "unknown (canceled)"
+// with what it had learned ("8 fit, 32 did not").
+func (s SearchResult) MaxFitText() string {
+	if s.Conclusive() {
+		if s.MaxFit == 0 {
+			return "none fits"
+		}
+		return fmt.Sprint(s.MaxFit)
+	}
+	var learned []string
+	if s.MaxFit > 0 {
+		learned = append(learned, fmt.Sprintf("%d fit", s.MaxFit))
+	}
+	if s.Wall > 0 {
+		learned = append(learned, fmt.Sprintf("%d did not", s.Wall))
+	}
+	why := s.StoppedBy
+	if why == "" {
+		why = "stopped"
+	}
+	if len(learned) == 0 {
+		return fmt.Sprintf("unknown (%s before a run told)", why)
+	}
+	return fmt.Sprintf("unknown (%s): %s", why, strings.Join(learned, ", "))
 }
 
 // ManifestEntry records one run's status in the manifest.

@@ -228,19 +228,29 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any,
 		var walk sweeps.MaxFit
 		var tried []int
 		group := rc.SearchGroup
+		var perr error
 		for {
 			pred, err := sim.PredictCalibrated(rc, extra, cal)
 			tried = append(tried, rc.BatchPerDevice)
-			next, ok := walk.Record(rc, err == nil && pred.Feasible, "infeasible")
-			if err != nil || !ok {
+			if err != nil {
+				// No prediction is no verdict on memory: the walk stops unknowing.
+				perr = err
+				break
+			}
+			next, ok := walk.Record(rc, pred.Feasible, "infeasible")
+			if !ok {
 				break
 			}
 			rc = next
 		}
-		fit := "none fits"
-		if walk.Fit > 0 {
-			fit = fmt.Sprint(walk.Fit)
+		sr := results.SearchResult{MaxFit: walk.Fit, Wall: walk.Wall, StoppedBy: walk.WallStatus}
+		if walk.Wall == 0 {
+			sr.StoppedBy = harness.StoppedExhausted
 		}
+		if perr != nil {
+			sr.StoppedBy = "no prediction: " + perr.Error()
+		}
+		fit := sr.MaxFitText()
 		rows = append(rows, []string{group, rc.Search, fit, walk.FitID, fmt.Sprint(walk.Runs), joinInts(tried)})
 	}
 	if len(rows) == 0 {

@@ -183,11 +183,9 @@ func printSweepResults(w io.Writer, sum harness.Summary, width int) error {
 	fmt.Fprintln(w)
 	rows := make([][]string, 0, len(sum.MaxFit))
 	for _, sr := range sum.MaxFit {
-		fit := fmt.Sprint(sr.MaxFit)
-		if sr.MaxFit == 0 {
-			fit = "none fits"
-		}
-		rows = append(rows, []string{sr.Group, sr.Axis, fit, fmt.Sprint(len(sr.Tried)), joinInts(sr.Tried), sr.StoppedBy})
+		// A search stopped before its wall (Ctrl-C, a failure) says what it
+		// learned, not "none fits".
+		rows = append(rows, []string{sr.Group, sr.Axis, sr.MaxFitText(), fmt.Sprint(len(sr.Tried)), joinInts(sr.Tried), sr.StoppedBy})
 	}
 	// The search doubles, then bisects: runs says what finding the wall cost.
 	return writeTable(w, []string{"search group", "axis", "max fit", "runs", "tried", "stopped by"}, rows)
