@@ -332,6 +332,7 @@ type ComparisonRow struct {
 	Deltas         []Delta `json:"deltas"`                    // one per metric, in Comparison.Metrics order
 	wholeRun
 	predictedMarks
+	figureMarks
 }
 
 // predictedMarks says which sides' figures the analytic model predicted
@@ -406,6 +407,7 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 			row.CurrentWholeRun = p.Current.Metrics.WholeRunWallTime
 			row.CurrentPredicted, row.currentBackend = p.Current.Metrics.Predicted, p.Current.Config.Backend
 		}
+		row.figureMarks = marksOfPair(p)
 		for j := range cols {
 			row.Deltas = append(row.Deltas, compareMetric(&cols[j], p.Baseline, p.Current, alpha))
 		}
@@ -524,6 +526,7 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	var buf bytes.Buffer
 	usedNotBacked, usedNoChange, hashless, usedWholeRun := false, false, false, false
 	predicted := map[string]bool{} // backends of the figures marked *
+	var markedCells [][]gridCell       // the figures' cells, for the ? and ! notes
 	for j := range c.cols {
 		col := &c.cols[j]
 		changeHeader := "vs base"
@@ -554,6 +557,8 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 					predicted[side.backend] = true
 				}
 			}
+			row.mark(cells[1:3], col, d)
+			markedCells = append(markedCells, cells[1:3])
 			change := changeText(d, row)
 			if d.PredErr != nil {
 				change = fmt.Sprintf("%+.2f%%", *d.PredErr*100)
@@ -607,6 +612,7 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	if usedWholeRun {
 		notes = append(notes, wholeRunNote)
 	}
+	notes = append(notes, marksNotes(&grid{rows: markedCells})...)
 	if hashless {
 		notes = append(notes, "run IDs without their hash (--wide shows them whole)")
 	}

@@ -196,7 +196,12 @@ func optionsText(o map[string]any) string {
 // added communication (and measured runs are noisy); tables say so in a note.
 //
 // memory_saving: the baseline is the no_shard run, else the ddp run, with every other
-// field of the config equal but the bookkeeping ones. The peaks compared are peak_mem_reserved_bytes when both runs report
+// field of the config equal but the bookkeeping ones.
+//
+// Marks: Derive also says which runs' timed figures are too noisy to trust
+// (Derived.Noise, see Noise) and carries noise and warnings from a baseline to
+// the derived figure built on it (ScalingEfficiencyNoise, *Warned), so that a
+// 421% efficiency over a noisy baseline is marked as the baseline is. The peaks compared are peak_mem_reserved_bytes when both runs report
 // it, else peak_mem_allocated_bytes when both do (PyTorch's reserved includes the
 // caching allocator's slack, which is what decides an OOM).
 func Derive(runs []Run) {
@@ -204,6 +209,10 @@ func Derive(runs []Run) {
 	memory := map[pointKey]map[string]int{}
 	for i := range runs {
 		runs[i].Derived = Derived{ModelStateBytes: modelStateBytes(runs[i].Metrics.MemBreakdownBytes)}
+		if m := &runs[i].Metrics; len(m.Warnings) == 0 && m.Extra["warnings"] != nil {
+			// metrics.json written before it had warnings kept them in extra only.
+			m.Warnings = collectWarnings([]Result{{Extra: m.Extra}})
+		}
 		rc := &runs[i].Config
 		k := keyOf(rc)
 		sk := k

@@ -366,6 +366,11 @@ type Check struct {
 	// analytic model's prediction, not a measurement (tables mark it *).
 	BaselinePredicted bool `json:"baseline_predicted,omitempty"`
 	CurrentPredicted  bool `json:"current_predicted,omitempty"`
+	// BaselineWarnings and CurrentWarnings are that side's run's warnings
+	// (Metrics.Warnings): a figure judged that carries some is not to be taken
+	// at face value; Reason says so and tables mark it WarningMark.
+	BaselineWarnings []string `json:"baseline_warnings,omitempty"`
+	CurrentWarnings  []string `json:"current_warnings,omitempty"`
 	// backend of the predicted figures, for the footnote
 	predictedBy string
 }
@@ -581,17 +586,19 @@ func checkRule(c *Column, r Rule, p Pair, alpha float64, opt GateOptions) Check 
 		if ch.BaselinePredicted = p.Baseline.Metrics.Predicted; ch.BaselinePredicted {
 			ch.predictedBy = p.Baseline.Config.Backend
 		}
+		ch.BaselineWarnings = p.Baseline.Metrics.Warnings
 	}
 	if p.Current != nil {
 		ch.Sweep, ch.CurrentStatus = p.Current.Config.Sweep, p.Current.Metrics.Status
 		if ch.CurrentPredicted = p.Current.Metrics.Predicted; ch.CurrentPredicted {
 			ch.predictedBy = p.Current.Config.Backend
 		}
+		ch.CurrentWarnings = p.Current.Metrics.Warnings
 	}
 	// What each side had, for the report, whatever the verdict.
 	ch.Delta = Delta{Metric: c.Name, Baseline: sideStat(c, p.Baseline), Current: sideStat(c, p.Current)}
 	verdict := func(o Outcome, format string, args ...any) Check {
-		ch.Outcome, ch.Reason = o, fmt.Sprintf(format, args...)
+		ch.Outcome, ch.Reason = o, fmt.Sprintf(format, args...)+gateWarningText(&ch)
 		return ch
 	}
 	withError := func(msg string) string {
@@ -803,6 +810,7 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 			cur += "*"
 			predicted[c.predictedBy] = true
 		}
+		base, cur = base+gateWarningMark(&c, true), cur+gateWarningMark(&c, false)
 		if !c.Rule.relative() {
 			base = "" // an absolute bound reads only the current figure
 		}
@@ -816,7 +824,7 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 		gr.rows = append(gr.rows, []gridCell{{text: c.Run}, {text: c.Rule.String()}, {text: base}, {text: cur},
 			{text: verdict}, {text: c.Reason}})
 	}
-	gr.notes = predictedNote(predicted)
+	gr.notes = append(predictedNote(predicted), gateWarningNotes(checks)...)
 	return gr
 }
 

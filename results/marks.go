@@ -276,3 +276,109 @@ func marksText(c *gridCell) any {
 // MarksSuffix names the column that a CSV or JSON report adds after a figure
 // some of whose cells are marked: "tokens_per_s_per_rank.marks".
 const MarksSuffix = ".marks"
+
+// gateWarned reports whether the gate check's baseline (or current) figure
+// carries warnings: that side's run has some and the check read its figure
+// (an absolute bound reads only the current one).
+func gateWarned(ch *Check, baseline bool) bool {
+	if baseline {
+		return len(ch.BaselineWarnings) > 0 && ch.Delta.Baseline != nil && ch.Rule.relative()
+	}
+	return len(ch.CurrentWarnings) > 0 && ch.Delta.Current != nil
+}
+
+// gateWarningMark is WarningMark for a gate table's figure that carries
+// warnings, else "".
+func gateWarningMark(ch *Check, baseline bool) string {
+	if gateWarned(ch, baseline) {
+		return WarningMark
+	}
+	return ""
+}
+
+// gateWarningText is what a gate check's reason ends with when a figure it
+// judged carries warnings: which side's, and the first warning (the rest are
+// in the check's JSON and the table's footnote).
+func gateWarningText(ch *Check) string {
+	var sides []string
+	var first string
+	if gateWarned(ch, false) {
+		sides, first = append(sides, "current"), ch.CurrentWarnings[0]
+	}
+	if gateWarned(ch, true) {
+		sides = append(sides, "baseline")
+		if first == "" {
+			first = ch.BaselineWarnings[0]
+		}
+	}
+	if len(sides) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s the %s figure carries a warning: %s", WarningMark, strings.Join(sides, " and "), clip(firstLine(first)))
+}
+
+// gateWarningNotes are a gate table's footnotes for its WarningMark figures:
+// each warned run's warnings, once.
+func gateWarningNotes(checks []Check) []string {
+	seen := map[string]bool{}
+	var lines []string
+	for i := range checks {
+		c := &checks[i]
+		for _, side := range []struct {
+			baseline bool
+			ws       []string
+			what     string
+		}{{false, c.CurrentWarnings, "current"}, {true, c.BaselineWarnings, "baseline"}} {
+			key := side.what + " " + c.Run
+			if !gateWarned(c, side.baseline) || seen[key] {
+				continue
+			}
+			seen[key] = true
+			lines = append(lines, "  "+c.Run+" ("+side.what+"): "+strings.Join(side.ws, " | "))
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	if len(lines) > noteLimit {
+		lines = append(lines[:noteLimit], fmt.Sprintf("  ... and %d more (gate --format json: baseline_warnings, current_warnings)", len(lines)-noteLimit))
+	}
+	return append([]string{WarningMark + " the figure's run carries warnings (its figures stand, but not at face value):"}, lines...)
+}
+
+// figureMarks say, for a compare row, which side's figures are too noisy to
+// trust (Derived.Noise) or carry warnings (Metrics.Warnings): tables mark them
+// NoiseMark and WarningMark with report's footnotes, and JSON holds the reasons.
+type figureMarks struct {
+	BaselineNoise    string   `json:"baseline_noise,omitempty"`
+	CurrentNoise     string   `json:"current_noise,omitempty"`
+	BaselineWarnings []string `json:"baseline_warnings,omitempty"`
+	CurrentWarnings  []string `json:"current_warnings,omitempty"`
+	// the two runs, for the marks of each column (a scaling efficiency's are its own)
+	baselineRun, currentRun *Run
+}
+
+// marksOfPair is the figureMarks of a compare row.
+func marksOfPair(p Pair) figureMarks {
+	m := figureMarks{baselineRun: p.Baseline, currentRun: p.Current}
+	if p.Baseline != nil {
+		m.BaselineNoise, m.BaselineWarnings = p.Baseline.Derived.Noise, p.Baseline.Metrics.Warnings
+	}
+	if p.Current != nil {
+		m.CurrentNoise, m.CurrentWarnings = p.Current.Derived.Noise, p.Current.Metrics.Warnings
+	}
+	return m
+}
+
+// mark adds the marks of column c to a compare row's baseline and current
+// cells (sides[0], sides[1]), where that side's figure is shown.
+func (m *figureMarks) mark(sides []gridCell, c *Column, d Delta) {
+	for i, side := range []struct {
+		r     *Run
+		shown bool
+	}{{m.baselineRun, d.Baseline != nil}, {m.currentRun, d.Current != nil}} {
+		if side.r != nil && side.shown && side.r.Metrics.Status == StatusOK {
+			markCell(&sides[i], c, side.r, func(string) *Run { return nil })
+		}
+	}
+}
