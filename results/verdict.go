@@ -258,6 +258,14 @@ func judgeFigures(r Rule, d Delta) (Outcome, string) {
 		}
 		return OutcomePass, fmt.Sprintf("%+.1f%%, within the %s limit%s", change*100, limit, stat)
 	}
+	if sameSamples(d.Baseline.sample, d.Current.sample) {
+		// The same figures, repeat for repeat (a results directory gated
+		// against a copy of itself): nothing changed, however wide the
+		// repeats' spread. Two independent medians' intervals would call it
+		// too noisy to tell (issue 37's byte-copy property). Worded as any
+		// pass: the interval of the change is the single point 0.
+		return OutcomePass, fmt.Sprintf("%+.1f%%, within the %s limit%s", change*100, limit, stat)
+	}
 	lo, hi, ok := changeInterval(d)
 	if !ok {
 		return OutcomeInconclusive, fmt.Sprintf("%+.1f%%, but the baseline's spread reaches 0: no interval bounds the change%s", change*100, stat)
@@ -277,6 +285,18 @@ func judgeFigures(r Rule, d Delta) (Outcome, string) {
 	}
 	return OutcomeInconclusive, fmt.Sprintf("%+.1f%%, too noisy to tell against the %s limit: the medians' 95%% CIs (± %s, ± %s) allow %+.0f%% to %+.0f%%%s",
 		change*100, limit, d.Baseline.pctRange(), d.Current.pctRange(), lo*100, hi*100, stat)
+}
+
+// sameSamples reports whether two sides' per-repeat figures are the same
+// multiset (the same measurements, in any order), with at least one figure.
+func sameSamples(a, b []float64) bool {
+	if len(a) == 0 || len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // judgeBound decides absolute rule r on the current figure s: inconclusive when the
