@@ -31,6 +31,42 @@ const (
 	NoisyWholeVsMedian = 0.25
 )
 
+// ProfilerOverheadAlpha is the chance ProfilerOverheadResolved accepts of
+// calling noise a profiler's cost.
+const ProfilerOverheadAlpha = 0.05
+
+// ExtraProfilerOverhead is the Result.Extra (and metrics.json extra) key of the
+// profiler's cost, median profiled step / median measured step − 1, kept only
+// when ProfilerOverheadResolved; ExtraProfilerOverheadUnresolved holds the
+// same ratio otherwise, so that no reader takes noise for the profiler's cost
+// (issue 37: 5.28 on one busy run, −0.03 on quiet ones).
+const (
+	ExtraProfilerOverhead           = "profiler_overhead"
+	ExtraProfilerOverheadUnresolved = "profiler_overhead_unresolved"
+)
+
+// ProfilerOverheadResolved reports whether the profiled steps' times differ
+// from the measured steps' beyond the steps' own noise: every profiled step is
+// slower than the slowest measured one (or faster than the fastest), and that
+// is unlikely by chance. Were the k profiled and n measured steps alike, all k
+// would fall beyond all n with probability 2 / C(n+k, k) (k! n! / (n+k)! each
+// way); it must be at most ProfilerOverheadAlpha (3 profiled steps need 5
+// measured: 2/56 = 3.6%).
+func ProfilerOverheadResolved(profiled, measured []float64) bool {
+	if len(profiled) == 0 || len(measured) == 0 {
+		return false
+	}
+	n, k := len(measured), len(profiled)
+	combos := 1.0 // C(n+k, k), grown until it is large enough
+	for i := 1; i <= k && 2/combos > ProfilerOverheadAlpha; i++ {
+		combos = combos * float64(n+i) / float64(i)
+	}
+	if 2/combos > ProfilerOverheadAlpha {
+		return false
+	}
+	return slices.Min(profiled) > slices.Max(measured) || slices.Max(profiled) < slices.Min(measured)
+}
+
 // Marks of tables (after the predicted * and the whole-run †).
 const (
 	// NoiseMark follows a timed figure whose run is too noisy to trust (Noise).
@@ -314,7 +350,16 @@ func gateWarningText(ch *Check) string {
 	if len(sides) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; %s the %s figure carries a warning: %s", WarningMark, strings.Join(sides, " and "), clip(firstLine(first)))
+	return fmt.Sprintf("; %s the %s figure carries a warning: %s", WarningMark, strings.Join(sides, " and "), cutText(firstLine(first), 160))
+}
+
+// cutText is s cut to at most n characters, with "…" where it was cut.
+func cutText(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }
 
 // gateWarningNotes are a gate table's footnotes for its WarningMark figures:

@@ -231,44 +231,7 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 			m.Samples = nil
 		}
 	}
-	resolveProfilerOverhead(&m)
 	return m
-}
-
-// ExtraProfilerOverhead is the Metrics.Extra key of the profiler's cost
-// (median profiled step / median measured step − 1, the torchrun backend's);
-// ExtraProfilerOverheadUnresolved keeps it instead when the measured steps'
-// own spread covers it (resolveProfilerOverhead).
-const (
-	ExtraProfilerOverhead           = "profiler_overhead"
-	ExtraProfilerOverheadUnresolved = "profiler_overhead_unresolved"
-)
-
-// resolveProfilerOverhead keeps extra.profiler_overhead only when it is
-// resolved: the median profiled step, (1 + overhead) × the median measured
-// step, lies outside the measured steps' p10 to p90. Inside it the figure says
-// nothing the steps' own noise does not (5.28 on one busy run, −0.03 on quiet
-// ones), so it moves to extra.profiler_overhead_unresolved, where no reader
-// takes it for the profiler's cost. Extra is copied, not changed in place: it
-// is the repeat's map.
-func resolveProfilerOverhead(m *Metrics) {
-	v, ok := m.Extra[ExtraProfilerOverhead].(float64)
-	if !ok {
-		return
-	}
-	q := m.StepTimeS
-	if q != nil && q.Median > 0 {
-		if p := (1 + v) * q.Median; p < q.P10 || p > q.P90 {
-			return
-		}
-	}
-	extra := make(map[string]any, len(m.Extra))
-	for k, x := range m.Extra {
-		extra[k] = x
-	}
-	delete(extra, ExtraProfilerOverhead)
-	extra[ExtraProfilerOverheadUnresolved] = v
-	m.Extra = extra
 }
 
 // collectWarnings gathers every repeat's warnings, Result.Warnings and the

@@ -506,7 +506,9 @@ func traceRank(tr *rankTrace) (int, error) {
 // rank's median recorded step in PerRank[r].StepBreakdown (or the slowest
 // rank's in res.StepBreakdown when the result has no entry for a rank), the
 // merged timeline in runDir/timeline.json (res.TimelinePath), and the
-// profiled steps' overhead in res.Extra["profiler_overhead"]. No trace leaves
+// profiled steps' overhead in res.Extra["profiler_overhead"] when the steps
+// resolve it (results.ProfilerOverheadResolved), else in
+// res.Extra["profiler_overhead_unresolved"]. No trace leaves
 // res as it is: the figures are absent, not zero. The raw traces are removed
 // once read and merged (the timeline holds the recorded steps), so a repeat
 // keeps at most one 50 MB file of them; they stay when reading them failed.
@@ -595,7 +597,17 @@ func profileFigures(res *results.Result, dir, runDir string, worldSize int) erro
 			res.Extra = map[string]any{}
 		}
 		sort.Float64s(profiled)
-		res.Extra["profiler_overhead"] = profiled[(len(profiled)-1)/2]/m - 1
+		measured := make([]float64, len(res.Steps))
+		for i, s := range res.Steps {
+			measured[i] = s.StepTimeS
+		}
+		// Shown only when the steps resolve it; otherwise kept under a name
+		// that says it is noise.
+		key := results.ExtraProfilerOverheadUnresolved
+		if results.ProfilerOverheadResolved(profiled, measured) {
+			key = results.ExtraProfilerOverhead
+		}
+		res.Extra[key] = profiled[(len(profiled)-1)/2]/m - 1
 	}
 	for _, p := range paths {
 		_ = os.Remove(p)
