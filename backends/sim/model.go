@@ -1179,18 +1179,78 @@ func feasible(p point, pred Prediction) (bool, string) {
 	}
 	if p.hw.IsGPU {
 		if pred.PeakDeviceMemBytes > capacity {
-			return false, fmt.Sprintf("predicted peak %.1f GiB per GPU (%.1f GiB reserved by PyTorch + %.1f GiB CUDA context and NCCL) > %.1f GiB on %s; shard more (full_shard, more GPUs), lower batch_per_device, or turn on activation_checkpointing",
-				gibs(pred.PeakDeviceMemBytes), gibs(pred.PeakMemReservedBytes), gibs(pred.Breakdown[MemOverhead]), gibs(capacity), p.hw.Name)
+			return false, fmt.Sprintf("predicted peak %.1f GiB per GPU (%.1f GiB reserved by PyTorch + %.1f GiB CUDA context and NCCL) > %.1f GiB on %s; %s",
+				gibs(pred.PeakDeviceMemBytes), gibs(pred.PeakMemReservedBytes), gibs(pred.Breakdown[MemOverhead]), gibs(capacity), p.hw.Name,
+				adviceText(memoryAdvice(p.rc, true)))
 		}
 		return true, ""
 	}
 	ranks := p.rc.GPUsPerNode
 	// In float64: a saturated per-rank figure times the ranks would overflow.
 	if need := float64(pred.PeakDeviceMemBytes) * float64(ranks); need > float64(capacity) {
-		return false, fmt.Sprintf("predicted %.1f GiB per rank × %d ranks on the host = %.1f GiB > %.1f GiB of RAM; use fewer ranks per node or a smaller batch",
-			gibs(pred.PeakDeviceMemBytes), ranks, need/gib, gibs(capacity))
+		return false, fmt.Sprintf("predicted %.1f GiB per rank × %d ranks on the host = %.1f GiB > %.1f GiB of RAM; %s",
+			gibs(pred.PeakDeviceMemBytes), ranks, need/gib, gibs(capacity), adviceText(memoryAdvice(p.rc, false)))
 	}
 	return true, ""
+}
+
+// advice is one change an infeasible verdict suggests: the setting and the
+// value it advises (a value, or "more", "fewer", "lower", "shorter"), and how
+// the verdict words it.
+type advice struct {
+	setting, value, text string
+}
+
+// memoryAdvice lists the changes that lower a run's memory and that rc has
+// not made already: an infeasible verdict advised "turn on
+// activation_checkpointing" to a run that had it on (issue 37), which sends
+// its reader after a change that cannot help. gpu says the ranks have a
+// device each (else they share the host's RAM).
+func memoryAdvice(rc sweeps.RunConfig, gpu bool) []advice {
+	var as []advice
+	if gpu {
+		// full_shard shards parameters, gradients and optimizer state over the
+		// whole world; hybrid_shard on one node already does the same.
+		if rc.Sharding != sweeps.FullShard && !(rc.Sharding == sweeps.HybridShard && rc.Nodes <= 1) {
+			as = append(as, advice{"sharding", sweeps.FullShard, "shard more (full_shard, more GPUs)"})
+		} else {
+			as = append(as, advice{"world_size", "more", "shard over more GPUs"})
+		}
+	} else if rc.GPUsPerNode > 1 {
+		as = append(as, advice{"gpus_per_node", "fewer", "use fewer ranks per node"})
+	}
+	if rc.BatchPerDevice > 1 {
+		as = append(as, advice{"batch_per_device", "lower", "lower batch_per_device (raise grad_accum to keep the global batch)"})
+	}
+	if !rc.ActivationCheckpointing {
+		as = append(as, advice{"activation_checkpointing", "true", "turn on activation_checkpointing"})
+	}
+	// CPU offload moves FSDP's shards to the host; on a host there is
+	// nowhere further to move them, and DDP has none (full_shard first).
+	if gpu && !rc.CPUOffload {
+		text := "turn on cpu_offload"
+		if rc.Sharding == sweeps.DDP || rc.Sharding == sweeps.NoShard {
+			text += " (with a sharded strategy)"
+		}
+		as = append(as, advice{"cpu_offload", "true", text})
+	}
+	if len(as) == 0 {
+		// One rank, batch 1, checkpointed: only a smaller problem fits.
+		as = append(as, advice{"seq_len", "shorter", "shorten seq_len or take a smaller model"})
+	}
+	return as
+}
+
+// adviceText joins the advice as a verdict ends: "a, b or c".
+func adviceText(as []advice) string {
+	texts := make([]string, len(as))
+	for i, a := range as {
+		texts[i] = a.text
+	}
+	if len(texts) == 1 {
+		return texts[0]
+	}
+	return strings.Join(texts[:len(texts)-1], ", ") + " or " + texts[len(texts)-1]
 }
 
 // maxBytes caps a predicted byte figure: 2^58 bytes (256 PiB) is more than any
