@@ -209,6 +209,39 @@ func (rc RunConfig) TokensPerStep() int64 {
 	return int64(rc.GlobalBatch) * int64(rc.SeqLen)
 }
 
+// notInID lists the RunConfig fields a run ID leaves out, with why: none of
+// them changes what one training step computes on which hardware. Every other
+// field enters the ID, some in part (idPartly). TestIDFieldsClassified checks
+// by reflection that the list names real fields, that changing a listed field
+// keeps the ID and that changing any other field changes it; the property in
+// property_ids_test.go checks the same over generated specs.
+var notInID = map[string]string{
+	"ID":          "the ID itself",
+	"Slug":        "the readable part of the ID, made from fields that enter it",
+	"Sweep":       "the sweep's name: one point in two sweeps is one run, compared across them",
+	"Backend":     "the engine: gotrain and torchrun running the same built-in model share IDs, so compare pairs them (and says the backends differ)",
+	"Launcher":    "where the processes start (local, slurm), not what they train; compare says when it differs",
+	"Steps":       "how long the run is measured, not what a step does; the fingerprint holds it, so resume reruns a run whose steps changed",
+	"WarmupSteps": "as Steps",
+	"Repeats":     "how many times the run is measured; in the fingerprint",
+	"RepeatsMin":  "as Repeats",
+	"RepeatsCI":   "as Repeats",
+	"Timeout":     "a limit on the run, not part of it",
+	// Slurm's partition, account, time limit: where the processes start.
+	"LauncherOptions": "where the processes start (Slurm's partition, account); in neither the ID nor the fingerprint",
+	"Search":          "bookkeeping of a max_fit search: the point's axes are in the ID",
+	"SearchGroup":     "as Search",
+}
+
+// idPartly lists the fields that enter the ID in part, with which part.
+var idPartly = map[string]string{
+	"CheckpointEvery": "only when Checkpoint is sharded or full: a run that saves no checkpoint reads neither it nor ResumeCheck",
+	"ResumeCheck":     "as CheckpointEvery",
+	"BackendOptions": "the option axes (OptionAxes) and, for a run of a program of the user's, programOptions (workload.go); " +
+		"an option given once for the whole sweep configures the engine (lr, python, logs, the sim's calibration) and is in the fingerprint only",
+	"SpecPaths": "as the written form of the paths it holds (model, hardware, backend_options.script): IDs hash paths as the spec wrote them",
+}
+
 // trainingKey is the part of a config that defines what is trained and measured on
 // which hardware. Where and how it is launched (backend, launcher, timeout, repeats,
 // sweep name, measurement length) is left out so that the same point run by two
