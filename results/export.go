@@ -64,6 +64,26 @@ func WriteJSON(w io.Writer, runs []Run) error {
 	return enc.Encode(out)
 }
 
+// ReadJSON reads what WriteJSON wrote: the runs with their config, metrics
+// and derived figures as exported, each checked as Load checks a stored run
+// (CheckRun), so a program reading an export gets what the tables showed,
+// marks included. Call Derive to recompute the derived figures from the runs
+// read.
+func ReadJSON(r io.Reader) ([]Run, error) {
+	var in []ExportedRun
+	if err := json.NewDecoder(r).Decode(&in); err != nil {
+		return nil, fmt.Errorf("read export: %w", err)
+	}
+	runs := make([]Run, len(in))
+	for i, e := range in {
+		runs[i] = Run{Config: e.Config, Metrics: e.Metrics, Derived: e.Derived}
+		if err := CheckRun(&runs[i]); err != nil {
+			return nil, fmt.Errorf("read export: run %d: %w", i, err)
+		}
+	}
+	return runs, nil
+}
+
 // benchfmtAxes name a run in benchfmt output: the training axes, as benchstat's
 // sub-benchmark keys (so `benchstat -col /sharding` works). Where and how a run was
 // launched goes to file configuration lines instead.
