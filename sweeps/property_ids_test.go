@@ -1,6 +1,7 @@
 package sweeps
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -267,23 +268,38 @@ func readKey(rc RunConfig) map[string]any {
 // it from elsewhere, as cmd/fsdpbench does (paths resolve against the spec's
 // folder).
 func loadIDSpec(parent string, s idSpec) (*Plan, error) {
-	dir, err := os.MkdirTemp(parent, "spec")
+	path, err := writeIDSpec(parent, s)
 	if err != nil {
 		return nil, err
+	}
+	return loadIDPath(path)
+}
+
+// writeIDSpec writes s and its files into a new folder under parent and
+// returns the spec's path.
+func writeIDSpec(parent string, s idSpec) (string, error) {
+	dir, err := os.MkdirTemp(parent, "spec")
+	if err != nil {
+		return "", err
 	}
 	for p, body := range s.files {
 		full := filepath.Join(dir, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return nil, err
+			return "", err
 		}
 		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
 	path := filepath.Join(dir, "spec.yaml")
 	if err := os.WriteFile(path, []byte(s.render()), 0o644); err != nil {
-		return nil, err
+		return "", err
 	}
+	return path, nil
+}
+
+// loadIDPath loads a spec as cmd/fsdpbench does.
+func loadIDPath(path string) (*Plan, error) {
 	return Load(path, Options{PathOptions: []string{"backend_options.script"}, ProgramOptions: []string{"backend_options.python", "backend_options.command"}})
 }
 
@@ -439,18 +455,23 @@ func TestPropertyIDsHoldForGeneratedConfigs(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(t.TempDir())
 	rapid.Check(t, func(t *rapid.T) {
-		s := drawSpec(t)
-		p1, err1 := loadIDSpec(dir, s)
-		p2, err2 := loadIDSpec(dir, s)
+		path, err := writeIDSpec(dir, drawSpec(t))
+		require.NoError(t, err)
+		p1, err1 := loadIDPath(path)
+		p2, err2 := loadIDPath(path)
 		require.Equal(t, err1 == nil, err2 == nil)
 		if err1 != nil {
 			t.Skip("a combination the spec refuses")
 		}
 		for i := range p1.Runs {
 			require.Equal(t, p1.Runs[i].ID, p2.Runs[i].ID)
-			c := p1.Runs[i]
+			// As run_args.json stores it and the harness reads it back.
+			b, err := json.Marshal(p1.Runs[i])
+			require.NoError(t, err)
+			var c RunConfig
+			require.NoError(t, json.Unmarshal(b, &c))
 			c.AssignID()
-			require.Equal(t, p1.Runs[i].ID, c.ID, "the ID is the config's")
+			require.Equal(t, p1.Runs[i].ID, c.ID, "the ID is the stored config's")
 		}
 	})
 }
