@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/perf/benchmath"
 
+	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
@@ -307,8 +308,12 @@ type Comparison struct {
 	// MeanAbsPredErr holds, per metric, the mean |PredErr| over the runs that
 	// have one (with PredictedSide), whole-run (†) figures left out.
 	MeanAbsPredErr []*float64 `json:"mean_abs_pred_err,omitempty"`
-	cols           []Column
-	width          int // see Fit
+	// Renamed lists, "old → new", the baseline runs stored under an ID from
+	// before sweeps.WorkloadIDChange that the current results hold under its
+	// new ID: their rows are missing and new, and a note says why.
+	Renamed []string `json:"renamed,omitempty"`
+	cols    []Column
+	width   int // see Fit
 }
 
 // Fit makes the text tables fit width terminal columns (0: whole; MinWidth to
@@ -330,6 +335,10 @@ type ComparisonRow struct {
 	BaselineStatus Status  `json:"baseline_status,omitempty"` // empty: not in the baseline
 	CurrentStatus  Status  `json:"current_status,omitempty"`  // empty: not in the current set
 	Deltas         []Delta `json:"deltas"`                    // one per metric, in Comparison.Metrics order
+	// Differs names what the paired runs differ in that says they may not run
+	// the same workload (sweeps.Differences): the backend, the launcher, the
+	// script, the model's definition. Tables mark the change ≠ and say it.
+	Differs []string `json:"differs,omitempty"`
 	wholeRun
 	predictedMarks
 	figureMarks
@@ -407,12 +416,14 @@ func Compare(baseline, current []Run, opt CompareOptions) (*Comparison, error) {
 			row.CurrentWholeRun = p.Current.Metrics.WholeRunWallTime
 			row.CurrentPredicted, row.currentBackend = p.Current.Metrics.Predicted, p.Current.Config.Backend
 		}
+		row.Differs = pairDifferences(p)
 		row.figureMarks = marksOfPair(p)
 		for j := range cols {
 			row.Deltas = append(row.Deltas, compareMetric(&cols[j], p.Baseline, p.Current, alpha))
 		}
 		cmp.Rows = append(cmp.Rows, row)
 	}
+	_, cmp.Renamed = renamedPairs(pairs)
 	for j := range cols {
 		g := Geomean{Metric: cols[j].Name}
 		var lb, lc, lr float64
@@ -565,6 +576,9 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 			}
 			usedNotBacked = usedNotBacked || strings.HasSuffix(change, notBackedMark)
 			usedNoChange = usedNoChange || strings.HasPrefix(change, noChangeMark)
+			if len(row.Differs) > 0 && d.Change != nil {
+				change += " " + differsMark
+			}
 			cells = append(cells, gridCell{text: change})
 			g.rows = append(g.rows, cells)
 		}
@@ -615,6 +629,15 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	notes = append(notes, marksNotes(&grid{rows: markedCells})...)
 	if hashless {
 		notes = append(notes, "run IDs without their hash (--wide shows them whole)")
+	}
+	for _, row := range c.Rows {
+		if len(row.Differs) > 0 {
+			notes = append(notes, differsMark+" "+row.Run+": "+differsText(row.Differs))
+		}
+	}
+	for _, r := range c.Renamed {
+		notes = append(notes, "run IDs changed in "+sweeps.WorkloadIDChange+" for runs with a user script, command or model file: "+r+
+			" (missing and new above); measure the baseline again with this version to compare them")
 	}
 	if c.width > 0 && !markdown {
 		var wrapped []string

@@ -371,6 +371,9 @@ type Check struct {
 	// at face value; Reason says so and tables mark it WarningMark.
 	BaselineWarnings []string `json:"baseline_warnings,omitempty"`
 	CurrentWarnings  []string `json:"current_warnings,omitempty"`
+	// Differs names what the paired runs differ in that says they may not run
+	// the same workload (sweeps.Differences); Reason ends with it.
+	Differs []string `json:"differs,omitempty"`
 	// backend of the predicted figures, for the footnote
 	predictedBy string
 }
@@ -424,6 +427,10 @@ type GateReport struct {
 	// Problems are the reasons the gate fails besides failed checks: nothing was
 	// measured, every check was skipped, a rule decided nothing.
 	Problems []string `json:"problems"`
+	// Renamed lists, "old → new", the baseline runs stored under an ID from
+	// before sweeps.WorkloadIDChange that the current results hold under its
+	// new ID: neither missing nor new, their checks skipped, saying why.
+	Renamed []string `json:"renamed,omitempty"`
 }
 
 // Gate checks current against baseline: runs are matched by run ID (MatchRuns) and
@@ -497,15 +504,27 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 		return nil, err
 	}
 	decided := make([]int, len(rules))
-	for _, p := range pairs {
+	renamed, renamedList := renamedPairs(pairs)
+	g.Renamed = renamedList
+	for k, p := range pairs {
+		why, isRenamed := renamed[k]
 		switch {
+		case isRenamed:
 		case p.Current == nil:
 			g.Missing = append(g.Missing, p.Key)
 		case p.Baseline == nil:
 			g.New = append(g.New, p.Key)
 		}
+		differs := pairDifferences(p)
 		for i, r := range rules {
 			ch := checkRule(&cols[i], r, p, alpha, opt)
+			if isRenamed {
+				ch.Outcome, ch.Reason = OutcomeSkip, why
+			}
+			if len(differs) > 0 {
+				ch.Differs = differs
+				ch.Reason += "; " + differsMark + " " + differsText(differs)
+			}
 			if r.relative() && ch.Delta.Change != nil && !ch.Delta.Backed {
 				g.NotBacked++
 			}
@@ -897,6 +916,12 @@ func (g *GateReport) writeText(w io.Writer, markdown bool) error {
 		section("Inconclusive checks (neither pass nor fail)")
 		if err := g.checksGrid(unsure, markdown).writeTable(&buf, markdown); err != nil {
 			return err
+		}
+	}
+	if len(g.Renamed) > 0 {
+		section("Run IDs changed in " + sweeps.WorkloadIDChange + " for runs with a user script, command or model file")
+		for _, r := range g.Renamed {
+			fmt.Fprintf(&buf, "- %s: not compared (the old ID cannot tell which script it ran); measure the baseline again with this version\n", code(r))
 		}
 	}
 	if len(g.Missing)+len(g.New) > 0 {
