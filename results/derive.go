@@ -158,6 +158,22 @@ func appendKeyValue(b []byte, v reflect.Value) []byte {
 		if v.Len() == 0 {
 			return append(b, "null"...)
 		}
+		if m, ok := v.Interface().(map[string]string); ok {
+			// Env, on every run of an env axis: sorted without encoding/json's reflection.
+			names := make([]string, 0, len(m))
+			for k := range m {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			b = append(b, '{')
+			for _, k := range names {
+				b = strconv.AppendQuote(b, k)
+				b = append(b, ':')
+				b = strconv.AppendQuote(b, m[k])
+				b = append(b, ',')
+			}
+			return append(b, '}')
+		}
 	}
 	j, err := json.Marshal(v.Interface())
 	if err != nil {
@@ -207,6 +223,7 @@ func optionsText(o map[string]any) string {
 func Derive(runs []Run) {
 	scaling := map[pointKey][]int{}
 	memory := map[pointKey]map[string]int{}
+	keys := make([]pointKey, len(runs))
 	for i := range runs {
 		runs[i].Derived = Derived{ModelStateBytes: modelStateBytes(runs[i].Metrics.MemBreakdownBytes)}
 		if m := &runs[i].Metrics; len(m.Warnings) == 0 && m.Extra["warnings"] != nil {
@@ -215,6 +232,7 @@ func Derive(runs []Run) {
 		}
 		rc := &runs[i].Config
 		k := keyOf(rc)
+		keys[i] = k
 		sk := k
 		sk.nodes, sk.gpusPerNode, sk.worldSize, sk.gradAccum, sk.globalBatch = 0, 0, 0, 0, 0
 		scaling[sk] = append(scaling[sk], i)
@@ -291,7 +309,7 @@ func Derive(runs []Run) {
 		if r.Metrics.Status != StatusOK {
 			continue
 		}
-		mk := keyOf(&r.Config)
+		mk := keys[i]
 		mk.sharding = ""
 		bases := memory[mk]
 		base, ok := bases[sweeps.NoShard]
