@@ -72,13 +72,15 @@ func pgRepeat(rc sweeps.RunConfig, st Status, stepTime float64, steps int, reser
 	return res
 }
 
-// pgRelativeRules are the relative rules a property may add to the defaults.
+// pgRelativeRules are the relative rules a property may add to the defaults:
+// on figures measured per repeat (which ab.json pairs), and for the nightly
+// gate a derived one too.
 var pgRelativeRules = []string{"tokens_per_s_per_rank:-5%", "tokens_per_s:-1%", "step_time_s.median:+2%", "mfu:-5%",
-	"peak_mem_reserved_bytes:+0%", "peak_mem_allocated_bytes:+3%", "tflops_per_rank:-10%", "scaling_efficiency:-5%"}
+	"peak_mem_reserved_bytes:+0%", "peak_mem_allocated_bytes:+3%", "tflops_per_rank:-10%"}
 
-// drawPGRules draws the rules of a gate: none (the defaults) or some relative ones.
-func drawPGRules(t *rapid.T) []Rule {
-	texts := rapid.SliceOfNDistinct(rapid.SampledFrom(pgRelativeRules), 0, 4, rapid.ID[string]).Draw(t, "rules")
+// drawPGRules draws the rules of a gate from texts: none (the defaults) or some.
+func drawPGRules(t *rapid.T, texts []string) []Rule {
+	texts = rapid.SliceOfNDistinct(rapid.SampledFrom(texts), 0, 4, rapid.ID[string]).Draw(t, "rules")
 	if len(texts) == 0 {
 		return nil
 	}
@@ -99,12 +101,12 @@ func drawPGRules(t *rapid.T) []Rule {
 func TestPropertyGateAgainstByteCopyPasses(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		f := drawPGFigures(t)
-		n := rapid.IntRange(1, 4).Draw(t, "runs")
+		n := rapid.IntRange(1, 3).Draw(t, "runs")
 		var runs []Run
 		for i := range n {
 			rc := pgConfig(i)
 			// Few repeats, or enough for an interval (6 or more).
-			repeats := rapid.SampledFrom([]int{1, 2, 6, 8}).Draw(t, fmt.Sprintf("run %d repeats", i))
+			repeats := rapid.SampledFrom([]int{1, 2, 6}).Draw(t, fmt.Sprintf("run %d repeats", i))
 			spread := rapid.SampledFrom([]float64{0, 0.02, 0.3, 2}).Draw(t, fmt.Sprintf("run %d spread", i))
 			allOK := rapid.Bool().Draw(t, fmt.Sprintf("run %d all ok", i))
 			var reps []Result
@@ -121,7 +123,7 @@ func TestPropertyGateAgainstByteCopyPasses(t *testing.T) {
 			}
 			runs = append(runs, Run{Config: rc, Metrics: Normalize(rc, reps)})
 		}
-		rules := drawPGRules(t)
+		rules := drawPGRules(t, append(slices.Clone(pgRelativeRules), "scaling_efficiency:-5%", "memory_saving:-1%"))
 
 		dir, err := os.MkdirTemp("", "gate-copy")
 		if err != nil {
@@ -171,12 +173,15 @@ func TestPropertyGateAgainstByteCopyPasses(t *testing.T) {
 			finished = finished && r.Metrics.Status.Final()
 			ok = ok || r.Metrics.Status == StatusOK
 		}
-		known := true // every explicit rule's figure is known in an ok run
+		// Every explicit rule's figure is known and not 0 in an ok run: a
+		// relative change needs a baseline figure to divide by (a memory_saving
+		// of 0 has none), and a gate with no figure compared fails.
+		known := true
 		for _, rule := range rules {
 			col, _ := LookupColumn(rule.Metric, KindMetric, KindDerived)
 			k := false
 			for i := range cur {
-				if cur[i].Metrics.Status == StatusOK && col.Value(&cur[i]) != nil {
+				if v := col.Value(&cur[i]); cur[i].Metrics.Status == StatusOK && v != nil && v != 0.0 && v != int64(0) {
 					k = true
 				}
 			}
@@ -267,7 +272,7 @@ func TestPropertyABAAOnTheSimPasses(t *testing.T) {
 				return figs[p][0], int64(figs[p][1]), figs[p][2]
 			}))
 		}
-		rules := drawPGRules(t)
+		rules := drawPGRules(t, pgRelativeRules)
 		if rules == nil {
 			// Without memory measured, the default memory rules are skipped.
 			rules, _ = ParseRules(DefaultRules, "default")
@@ -334,12 +339,12 @@ func (n pgNoise) factor(rng *rand.Rand) float64 {
 // states drawn alike for both sides) never fails beyond what its interval
 // allows. A failure needs the whole interval beyond the limit; for identical
 // distributions the pairs' median change is 0, so that happens at most (1 −
-// confidence)/2 of the time, and less the larger the limit. Each case runs 200
+// confidence)/2 of the time, and less the larger the limit. Each case runs 100
 // A/As from a seed and requires the failures to stay within that rate's
 // binomial bound at one in a billion; where no pair can move by the limit
 // (bounded noise narrower than it) none may fail at all.
 func TestPropertyABAANeverFails(t *testing.T) {
-	const trials = 200
+	const trials = 100
 	rapid.Check(t, func(t *rapid.T) {
 		conf, pairs := drawABShape(t)
 		noise := pgNoise{
