@@ -206,6 +206,8 @@ func markNoise(runs []Run, byID map[string]int) {
 func marksNotes(g *grid) []string {
 	var notes []string
 	noisy, warned := map[cellNoise]bool{}, map[string][]string{}
+	// A run is listed once, whichever cells (its own, a scaling efficiency
+	// over it) are marked on its account.
 	var noisyOrder []cellNoise
 	var warnedOrder []string
 	for _, row := range g.rows {
@@ -268,10 +270,20 @@ func markCell(cell *gridCell, c *Column, r *Run, lookup func(id string) *Run) {
 	if ok, why := noisyFigure(c, r); ok {
 		cell.text += NoiseMark
 		cell.noisy = true
-		if c.Name == "scaling_efficiency" {
-			why = "scaling eff.: " + why
+		switch {
+		case c.Name != "scaling_efficiency":
+			cell.noise = append(cell.noise, cellNoise{r.Config.ID, why})
+		case lookup(r.Derived.ScalingBaseline) != nil:
+			// The runs it rests on, each listed once with its own reason.
+			if r.Derived.Noise != "" {
+				cell.noise = append(cell.noise, cellNoise{r.Config.ID, r.Derived.Noise})
+			}
+			if b := lookup(r.Derived.ScalingBaseline); b.Derived.Noise != "" {
+				cell.noise = append(cell.noise, cellNoise{b.Config.ID, b.Derived.Noise})
+			}
+		default: // the baseline is not among the runs shown (compare)
+			cell.noise = append(cell.noise, cellNoise{r.Config.ID, "scaling eff.: " + why})
 		}
-		cell.noise = append(cell.noise, cellNoise{r.Config.ID, why})
 	}
 	if warnedFigure(c, r) {
 		cell.text += WarningMark
