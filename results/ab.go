@@ -508,7 +508,10 @@ func GateAB(r ABResult, rules []Rule, policy string) (*ABGateReport, error) {
 		}
 		if !decided && len(r.Points) > 0 {
 			// Every point skipped the rule: its figure was measured nowhere.
-			why := fmt.Sprintf("no point of the A/B result has per-repeat %s on both sides (%s)", rule.Metric, checks[0].Why)
+			why := fmt.Sprintf("no point of the A/B result has per-repeat %s on both sides", rule.Metric)
+			if slices.ContainsFunc(r.Points, func(p ABPoint) bool { return !slices.Contains(p.BOnly, rule.Metric) }) {
+				why += ": " + unmeasuredCause
+			}
 			if rule.From != "default" {
 				return nil, &ABRuleError{Rule: rule, Why: why}
 			}
@@ -536,12 +539,15 @@ func GateAB(r ABResult, rules []Rule, policy string) (*ABGateReport, error) {
 	return g, nil
 }
 
+// unmeasuredCause says why neither side of a point has a figure.
+const unmeasuredCause = "the runs did not measure it (or an older fsdpbench wrote ab.json without it: run ab again)"
+
 // notMeasuredAB says why point p has no per-repeat figure of metric.
 func notMeasuredAB(metric string, p *ABPoint) string {
 	if slices.Contains(p.BOnly, metric) {
 		return fmt.Sprintf("A has no per-repeat %s (B has): nothing to compare B with", metric)
 	}
-	return fmt.Sprintf("neither A nor B has per-repeat %s: the runs did not measure it (or an older fsdpbench wrote ab.json without it; run ab again)", metric)
+	return fmt.Sprintf("neither A nor B has per-repeat %s: %s", metric, unmeasuredCause)
 }
 
 // judgeABFigures decides rule r on the pairs' changes xs at the confidence
@@ -645,14 +651,18 @@ func joinInts(xs []int) string {
 // counted under a policy other than report.
 func (g *ABGateReport) Headline() string {
 	counted := policyCounted(g.Inconclusive, g.InconclusivePolicy)
+	// Said apart from the inconclusive ones: a figure not measured is no
+	// noise, and measuring again would not decide it.
 	skipped := ""
-	if g.SkippedChecks > 0 || len(g.Skipped) > 0 {
-		// Said apart from the inconclusive ones: a figure not measured is no
-		// noise, and measuring again would not decide it.
-		skipped = fmt.Sprintf(", %d skipped (not measured)", g.SkippedChecks)
-		if len(g.Skipped) > 0 {
-			skipped = fmt.Sprintf(", %d skipped (not measured) and %d rules skipped", g.SkippedChecks, len(g.Skipped))
-		}
+	if g.SkippedChecks > 0 {
+		skipped += fmt.Sprintf(", %d skipped (not measured)", g.SkippedChecks)
+	}
+	switch len(g.Skipped) {
+	case 0:
+	case 1:
+		skipped += "; rule " + g.Skipped[0].Rule + " skipped"
+	default:
+		skipped += fmt.Sprintf("; %d rules skipped", len(g.Skipped))
 	}
 	switch g.Verdict {
 	case OutcomePass:
