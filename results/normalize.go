@@ -240,8 +240,14 @@ func Normalize(rc sweeps.RunConfig, repeats []Result) Metrics {
 func collectWarnings(repeats []Result) []string {
 	var out []string
 	seen := map[string]bool{}
+	dropped := 0
 	add := func(w string) {
-		if w != "" && !seen[w] {
+		w = cutText(w, MaxWarningChars)
+		switch {
+		case w == "" || seen[w]:
+		case len(out) == MaxWarnings:
+			dropped++
+		default:
 			seen[w] = true
 			out = append(out, w)
 		}
@@ -263,8 +269,18 @@ func collectWarnings(repeats []Result) []string {
 			}
 		}
 	}
+	if dropped > 0 {
+		out[len(out)-1] = fmt.Sprintf("%d more warnings (the first %d are kept; see the runs' stderr.log)", dropped+1, MaxWarnings-1)
+	}
 	return out
 }
+
+// Bounds of a run's warnings (Metrics.Warnings): what a backend or plugin
+// reports enters tables and footnotes, so it is cut where it enters.
+const (
+	MaxWarnings     = 32
+	MaxWarningChars = 2000
+)
 
 // statusOf is the repeat's status, with one that is empty or unknown read as failed.
 func statusOf(r Result) Status {

@@ -110,3 +110,21 @@ func TestCompareMarksNoiseAndWarnings(t *testing.T) {
 	assert.Contains(t, buf.String(), `"current_warnings": [`)
 	assert.Contains(t, buf.String(), `"baseline_noise": "step times spread`)
 }
+
+// TestNormalizeBoundsWarnings: a backend's flood of warnings is cut where it
+// enters: MaxWarnings at most, the last saying how many more, each at most
+// MaxWarningChars.
+func TestNormalizeBoundsWarnings(t *testing.T) {
+	rc := fixtureConfig(1, sweeps.FullShard)
+	res := fixtureResult(rc)
+	for i := range 100 {
+		res.Warnings = append(res.Warnings, strings.Repeat("x", i)+"!")
+	}
+	res.Warnings = append(res.Warnings, strings.Repeat("y", 10*MaxWarningChars))
+	m := Normalize(rc, []Result{res})
+	require.Len(t, m.Warnings, MaxWarnings)
+	assert.Equal(t, "70 more warnings (the first 31 are kept; see the runs' stderr.log)", m.Warnings[MaxWarnings-1])
+	for _, w := range m.Warnings {
+		assert.LessOrEqual(t, len([]rune(w)), MaxWarningChars)
+	}
+}
