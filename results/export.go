@@ -120,8 +120,9 @@ var benchfmtUnits = []benchfmtUnit{
 // (golang.org/x/perf/benchfmt), one line per repeat, so benchstat can compare two
 // sweeps: `benchstat -col .file a.txt b.txt`. A run's name is "Train" with its
 // training axes as keys (/world_size=4/sharding=full_shard/...); sweep, backend,
-// hardware, model and GPU are file configuration. Runs that are not ok are left out
-// (the format has no status); so are figures that are unknown.
+// hardware, model and GPU are file configuration, and so are a run's noise and
+// warnings (Derived.Noise, Metrics.Warnings) where it has them. Runs that are not
+// ok are left out (the format has no status); so are figures that are unknown.
 func WriteBenchfmt(w io.Writer, runs []Run) error {
 	bw := benchfmt.NewWriter(w)
 	units := append(benchfmtUnits[:len(benchfmtUnits):len(benchfmtUnits)], checkpointUnits(runs)...)
@@ -158,6 +159,14 @@ func WriteBenchfmt(w io.Writer, runs []Run) error {
 		for _, kv := range [][2]string{{"sweep", r.Config.Sweep}, {"backend", r.Config.Backend},
 			{"hardware", r.Config.Hardware}, {"model", r.Config.Model}, {"gpu", r.Metrics.Env.GPU}} {
 			res.Config = append(res.Config, benchfmt.Config{Key: kv[0], Value: []byte(kv[1]), File: true})
+		}
+		// The marks of the tables, as file configuration that only marked runs
+		// carry: benchstat's default tables (-table .config) then show a marked
+		// run's figures under its own heading, saying why.
+		for _, kv := range [][2]string{{"noise", r.Derived.Noise}, {"warnings", strings.Join(r.Metrics.Warnings, " | ")}} {
+			if kv[1] != "" {
+				res.Config = append(res.Config, benchfmt.Config{Key: kv[0], Value: []byte(strings.Join(strings.Fields(kv[1]), " ")), File: true})
+			}
 		}
 		lines := 1
 		for _, u := range units {

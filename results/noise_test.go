@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/perf/benchfmt"
 
 	"github.com/fsdpbench/fsdpbench/sweeps"
 )
@@ -214,5 +215,36 @@ func TestProfilerOverheadResolved(t *testing.T) {
 		{"none", nil, quiet, false},
 	} {
 		assert.Equal(t, tt.want, ProfilerOverheadResolved(tt.profiled, tt.measured), tt.name)
+	}
+}
+
+// TestBenchfmtCarriesMarks: the benchfmt export gives a noisy or warned run's
+// results the reason as file configuration (benchstat shows them under their
+// own heading), and runs without marks none.
+func TestBenchfmtCarriesMarks(t *testing.T) {
+	noisy, quiet, runs := cpuStrategiesPair(t)
+	runs[1].Metrics.Warnings = []string{"tokens counted\ntwice"}
+	var buf bytes.Buffer
+	require.NoError(t, WriteBenchfmt(&buf, runs))
+	r := benchfmt.NewReader(&buf, "export.txt")
+	configs := map[string]map[string]string{}
+	for r.Scan() {
+		res, ok := r.Result().(*benchfmt.Result)
+		if !ok {
+			continue
+		}
+		ws := res.GetConfig("sweep") + string(res.Name)
+		configs[ws] = map[string]string{"noise": res.GetConfig("noise"), "warnings": res.GetConfig("warnings")}
+	}
+	require.NoError(t, r.Err())
+	require.Len(t, configs, 2)
+	for name, c := range configs {
+		if strings.Contains(name, "world_size=1/") {
+			assert.Equal(t, strings.Join(strings.Fields(noisy.Derived.Noise), " "), c["noise"])
+			assert.Empty(t, c["warnings"])
+			continue
+		}
+		assert.Empty(t, c["noise"], quiet.Config.ID)
+		assert.Equal(t, "tokens counted twice", c["warnings"])
 	}
 }
