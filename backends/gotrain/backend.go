@@ -80,6 +80,11 @@ type Options struct {
 	// loads, else gonum's pure Go), BLASOpenBLAS (fail when it does not load) or
 	// BLASGonum.
 	BLAS string
+	// Data is the synthetic data set the model trains on: model.DataRandom
+	// (the default, empty too: random tokens, whose loss stays near
+	// ln(vocab)) or model.DataRepeat (a repeated sequence it learns, so the
+	// loss falls).
+	Data string
 	// Transport is how the tcp communicator's ranks on one node exchange data:
 	// comm.TransportAuto (empty too: shared memory within a node, TCP between
 	// nodes), comm.TransportShm (shared memory, one node only) or
@@ -101,7 +106,7 @@ const (
 )
 
 // optionNames are the backend_options gotrain knows, for errors.
-var optionNames = []string{"blas", "collective_timeout", "comm", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "transport", "weight_decay"}
+var optionNames = []string{"blas", "collective_timeout", "comm", "data", "grad_clip", "lr", "mem_limit_bytes", "step_delay", "transport", "weight_decay"}
 
 // Bounds of the options: anything past them is a typo, not an experiment.
 const (
@@ -124,7 +129,8 @@ const collectiveTimeoutOption = "backend_options.collective_timeout"
 // ParseOptions reads backend_options: lr, weight_decay, grad_clip, step_delay (a
 // duration such as "200ms"), mem_limit_bytes, comm (tcp | nccl), transport (auto
 // | shm | tcp), collective_timeout (a duration, MinCollectiveTimeout to
-// MaxCollectiveTimeout) and blas (auto | openblas | gonum), each bounded. Errors are
+// MaxCollectiveTimeout), blas (auto | openblas | gonum) and data (random |
+// repeat: model.DataKinds), each bounded. Errors are
 // *backends.SpecError values naming the option; unknown keys suggest a known one.
 func ParseOptions(m map[string]any) (Options, error) {
 	o := Options{LR: 1e-3, WeightDecay: 0.01}
@@ -159,6 +165,11 @@ func ParseOptions(m map[string]any) (Options, error) {
 			o.BLAS, _ = v.(string)
 			if o.BLAS != BLASAuto && o.BLAS != BLASOpenBLAS && o.BLAS != BLASGonum {
 				err = fmt.Errorf("must be %q, %q or %q, got %v", BLASAuto, BLASOpenBLAS, BLASGonum, v)
+			}
+		case "data":
+			o.Data, _ = v.(string)
+			if !slices.Contains(model.DataKinds, o.Data) {
+				err = fmt.Errorf("must be one of %v (random: tokens no model can predict, the loss stays near ln(vocab); repeat: a repeated sequence the model learns), got %v", model.DataKinds, v)
 			}
 		case "transport":
 			tr, _ := v.(string)

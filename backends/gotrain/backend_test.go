@@ -477,7 +477,7 @@ func TestOptionErrors(t *testing.T) {
 		want string
 	}{
 		{"misspelt", map[string]any{"lrr": 1.0}, `backend_options.lrr: gotrain has no such option (did you mean "lr"?)`},
-		{"unknown", map[string]any{"x": 1}, "known: blas, collective_timeout, comm, grad_clip, lr, mem_limit_bytes, step_delay, transport, weight_decay"},
+		{"unknown", map[string]any{"x": 1}, "known: blas, collective_timeout, comm, data, grad_clip, lr, mem_limit_bytes, step_delay, transport, weight_decay"},
 		{"unknown transport", map[string]any{"transport": "rdma"}, "backend_options.transport: must be one of [auto shm tcp], got rdma"},
 		{"negative lr", map[string]any{"lr": -1.0}, "backend_options.lr: must be in (0, 10], got -1"},
 		{"zero lr", map[string]any{"lr": 0}, "backend_options.lr: must be in (0, 10], got 0"},

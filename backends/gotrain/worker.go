@@ -230,7 +230,7 @@ func work(ctx context.Context, env WorkerEnv) error {
 			Shape: shape, Sharding: rc.Sharding, GPUsPerNode: rc.GPUsPerNode,
 			BackwardPrefetch: rc.BackwardPrefetch, ForwardPrefetch: rc.ForwardPrefetch,
 			ActivationCheckpointing: rc.ActivationCheckpointing, GradAccum: rc.GradAccum,
-			BatchPerDevice: rc.BatchPerDevice, SeqLen: rc.SeqLen, Seed: uint64(rc.Seed),
+			BatchPerDevice: rc.BatchPerDevice, SeqLen: rc.SeqLen, Seed: uint64(rc.Seed), Data: opts.Data,
 			LR: opts.LR, WeightDecay: opts.WeightDecay, GradClip: opts.GradClip, MixedPrecision: rc.MixedPrecision,
 		})
 	}

@@ -56,6 +56,11 @@ func ScriptArgs(rc sweeps.RunConfig, o Options, p contract.Paths) []string {
 			args = append(args, "--resume-check")
 		}
 	}
+	if o.Data != "" && o.Data != DataRandom {
+		// Only when asked: random is the script's default, and its argv stays
+		// as it was.
+		args = append(args, "--data", o.Data)
+	}
 	if o.FSDPAPI != 0 {
 		args = append(args, "--fsdp-api", strconv.Itoa(o.FSDPAPI))
 	}

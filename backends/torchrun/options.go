@@ -30,6 +30,18 @@ const (
 	ModelTransformers = "transformers" // a Hugging Face config.json through transformers
 )
 
+// The project script's synthetic data sets (backend_options.data, --data):
+// gotrain's model.DataKinds, which the script computes token for token (kept
+// here by name, so that this backend does not build the Go trainer's model;
+// TestDataKindsMatchGotrain holds them equal).
+const (
+	DataRandom = "random"
+	DataRepeat = "repeat"
+)
+
+// DataKinds are the data sets, DataRandom (the default) first.
+var DataKinds = []string{DataRandom, DataRepeat}
+
 // DefaultRdzvPort is the c10d rendezvous port of multi-node runs (torchrun's default).
 const DefaultRdzvPort = 29500
 
@@ -68,6 +80,13 @@ type Options struct {
 	// LR and WeightDecay are AdamW's, with the Go trainer's defaults (1e-3, 0.01) so
 	// the two engines train alike unless told otherwise.
 	LR, WeightDecay float64
+	// Data is the project script's synthetic data set, as gotrain's option:
+	// "random" (the default, empty too: random tokens, the loss stays near
+	// ln(vocab)) or
+	// "repeat" (a repeated sequence the model learns; model.DataRepeat, which
+	// the script computes token for token). A script of the user's makes its
+	// own data, so it is refused there.
+	Data string
 	// FSDPAPI picks the project script's FSDP: 0 = FSDP2 when torch has it, else
 	// FSDP1; 1 or 2 to force one.
 	FSDPAPI int
@@ -105,7 +124,7 @@ const (
 )
 
 // knownOptions lists the backend_options keys, for errors.
-var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay",
+var knownOptions = []string{"launcher", "python", "script", "args", "extra_args", "metrics_file", "lr", "weight_decay", "data",
 	"fsdp_api", "model_impl", "accelerate_fsdp_version", "layer_class", "state_dict_type", "rdzv_port", "trains_model_axis", "logs",
 	"command", "working_dir", "profile"}
 
@@ -129,6 +148,13 @@ func ParseOptions(m map[string]any) (Options, error) {
 		return o, backends.SpecErrorf("torchrun: backend_options.launcher command needs backend_options.command, the argv template to run, e.g. [deepspeed, --num_gpus, \"{gpus_per_node}\", train.py, \"{script_args}\"]")
 	case o.Launcher != LauncherCommand && o.Command != nil:
 		return o, backends.SpecErrorf("torchrun: backend_options.command is the template of launcher: command, and the launcher is %s; set backend_options.launcher: command, or drop command", o.Launcher)
+	}
+	if _, set := m["data"]; set && (!o.UsesProjectScript() || o.Args != nil) {
+		// The option is the project script's --data; a script of the user's
+		// (or an args list that replaces the project's flags) never sees it,
+		// and a run labelled repeat that trained on other data would mislead.
+		return o, backends.SpecErrorf("torchrun: backend_options.data chooses the synthetic data of the project's script (fsdpbench_train.py --data); %s, so drop data (or pass your script its own flag in args)",
+			map[bool]string{true: "args replaces the script's flags", false: "your script makes its own data"}[o.UsesProjectScript()])
 	}
 	if _, explicit := m["trains_model_axis"]; !explicit && !o.UsesProjectScript() {
 		o.TrainsModelAxis = false // a command of the user's trains a model of its own
@@ -245,6 +271,12 @@ func (o *Options) set(k string, v any) error {
 		x, err := backends.NumberIn(v, 0, maxWeightDecay, false)
 		o.WeightDecay = x
 		return err
+	case "data":
+		s, _ := v.(string)
+		if !slices.Contains(DataKinds, s) {
+			return fmt.Errorf("must be one of %v (random: tokens no model can predict, the loss stays near ln(vocab); repeat: a repeated sequence the model learns), got %v", DataKinds, v)
+		}
+		o.Data = s
 	case "fsdp_api":
 		n, err := backends.WholeIn(v, 0, 2)
 		if err != nil {

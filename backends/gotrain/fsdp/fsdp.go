@@ -48,7 +48,8 @@
 // micro-steps in bf16 would round each partial sum to 8 bits, losing the small
 // contributions of later micro-steps.
 //
-// Data is synthetic and indexed by global sample (model.Batch): rank r's
+// Data is synthetic and indexed by global sample (model.BatchOf: random tokens,
+// or a repeated sequence a model can learn; Config.Data): rank r's
 // micro-batch k of step s is samples [s·G + k·W·B + r·B, +B), G = W·B·GradAccum the
 // global batch, so a step's global batch, and its loss, do not depend on the world
 // size or the strategy.
@@ -97,6 +98,9 @@ type Config struct {
 	SeqLen int
 	// Seed seeds the initial parameters and the synthetic data.
 	Seed uint64
+	// Data is the synthetic data set: model.DataRandom ("" too) or
+	// model.DataRepeat (model.BatchOf).
+	Data string
 	// LR, Beta1, Beta2, Eps and WeightDecay are AdamW's (torch.optim.AdamW's names);
 	// zero Beta1, Beta2 and Eps default to torch's 0.9, 0.999 and 1e-8.
 	LR, Beta1, Beta2, Eps, WeightDecay float64
@@ -528,6 +532,8 @@ func (c Config) withDefaults(ws int) (Config, error) {
 		return c, fmt.Errorf("fsdp: grad_accum %d, batch_per_device %d and seq_len %d must be positive", c.GradAccum, c.BatchPerDevice, c.SeqLen)
 	case !(c.LR > 0) || c.WeightDecay < 0 || c.GradClip < 0:
 		return c, fmt.Errorf("fsdp: lr %g must be positive, weight_decay %g and grad_clip %g not negative", c.LR, c.WeightDecay, c.GradClip)
+	case c.Data != "" && !slices.Contains(model.DataKinds, c.Data):
+		return c, fmt.Errorf("fsdp: data %q is none of %v", c.Data, model.DataKinds)
 	}
 	return c, nil
 }
@@ -669,7 +675,7 @@ func (t *Trainer) runStep(ctx context.Context) (StepReport, error) {
 	var loss float64
 	for k := range c.GradAccum {
 		first := t.step*t.GlobalBatch() + k*ws*c.BatchPerDevice + rank*c.BatchPerDevice
-		inputs, targets, err := model.Batch(c.Seed, first, c.BatchPerDevice, c.SeqLen, c.Shape.Vocab)
+		inputs, targets, err := model.BatchOf(c.Data, c.Seed, first, c.BatchPerDevice, c.SeqLen, c.Shape.Vocab)
 		if err != nil {
 			return StepReport{}, err
 		}

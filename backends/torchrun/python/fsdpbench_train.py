@@ -228,6 +228,58 @@ def batch(seed, first_sample, n, seq_len, vocab):
     return toks[:, :-1].contiguous(), toks[:, 1:].contiguous()
 
 
+# --data repeat (model/data.go: RepeatPattern, RepeatBatch): a short sequence
+# of distinct tokens repeated, which a model learns, so the loss falls towards
+# 0 (random tokens keep it near ln(vocab)). Plain Python integers, wrapped to
+# 64 bits as Go's uint64 arithmetic is.
+
+REPEAT_PERIOD = 32
+
+
+def splitmix64_int(state, j):
+    """splitmix64(state, j) on Python ints."""
+    z = (state + (j + 1) * GOLDEN) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def repeat_pattern(seed, vocab):
+    """min(vocab, REPEAT_PERIOD) distinct tokens: the first distinct values of
+    splitmix64(seed ^ fnv1a64("data/repeat"), j) mod vocab, j = 0, 1, ..."""
+    period = min(vocab, REPEAT_PERIOD)
+    key = (seed ^ fnv1a64("data/repeat")) & MASK64
+    seen, pattern, j = set(), [], 0
+    while len(pattern) < period:
+        tok = splitmix64_int(key, j) % vocab
+        if tok not in seen:
+            seen.add(tok)
+            pattern.append(tok)
+        j += 1
+    return pattern
+
+
+def repeat_tokens(seed, first_sample, n, seq_len, vocab):
+    """The n samples' seq_len+1 tokens, as lists: sample i starts at offset
+    splitmix64(seed ^ fnv1a64("data/repeat/offset"), i) mod period."""
+    pattern = repeat_pattern(seed, vocab)
+    period = len(pattern)
+    key = (seed ^ fnv1a64("data/repeat/offset")) & MASK64
+    rows = []
+    for i in range(first_sample, first_sample + n):
+        at = splitmix64_int(key, i) % period
+        rows.append([pattern[(at + j) % period] for j in range(seq_len + 1)])
+    return rows
+
+
+def data_batch(data, seed, first_sample, n, seq_len, vocab):
+    """The batch of data set data (--data): random (batch) or repeat."""
+    if data == "repeat":
+        toks = torch.tensor(repeat_tokens(seed, first_sample, n, seq_len, vocab), dtype=torch.int64).reshape(n, seq_len + 1)
+        return toks[:, :-1].contiguous(), toks[:, 1:].contiguous()
+    return batch(seed, first_sample, n, seq_len, vocab)
+
+
 # ---- the model (device/cpu/ops.go, model/pass.go) ----
 
 def rmsnorm(x, w, eps):
@@ -349,14 +401,14 @@ class AdamW:
             p.grad = None
 
 
-def train(s, seed, seq_len, global_batch, steps, lr, weight_decay):
+def train(s, seed, seq_len, global_batch, steps, lr, weight_decay, data="random"):
     """Runs steps optimizer steps on one process; returns the per-step losses and times."""
     params = build_params(s, seed)
     opt = AdamW(params.values(), lr, weight_decay)
     losses, times = [], []
     for step in range(steps):
         start = time.perf_counter()
-        inputs, targets = batch(seed, step * global_batch, global_batch, seq_len, s["vocab"])
+        inputs, targets = data_batch(data, seed, step * global_batch, global_batch, seq_len, s["vocab"])
         opt.zero_grad()
         loss = forward(s, params, inputs, targets)
         loss.backward()
@@ -957,7 +1009,7 @@ def run_distributed(a, s):
         local = 0.0
         for k in range(accum):
             first = step * G + k * ws * bpd + rank * bpd
-            inputs, targets = batch(a.seed & MASK64, first, bpd, a.seq_len, vocab)
+            inputs, targets = data_batch(a.data, a.seed & MASK64, first, bpd, a.seq_len, vocab)
             inputs, targets = inputs.to(device), targets.to(device)
             last = k == accum - 1
             sync = contextlib.nullcontext()
@@ -1058,6 +1110,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, required=True, help="measured steps")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--data", default="random", choices=("random", "repeat"),
+                    help="synthetic data: random tokens (the loss stays near ln(vocab)) or a repeated sequence the model learns")
     ap.add_argument("--out", help="single-process mode: where to write the JSON result")
     ap.add_argument("--sharding", choices=("ddp", "no_shard") + SHARDED,
                     help="distributed mode (under torchrun): the strategy")
@@ -1140,7 +1194,7 @@ def main(argv=None):
         os._exit(code)
     if a.batch is None or a.batch <= 0 or a.out is None:
         ap.error("single-process mode needs a positive --batch and --out (or give --sharding)")
-    losses, times = train(s, a.seed & MASK64, a.seq_len, a.batch, a.steps, a.lr, a.weight_decay)
+    losses, times = train(s, a.seed & MASK64, a.seq_len, a.batch, a.steps, a.lr, a.weight_decay, a.data)
     result = {
         "model": s.get("name", ""),
         "seed": a.seed, "seq_len": a.seq_len, "global_batch": a.batch,
