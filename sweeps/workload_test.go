@@ -185,3 +185,18 @@ func TestStoredBeforeWorkloadIDs(t *testing.T) {
 	m.AssignID() // no hash: as stored before
 	assert.True(t, m.StoredBeforeWorkloadIDs())
 }
+
+// TestWorkloadGoldenID pins the ID of a run of a user's script, as
+// TestGoldenID pins a run of the built-in model: the workload part of the key
+// cannot change without this test saying so.
+func TestWorkloadGoldenID(t *testing.T) {
+	rc := goldenConfig()
+	rc.Backend = "torchrun"
+	rc.BackendOptions = map[string]any{"script": "/home/u/train.py", "args": []any{"--n_layer=4"}, "launcher": "python", "lr": 0.1}
+	rc.SpecPaths = map[string]any{"backend_options.script": "train.py"}
+	rc.InputHashes = map[string]string{"backend_options.script": "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"}
+	rc.AssignID()
+	assert.Equal(t, "ws8-bs4-full_shard-ac0-pre-8cc1b5b26a0f5bc9", rc.ID)
+	old, _ := rc.OldWorkloadID()
+	assert.Equal(t, "ws8-bs4-full_shard-ac0-pre-bcf429385997cf48", old, "before issue 37: the built-in model's ID")
+}
