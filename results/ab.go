@@ -337,6 +337,9 @@ func ReadAB(path string) (ABResult, error) {
 		return ABResult{}, fmt.Errorf("%s: %d points, more than %d", path, len(r.Points), sweeps.MaxRuns)
 	}
 	for _, p := range r.Points {
+		if len(p.AOnly)+len(p.BOnly) > len(abFigures()) {
+			return ABResult{}, fmt.Errorf("%s: point %s: %d figures measured on one side only, more than ab records", path, clip(p.Point), len(p.AOnly)+len(p.BOnly))
+		}
 		if len(p.Pairs) > MaxRepeats {
 			return ABResult{}, fmt.Errorf("%s: point %s: %d pairs, more than %d", path, p.Point, len(p.Pairs), MaxRepeats)
 		}
