@@ -92,6 +92,14 @@ func drawPGRules(t *rapid.T, texts []string) []Rule {
 }
 
 // TestPropertyGateAgainstByteCopyPasses: a results directory gated against a
+// byte copy of itself passes. Its first counterexample, before identical
+// per-repeat figures passed (judgeFigures, sameSamples): one run, ws1
+// full_shard, 6 ok repeats 30% apart, the default rules: "tokens_per_s_per_rank
+// :-5%: +0.0%, too noisy to tell against the -5% limit: the medians' 95% CIs
+// (± 13%, ± 13%) allow -12% to +13% (p=1.000 n=6+6)", inconclusive against
+// itself.
+//
+// In full: a results directory gated against a
 // byte copy of itself never fails or is inconclusive on a figure: every figure
 // equals itself, however noisy its repeats and whatever the machine did. The
 // gate passes whenever the set is one a gate can pass on its own (README's
@@ -246,7 +254,17 @@ func gateABFile(t *rapid.T, r ABResult, rules []Rule, policy string) *ABGateRepo
 	return g
 }
 
-// TestPropertyABAAOnTheSimPasses: an A/A on the sim, whose figures are the
+// TestPropertyABAAOnTheSimPasses: an A/A on the sim passes. With issue 37
+// item 5's fix reverted (ab.json without per-repeat memory, a missing figure
+// inconclusive) rapid's smallest counterexample is the issue's report: one
+// point, 6 pairs at 95%, identical figures, the default rules: "INCONCLUSIVE:
+// 3 checks, none failed, 2 inconclusive ... peak_mem_reserved_bytes:+3%:
+// inconclusive: no per-repeat peak_mem_reserved_bytes on both sides". With only
+// the recording reverted: memory measured, rule peak_mem_reserved_bytes:+0%,
+// "cannot be checked: no point of the A/B result has per-repeat
+// peak_mem_reserved_bytes".
+//
+// In full: an A/A on the sim, whose figures are the
 // same on both sides repeat by repeat (they may differ between repeats), passes
 // gate --ab with the default rules and any relative rules on figures the runs
 // measured, under every inconclusive policy. Every rule on a figure the runs
