@@ -96,7 +96,9 @@ func TestByteOrderMark(t *testing.T) {
 // TestErrorsDoNotEchoInput is issue 13 §7: errors repeated kilobytes of binary
 // input. A message quotes at most a short, escaped prefix.
 func TestErrorsDoNotEchoInput(t *testing.T) {
-	junk := strings.Repeat("\x01\x02\xfe", 3000)
+	// UTF-8 (a byte that is not is refused before anything quotes the value,
+	// issue 37; checked below).
+	junk := strings.Repeat("\x01\x02\u00fe", 3000)
 	for _, spec := range []string{
 		"name: x\n\"" + strings.Repeat("k", 5000) + "\": 1\n",
 		"name: x\nbase: {sharding: \"" + junk + "\"}\n",
@@ -109,6 +111,9 @@ func TestErrorsDoNotEchoInput(t *testing.T) {
 		assert.NotContains(t, err.Error(), "\x01")
 		assert.Contains(t, err.Error(), "bytes in all")
 	}
+	_, err := Parse([]byte("name: x\nbase: {sharding: \""+strings.Repeat("\x01\x02\xfe", 3000)+"\"}\n"), "x.yaml", Options{})
+	require.Error(t, err)
+	assert.Equal(t, "x.yaml:2:21: byte 0xfe is not UTF-8; a spec is UTF-8 text (save the file as UTF-8, or write the character as a \\u escape in a double-quoted string)", err.Error())
 }
 
 // TestHostileSpecsRefusedCheaply is issue 13 §3: a 100 KB spec of nested `[`
