@@ -121,12 +121,13 @@ func TestPropertyMoreShardsNeverRaiseModelState(t *testing.T) {
 		rc, opts := drawConfig(t)
 		base := predictOrSkip(t, rc, opts)
 		var more []sweeps.RunConfig
-		// PyTorch runs full_shard and shard_grad_op at world size 1 as no_shard
-		// (the sim follows), so from one rank to two the strategy changes, not
-		// only the shards: shard_grad_op then keeps every gathered parameter on
-		// the device from forward to backward, where no_shard with cpu_offload
-		// brought each unit over only while it computed. The Go trainer does
-		// not switch, so its world size 1 stays in.
+		// FSDP1 runs full_shard and shard_grad_op at world size 1 as no_shard,
+		// and the sim does so for every PyTorch run, so from one rank to two
+		// the strategy changes, not only the shards: shard_grad_op then keeps
+		// every gathered parameter on the device from forward to backward,
+		// where no_shard with cpu_offload holds none of them (the sim counts no
+		// unit brought over to compute). The Go trainer does not switch, so
+		// its world size 1 stays in.
 		switched := rc.WorldSize == 1 && rc.Backend != TrainerGotrain
 		// More GPUs per node: every sharded strategy shards over them.
 		if !switched && (rc.Hardware == "cpu" || rc.GPUsPerNode < 8) {
