@@ -201,3 +201,14 @@ func TestFitRefusesTwoProfilesOfOneName(t *testing.T) {
 	assert.Contains(t, err.Error(), "two hardware profiles named twin")
 	assert.Contains(t, err.Error(), "distinct name: keys")
 }
+
+// TestMeasurementsSayWhyAProfileFileIsLeftOut: a run on a profile file that
+// no longer reads is left out with the file's error, not "not a profile".
+func TestMeasurementsSayWhyAProfileFileIsLeftOut(t *testing.T) {
+	gone := filepath.Join(t.TempDir(), "gone.yaml")
+	tps := 1000.0
+	_, skipped := Measurements([]results.Run{{Config: sweeps.RunConfig{ID: "r", Backend: "torchrun", Hardware: gone, Model: "tiny", SeqLen: 64,
+		WorldSize: 1, BatchPerDevice: 1}, Metrics: results.Metrics{Status: results.StatusOK, TokensPerS: &tps}}}, false)
+	require.Len(t, skipped, 1)
+	assert.Contains(t, skipped[0], "r: its hardware profile file does not read: hardware profile file "+gone)
+}

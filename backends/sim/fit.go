@@ -854,6 +854,12 @@ func Measurements(runs []results.Run, wholeRun bool) (ms []Measurement, skipped 
 			rc.Hardware = m.Env.Hardware
 		}
 		if _, err := hardware.Lookup(rc.Hardware); err != nil {
+			if hardware.IsFile(rc.Hardware) {
+				// A user-defined profile: its file, as the run recorded it,
+				// must still read.
+				skipped = append(skipped, fmt.Sprintf("%s: its hardware profile file does not read: %v", id, err))
+				continue
+			}
 			skipped = append(skipped, fmt.Sprintf("%s: hardware %q is not a profile (set hardware in the spec or ingest options)", id, rc.Hardware))
 			continue
 		}
