@@ -376,6 +376,9 @@ type Check struct {
 	Differs []string `json:"differs,omitempty"`
 	// backend of the predicted figures, for the footnote
 	predictedBy string
+	// renamed: the run's ID changed (GateReport.Renamed); its absent side
+	// reads "renamed", not "missing"
+	renamed bool
 }
 
 // GateOptions are the inputs of Gate besides the runs.
@@ -519,7 +522,7 @@ func Gate(baseline, current []Run, opt GateOptions) (*GateReport, error) {
 		for i, r := range rules {
 			ch := checkRule(&cols[i], r, p, alpha, opt)
 			if isRenamed {
-				ch.Outcome, ch.Reason = OutcomeSkip, why
+				ch.Outcome, ch.Reason, ch.renamed = OutcomeSkip, why, true
 			}
 			if len(differs) > 0 {
 				ch.Differs = differs
@@ -806,6 +809,9 @@ func (g *GateReport) checksGrid(checks []Check, markdown bool) *grid {
 		}
 		bu := byteUnitOfValues(vals)
 		base, cur := statText(&col, c.Delta.Baseline, c.BaselineStatus, bu), statText(&col, c.Delta.Current, c.CurrentStatus, bu)
+		if c.renamed {
+			base, cur = renamedSide(base, c.BaselineStatus), renamedSide(cur, c.CurrentStatus)
+		}
 		u := ""
 		switch {
 		case bytesColumn(&col):

@@ -70,3 +70,11 @@ func renamedPairs(pairs []Pair) (map[int]string, []string) {
 	}
 	return notes, list
 }
+
+// renamedSide is a renamed run's cell: "renamed" for its absent side.
+func renamedSide(cell string, st Status) string {
+	if st == "" {
+		return "renamed"
+	}
+	return cell
+}
