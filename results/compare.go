@@ -537,7 +537,7 @@ func (c *Comparison) writeTables(w io.Writer, markdown bool) error {
 	var buf bytes.Buffer
 	usedNotBacked, usedNoChange, hashless, usedWholeRun := false, false, false, false
 	predicted := map[string]bool{} // backends of the figures marked *
-	var markedCells [][]gridCell       // the figures' cells, for the ? and ! notes
+	var markedCells [][]gridCell   // the figures' cells, for the ? and ! notes
 	for j := range c.cols {
 		col := &c.cols[j]
 		changeHeader := "vs base"
