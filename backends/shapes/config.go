@@ -86,7 +86,7 @@ func ReadConfig(path string) (Shape, error) {
 		return Shape{}, fmt.Errorf("model config %s: %w (give a preset name — %s — or the path of a Hugging Face config.json)",
 			path, err, strings.Join(Presets(), ", "))
 	}
-	s, err := ParseConfig(path, data)
+	s, err := ParseConfig(path, input.TrimBOM(data))
 	if err != nil {
 		return Shape{}, err
 	}

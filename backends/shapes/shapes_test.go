@@ -368,3 +368,23 @@ func TestConfigBounds(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "must be a regular file, but this is a character device")
 }
+
+// TestReadConfigDuplicateKey: a config.json that gives hidden_size twice is
+// refused at the second, naming the first (encoding/json would read 512 without
+// a word); one saved with a UTF-8 byte order mark reads.
+func TestReadConfigDuplicateKey(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.json")
+	body := "{\n  \"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 8,\n" +
+		"  \"intermediate_size\": 512, \"vocab_size\": 1000, \"max_position_embeddings\": 128,\n  \"hidden_size\": 512\n}"
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
+	_, err := ReadConfig(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path+`:4:3: the key "hidden_size" is given twice in one object (first at line 2, column 3)`)
+
+	bom := filepath.Join(dir, "bom.json")
+	require.NoError(t, os.WriteFile(bom, []byte("\ufeff"+strings.Replace(body, ",\n  \"hidden_size\": 512", "", 1)), 0o644))
+	s, err := ReadConfig(bom)
+	require.NoError(t, err)
+	assert.Equal(t, 256, s.Hidden)
+}

@@ -27,7 +27,7 @@ const CalibrationFile = "calibration.json"
 
 // calibrationLimits bounds a calibration file: a handful of profiles with a
 // leave-one-out row per fitted run (a few hundred bytes each).
-var calibrationLimits = input.Limits{What: "calibration file", MaxBytes: 8 << 20, MaxDepth: 16}
+var calibrationLimits = input.Limits{What: "calibration file", MaxBytes: 8 << 20, MaxDepth: 16, UniqueKeys: true}
 
 // Calibration holds the sim's free constants fitted to measured runs, per
 // hardware profile: what `fsdpbench calibrate` writes and the sim loads (the

@@ -265,3 +265,14 @@ func TestCalibrationLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadCalibrationDuplicateProfile: a calibration.json that lists a profile
+// twice is refused at the second, not read as the last one.
+func TestLoadCalibrationDuplicateProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "calibration.json")
+	require.NoError(t, os.WriteFile(path, []byte("{\"version\":1,\"profiles\":{\n"+
+		"\"cpu\":{\"efficiency\":0.1,\"fit\":{}},\n\"cpu\":{\"efficiency\":0.9,\"fit\":{}}}}"), 0o644))
+	_, err := LoadCalibration(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path+`:3:1: the key "cpu" is given twice in one object (first at line 2, column 1)`)
+}

@@ -44,6 +44,10 @@ type Limits struct {
 	// MaxTokens bounds a YAML document's tokens (scalars, brackets, indicators):
 	// goccy/go-yaml's parser holds some hundreds of bytes per token.
 	MaxTokens int
+	// UniqueKeys refuses a JSON object that gives a key twice (CheckJSON). Files
+	// people write or edit set it; a profiler's trace does not (Chrome's tracer
+	// repeats keys in an event's args, and a trace is read, not trusted, per span).
+	UniqueKeys bool
 }
 
 // The limits of each kind of outside file. Each is far above what a real file of
@@ -58,17 +62,17 @@ var (
 	Rules = Limits{What: "rules file", MaxBytes: 64 << 10, MaxDepth: 16, MaxValues: 100_000, MaxAliases: 1_000, MaxKeys: 1000, MaxTokens: 50_000}
 	// ModelConfig bounds a Hugging Face config.json (a few kilobytes; label maps
 	// of classification heads make some larger).
-	ModelConfig = Limits{What: "model config.json", MaxBytes: 16 << 20, MaxDepth: 64}
+	ModelConfig = Limits{What: "model config.json", MaxBytes: 16 << 20, MaxDepth: 64, UniqueKeys: true}
 	// Metrics bounds a run's metrics: metrics.json, a rank's report (per-step
 	// figures of up to a million steps), a script's metrics file.
-	Metrics = Limits{What: "metrics file", MaxBytes: 128 << 20, MaxDepth: 64}
+	Metrics = Limits{What: "metrics file", MaxBytes: 128 << 20, MaxDepth: 64, UniqueKeys: true}
 	// RunFile bounds the small JSON files the tool keeps beside runs:
 	// run_args.json, manifest.json (an entry per run of a million-run sweep), the
 	// plugins lock file.
-	RunFile = Limits{What: "JSON file", MaxBytes: 512 << 20, MaxDepth: 64}
+	RunFile = Limits{What: "JSON file", MaxBytes: 512 << 20, MaxDepth: 64, UniqueKeys: true}
 	// Export bounds an `fsdpbench export --format json` file or a results index:
 	// a million runs of a few hundred bytes each.
-	Export = Limits{What: "results file", MaxBytes: 2 << 30, MaxDepth: 64}
+	Export = Limits{What: "results file", MaxBytes: 2 << 30, MaxDepth: 64, UniqueKeys: true}
 )
 
 // Error is a file refused by a bound: which file, where (Line and Column are
@@ -137,12 +141,15 @@ func ReadYAML(path string, lim Limits) ([]byte, error) {
 	return data, nil
 }
 
-// ReadJSON reads a JSON file (ReadFile) and checks it with CheckJSON.
+// ReadJSON reads a JSON file (ReadFile), drops a UTF-8 byte order mark
+// (TrimBOM: a file saved by a Windows editor is still JSON) and checks it with
+// CheckJSON.
 func ReadJSON(path string, lim Limits) ([]byte, error) {
 	data, err := ReadFile(path, lim)
 	if err != nil {
 		return nil, err
 	}
+	data = TrimBOM(data)
 	if err := CheckJSON(path, data, lim); err != nil {
 		return nil, err
 	}
@@ -191,14 +198,28 @@ func describeMode(m os.FileMode) string {
 }
 
 // CheckJSON checks that data, a JSON document, nests at most lim.MaxDepth deep
-// and is at most lim.MaxBytes long. It scans the bytes once (brackets outside
-// strings), without allocating, so a 100 MB rank report costs milliseconds.
-// Malformed JSON is not its business: the caller's parser reports it in its own
-// words (a rank report with NaN is a result, not a malformed file).
+// and is at most lim.MaxBytes long, and with lim.UniqueKeys that no object gives
+// a key twice. It scans the bytes once for depth (brackets outside strings),
+// without allocating, so a 100 MB rank report costs milliseconds, and once more
+// for keys, holding those of the objects open at the time. Malformed JSON is not
+// its business: the caller's parser reports it in its own words (a rank report
+// with NaN is a result, not a malformed file).
 func CheckJSON(path string, data []byte, lim Limits) error {
 	if lim.MaxBytes > 0 && int64(len(data)) > lim.MaxBytes {
 		return tooBig(path, lim.what(), int64(len(data)), lim.MaxBytes)
 	}
+	if err := checkJSONDepth(path, data, lim); err != nil {
+		return err
+	}
+	if lim.UniqueKeys {
+		// After the depth check: the key scan's stack is then bounded.
+		return checkDuplicateKeys(path, data, lim.what())
+	}
+	return nil
+}
+
+// checkJSONDepth is CheckJSON's bound on nesting.
+func checkJSONDepth(path string, data []byte, lim Limits) error {
 	if lim.MaxDepth <= 0 {
 		return nil
 	}
