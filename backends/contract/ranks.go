@@ -366,10 +366,12 @@ func parseStepRecord(line string, open, end int) (st StepLine, err error) {
 	data := []byte(line[open:end])
 	data = data[:jsonValueEnd(data)]
 	// A flat copy of StepLine, so type errors name the fields as the line has them.
+	// step and step_time_s are pointers: one that is absent (or null) is
+	// missing, which says more than the 0 it would decode as.
 	var wire struct {
-		Step      int      `json:"step"`
+		Step      *int     `json:"step"`
 		Loss      *float64 `json:"loss"`
-		StepTimeS float64  `json:"step_time_s"`
+		StepTimeS *float64 `json:"step_time_s"`
 		Tokens    int64    `json:"tokens"`
 		Rank      int      `json:"rank"`
 	}
@@ -377,7 +379,16 @@ func parseStepRecord(line string, open, end int) (st StepLine, err error) {
 	if err != nil {
 		return st, fmt.Errorf("%w: %s", err, quoteLine(line))
 	}
-	st = StepLine{Step: results.Step{Step: wire.Step, Loss: wire.Loss, StepTimeS: wire.StepTimeS, Tokens: wire.Tokens}, Rank: wire.Rank}
+	for _, f := range []struct {
+		name, what string
+		missing    bool
+	}{{"step", "the measured step's number, from 1", wire.Step == nil}, {"step_time_s", "the step's time in seconds", wire.StepTimeS == nil}} {
+		if f.missing {
+			return st, fmt.Errorf("step line: %s is missing: give %s, as in %s: %s",
+				f.name, f.what, `FSDPBENCH {"step": 1, "loss": 5.1, "step_time_s": 0.31}`, quoteLine(line))
+		}
+	}
+	st = StepLine{Step: results.Step{Step: *wire.Step, Loss: wire.Loss, StepTimeS: *wire.StepTimeS, Tokens: wire.Tokens}, Rank: wire.Rank}
 	for _, nf := range bad {
 		if nf.Field != "loss" {
 			return st, fmt.Errorf("%s: %s is %v; it must be a finite number: %s", nf.Pos, nf.Field, nf.Value, quoteLine(line))
