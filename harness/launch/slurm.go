@@ -21,6 +21,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
+	"github.com/fsdpbench/fsdpbench/termsafe"
 )
 
 // slurmCommandTimeout bounds one call of sbatch, scontrol, squeue or scancel: a
@@ -282,9 +283,14 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ende
 		{path: filepath.Join(env.RunDir, "slurm-"+id+".out"), stream: "stdout", sink: env.Stdout},
 		{path: filepath.Join(env.RunDir, "slurm-"+id+".err"), stream: "stderr", sink: env.Stderr},
 	}
+	// srun's own lines (unlabelled, on stderr) say when it could not start the
+	// tasks on a node: the cause of the job's failure, which the ranks' output
+	// does not know.
+	var launch launchFailures
 	drain := func(final bool) {
 		for _, t := range outs {
 			t.read(final, func(stream string, task int, line string) {
+				launch.see(stream, task, line)
 				for _, ev := range job.Line(stream, task, line) {
 					emit(ev)
 				}
@@ -340,7 +346,7 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ende
 			}
 		case info.terminal():
 			drain(true)
-			res = s.finish(rc, id, info, job, logf)
+			res = s.finish(rc, id, info, job, &launch, logf)
 			// A job collected after it ended was never seen running here:
 			// Slurm's times say when it ran.
 			if res.Started.IsZero() {
@@ -374,7 +380,8 @@ func (s *Slurm) follow(ctx context.Context, rc sweeps.RunConfig, id string, ende
 
 // finish maps how job id ended (Slurm's state, then the run's own output) to the
 // repeat's Result.
-func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backends.Job, logf func(string, ...any)) results.Result {
+// launch holds srun's launch failures read from the job's output.
+func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backends.Job, launch *launchFailures, logf func(string, ...any)) results.Result {
 	warn := func(msg string) { logf("%s", msg) }
 	if info.State != stateForgotten {
 		logf("Slurm job %s ended %s (exit code %d:%d, reason %s)", id, info.State, info.ExitCode, info.Signal, info.Reason)
@@ -388,6 +395,16 @@ func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backend
 			"its exit code is unknown and its result is read from its output alone", id))
 		return job.Finish(nil, warn)
 	case "FAILED":
+		if launch.failed() {
+			// srun could not start the tasks on a node (its slurmd does not
+			// answer: a node that crashed and that Slurm has not marked down
+			// yet). The ranks that did start were killed by srun, and what they
+			// say ("rank 0 exited with code 0") is not the cause: the node is.
+			res := job.Finish(fmt.Errorf("Slurm job %s failed with exit code %d", id, info.ExitCode), warn)
+			res.Status = results.StatusFailed
+			res.Error = fmt.Sprintf("Slurm job %s failed: %s", id, launch.describe())
+			return res
+		}
 		// The run's output says more than the exit code: out of memory,
 		// infeasible, the rank that failed first.
 		return job.Finish(fmt.Errorf("Slurm job %s failed with exit code %d", id, info.ExitCode), warn)
@@ -403,7 +420,11 @@ func (s *Slurm) finish(rc sweeps.RunConfig, id string, info jobInfo, job backend
 	case "NODE_FAIL", "BOOT_FAIL":
 		// The ranks that outlived the node say which rank they lost and where; the
 		// run's output comes first, Slurm's view of the node after it.
-		return job.Finish(fmt.Errorf("Slurm job %s ended %s: %s; running the sweep again reruns it", id, info.State, failedNodes(info.NodeList)), warn)
+		nodes := failedNodes(info.NodeList)
+		if launch.failed() {
+			nodes += "; srun: " + launch.lines()
+		}
+		return job.Finish(fmt.Errorf("Slurm job %s ended %s: %s; running the sweep again reruns it", id, info.State, nodes), warn)
 	case "PREEMPTED":
 		res.Status = results.StatusFailed
 		res.Error = fmt.Sprintf("Slurm job %s was preempted by a job of higher priority; running the sweep again reruns it", id)
@@ -687,4 +708,91 @@ func failedNodes(list string) string {
 		return "a node of " + list + " failed"
 	}
 	return strings.Join(named, "; ")
+}
+
+// srunLaunchFailed matches srun's line for a node on which it could not start a
+// step's tasks: "srun: error: Task launch for StepId=3.0 failed on node
+// fsdp-node2: Communication connection failure" (Slurm before 20.11 wrote the
+// step as "3.0"). It is printed on the job's stderr, unlabelled, and nowhere
+// else: Slurm's job state says only FAILED, with srun's exit code.
+var srunLaunchFailed = regexp.MustCompile(`^srun: error: (Task launch for (?:StepId=)?\S+ failed on node ([^\s:]+): (.*\S))\s*$`)
+
+// nodeUnreachable matches the launch failures that mean the node's slurmd did
+// not answer, rather than that it refused the step.
+var nodeUnreachable = regexp.MustCompile(`(?i)communication connection failure|connection refused|timed out|no route to host|network is unreachable|zero bytes were transmitted`)
+
+// maxLaunchFailures bounds the launch failures a job's status names: one per
+// node, the first few nodes (a job on hundreds of nodes of a dead rack would
+// otherwise list them all).
+const maxLaunchFailures = 4
+
+// launchFailures collects srun's launch failures, one per node, from a job's
+// stderr.
+type launchFailures struct {
+	nodes []string // in the order srun reported them, at most maxLaunchFailures
+	line  map[string]string
+	more  int // nodes past maxLaunchFailures
+}
+
+// see records a line of the job's output if it is srun's launch failure for a
+// node not seen yet. Only srun's own lines count (stderr, no task label): a
+// rank that prints the same words is not srun.
+func (l *launchFailures) see(stream string, task int, line string) {
+	if stream != "stderr" || task >= 0 {
+		return
+	}
+	m := srunLaunchFailed.FindStringSubmatch(line)
+	if m == nil {
+		return
+	}
+	if l.line == nil {
+		l.line = map[string]string{}
+	}
+	node := m[2]
+	if _, ok := l.line[node]; ok {
+		return
+	}
+	if len(l.nodes) >= maxLaunchFailures {
+		l.more++
+		l.line[node] = "" // counted once
+		return
+	}
+	l.nodes = append(l.nodes, node)
+	l.line[node] = m[1]
+}
+
+func (l *launchFailures) failed() bool { return len(l.nodes) > 0 }
+
+// lines is srun's own words, one failure per node, joined.
+func (l *launchFailures) lines() string {
+	out := make([]string, 0, len(l.nodes))
+	for _, n := range l.nodes {
+		out = append(out, termsafe.Line(l.line[n]))
+	}
+	s := strings.Join(out, "; ")
+	if l.more > 0 {
+		s += fmt.Sprintf("; and on %d more node(s) (see stderr.log)", l.more)
+	}
+	return s
+}
+
+// describe is the run's error for a job whose tasks srun could not start: the
+// node(s), srun's line, and what to do.
+func (l *launchFailures) describe() string {
+	nodes := strings.Join(l.nodes, ", ")
+	if l.more > 0 {
+		nodes += fmt.Sprintf(" and %d more", l.more)
+	}
+	unreachable := false
+	for _, n := range l.nodes {
+		unreachable = unreachable || nodeUnreachable.MatchString(l.line[n])
+	}
+	msg := fmt.Sprintf("srun could not start the run's tasks on node %s (%s)", termsafe.Line(nodes), l.lines())
+	if unreachable {
+		msg += "; the node's slurmd does not answer: the node may have crashed or lost its network before Slurm marked it down " +
+			"(Slurm waits SlurmdTimeout first)"
+	}
+	return msg + fmt.Sprintf("; see `sinfo -N -n %s` and `scontrol show node %s`; running the sweep again reruns the run, "+
+		"and launcher_options.sbatch: [\"--exclude=%s\"] keeps it off the node meanwhile",
+		termsafe.Line(l.nodes[0]), termsafe.Line(l.nodes[0]), termsafe.Line(strings.Join(l.nodes, ",")))
 }

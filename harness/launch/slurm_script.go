@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/fsdpbench/fsdpbench/backends"
 	"github.com/fsdpbench/fsdpbench/sweeps"
@@ -116,6 +117,9 @@ func (o *SlurmOptions) set(k string, v any) error {
 		o.Constraint, err = word(v)
 	case "mem":
 		o.Mem, err = word(v)
+		if err == nil && o.Mem != "" { // "": the cluster's default, as when unset
+			err = checkMem(o.Mem)
+		}
 	case "time":
 		if _, isText := v.(string); !isText {
 			n, err := backends.WholeIn(v, 1, maxTimeMinutes)
@@ -141,6 +145,9 @@ func (o *SlurmOptions) set(k string, v any) error {
 		}
 	case "sbatch":
 		o.SBatch, err = lines(v)
+		if err == nil {
+			err = checkSBatch(o.SBatch)
+		}
 	case "setup":
 		o.Setup, err = lines(v)
 	case "poll_interval":
@@ -158,6 +165,9 @@ func word(v any) (string, error) {
 	case string:
 		if strings.ContainsAny(x, "\n\r") {
 			return "", fmt.Errorf("%q holds a line break", x)
+		}
+		if c, ok := controlChar(x); ok {
+			return "", fmt.Errorf("%q holds a control character (%U)", x, c)
 		}
 		return x, nil
 	case int, int64, uint64:
@@ -184,6 +194,67 @@ func lines(v any) ([]string, error) {
 		return x, nil
 	}
 	return nil, fmt.Errorf("want a list of strings, got %v", v)
+}
+
+// controlChar is the first control character of s (a line break, a tab, an
+// escape, NUL, U+0085, ...), if any.
+func controlChar(s string) (rune, bool) {
+	for _, c := range s {
+		if unicode.IsControl(c) || c == '\u2028' || c == '\u2029' {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// checkSBatch refuses sbatch items that are not one #SBATCH line each. sbatch
+// reads directives only up to the first line of the script that is not one, so
+// a line break inside an item would make its rest a command of the job (run on
+// the first node, as the job's user) and silently drop every directive after
+// it; other control characters have no business in an option either. An item
+// must be an option (it starts with -): "#SBATCH exclusive" is not a directive
+// sbatch reads.
+func checkSBatch(items []string) error {
+	for i, l := range items {
+		if strings.ContainsAny(l, "\n\r\v\f\u0085\u2028\u2029") {
+			return fmt.Errorf("item %d %q holds a line break: each item is one #SBATCH line, and what followed the break would run as a "+
+				"command of the job script; give each option as its own item (sbatch: [\"--exclusive\", \"--comment=x\"])", i, l)
+		}
+		if c, ok := controlChar(l); ok {
+			return fmt.Errorf("item %d %q holds a control character (%U): an #SBATCH line is printable text; remove it", i, l, c)
+		}
+		if !strings.HasPrefix(strings.TrimLeft(l, " "), "-") {
+			return fmt.Errorf("item %d %q is not an sbatch option: each item is written after \"#SBATCH \" and must start with - "+
+				"(\"--exclusive\", \"--reservation=bench\")", i, l)
+		}
+	}
+	return nil
+}
+
+// slurmMem is sbatch's --mem: a whole number of megabytes, or of K, M, G or T
+// (either case; Slurm reads only the unit's first letter, so "64GB" is 64G). 0
+// asks for all the memory of each node.
+var slurmMem = regexp.MustCompile(`^([0-9]+)(?:([KMGTkmgt])[Bb]?)?$`)
+
+// maxMemMiB bounds launcher_options.mem at 1 EiB: no node has more, and Slurm
+// keeps the request in megabytes in 64 bits, which a larger figure overflows.
+const maxMemMiB = 1 << 40
+
+// checkMem refuses a --mem that sbatch would refuse at submit time, after the
+// sweep started ("Invalid --mem specification", one failed run per point), or
+// read as something else.
+func checkMem(mem string) error {
+	m := slurmMem.FindStringSubmatch(mem)
+	if m == nil {
+		return fmt.Errorf("%q is not a Slurm memory size: give a whole number of megabytes, or one with a unit K, M, G or T "+
+			"(\"64G\", \"512000M\"); 0 asks for all the memory of each node", mem)
+	}
+	n, err := strconv.ParseUint(m[1], 10, 64)
+	scale := map[string]uint64{"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[strings.ToLower(m[2])]
+	if err != nil || n > maxMemMiB<<20/scale {
+		return fmt.Errorf("%q is more memory than any node has (at most 1 EiB, %dT); give the node's memory in G, or 0 for all of it", mem, maxMemMiB>>20)
+	}
+	return nil
 }
 
 // timeLimit is the job's --time: the option, or the run's timeout rounded up to
