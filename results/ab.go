@@ -114,7 +114,8 @@ type ABChange struct {
 // sides of a pair ran within a minute), the ratio makes the change relative as
 // gate's rules are, and a median with a distribution-free interval is robust to
 // a pair that a disturbance hit. Pairs with a non-positive or non-finite side
-// are dropped (listed in Dropped): they have no ratio.
+// are dropped (listed in Dropped): they have no ratio; so are pairs whose
+// change passes MaxABChange, which ReadAB would refuse.
 //
 // confidence is the interval's level (Confidence, 0.95, unless given).
 func PairedChange(metric string, a, b []float64, confidence float64) ABChange {
@@ -124,7 +125,7 @@ func PairedChange(metric string, a, b []float64, confidence float64) ABChange {
 	c := ABChange{Metric: metric, Changes: []float64{}}
 	var as, bs []float64
 	for i := range min(len(a), len(b)) {
-		if !(a[i] > 0) || !(b[i] > 0) || math.IsInf(a[i], 0) || math.IsInf(b[i], 0) {
+		if !(a[i] > 0) || !(b[i] > 0) || math.IsInf(a[i], 0) || math.IsInf(b[i], 0) || b[i]/a[i]-1 > MaxABChange {
 			c.Dropped = append(c.Dropped, i)
 			continue
 		}
@@ -330,59 +331,230 @@ func ReadAB(path string) (ABResult, error) {
 	if r.Kind != ABKind {
 		return ABResult{}, fmt.Errorf("%s: not an A/B result (its kind is %q, not %q): give the %s that `fsdpbench ab` wrote, or its results directory", path, r.Kind, ABKind, ABFile)
 	}
-	if !(r.Confidence >= MinABConfidence && r.Confidence <= MaxABConfidence) {
-		return ABResult{}, fmt.Errorf("%s: confidence %v is not between %g and %g", path, r.Confidence, MinABConfidence, MaxABConfidence)
-	}
-	if len(r.Points) > sweeps.MaxRuns {
-		return ABResult{}, fmt.Errorf("%s: %d points, more than %d", path, len(r.Points), sweeps.MaxRuns)
-	}
-	for _, p := range r.Points {
-		if len(p.AOnly)+len(p.BOnly) > len(abFigures()) {
-			return ABResult{}, fmt.Errorf("%s: point %s: %d figures measured on one side only, more than ab records", path, clip(p.Point), len(p.AOnly)+len(p.BOnly))
-		}
-		if len(p.Pairs) > MaxRepeats {
-			return ABResult{}, fmt.Errorf("%s: point %s: %d pairs, more than %d", path, p.Point, len(p.Pairs), MaxRepeats)
-		}
-		type named struct {
-			name string
-			m    *Machine
-		}
-		states := []named{{"a_machine", p.AMachine}, {"b_machine", p.BMachine}}
-		for i := range p.Pairs {
-			if len(p.Pairs[i].A.PerRepeat)+len(p.Pairs[i].B.PerRepeat) > 0 {
-				return ABResult{}, fmt.Errorf("%s: point %s: pairs[%d]: a repeat's state holds no repeats", path, clip(p.Point), i)
-			}
-			states = append(states, named{fmt.Sprintf("pairs[%d].a", i), &p.Pairs[i].A}, named{fmt.Sprintf("pairs[%d].b", i), &p.Pairs[i].B})
-		}
-		for _, st := range states {
-			if f, msg := checkMachine(st.m); f != "" {
-				return ABResult{}, fmt.Errorf("%s: point %s: %s.%s: %s", path, clip(p.Point), st.name, f, msg)
-			}
-		}
-		for _, c := range p.Metrics {
-			if len(c.Changes) > MaxRepeats {
-				return ABResult{}, fmt.Errorf("%s: point %s: %s has %d pairs, more than %d", path, p.Point, c.Metric, len(c.Changes), MaxRepeats)
-			}
-			for _, x := range []float64{c.Median, c.Lo, c.Hi, c.AMedian, c.BMedian} {
-				if math.IsNaN(x) || math.IsInf(x, 0) {
-					return ABResult{}, fmt.Errorf("%s: point %s: %s holds a value that is not a finite number", path, p.Point, c.Metric)
-				}
-			}
-			for _, x := range c.Changes {
-				if math.IsNaN(x) || math.IsInf(x, 0) || x < -1 {
-					return ABResult{}, fmt.Errorf("%s: point %s: %s holds a pair's change %g, not a finite change of at least -100%%", path, p.Point, c.Metric, x)
-				}
-			}
-			if len(c.Dropped) > MaxRepeats || !slices.IsSorted(c.Dropped) || slices.ContainsFunc(c.Dropped, func(i int) bool { return i < 0 || i >= MaxRepeats }) {
-				return ABResult{}, fmt.Errorf("%s: point %s: %s: its dropped pairs are not pair numbers in order below %d", path, p.Point, c.Metric, MaxRepeats)
-			}
-			if c.Lo > c.Median || c.Median > c.Hi {
-				return ABResult{}, fmt.Errorf("%s: point %s: %s: its interval [%g, %g] does not hold its median %g", path, p.Point, c.Metric, c.Lo, c.Hi, c.Median)
-			}
-		}
+	if field, msg := checkAB(&r); field != "" {
+		return ABResult{}, fmt.Errorf("%s: %s: %s (not as `fsdpbench ab` writes it: run ab again, or restore the file)", path, field, msg)
 	}
 	return r, nil
 }
+
+// Bounds of an ABFile read back (checkAB): those of what ab writes.
+const (
+	// MaxABPairs is the most pairs a point holds: ab --pairs stops at the
+	// spec's bound on repeats.
+	MaxABPairs = sweeps.MaxRepeats
+	// MaxABChange bounds a pair's change b/a - 1 (a billion-fold): far beyond
+	// any change two variants of one point make, and small enough that every
+	// percentage printed from it is finite. PairedChange drops a pair past it
+	// as it drops one with a side that is not positive and finite.
+	MaxABChange = 1e9
+	// maxABSettings bounds the --a and --b settings listed, and maxABText the
+	// length of each string ab.json holds (a setting, a name, an error).
+	maxABSettings = 1 << 10
+	maxABText     = 1 << 16
+)
+
+// checkAB checks an ABFile read back as ab would have written it: every count
+// within ab's bounds and agreeing with the others (the pairs of each metric,
+// the machine states of each pair), every value finite and in range, no point
+// or metric listed twice, names ab uses. A hand edit past them would otherwise
+// reach the verdict: a million changes counted as a million pairs, a point
+// counted twice, an interval ending at +Inf%. It returns the field (its JSON
+// path) and why, or "", "".
+func checkAB(r *ABResult) (field, msg string) {
+	if !(r.Confidence >= MinABConfidence && r.Confidence <= MaxABConfidence) {
+		return "confidence", fmt.Sprintf("%v is not between %g and %g", r.Confidence, MinABConfidence, MaxABConfidence)
+	}
+	if !slices.Contains(ABOrders, r.Order) {
+		return "order", fmt.Sprintf("%s is not an order ab runs (%s)", input.Quote(r.Order, 64), strings.Join(ABOrders, ", "))
+	}
+	if len(r.Sweep) > maxABText {
+		return "sweep", fmt.Sprintf("is %d bytes long, more than %d", len(r.Sweep), maxABText)
+	}
+	for _, side := range []struct {
+		name string
+		sets []string
+	}{{"a", r.A}, {"b", r.B}} {
+		if len(side.sets) > maxABSettings {
+			return side.name, fmt.Sprintf("lists %d settings, more than %d", len(side.sets), maxABSettings)
+		}
+		for i, s := range side.sets {
+			if len(s) > maxABText {
+				return fmt.Sprintf("%s[%d]", side.name, i), fmt.Sprintf("is %d bytes long, more than %d", len(s), maxABText)
+			}
+		}
+	}
+	if len(r.Points) > sweeps.MaxRuns {
+		return "points", fmt.Sprintf("holds %d points, more than %d", len(r.Points), sweeps.MaxRuns)
+	}
+	figures := abFigures()
+	known := func(metric string) bool {
+		return slices.ContainsFunc(figures, func(f abFigure) bool { return f.metric == metric })
+	}
+	// Each point is a pair of runs ab measured once: a run named twice is a
+	// point listed twice, which would count twice in the verdict.
+	runs := map[string]int{}
+	for i := range r.Points {
+		p := &r.Points[i]
+		at := fmt.Sprintf("points[%d]", i)
+		for _, t := range []struct{ name, s string }{{"point", p.Point}, {"a_run", p.ARun}, {"b_run", p.BRun}, {"a_error", p.AError}, {"b_error", p.BError}} {
+			if len(t.s) > maxABText {
+				return at + "." + t.name, fmt.Sprintf("is %d bytes long, more than %d", len(t.s), maxABText)
+			}
+		}
+		var keys [][2]string // what names the point: its runs, else its name
+		if p.ARun != "" {
+			keys = append(keys, [2]string{"a " + p.ARun, "a_run"})
+		}
+		if p.BRun != "" {
+			keys = append(keys, [2]string{"b " + p.BRun, "b_run"})
+		}
+		if len(keys) == 0 {
+			keys = append(keys, [2]string{"point " + p.Point, "point"})
+		}
+		for _, k := range keys {
+			if j, ok := runs[k[0]]; ok {
+				return at, fmt.Sprintf("point %s is listed twice (points[%d] has the same %s): each point counts once", clip(p.Point), j, k[1])
+			}
+			runs[k[0]] = i
+		}
+		for _, st := range []struct {
+			name string
+			s    Status
+		}{{"a_status", p.AStatus}, {"b_status", p.BStatus}} {
+			if !st.s.Known() {
+				return at + "." + st.name, fmt.Sprintf("%s is not a run status (%s)", input.Quote(string(st.s), 64), knownStatuses())
+			}
+		}
+		if len(p.Problems) > len(figures) {
+			return at + ".problems", fmt.Sprintf("lists %d problems, more than the %d figures ab pairs", len(p.Problems), len(figures))
+		}
+		for j, s := range p.Problems {
+			if len(s) > maxABText {
+				return fmt.Sprintf("%s.problems[%d]", at, j), fmt.Sprintf("is %d bytes long, more than %d", len(s), maxABText)
+			}
+		}
+		// Each figure is paired once, or measured on one side only: never both.
+		seen := map[string]string{}
+		for _, l := range []struct {
+			name  string
+			names []string
+		}{{"a_only", p.AOnly}, {"b_only", p.BOnly}} {
+			for j, m := range l.names {
+				f := fmt.Sprintf("%s.%s[%d]", at, l.name, j)
+				if !known(m) {
+					return f, fmt.Sprintf("%s is not a figure ab pairs", input.Quote(m, 64))
+				}
+				if prev, ok := seen[m]; ok {
+					return f, fmt.Sprintf("%s is listed already (%s)", m, prev)
+				}
+				seen[m] = f
+			}
+		}
+		if len(p.Metrics) > len(figures) {
+			return at + ".metrics", fmt.Sprintf("holds %d metrics, more than the %d figures ab pairs", len(p.Metrics), len(figures))
+		}
+		pairs := 0 // the most pairs any metric of the point covers
+		for j := range p.Metrics {
+			c := &p.Metrics[j]
+			f := fmt.Sprintf("%s.metrics[%d]", at, j)
+			if !known(c.Metric) {
+				return f + ".metric", fmt.Sprintf("%s is not a figure ab pairs", input.Quote(c.Metric, 64))
+			}
+			if prev, ok := seen[c.Metric]; ok {
+				return f + ".metric", fmt.Sprintf("%s is listed already (%s): each figure is paired once", c.Metric, prev)
+			}
+			seen[c.Metric] = f
+			if field, msg := checkABChange(c); field != "" {
+				return f + "." + field, fmt.Sprintf("%s: %s", c.Metric, msg)
+			}
+			pairs = max(pairs, len(c.Changes)+len(c.Dropped))
+		}
+		if len(p.Pairs) > MaxABPairs {
+			return at + ".pairs", fmt.Sprintf("holds %d pairs' machine states, more than %d", len(p.Pairs), MaxABPairs)
+		}
+		if len(p.Pairs) > 0 && len(p.Pairs) < pairs {
+			// ab keeps a state for every pair the runs measured (or none, where
+			// neither side read any): a change without its pair's state would
+			// escape the machine check.
+			return at + ".pairs", fmt.Sprintf("holds %d pairs' machine states for %d pairs' changes: ab keeps one per pair", len(p.Pairs), pairs)
+		}
+		// A side's summary covers at most its run's repeats, one per pair; a
+		// pair's state is one repeat's.
+		sideRepeats := max(pairs, len(p.Pairs), 1)
+		type state struct {
+			name    string
+			m       *Machine
+			repeats int
+		}
+		states := []state{{"a_machine", p.AMachine, sideRepeats}, {"b_machine", p.BMachine, sideRepeats}}
+		for k := range p.Pairs {
+			if len(p.Pairs[k].A.PerRepeat)+len(p.Pairs[k].B.PerRepeat) > 0 {
+				return fmt.Sprintf("%s.pairs[%d]", at, k), "a repeat's state holds no repeats"
+			}
+			if len(p.Pairs[k].MachineDiff) > maxABText {
+				return fmt.Sprintf("%s.pairs[%d].machine_diff", at, k), fmt.Sprintf("is %d bytes long, more than %d", len(p.Pairs[k].MachineDiff), maxABText)
+			}
+			states = append(states, state{fmt.Sprintf("pairs[%d].a", k), &p.Pairs[k].A, 1}, state{fmt.Sprintf("pairs[%d].b", k), &p.Pairs[k].B, 1})
+		}
+		for _, st := range states {
+			if st.m != nil && len(st.m.PerRepeat) > 0 && !strings.HasPrefix(st.name, "pairs") {
+				return at + "." + st.name + ".per_repeat", "a side's summary holds no repeats: the pairs hold them"
+			}
+			if f, msg := checkMachine(st.m, st.repeats); f != "" {
+				return at + "." + st.name + "." + f, msg
+			}
+		}
+	}
+	return "", ""
+}
+
+// checkABChange checks one metric's change as PairedChange makes it: at most
+// MaxABPairs pairs, the dropped ones numbered in order among them, every change
+// finite and between -100% and MaxABChange, the medians finite and positive
+// (0 without a change), and the interval holding the median. It returns the
+// field and why, or "", "".
+func checkABChange(c *ABChange) (field, msg string) {
+	n := len(c.Changes) + len(c.Dropped)
+	if len(c.Changes) > MaxABPairs || len(c.Dropped) > MaxABPairs || n > MaxABPairs {
+		return "changes", fmt.Sprintf("%d pairs' changes and %d dropped pairs, more than the %d pairs ab measures at most (--pairs)", len(c.Changes), len(c.Dropped), MaxABPairs)
+	}
+	for j, x := range c.Changes {
+		if math.IsNaN(x) || x < -1 || x > MaxABChange {
+			return fmt.Sprintf("changes[%d]", j), fmt.Sprintf("%g is not a pair's change from -100%% to %+g%%", x, 100*MaxABChange)
+		}
+	}
+	for j, d := range c.Dropped {
+		if d < 0 || d >= n || (j > 0 && d <= c.Dropped[j-1]) {
+			return fmt.Sprintf("dropped[%d]", j), fmt.Sprintf("%d is not a pair number (0 to %d, each once, in order)", d, n-1)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"a_median", c.AMedian}, {"b_median", c.BMedian}} {
+		if math.IsNaN(f.v) || f.v < 0 || f.v > math.MaxFloat64/4 {
+			return f.name, fmt.Sprintf("%g is not a finite figure of at least 0", f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"median", c.Median}, {"lo", c.Lo}, {"hi", c.Hi}} {
+		if math.IsNaN(f.v) || f.v < -1 || f.v > MaxABChange {
+			return f.name, fmt.Sprintf("%g is not a change from -100%% to %+g%%", f.v, 100*MaxABChange)
+		}
+	}
+	if c.Lo > c.Median || c.Median > c.Hi {
+		return "lo", fmt.Sprintf("its interval [%g, %g] does not hold its median %g", c.Lo, c.Hi, c.Median)
+	}
+	if c.Backed && len(c.Changes) < MinStatRepeats {
+		return "backed", fmt.Sprintf("an interval over %d pairs: at least %d give one", len(c.Changes), MinStatRepeats)
+	}
+	return "", ""
+}
+
+// ABOrders are the orders ab runs its pairs in (ab --order).
+var ABOrders = []string{"abba", "abab"}
 
 // ABCheck is one rule checked at one point of an A/B result. Outcome is pass,
 // fail or inconclusive, as the nightly gate's checks.

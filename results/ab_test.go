@@ -262,7 +262,7 @@ func TestABPointOfMachines(t *testing.T) {
 	assert.InDelta(t, 0.12, *p.Pairs[2].B.OtherCPUShare, 1e-12)
 
 	dir := t.TempDir()
-	require.NoError(t, WriteAB(dir, ABResult{Confidence: Confidence, A: []string{}, B: []string{}, Points: []ABPoint{p}}))
+	require.NoError(t, WriteAB(dir, ABResult{Order: "abba", Confidence: Confidence, A: []string{}, B: []string{}, Points: []ABPoint{p}}))
 	got, err := ReadAB(dir)
 	require.NoError(t, err)
 	assert.Equal(t, p.Pairs, got.Points[0].Pairs)
@@ -321,7 +321,7 @@ func TestABPointOfPairsPeakMemory(t *testing.T) {
 	}
 	assert.Nil(t, p.Change(SamplePeakRSS), "a figure no run measured is not paired")
 	dir := t.TempDir()
-	require.NoError(t, WriteAB(dir, ABResult{Confidence: Confidence, A: []string{"x=1"}, B: []string{"x=1"}, Points: []ABPoint{p}}))
+	require.NoError(t, WriteAB(dir, ABResult{Order: "abab", Confidence: Confidence, A: []string{"x=1"}, B: []string{"x=1"}, Points: []ABPoint{p}}))
 	ab, err := ReadAB(dir)
 	require.NoError(t, err)
 	rules, err := ParseRules(DefaultRules, "default")

@@ -271,7 +271,7 @@ func CheckMetrics(rc *sweeps.RunConfig, m *Metrics) error {
 	if field, msg := checkBreakdown(m); field != "" {
 		return bad(field, "%s", msg)
 	}
-	if field, msg := checkMachine(m.Env.Machine); field != "" {
+	if field, msg := checkMachine(m.Env.Machine, max(m.Repeats, 1)); field != "" {
 		return bad("env.machine."+field, "%s", msg)
 	}
 	if err := checkSamples(m); err != nil {

@@ -71,15 +71,24 @@ const (
 	maxThrottleListed = 16
 )
 
-// checkMachine checks a Machine read from metrics.json: every figure finite and
-// within its bounds, the throttle reasons known names. It returns the field and
-// why, or "", "".
-func checkMachine(m *Machine) (field, msg string) {
+// checkMachine checks a Machine read from metrics.json or ab.json: every figure
+// finite and within its bounds, the throttle reasons known names, and the
+// figures consistent with each other as SummarizeMachine writes them (issue 39:
+// a hand edit is not trusted past what the harness could have written).
+// repeats is how many repeats the state can cover (the run's repeats; 1 for
+// one repeat's state), or 0 where that is not known: the repeats the summary
+// covers and its per-repeat states are at most that many. It returns the field
+// and why, or "", "".
+func checkMachine(m *Machine, repeats int) (field, msg string) {
 	if m == nil {
 		return "", ""
 	}
-	if m.Repeats < 0 || m.Repeats > MaxRepeats {
-		return "repeats", fmt.Sprintf("%d is not between 0 and %d", m.Repeats, MaxRepeats)
+	bound := MaxRepeats
+	if repeats > 0 {
+		bound = min(repeats, MaxRepeats)
+	}
+	if m.Repeats < 0 || m.Repeats > bound {
+		return "repeats", fmt.Sprintf("%d is not between 0 and %d%s", m.Repeats, bound, ofRepeats(repeats))
 	}
 	if m.CPUs < 0 || m.CPUs > maxMachineCPUs {
 		return "cpus", fmt.Sprintf("%d is not between 0 and %d", m.CPUs, maxMachineCPUs)
@@ -103,15 +112,38 @@ func checkMachine(m *Machine) (field, msg string) {
 	if p := m.GPUOtherProcesses; p != nil && (*p < 0 || *p > maxGPUProcesses) {
 		return "gpu_other_processes", fmt.Sprintf("%d is not between 0 and %d", *p, maxGPUProcesses)
 	}
+	if s, mx := m.OtherCPUShare, m.OtherCPUShareMax; s != nil && mx != nil && *mx < *s {
+		// The summary's share is the median of the repeats' shares, its max
+		// the largest of them: the median cannot exceed it.
+		return "other_cpu_share_max", fmt.Sprintf("%g is below other_cpu_share %g: the largest repeat's share is at least their median", *mx, *s)
+	}
 	if len(m.PerRepeat) > MaxRepeats {
 		return "per_repeat", fmt.Sprintf("holds %d repeats, more than %d", len(m.PerRepeat), MaxRepeats)
 	}
+	known := 0 // per-repeat states that hold anything
 	for i := range m.PerRepeat {
-		if len(m.PerRepeat[i].PerRepeat) > 0 {
+		r := &m.PerRepeat[i]
+		if len(r.PerRepeat) > 0 {
 			return fmt.Sprintf("per_repeat[%d].per_repeat", i), "a repeat's state holds no repeats"
 		}
-		if f, msg := checkMachine(&m.PerRepeat[i]); f != "" {
+		if f, msg := checkMachine(r, 1); f != "" {
 			return fmt.Sprintf("per_repeat[%d].%s", i, f), msg
+		}
+		if s, mx := r.OtherCPUShare, m.OtherCPUShareMax; s != nil && mx != nil && *s > *mx {
+			return fmt.Sprintf("per_repeat[%d].other_cpu_share", i), fmt.Sprintf("%g is above the summary's other_cpu_share_max %g, the largest repeat's share", *s, *mx)
+		}
+		if !r.empty() {
+			known++
+		}
+	}
+	if len(m.PerRepeat) > 0 {
+		// SummarizeMachine keeps one state per repeat of the run (an empty one
+		// where a repeat read none) and counts in Repeats those that read one.
+		if repeats > 0 && len(m.PerRepeat) > repeats {
+			return "per_repeat", fmt.Sprintf("holds %d states%s: one per repeat", len(m.PerRepeat), ofRepeats(repeats))
+		}
+		if m.Repeats > len(m.PerRepeat) || known > m.Repeats {
+			return "repeats", fmt.Sprintf("%d does not count the %d per-repeat states (%d of them read): it is how many repeats read the machine", m.Repeats, len(m.PerRepeat), known)
 		}
 	}
 	if len(m.GPUThrottle) > maxThrottleListed {
@@ -123,6 +155,24 @@ func checkMachine(m *Machine) (field, msg string) {
 		}
 	}
 	return "", ""
+}
+
+// ofRepeats names the repeats a state may cover in checkMachine's messages.
+func ofRepeats(repeats int) string {
+	switch {
+	case repeats == 1:
+		return " for one repeat's state"
+	case repeats > 1:
+		return fmt.Sprintf(" for a run of %d repeats", repeats)
+	}
+	return ""
+}
+
+// empty reports whether m holds nothing: a repeat that read no machine state.
+func (m *Machine) empty() bool {
+	return m.Repeats == 0 && m.CPUs == 0 && m.Load1 == nil && m.OtherCPUShare == nil && m.OtherCPUShareMax == nil &&
+		m.CPUMHz == nil && m.GPUOtherProcesses == nil && m.GPUSMClockMHz == nil && m.GPUThrottledShare == nil &&
+		len(m.GPUThrottle) == 0 && len(m.PerRepeat) == 0
 }
 
 // SummarizeMachine summarizes the machine states of a run's repeats (Machine); nil

@@ -25,7 +25,7 @@ const (
 )
 
 // abOrders are the values of ab --order.
-var abOrders = []string{"abba", "abab"}
+var abOrders = results.ABOrders
 
 // abMarker is the environment variable that tells A's runs from B's: its value
 // (a or b) enters each run's ID, so two variants that differ only in a setting
