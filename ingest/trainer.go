@@ -34,7 +34,10 @@ const (
 type trainerOutput struct {
 	state   map[string]any // trainer_state.json
 	metrics map[string]any // train_results.json over all_results.json
-	files   []string       // the files read
+	// source names the file each of metrics' train figures came from, for
+	// errors about it.
+	source map[string]string
+	files  []string // the files read
 	// diverged says where a loss is NaN or infinite (what the Trainer writes
 	// for a diverged run); empty when none is.
 	diverged string
@@ -47,7 +50,8 @@ var trainFigures = []string{"train_runtime", "train_samples_per_second", "train_
 
 // readTrainerOutput reads a Trainer output_dir's state and metrics.
 func readTrainerOutput(dir string) (*trainerOutput, error) {
-	t := &trainerOutput{metrics: map[string]any{}}
+	t := &trainerOutput{metrics: map[string]any{}, source: map[string]string{}}
+	var files []resultsFile
 	for _, f := range []string{TrainerAllResults, TrainerTrainResult} {
 		path := filepath.Join(dir, f)
 		m, nf, err := readJSONNonFinite(path)
@@ -67,11 +71,14 @@ func readTrainerOutput(dir string) (*trainerOutput, error) {
 		if !used {
 			// Listed as read, it would seem to have counted.
 			t.warnings = append(t.warnings, fmt.Sprintf("%s holds none of %s: nothing in it was used", f, strings.Join(trainFigures, ", ")))
+			for k, v := range m {
+				t.metrics[k] = v // kept in the run's extra all the same
+			}
+			continue
 		}
-		for k, v := range m {
-			t.metrics[k] = v
-		}
+		files = append(files, resultsFile{name: f, m: m, bad: badFigures(m)})
 	}
+	t.mergeResults(files)
 	path := filepath.Join(dir, TrainerStateFile)
 	st, nf, err := readJSONNonFinite(path)
 	switch {
@@ -96,6 +103,113 @@ func readTrainerOutput(dir string) (*trainerOutput, error) {
 		}
 	}
 	return t, nil
+}
+
+// resultsFile is one of a Trainer output_dir's results files that gives train
+// figures; bad says why its figures cannot be a run's ("" when they can).
+type resultsFile struct {
+	name string
+	m    map[string]any
+	bad  string
+}
+
+// trainFigureRange is each train figure's plausible range (train_runtime must be
+// positive besides).
+var trainFigureRange = map[string][2]float64{
+	"train_runtime":            {0, backends.MaxWallS},
+	"train_samples_per_second": {0, backends.MaxTokens},
+	"train_tokens_per_second":  {0, backends.MaxTokens},
+}
+
+// badFigures says what is wrong with a results file's train figures, or "".
+func badFigures(m map[string]any) string {
+	var why []string
+	for _, k := range trainFigures {
+		r := trainFigureRange[k]
+		x, has, err := number(m, k, r[0], r[1])
+		switch {
+		case err != nil:
+			why = append(why, err.Error())
+		case has && k == "train_runtime" && x <= 0:
+			why = append(why, fmt.Sprintf("train_runtime is %v, not a positive wall time", x))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// mergeResults takes the train figures from the results files read: the
+// Trainer writes the same train metrics into all_results.json (every split's,
+// merged) and train_results.json (the train split's), so train_results.json's
+// are used, but a file whose figures cannot be a run's (edited, or left by
+// another run) gives way to a sane one, and when the two disagree the folder's
+// report says which was used and why the other was not: neither is dropped
+// without a word.
+func (t *trainerOutput) mergeResults(files []resultsFile) {
+	used := files
+	if len(files) == 2 {
+		a, b := files[0], files[1] // all_results.json, train_results.json
+		switch {
+		case a.bad != "" && b.bad == "":
+			used = []resultsFile{b}
+			t.warnings = append(t.warnings, fmt.Sprintf("the train figures are %s's; %s's were not used: %s", b.name, a.name, a.bad))
+		case b.bad != "" && a.bad == "":
+			used = []resultsFile{a}
+			t.warnings = append(t.warnings, fmt.Sprintf("the train figures are %s's; %s's were not used: %s", a.name, b.name, b.bad))
+		case a.bad == "" && b.bad == "":
+			var differ []string
+			for _, k := range trainFigures {
+				va, hasA := a.m[k]
+				vb, hasB := b.m[k]
+				if hasA && hasB && va != vb {
+					differ = append(differ, fmt.Sprintf("%s %v against %v", k, vb, va))
+				}
+			}
+			if len(differ) > 0 {
+				t.warnings = append(t.warnings, fmt.Sprintf("%s and %s disagree (%s): the figures used are %s's, the train split's own file; were they written by one run?",
+					b.name, a.name, strings.Join(differ, ", "), b.name))
+			}
+		}
+	}
+	for _, f := range used {
+		for k, v := range f.m {
+			t.metrics[k] = v
+			if _, ok := trainFigureRange[k]; ok {
+				t.source[k] = f.name
+			}
+		}
+	}
+	// A dropped file's other keys (eval metrics of all_results.json) are kept,
+	// as they were; its train figures are not.
+	for _, f := range files {
+		if len(used) == 1 && f.name != used[0].name {
+			for k, v := range f.m {
+				if _, fig := trainFigureRange[k]; !fig {
+					if _, has := t.metrics[k]; !has {
+						t.metrics[k] = v
+					}
+				}
+			}
+		}
+	}
+}
+
+// number is the package's number for a train figure, its error naming the file
+// the figure came from.
+func (t *trainerOutput) number(key string) (float64, bool, error) {
+	r := trainFigureRange[key]
+	x, has, err := number(t.metrics, key, r[0], r[1])
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", t.from(key), err)
+	}
+	return x, has, nil
+}
+
+// from names the file a train figure came from.
+func (t *trainerOutput) from(key string) string {
+	if f := t.source[key]; f != "" {
+		return f
+	}
+	return TrainerStateFile + " (the last log_history entry)"
 }
 
 // noteNonFinite records the first non-finite loss: the run diverged. Other
@@ -180,18 +294,21 @@ func (t *trainerOutput) result(rc sweeps.RunConfig, seqGiven bool, warn func(str
 		res.Extra = map[string]any{"trainer_files": t.files}
 		return res, nil
 	}
-	runtime, ok, err := number(t.metrics, "train_runtime", 0, backends.MaxWallS)
+	runtime, ok, err := t.number("train_runtime")
 	if err != nil {
 		return res, err
 	}
-	if !ok || runtime <= 0 {
-		return res, fmt.Errorf("no positive train_runtime in %s, %s or the last log_history entry: a throughput needs the run's wall time", TrainerAllResults, TrainerTrainResult)
+	if !ok {
+		return res, fmt.Errorf("no train_runtime in %s, %s or the last log_history entry: a throughput needs the run's wall time", TrainerAllResults, TrainerTrainResult)
 	}
-	tps, hasTPS, err := number(t.metrics, "train_tokens_per_second", 0, backends.MaxTokens)
+	if runtime <= 0 {
+		return res, fmt.Errorf("%s: train_runtime is %v: a throughput needs the run's wall time, a positive number of seconds", t.from("train_runtime"), runtime)
+	}
+	tps, hasTPS, err := t.number("train_tokens_per_second")
 	if err != nil {
 		return res, err
 	}
-	sps, hasSPS, err := number(t.metrics, "train_samples_per_second", 0, backends.MaxTokens)
+	sps, hasSPS, err := t.number("train_samples_per_second")
 	if err != nil {
 		return res, err
 	}
@@ -211,8 +328,20 @@ func (t *trainerOutput) result(rc sweeps.RunConfig, seqGiven bool, warn func(str
 		}
 	case hasSPS && sps > 0 && seqGiven:
 		tokensPerRank = sps * runtime * float64(rc.SeqLen) / float64(rc.WorldSize)
-	case hasSPS:
+	case hasSPS && sps > 0 && hasTPS:
+		return res, fmt.Errorf("%s: train_tokens_per_second is 0, and train_samples_per_second needs the tokens per sample: give --set seq_len=N", t.from("train_tokens_per_second"))
+	case hasSPS && sps > 0:
 		return res, fmt.Errorf("train_tokens_per_second is absent (the run did not set include_tokens_per_second) and train_samples_per_second needs the tokens per sample: give --set seq_len=N")
+	case hasSPS || hasTPS:
+		// Present and zero: no seq_len can make a throughput of them.
+		var zero []string
+		for _, k := range []string{"train_tokens_per_second", "train_samples_per_second"} {
+			if _, has := t.metrics[k]; has {
+				zero = append(zero, fmt.Sprintf("%s is 0 (%s)", k, t.from(k)))
+			}
+		}
+		return res, fmt.Errorf("%s over a train_runtime of %vs: the run recorded no throughput (did it train any step?); there is nothing to ingest, leave the folder out",
+			strings.Join(zero, " and "), runtime)
 	default:
 		return res, fmt.Errorf("neither train_tokens_per_second nor train_samples_per_second is in %s or %s", TrainerAllResults, TrainerTrainResult)
 	}

@@ -213,7 +213,7 @@ func CheckJSON(path string, data []byte, lim Limits) error {
 	}
 	if lim.UniqueKeys {
 		// After the depth check: the key scan's stack is then bounded.
-		return checkDuplicateKeys(path, data, lim.what())
+		return checkDuplicateKeys(path, data)
 	}
 	return nil
 }

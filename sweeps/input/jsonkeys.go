@@ -43,7 +43,7 @@ type jsonObject struct {
 //
 // It scans once, as CheckJSON's depth scan does, keeping only the keys of the
 // objects open at the time; malformed JSON is left to the caller's parser.
-func checkDuplicateKeys(path string, data []byte, what string) error {
+func checkDuplicateKeys(path string, data []byte) error {
 	var stack []jsonObject
 	var keys []jsonKey
 	dup := func(first, second int, key []byte) error {
@@ -51,7 +51,7 @@ func checkDuplicateKeys(path string, data []byte, what string) error {
 		l2, c2 := lineCol(data, int64(second))
 		return &Error{Path: path, Line: l2, Column: c2, Msg: fmt.Sprintf(
 			"the key %s is given twice in one object (first at line %d, column %d); a JSON reader keeps only the last value "+
-				"without a word, so a %s says each key once: remove the one that is wrong", Quote(string(key), 60), l1, c1, what)}
+				"without a word: give each key once, removing the one that is wrong", Quote(string(key), 60), l1, c1)}
 	}
 	// closeObject checks a large object's keys, sorted, and drops them.
 	closeObject := func(o jsonObject) error {
