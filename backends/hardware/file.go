@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -215,6 +216,10 @@ func loadFile(path string) (Profile, error) {
 	return p, nil
 }
 
+// coreFloat is YAML 1.2's core schema float (without .inf and .nan), as the
+// sweep spec reads it (sweeps/tree.go).
+var coreFloat = regexp.MustCompile(`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`)
+
 // number reads a YAML number within [lo, hi]; the message says what is wrong.
 func number(n ast.Node, lo, hi float64) (float64, string) {
 	var v float64
@@ -232,7 +237,19 @@ func number(n ast.Node, lo, hi float64) (float64, string) {
 		v = x.Value
 	default:
 		if n != nil && n.GetToken() != nil && n.GetToken().Type == token.StringType {
-			return 0, fmt.Sprintf("must be a number, got the string %s", input.Quote(n.String(), 40))
+			// YAML 1.2's core schema reads an unquoted 4e1 or 6e-1 as a float;
+			// goccy/go-yaml reads it as a string. Follow the schema, as the sweep
+			// spec does, so a figure means the same in a profile and in a spec.
+			text := n.GetToken().Value
+			f, err := strconv.ParseFloat(text, 64)
+			if !coreFloat.MatchString(text) || (err != nil && !errors.Is(err, strconv.ErrRange)) {
+				return 0, fmt.Sprintf("must be a number, got the string %s", input.Quote(n.String(), 40))
+			}
+			v = f // past float64 (1e999): ±Inf, refused by the range below
+			break
+		}
+		if n != nil && n.GetToken() != nil && (n.GetToken().Type == token.DoubleQuoteType || n.GetToken().Type == token.SingleQuoteType) {
+			return 0, fmt.Sprintf("must be a number, got the quoted string %s (a number is written without quotes)", input.Quote(n.GetToken().Value, 40))
 		}
 		return 0, fmt.Sprintf("must be a number, got %s", input.Quote(fmt.Sprint(n), 40))
 	}

@@ -89,3 +89,32 @@ func TestProfileFileErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "relative to the spec's folder")
 }
+
+// TestProfileFileExponentNumbers: 4e1, 6e-1 and 1e308, unquoted, are numbers
+// (YAML 1.2's core schema, as the sweep spec reads them), so legal values are
+// taken and out-of-range ones are refused with their range; a quoted "4e1" is
+// still a string.
+func TestProfileFileExponentNumbers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gpu-e.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("peak_tflops: {bf16: 1e2}\nmemory_gib: 4e1\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\nefficiency: 6e-1\n"), 0o644))
+	p, err := Lookup(path)
+	require.NoError(t, err)
+	assert.Equal(t, 100e12, p.PeakFLOPS["bf16"])
+	assert.Equal(t, int64(40<<30), p.MemBytes)
+	assert.Equal(t, 0.6, p.Efficiency)
+
+	for _, tc := range []struct{ file, want string }{
+		{"peak_tflops: {bf16: 100}\nmemory_gib: 1e308\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n", "memory_gib: 1e+308 is out of range [0.25, 16384]"},
+		{"peak_tflops: {bf16: 1e999}\nmemory_gib: 24\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n", "peak_tflops.bf16: +Inf is out of range"},
+		{"peak_tflops: {bf16: 100}\nmemory_gib: 24\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\nefficiency: 6e1\n", "efficiency: 60 is out of range [0.001, 1]"},
+		{"peak_tflops: {bf16: 100}\nmemory_gib: \"4e1\"\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n", `memory_gib: must be a number, got the quoted string "4e1" (a number is written without quotes)`},
+		{"peak_tflops: {bf16: 100}\nmemory_gib: 4e\ngpus_per_node: 4\nintra_node_bus_bw_gbps: 64\n", `memory_gib: must be a number, got the string "4e"`},
+	} {
+		path := filepath.Join(t.TempDir(), "gpu.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(tc.file), 0o644))
+		_, err := Lookup(path)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.NotContains(t, err.Error(), "got the string \"4e1\"")
+	}
+}
