@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
-	"github.com/pelletier/go-toml/v2"
 
 	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
@@ -86,13 +85,8 @@ func readConfigs(dir string) (entries []entry, read, skipped []string, err error
 			if err := checkTOMLDepth(path, data, tomlLimits.MaxDepth); err != nil {
 				return nil, nil, nil, err
 			}
-			if err := toml.Unmarshal(data, &doc); err != nil {
-				var de *toml.DecodeError
-				if errors.As(err, &de) {
-					row, col := de.Position()
-					return nil, nil, nil, fmt.Errorf("%s:%d:%d: not valid TOML: %s", path, row, col, de.Error())
-				}
-				return nil, nil, nil, fmt.Errorf("%s: not valid TOML: %w", path, err)
+			if doc, err = decodeTOML(path, data); err != nil {
+				return nil, nil, nil, err
 			}
 		} else {
 			data, err := input.ReadYAML(path, yamlLimits)
