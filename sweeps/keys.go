@@ -321,7 +321,7 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 	}
 	v := value{f: d.f, pos: n.pos}
 	if n.kind != scalarNode {
-		p.e.at(n.pos, "%s must be %s, got %s", d.name, d.expect(), n.describe())
+		p.e.at(n.pos, "%s must be %s, got %s%s", d.name, d.expect(), n.describe(), repeatsHint(d, n))
 		return v, false
 	}
 	switch d.kind {
@@ -339,6 +339,7 @@ func (p *parsing) readValue(d *keyDef, n *node) (value, bool) {
 					hint = " (remove the quotes)"
 				}
 			}
+			hint += repeatsHint(d, n)
 			p.e.at(n.pos, "%s must be %s, got %s%s", d.name, d.expect(), n.describe(), hint)
 			return v, false
 		}

@@ -94,13 +94,33 @@ func (p *parsing) readAutoRepeats(d *keyDef, n *node) (value, bool) {
 	return v, ok
 }
 
+// repeatsHint completes the error of a repeats value that is no count (d is
+// the key, n the value): the other forms repeats takes, which the message of an
+// integer key does not name, and lower case where auto was written in another
+// (the spec's keywords are case-sensitive, as YAML is). "" for any other key.
+func repeatsHint(d *keyDef, n *node) string {
+	if d.f != fRepeats {
+		return ""
+	}
+	forms := fmt.Sprintf("repeats: auto repeats a run until the 95%% interval of its median is within ±%g%%, %d to %d times; repeats: {min: %d, max: %d, ci: 2%%} sets those",
+		100*AutoRepeatsCI, AutoRepeatsMin, AutoRepeatsMax, AutoRepeatsMin, AutoRepeatsMax)
+	if s, isStr := n.val.(string); isStr && n.kind == scalarNode && strings.EqualFold(strings.TrimSpace(s), "auto") {
+		return " (write auto in lower case: " + forms + ")"
+	}
+	return " (or auto, or {min, max, ci}: " + forms + ")"
+}
+
 // readPercent reads a width such as 2% (or 0.5%) as a fraction.
 func readPercent(n *node) (float64, string) {
 	s, isStr := n.val.(string)
 	if n.kind != scalarNode || !isStr || !strings.HasSuffix(strings.TrimSpace(s), "%") {
 		hint := ""
-		if f, isNum := numberOf(n.val); isNum {
+		if f, isNum := numberOf(n.val); isNum && f/100 >= MinRepeatsCI && f < 100 {
+			// Only a width the percentage form would take: "write NaN%" would
+			// advise a value refused in turn (issue 39 item 8).
 			hint = fmt.Sprintf(" (write %g%% for ±%g%%)", f, f)
+		} else if isNum {
+			hint = fmt.Sprintf(" (a width above %g%% and below 100%%)", 100*MinRepeatsCI)
 		}
 		return 0, fmt.Sprintf("must be a percentage such as 2%%, got %s%s", n.describe(), hint)
 	}

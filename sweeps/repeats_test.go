@@ -57,3 +57,34 @@ func TestAutoRepeatsSpecErrors(t *testing.T) {
 		assert.Contains(t, se.Msg, tt.want, tt.repeats)
 	}
 }
+
+// TestRepeatsMessagesSayWhatToWrite (issue 39 item 8): ci: .nan advised
+// "write NaN%", which was refused in turn; repeats: AUTO did not name auto or
+// the {min, max, ci} form; --set repeats={min: 6, max: 7, ci: 50%} said "takes
+// one value, not a list" of what is a mapping, which --set cannot take.
+func TestRepeatsMessagesSayWhatToWrite(t *testing.T) {
+	se := specError(t, "name: x\nrepeats: {min: 6, max: 20, ci: .nan}\n", Options{})
+	assert.Equal(t, 2, se.Line)
+	assert.Equal(t, 32, se.Column)
+	assert.Equal(t, "repeats.ci must be a percentage such as 2%, got the number .nan (a width above 0.01% and below 100%)", se.Msg)
+	for _, ci := range []string{".inf", "-2", "500"} {
+		se := specError(t, "name: x\nrepeats: {min: 6, max: 20, ci: "+ci+"}\n", Options{})
+		assert.NotContains(t, se.Msg, "write", "no advice the reader refuses: ci %s", ci)
+	}
+
+	se = specError(t, "name: x\nrepeats: AUTO\n", Options{})
+	assert.Equal(t, 10, se.Column)
+	assert.Equal(t, `repeats must be a positive integer (at most 1000), got the string "AUTO" (write auto in lower case: repeats: auto repeats a run until the 95% interval of its median is within ±5%, 6 to 20 times; repeats: {min: 6, max: 20, ci: 2%} sets those)`, se.Msg)
+	se = specError(t, "name: x\nrepeats: many\n", Options{})
+	assert.Contains(t, se.Msg, `got the string "many" (or auto, or {min, max, ci}: repeats: auto repeats`)
+
+	se = specError(t, "name: x\nrepeats: 6\n", Options{Set: []string{"repeats={min: 6, max: 7, ci: 50%}"}})
+	assert.Equal(t, "--set", se.File)
+	assert.Equal(t, 9, se.Column, "at the mapping")
+	assert.Equal(t, "--set cannot take the repeats mapping {min, max, ci}: a --set value is one value or a comma-separated list. Give --set repeats=auto (until the 95% interval of the median is within ±5%, 6 to 20 repeats) or --set repeats=N, or write repeats: {min: 6, max: 20, ci: 2%} in the spec", se.Msg)
+	se = specError(t, "name: x\n", Options{Set: []string{"steps={a: 1}"}})
+	assert.Equal(t, "--set cannot take a mapping: a --set value is one value or a comma-separated list; write steps: {...} in the spec", se.Msg)
+	plan, err := Parse([]byte("name: x\nrepeats: 6\n"), "spec.yaml", Options{Set: []string{"repeats=auto"}})
+	require.NoError(t, err, "the form --set takes")
+	assert.Equal(t, AutoRepeatsMax, plan.Runs[0].Repeats)
+}

@@ -1,6 +1,7 @@
 package sweeps
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -28,6 +29,12 @@ func (p *parsing) applySets(root *node) []string {
 		}
 		key := strings.TrimSpace(s[:eq])
 		keyAt := at(1 + strings.Index(s, key))
+		if _, known := keyByName[key]; known && strings.HasPrefix(strings.TrimSpace(s[eq+1:]), "{") {
+			// A flag's value is split at commas into a list: a mapping would
+			// be read as a list of its pieces, and refused as one.
+			p.e.at(at(eq+2+strings.Index(s[eq+1:], "{")), "%s", setMappingMsg(key))
+			continue
+		}
 		val, ok := p.setValue(s[eq+1:], eq+2, at)
 		if !ok {
 			continue
@@ -38,6 +45,17 @@ func (p *parsing) applySets(root *node) []string {
 		}
 	}
 	return applied
+}
+
+// setMappingMsg says that --set takes no mapping, and what to give instead:
+// for repeats, whose mapping {min, max, ci} is a form of its own, the auto
+// form --set does take.
+func setMappingMsg(key string) string {
+	if key == "repeats" {
+		return fmt.Sprintf("--set cannot take the repeats mapping {min, max, ci}: a --set value is one value or a comma-separated list. Give --set repeats=auto (until the 95%% interval of the median is within ±%g%%, %d to %d repeats) or --set repeats=N, or write repeats: {min: %d, max: %d, ci: 2%%} in the spec",
+			100*AutoRepeatsCI, AutoRepeatsMin, AutoRepeatsMax, AutoRepeatsMin, AutoRepeatsMax)
+	}
+	return fmt.Sprintf("--set cannot take a mapping: a --set value is one value or a comma-separated list; write %s: {...} in the spec", key)
 }
 
 // applySet applies one key=value to the tree; false if the key is refused.
