@@ -691,7 +691,9 @@ func (j *Job) Env(devices []int) []string {
 }
 
 // NewReport returns the Report to feed the job's output lines to.
-func (j *Job) NewReport() *Report { return &Report{logs: j.o.Logs} }
+func (j *Job) NewReport() *Report {
+	return &Report{logs: j.o.Logs, stepLines: contract.NewStepLines(j.rc.WorldSize)}
+}
 
 // Finish sets res's status from how the job ended (exitErr is the launcher's exit,
 // nil for success) and what its output said, and, when it succeeded, reads its
@@ -829,6 +831,10 @@ type Report struct {
 	logs                *LogOptions // what to keep for extraction; nil keeps nothing
 	lines               logLines
 	steps               []results.Step
+	// stepLines checks each step record against the run's world and the
+	// records before it (a repeated step, a rank the run does not have);
+	// NewReport gives it the world size, a zero Report checks only repeats.
+	stepLines *contract.StepLines
 	infeasible, oomLine string
 	oom                 bool
 	// firstErr is the first error line that is not a consequence of another rank's
@@ -867,11 +873,16 @@ var tokensPerIter = regexp.MustCompile(`tokens per iteration will be: ([0-9][0-9
 
 // Stdout takes one stdout line and returns the steps it reports: its valid
 // FSDPBENCH records (two ranks printing at once can share a line, see
-// contract.ParseStepLines); a broken one fails the run (Finish) with its position.
+// contract.ParseStepLines); a broken one fails the run (Finish) with its position,
+// as does a step its rank already reported or a rank outside the run's world
+// (contract.StepLines).
 func (o *Report) Stdout(line string) []contract.StepLine {
-	sts, errs := contract.ParseStepLines(line)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.stepLines == nil {
+		o.stepLines = contract.NewStepLines(0)
+	}
+	sts, errs := o.stepLines.Parse(line)
 	if len(errs) > 0 && o.badStep == "" {
 		o.badStep = errs[0].Error()
 	}

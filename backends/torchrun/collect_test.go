@@ -1,6 +1,7 @@
 package torchrun
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,8 +110,8 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	assert.Contains(t, res.Error, "torchrun: the script printed a broken FSDPBENCH line: step line: step_time_s is -0.5; a time must be a number of seconds from 1e-09 to")
 
 	var lines []string
-	for range 5 {
-		lines = append(lines, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}`)
+	for s := 1; s <= 5; s++ {
+		lines = append(lines, fmt.Sprintf(`FSDPBENCH {"step": %d, "loss": 2.5, "step_time_s": 0.5}`, s))
 	}
 	rep, o = logReport(t, nil, lines...)
 	res = finish(t, rc, o, rep)
@@ -130,6 +131,39 @@ func TestLogFiguresAreChecked(t *testing.T) {
 	assert.Equal(t, results.StatusOK, res.Status, res.Error)
 	assert.Len(t, res.Steps, 2)
 	assert.InDelta(t, 0.75, res.MeasuredWallS, 1e-12)
+}
+
+// TestStepLinesRepeatedOrOutsideTheWorldFailTheRun (issue 39, item 4): the
+// same step line printed five times, or five steps of rank 99 in a world of 1,
+// were five good steps; the run now fails with the first broken line, saying
+// which rank and step, and a run's own lines still read as before.
+func TestStepLinesRepeatedOrOutsideTheWorldFailTheRun(t *testing.T) {
+	rc := runConfig(1, sweeps.DDP)
+	rc.Steps = 5
+	o, err := ParseOptions(nil)
+	require.NoError(t, err)
+	feed := func(lines ...string) results.Result {
+		rep := (&Job{rc: rc, o: o}).NewReport()
+		for _, l := range lines {
+			rep.Stdout(l)
+		}
+		return finish(t, rc, o, rep)
+	}
+	var same, rank99, good []string
+	for s := 1; s <= 5; s++ {
+		same = append(same, `FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.5}`)
+		rank99 = append(rank99, fmt.Sprintf(`FSDPBENCH {"step": %d, "loss": 2.5, "step_time_s": 0.5, "rank": 99}`, s))
+		good = append(good, fmt.Sprintf(`[0]:FSDPBENCH {"step": %d, "loss": 2.5, "step_time_s": 0.5, "rank": 0}`, s))
+	}
+	res := feed(same...)
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, "torchrun: the script printed a broken FSDPBENCH line: step line: rank 0 reported step 1 twice: each measured step is reported once")
+	res = feed(rank99...)
+	assert.Equal(t, results.StatusFailed, res.Status)
+	assert.Contains(t, res.Error, "torchrun: the script printed a broken FSDPBENCH line: step line: rank is 99 but the run has 1 rank (ranks 0 to 0)")
+	res = feed(good...)
+	assert.Equal(t, results.StatusOK, res.Status, res.Error)
+	assert.Len(t, res.Steps, 5)
 }
 
 // TestReportReadsTorch2Prefixes: torch 2.x's --tee writes "[default0]:" before

@@ -220,7 +220,14 @@ func (tr *rankTrace) prune() {
 }
 
 // readEvents reads the events of a list whose '[' was read, up to its ']'.
+//
+// A recorded step's span given twice (two ProfilerStep#1) is refused: which of
+// the two is the step cannot be told, and two spans of one step mean two
+// profilers recorded into one trace, or two cycles' traces were joined, so a
+// breakdown from either would be of a step that was not measured alone. The run
+// keeps its throughput; the breakdown is left out, with this reason.
 func (tr *rankTrace) readEvents(dec *json.Decoder, bad func(string, ...any) error) error {
+	stepAt := map[string]int{} // each ProfilerStep#N span's event index
 	for n := 0; dec.More(); n++ {
 		if n == maxTraceEvents {
 			return bad("more than %d events; record fewer steps (at most %d are read) or profile without with_stack", maxTraceEvents, maxTraceSteps)
@@ -252,6 +259,11 @@ func (tr *rankTrace) readEvents(dec *json.Decoder, bad func(string, ...any) erro
 			if len(tr.steps) == maxTraceSteps*64 {
 				return bad("more than %d ProfilerStep#N spans; record at most %d steps", len(tr.steps), maxTraceSteps)
 			}
+			if first, dup := stepAt[ev.name]; dup {
+				return bad("%s is recorded twice (events %d and %d): a trace holds one span per recorded step; write one profiler cycle per file (tensorboard_trace_handler does) and start one profiler at a time",
+					input.Clip(ev.name, 80), first, n)
+			}
+			stepAt[ev.name] = n
 			tr.steps = append(tr.steps, ev)
 		}
 	}

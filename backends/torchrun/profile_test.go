@@ -381,6 +381,38 @@ func TestTraceBounds(t *testing.T) {
 	assert.Contains(t, err.Error(), "more than 5 events")
 }
 
+// TestTraceRepeatedStepIsRefused (issue 39, item 4): a trace with two
+// ProfilerStep#1 spans gave a breakdown from one of them without a word. It is
+// refused, naming the span and both events: which one is the step cannot be
+// told (two profilers at once, or two cycles joined in one file). The run
+// keeps its throughput; the breakdown is absent, with this reason.
+func TestTraceRepeatedStepIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	twice := `[
+{"name": "ProfilerStep#1", "ph": "X", "ts": 100, "dur": 100, "pid": 1, "tid": 1},
+{"name": "aten::mm", "ph": "X", "ts": 110, "dur": 50, "pid": 1, "tid": 1},
+{"name": "ProfilerStep#1", "ph": "X", "ts": 300, "dur": 80, "pid": 1, "tid": 1},
+{"name": "aten::mm", "ph": "X", "ts": 310, "dur": 20, "pid": 1, "tid": 1}
+]`
+	p := writeTrace(t, dir, "rank-0.json", twice)
+	_, err := readTrace(p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "profiler trace "+p+": ProfilerStep#1 is recorded twice (events 0 and 2)")
+	assert.Contains(t, err.Error(), "write one profiler cycle per file")
+
+	res := results.Result{PerRank: []results.RankResult{{Rank: 0}}}
+	err = profileFigures(&res, dir, t.TempDir(), 1)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ProfilerStep#1 is recorded twice")
+	assert.Nil(t, res.PerRank[0].StepBreakdown, "no breakdown from either span")
+	assert.Empty(t, res.TimelinePath)
+
+	// The GPU's copy of a step (gpu_user_annotation) is no second span.
+	p = writeTrace(t, dir, "rank-0.json", deviceTrace)
+	_, err = readTrace(p)
+	require.NoError(t, err)
+}
+
 // TestProfileFiguresAbsentOrRefused: no trace leaves the figures absent (nil,
 // never zero); traces that cannot be told apart or lack steps are refused with
 // the file and the fix, and the result is left as it was.

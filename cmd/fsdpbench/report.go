@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"text/tabwriter"
@@ -46,7 +45,11 @@ Trace Event format: open it in https://ui.perfetto.dev or chrome://tracing),
 and for the run and each rank the median step's compute, collectives (all-gather,
 reduce-scatter, all-reduce), exposed communication (time a collective runs or
 is waited on and no computation runs), other (data, host overhead) and overlap
-(1 - exposed / collectives), from metrics.json.`,
+(1 - exposed / collectives), from metrics.json. The timeline is read before it is
+offered: one that is not a Chrome trace of sane spans (not JSON, cut, over 50 MB,
+nested past 32 levels, a negative or non-finite ts or dur), or a FIFO, directory,
+device or broken link in its place, is named with what is wrong; the breakdown is
+still printed, and the command exits 2.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if timeline != "" {
 				if len(args) > 0 {
@@ -107,13 +110,35 @@ func reportTimeline(w io.Writer, runDir string) error {
 	if err := results.CheckMetrics(nil, &m); err != nil {
 		return fmt.Errorf("--timeline: %s: %w", path, err)
 	}
+	// The timeline is read before it is offered: a file Perfetto cannot open (not
+	// JSON, cut, past its bound, spans of negative time), or a FIFO, a directory,
+	// a link to a device or a loop in its place, is named with what is wrong, and
+	// the breakdown, which is metrics.json's, is still printed; the command then
+	// fails, so a script sees it.
 	tl := filepath.Join(runDir, results.TimelineFile)
-	if st, err := os.Stat(tl); err == nil && st.Mode().IsRegular() {
+	info, tlErr := results.CheckTimeline(tl)
+	switch {
+	case tlErr == nil:
 		fmt.Fprintf(w, "timeline: %s (%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
-			termsafe.Line(tl), results.FormatBytes(float64(st.Size())))
-	} else {
+			termsafe.Line(tl), results.FormatBytes(float64(info.Bytes)))
+	case errors.Is(tlErr, results.ErrNoTimeline):
+		tlErr = nil
 		fmt.Fprintf(w, "timeline: none (the run's backend wrote no %s)\n", results.TimelineFile)
+	default:
+		fmt.Fprintf(w, "timeline: not offered: %s\n", termsafe.Line(tlErr.Error()))
+		tlErr = fmt.Errorf("the timeline cannot be opened: %w; rerun the run to record it again", tlErr)
 	}
+	if err := printBreakdowns(w, &m); err != nil {
+		return err
+	}
+	if tlErr != nil {
+		return fmt.Errorf("--timeline: %w", tlErr)
+	}
+	return nil
+}
+
+// printBreakdowns prints the run's and each rank's step breakdown from m.
+func printBreakdowns(w io.Writer, m *results.Metrics) error {
 	type row struct {
 		name string
 		b    *results.StepBreakdown
