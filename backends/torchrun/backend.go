@@ -831,10 +831,6 @@ type Report struct {
 	logs                *LogOptions // what to keep for extraction; nil keeps nothing
 	lines               logLines
 	steps               []results.Step
-	// stepLines checks each step record against the run's world and the
-	// records before it (a repeated step, a rank the run does not have);
-	// NewReport gives it the world size, a zero Report checks only repeats.
-	stepLines *contract.StepLines
 	infeasible, oomLine string
 	oom                 bool
 	// firstErr is the first error line that is not a consequence of another rank's
@@ -859,6 +855,10 @@ type Report struct {
 	// scriptTokens is the tokens per iteration the script printed ("tokens per
 	// iteration will be: N", nanoGPT), or 0.
 	scriptTokens int64
+	// stepLines checks each step record against the run's world and the
+	// records before it (a repeated step, a rank the run does not have);
+	// NewReport gives it the world size, a zero Report checks only repeats.
+	stepLines *contract.StepLines
 }
 
 // Bounds of what a Report keeps of stderr.
