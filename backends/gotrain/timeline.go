@@ -199,7 +199,9 @@ func laneNames(source string) map[int]string {
 // the bytes, and events past a rank's share are left out and counted in
 // otherData (truncated, events_left_out), as are those its worker dropped.
 func writeTimeline(path string, ranks []rankTimeline, maxBytes int64) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".timeline-*.json")
+	// 0666 less the umask, as every result file (os.CreateTemp's 0600 would
+	// keep the timeline from the colleagues a shared results directory is for).
+	tmp, err := results.CreateTemp(filepath.Dir(path), ".timeline-")
 	if err != nil {
 		return fmt.Errorf("gotrain: write the timeline: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -32,9 +33,12 @@ type chromeTrace struct {
 	OtherData       map[string]any `json:"otherData"`
 }
 
-// readTrace parses a timeline as Chrome Trace Event JSON.
+// readTrace parses a timeline as Chrome Trace Event JSON, after checking that
+// report --timeline would offer it (results.CheckTimeline).
 func readTrace(t *testing.T, path string) chromeTrace {
 	t.Helper()
+	_, err := results.CheckTimeline(path)
+	require.NoError(t, err, "report --timeline offers what gotrain writes")
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var tr chromeTrace
@@ -206,6 +210,30 @@ func TestTimelineBounds(t *testing.T) {
 		}
 	}
 	assert.InDelta(t, perRank[0], perRank[1], 2, "the ranks share the bytes evenly")
+}
+
+// TestTimelineFollowsTheUmask (issue 39, item 3): gotrain wrote timeline.json
+// with os.CreateTemp's 0600 whatever the umask; it gets 0666 less the umask,
+// as every result file.
+func TestTimelineFollowsTheUmask(t *testing.T) {
+	// Not parallel: the umask is the process's.
+	dir := t.TempDir()
+	ranks := []rankTimeline{{Rank: 0, Source: "gotrain", Steps: []timelineStep{{Step: 1, DurUS: 100}},
+		Events: []timelineEvent{{Step: 1, Name: "forward head", Cat: "compute", Lane: 1, TsUS: 1, DurUS: 2}}}}
+	for _, tc := range []struct {
+		umask int
+		want  os.FileMode
+	}{{0o022, 0o644}, {0o002, 0o664}, {0o077, 0o600}} {
+		old := syscall.Umask(tc.umask)
+		path := filepath.Join(dir, fmt.Sprintf("timeline-%03o.json", tc.umask))
+		err := writeTimeline(path, ranks, results.MaxTimelineBytes)
+		syscall.Umask(old)
+		require.NoError(t, err)
+		st, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, st.Mode().Perm(), "umask %03o", tc.umask)
+		readTrace(t, path)
+	}
 }
 
 func derefF(p *float64) float64 {

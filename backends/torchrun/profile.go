@@ -775,15 +775,14 @@ func writeTimeline(path string, traces []*rankTrace) error {
 		dropped = len(evs) - len(kept)
 		evs = kept
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".timeline-*.json")
+	// 0666 less the umask, as every result file: os.CreateTemp's 0600 hides the
+	// timeline from the colleagues a shared results directory is for, and a
+	// fixed 0644 would ignore a umask that keeps the group out (or lets it write).
+	f, err := results.CreateTemp(filepath.Dir(path), ".timeline-")
 	if err != nil {
 		return fmt.Errorf("timeline: %w", err)
 	}
 	defer os.Remove(f.Name())
-	if err := f.Chmod(0o644); err != nil { // CreateTemp's 0600: the run's other files are readable
-		f.Close()
-		return fmt.Errorf("timeline %s: %w", path, err)
-	}
 	if err := encodeTimeline(f, append(meta, evs...), dropped); err != nil {
 		f.Close()
 		return fmt.Errorf("timeline %s: %w", path, err)

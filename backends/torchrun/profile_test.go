@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -238,6 +239,8 @@ type timeline struct {
 // it per process.
 func readTimeline(t *testing.T, path string) timeline {
 	t.Helper()
+	_, err := results.CheckTimeline(path)
+	require.NoError(t, err, "report --timeline offers what torchrun writes")
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var doc struct {
@@ -379,6 +382,31 @@ func TestTraceBounds(t *testing.T) {
 	_, err = readTrace(p)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "more than 5 events")
+}
+
+// TestTimelineFollowsTheUmask (issue 39, item 3): the merged timeline gets
+// 0666 less the umask, as every result file; it was chmod 0644 whatever the
+// umask said.
+func TestTimelineFollowsTheUmask(t *testing.T) {
+	// Not parallel: the umask is the process's.
+	dir := t.TempDir()
+	tr, err := readTrace(writeTrace(t, dir, "rank-0.json", hostTrace))
+	require.NoError(t, err)
+	tr.rank = 0
+	for _, tc := range []struct {
+		umask int
+		want  os.FileMode
+	}{{0o022, 0o644}, {0o002, 0o664}, {0o077, 0o600}} {
+		old := syscall.Umask(tc.umask)
+		path := filepath.Join(dir, fmt.Sprintf("timeline-%03o.json", tc.umask))
+		err := writeTimeline(path, []*rankTrace{tr})
+		syscall.Umask(old)
+		require.NoError(t, err)
+		st, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, st.Mode().Perm(), "umask %03o", tc.umask)
+		readTimeline(t, path)
+	}
 }
 
 // TestTraceRepeatedStepIsRefused (issue 39, item 4): a trace with two
