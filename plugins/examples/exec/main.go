@@ -125,19 +125,23 @@ func (backend) Run(ctx context.Context, rc sweeps.RunConfig, env backends.RunEnv
 		badStep   error          // the first broken step line
 		diverged  string         // where a step line's loss was first NaN or infinite
 	)
+	// Every record of a line is read (ranks printing at once share one), and a
+	// step its rank already reported, or a rank outside the world, is a broken
+	// line rather than one more good step.
+	records := contract.NewStepLines(rc.WorldSize)
 	started, waitErr := contract.RunGroup(ctx, cmd, killGrace, contract.Lines{
 		Stdout: func(line string) {
-			st, ok, err := contract.ParseStepLine(line)
-			if err != nil && badStep == nil {
-				badStep = err
+			sts, errs := records.Parse(line)
+			if len(errs) > 0 && badStep == nil {
+				badStep = errs[0]
 			}
-			if ok && st.Rank == 0 {
-				stepLines = append(stepLines, st.Step)
-				if st.Diverged != "" && diverged == "" {
-					diverged = st.Diverged
+			for _, st := range sts {
+				if st.Rank == 0 {
+					stepLines = append(stepLines, st.Step)
+					if st.Diverged != "" && diverged == "" {
+						diverged = st.Diverged
+					}
 				}
-			}
-			if ok {
 				emit(backends.Event{Kind: backends.EventStep, Time: time.Now(), Rank: st.Rank, Step: st.Step.Step,
 					Loss: st.Loss, StepTimeS: st.StepTimeS, Tokens: rc.TokensPerStep()})
 			}

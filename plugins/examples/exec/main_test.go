@@ -61,3 +61,26 @@ func TestStepLinesAlone(t *testing.T) {
 	assert.Contains(t, res.Error, "printed 9 FSDPBENCH step lines from rank 0 but the run measures 4 steps")
 	assert.True(t, strings.HasPrefix(res.Error, "exec: "), res.Error)
 }
+
+// TestStepLinesRepeatedOrOutsideTheWorld (issue 39, item 4): step 1 printed
+// five times, or steps of rank 99 in a world of 2, were good steps; without
+// rank files the run now fails with the broken line, saying why.
+func TestStepLinesRepeatedOrOutsideTheWorld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct{ script, want string }{
+		{`for i in 1 2 3 4 5; do echo 'FSDPBENCH {"step": 1, "loss": 2.5, "step_time_s": 0.25}'; done`,
+			"rank 0 reported step 1 twice: each measured step is reported once"},
+		{`for i in 1 2 3 4; do echo "FSDPBENCH {\"step\": $i, \"step_time_s\": 0.25, \"rank\": 0}"; echo "FSDPBENCH {\"step\": $i, \"step_time_s\": 0.25, \"rank\": 99}"; done`,
+			"rank is 99 but the run has 2 ranks (ranks 0 to 1)"},
+	} {
+		rc := execRC(t, "{steps}")
+		script := filepath.Join(t.TempDir(), "bad.sh")
+		require.NoError(t, os.WriteFile(script, []byte(tc.script), 0o755))
+		rc.BackendOptions = map[string]any{"command": []any{"sh", script}}
+		res, err := backend{}.Run(ctx, rc, backends.RunEnv{RunDir: t.TempDir()}, func(backends.Event) {})
+		require.NoError(t, err)
+		assert.Equal(t, results.StatusFailed, res.Status)
+		assert.Contains(t, res.Error, "exec: the command wrote no rank files and printed a broken FSDPBENCH line: step line: "+tc.want)
+	}
+}
