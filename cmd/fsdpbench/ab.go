@@ -137,6 +137,9 @@ Exit codes: 0 compared; 1 a run of A or B did not finish ok; 2 usage error.`,
 			for i := range pa.Runs {
 				plan.Runs = append(plan.Runs, pa.Runs[i], pb.Runs[i])
 			}
+			if err := checkResultsDir("results", opts.ResultsDir, plan.Name, plan.Runs); err != nil {
+				return err // once, before anything runs, as sweep does
+			}
 			stderr := cmd.ErrOrStderr()
 			printWarnings(stderr, &plan)
 			switch m := harness.ProgressMode(progress); m {

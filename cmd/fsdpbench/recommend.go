@@ -483,6 +483,9 @@ func measureTop(cmd *cobra.Command, f *recommendFlags, cal *sim.Calibration, sim
 	if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
 		return specFailure(err)
 	}
+	if err := checkResultsDir("results", f.resultsDir, plan.Name, plan.Runs); err != nil {
+		return err // once, before anything runs, as sweep does
+	}
 	stderr := cmd.ErrOrStderr()
 	fmt.Fprintf(stderr, "\nmeasuring the top %d with %s (%s) into %s\n", len(top), f.backend, f.launcher, filepath.Join(f.resultsDir, name))
 	opts := harness.Options{ResultsDir: f.resultsDir, Jobs: 1, Registry: reg, Out: stderr,

@@ -57,6 +57,11 @@ The results table is fitted to the terminal as report's is (--width, --wide).`,
 			if err != nil {
 				return err
 			}
+			// Once, before anything runs: a results path that no run can write
+			// under failed every run on its own.
+			if err := checkResultsDir("results", opts.ResultsDir, plan.Name, plan.Runs); err != nil {
+				return err
+			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			width, err := table.resolve(stdout)
 			if err != nil {
