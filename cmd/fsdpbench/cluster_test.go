@@ -339,3 +339,50 @@ grid: {world_size: [4], nodes: [2]}
 		})
 	}
 }
+
+// TestTwoNodeCrashedNodeNotYetDown: a node that crashed a moment ago is still idle
+// to Slurm (it is marked down only after SlurmdTimeout), so a two-node job is
+// started on it and srun cannot launch its tasks there. The run failed as "rank 0
+// exited with code 0 (Slurm job 3 failed with exit code 233)", srun's "Task launch
+// for StepId=3.0 failed on node fsdp-node2: Communication connection failure" in
+// stderr.log alone; the run's error now names the node and srun's launch failure.
+func TestTwoNodeCrashedNodeNotYetDown(t *testing.T) {
+	needCluster(t)
+	t.Cleanup(func() { _ = exec.Command(filepath.Join(repoRoot, ".ci", "cluster"), "revive", "fsdp-node2").Run() })
+	dir := t.TempDir()
+	cancelJobsUnder(t, dir)
+	spec := filepath.Join(dir, "crashed.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(`name: crashed
+backend: gotrain
+launcher: slurm
+launcher_options: {poll_interval: 200ms, partition: cluster}
+hardware: cpu
+model: tiny
+seq_len: 32
+steps: 4
+warmup_steps: 1
+timeout: 3m
+seed: 31
+base: {mixed_precision: fp32, batch_per_device: 1, global_batch: 4, sharding: hybrid_shard}
+grid: {world_size: [4], nodes: [2]}
+`), 0o644))
+	clusterCmd(t, "crash", "fsdp-node2")
+	start := time.Now()
+	res := fsdpbench(t, dir, "sweep", spec, "--progress", "plain")
+	t.Logf("the sweep ended %.1f s after the crash", time.Since(start).Seconds())
+	clusterCmd(t, "revive", "fsdp-node2")
+	sweepDir := filepath.Join(dir, "fsdpbench-results", "crashed")
+	require.Equal(t, ExitFailed, res.code, "%s\n%s\n%s", res.stdout, res.stderr, runLogTails(sweepDir))
+	runs := clusterRuns(t, sweepDir)
+	require.Len(t, runs, 1, res.stderr)
+	for id, r := range runs {
+		assert.Equal(t, "failed", r.Status, id)
+		assert.Regexp(t, `^Slurm job [0-9]+ failed: srun could not start the run's tasks on node fsdp-node2 `+
+			`\(Task launch for StepId=[0-9]+\.0 failed on node fsdp-node2: Communication connection failure\); `+
+			`the node's slurmd does not answer`, r.Error, id)
+		assert.NotContains(t, r.Error, "exited with code 0", id)
+		// The sweep's own line for the run says it too, not only metrics.json.
+		assert.Contains(t, res.stdout+res.stderr, "srun could not start the run's tasks on node fsdp-node2", id)
+	}
+	noProcessesLeft(t)
+}
