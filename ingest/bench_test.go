@@ -22,12 +22,13 @@ func flatTOML(n int) string {
 
 // BenchmarkIngestFlatTOML ingests a folder whose job.toml holds 115,000 flat
 // keys (1 MiB, the bound), the cost a hostile folder can ask for once per config
-// file (8 per folder): it must stay linear in the keys (it took 36 s of CPU).
+// file, and eight such files (the most a folder's configs may be): it must stay
+// linear in the keys (one file took 36 s of CPU).
 func BenchmarkIngestFlatTOML(b *testing.B) {
-	for _, n := range []int{30_000, 115_000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
+	for _, tc := range []struct{ keys, files int }{{30_000, 1}, {115_000, 1}, {115_000, maxConfigFiles}} {
+		b.Run(fmt.Sprintf("%dkeys×%dfiles", tc.keys, tc.files), func(b *testing.B) {
 			root := b.TempDir()
-			dir := writeRunB(b, root, n)
+			dir := writeRunB(b, root, tc.keys, tc.files)
 			for b.Loop() {
 				if _, err := Ingest(context.Background(), []string{dir}, filepath.Join(b.TempDir(), "out"), Options{Name: "x"}); err != nil {
 					b.Fatal(err)
@@ -37,15 +38,16 @@ func BenchmarkIngestFlatTOML(b *testing.B) {
 	}
 }
 
-// writeRunB writes a run folder of a seed-style metrics.json and a job.toml of
-// n flat keys.
-func writeRunB(b *testing.B, root string, n int) string {
+// writeRunB writes a run folder of a seed-style metrics.json and files TOML
+// files of n flat keys each.
+func writeRunB(b *testing.B, root string, n, files int) string {
 	b.Helper()
 	dir := filepath.Join(root, "run")
-	for name, text := range map[string]string{
-		"metrics.json": `{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 2}`,
-		"job.toml":     flatTOML(n),
-	} {
+	texts := map[string]string{"metrics.json": `{"wall_time_s": 1.0, "approx_tokens_per_rank": 100, "world_size": 2}`}
+	for i := range files {
+		texts[fmt.Sprintf("job%d.toml", i)] = flatTOML(n)
+	}
+	for name, text := range texts {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			b.Fatal(err)
 		}
