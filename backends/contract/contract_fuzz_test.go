@@ -68,6 +68,20 @@ func FuzzParseStepLine(f *testing.F) {
 		if n := strings.Count(line, StepPrefix); len(sts)+len(errs) > n {
 			t.Fatalf("%d steps and %d errors from %d prefixes", len(sts), len(errs), n)
 		}
+		// StepLines keeps what ParseStepLines keeps less the repeats and the
+		// ranks outside the world, the line read twice giving no step again.
+		c := NewStepLines(2)
+		for pass := range 2 {
+			kept, refused := c.Parse(line)
+			if len(kept)+len(refused) != len(sts)+len(errs) {
+				t.Fatalf("StepLines: %d kept and %d refused of %d records", len(kept), len(refused), len(sts)+len(errs))
+			}
+			for _, st := range kept {
+				if st.Rank >= 2 || pass == 1 {
+					t.Fatalf("StepLines kept %+v (pass %d)", st, pass)
+				}
+			}
+		}
 		if ok {
 			sts = append(sts, st)
 		}
