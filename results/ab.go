@@ -383,6 +383,11 @@ func checkAB(r *ABResult) (field, msg string) {
 			}
 		}
 	}
+	if len(r.Points) == 0 {
+		// ab writes a point for every point of its spec, and a spec has one at
+		// least: an empty list was cut or edited, and no rule can judge it.
+		return "points", "is empty: the file holds no point to judge a change at, where ab writes one per point of its spec"
+	}
 	if len(r.Points) > sweeps.MaxRuns {
 		return "points", fmt.Sprintf("holds %d points, more than %d", len(r.Points), sweeps.MaxRuns)
 	}

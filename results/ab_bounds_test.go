@@ -68,6 +68,9 @@ func TestReadABBounds(t *testing.T) {
 		{"an interval to 1e308", "points[0].metrics[0].hi", "is not a change from -100%", func(doc map[string]any) {
 			metric(doc)["hi"] = 1e308
 		}},
+		{"no point (item 9)", "points", "is empty: the file holds no point to judge a change at", func(doc map[string]any) {
+			doc["points"] = []any{}
+		}},
 		{"order xyz", "order", `"xyz" is not an order ab runs (abba, abab)`, func(doc map[string]any) { doc["order"] = "xyz" }},
 		{"2 machine states for 6 changes", "points[0].pairs", "holds 2 pairs' machine states for 6 pairs' changes", func(doc map[string]any) {
 			point(doc)["pairs"] = point(doc)["pairs"].([]any)[:2]

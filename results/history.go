@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // NightFile is the record a history night keeps beside its results: when it was
@@ -152,7 +154,7 @@ func Nights(history string) ([]Night, error) {
 		}
 		dir := filepath.Join(history, e.Name())
 		var n Night
-		if err := readJSON(filepath.Join(dir, NightFile), &n); err != nil {
+		if err := readNight(dir, &n); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // not a night: a directory someone put there
 			}
@@ -379,11 +381,34 @@ func nightChecksum(n Night, dir string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// readNight reads dir's NightFile into n. A night.json that does not read is
+// damaged, and readJSON's advice for a run's file (rerun the sweep, or delete
+// the run's directory) does not mend it: no sweep rewrites a night, and
+// deleting part of one leaves the rest in the history. The way out is the
+// checksum mismatch's: restore the night, or move it out of the history. A
+// night.json that does not exist is returned as is: the directory is no night.
+func readNight(dir string, n *Night) error {
+	path := filepath.Join(dir, NightFile)
+	b, err := input.ReadJSON(path, input.Metrics)
+	if errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err == nil {
+		if uerr := json.Unmarshal(b, n); uerr != nil {
+			err = fmt.Errorf("%s: %w", path, uerr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w (the file is damaged: restore the night, or move it out of the history; a night is a baseline only as the gate stored it)", err)
+	}
+	return nil
+}
+
 // verifyNight checks that the night at dir is as the gate stored it: its
 // night.json and files agree with the checksum night.json holds.
 func verifyNight(dir string) error {
 	var n Night
-	if err := readJSON(filepath.Join(dir, NightFile), &n); err != nil {
+	if err := readNight(dir, &n); err != nil {
 		return fmt.Errorf("history night %s: %w", dir, err)
 	}
 	sum, err := nightChecksum(n, dir)

@@ -61,8 +61,10 @@ func gateAB(cmd *cobra.Command, path string, ruleTexts []string, rulesFile, form
 		for _, s := range g.Skipped {
 			why = append(why, s.Rule+": "+s.Why)
 		}
-		if len(why) == 0 {
-			why = append(why, "no point to check")
+		if len(ab.Points) == 0 {
+			// ReadAB refuses such a file; said here too, so that the rules are
+			// never blamed for a file with nothing in it.
+			return usageError(fmt.Errorf("--ab %s holds no point: nothing to judge a change at; run ab again", path))
 		}
 		return usageError(fmt.Errorf("--ab %s: no rule judged a change (%s); give METRIC:-X%% or METRIC:+X%% on a figure the runs measured", path, strings.Join(why, "; ")))
 	}
