@@ -388,7 +388,7 @@ func calibrate(p *point, opts Options) {
 	key, k, ok := opts.Calibration.lookup(p.hw.Name, p.rc.Backend, p.hw.File != "")
 	if !ok {
 		p.notes = append(p.notes, fmt.Sprintf("uncalibrated: the calibration %s has no constants for hardware %s (it has %s)",
-			opts.Calibration.path, p.hw.Name, strings.Join(slices.Sorted(maps.Keys(opts.Calibration.Profiles)), ", ")))
+			opts.Calibration.path, p.hw.Name, input.ClipList(slices.Sorted(maps.Keys(opts.Calibration.Profiles)), 0)))
 		return
 	}
 	p.cal = &k

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fsdpbench/fsdpbench/backends/sim"
 	"github.com/fsdpbench/fsdpbench/results"
 )
 
@@ -59,4 +62,28 @@ func TestSetRepeatsMappingSaysWhatSetTakes(t *testing.T) {
 	assert.Equal(t, ExitUsage, r.code, r.stdout)
 	assert.Contains(t, r.stderr, "spec.yaml:3:32: repeats.ci must be a percentage such as 2%, got the number .nan (a width above 0.01% and below 100%)")
 	assert.NotContains(t, r.stderr, "NaN%")
+}
+
+// TestPlanCalibrationOfThousandsOfKeysIsCut (issue 39 item 10): a calibration
+// file of 3,000 keys (user-defined profiles) printed a 47 KB summary line, and
+// the same list in every prediction's note; both are cut to the first few
+// keys and a count, as other lists are.
+func TestPlanCalibrationOfThousandsOfKeysIsCut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cal := &sim.Calibration{Profiles: map[string]sim.Constants{}}
+	for i := range 3000 {
+		cal.Profiles[fmt.Sprintf("my-gpu-%04d/gotrain", i)] = sim.Constants{Efficiency: 0.2, Fit: sim.FitReport{Runs: 3}, ProfileFile: fmt.Sprintf("my-gpu-%04d.yaml", i)}
+	}
+	path := filepath.Join(dir, "many.json")
+	require.NoError(t, cal.Write(path))
+	spec := filepath.Join(repoRoot, "sweeps", "examples", "quickstart.yaml")
+	r := cli(t, "plan", spec, "--calibration", path)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "uncalibrated: "+path+" has no constants for h100-sxm (it has my-gpu-0000/gotrain, my-gpu-0001/gotrain")
+	assert.Contains(t, r.stdout, "my-gpu-0007/gotrain and 2992 more)")
+	assert.NotContains(t, r.stdout+r.stderr, "my-gpu-0008/gotrain")
+	for _, line := range strings.Split(r.stdout+r.stderr, "\n") {
+		assert.Less(t, len(line), 2000, "no line of tens of kilobytes: %.200s", line)
+	}
 }

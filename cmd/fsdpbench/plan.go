@@ -16,6 +16,7 @@ import (
 	"github.com/fsdpbench/fsdpbench/harness"
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 const gib = 1 << 30
@@ -382,15 +383,17 @@ func (u *calibrationUse) add(rc sweeps.RunConfig, pred sim.Prediction) {
 // say is how the predictions were calibrated by cal: by it, for some of them,
 // or not at all, with the profiles it lacks.
 func (u *calibrationUse) say(cal *sim.Calibration) string {
-	has := strings.Join(slices.Sorted(maps.Keys(cal.Profiles)), ", ")
+	// Cut, as other lists are: a calibration of thousands of keys (user-defined
+	// profiles) made this one line tens of kilobytes (issue 39 item 10).
+	has := input.ClipList(slices.Sorted(maps.Keys(cal.Profiles)), 0)
 	switch {
 	case u.predicted > 0 && u.used == u.predicted:
 		return "calibrated by " + cal.Path()
 	case u.used > 0:
 		return fmt.Sprintf("calibrated by %s for %d of %d predictions (it has no constants for %s; it has %s)",
-			cal.Path(), u.used, u.predicted, strings.Join(u.missing, ", "), has)
+			cal.Path(), u.used, u.predicted, input.ClipList(u.missing, 0), has)
 	case len(u.missing) > 0:
-		return fmt.Sprintf("uncalibrated: %s has no constants for %s (it has %s)", cal.Path(), strings.Join(u.missing, ", "), has)
+		return fmt.Sprintf("uncalibrated: %s has no constants for %s (it has %s)", cal.Path(), input.ClipList(u.missing, 0), has)
 	}
 	return "uncalibrated: nothing was predicted"
 }
