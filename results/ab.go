@@ -469,7 +469,7 @@ func checkAB(r *ABResult) (field, msg string) {
 				return f + ".metric", fmt.Sprintf("%s is listed already (%s): each figure is paired once", c.Metric, prev)
 			}
 			seen[c.Metric] = f
-			if field, msg := checkABChange(c); field != "" {
+			if field, msg := checkABChange(c, r.Confidence); field != "" {
 				return f + "." + field, fmt.Sprintf("%s: %s", c.Metric, msg)
 			}
 			pairs = max(pairs, len(c.Changes)+len(c.Dropped))
@@ -513,12 +513,13 @@ func checkAB(r *ABResult) (field, msg string) {
 	return "", ""
 }
 
-// checkABChange checks one metric's change as PairedChange makes it: at most
-// MaxABPairs pairs, the dropped ones numbered in order among them, every change
-// finite and between -100% and MaxABChange, the medians finite and positive
-// (0 without a change), and the interval holding the median. It returns the
+// checkABChange checks one metric's change as PairedChange makes it at the
+// file's confidence level: at most MaxABPairs pairs, the dropped ones numbered
+// in order among them, every change finite and between -100% and MaxABChange,
+// the medians finite and positive (0 without a change), the interval holding
+// the median, and backed only with the pairs that give an interval. It returns the
 // field and why, or "", "".
-func checkABChange(c *ABChange) (field, msg string) {
+func checkABChange(c *ABChange, confidence float64) (field, msg string) {
 	n := len(c.Changes) + len(c.Dropped)
 	if len(c.Changes) > MaxABPairs || len(c.Dropped) > MaxABPairs || n > MaxABPairs {
 		return "changes", fmt.Sprintf("%d pairs' changes and %d dropped pairs, more than the %d pairs ab measures at most (--pairs)", len(c.Changes), len(c.Dropped), MaxABPairs)
@@ -552,8 +553,8 @@ func checkABChange(c *ABChange) (field, msg string) {
 	if c.Lo > c.Median || c.Median > c.Hi {
 		return "lo", fmt.Sprintf("its interval [%g, %g] does not hold its median %g", c.Lo, c.Hi, c.Median)
 	}
-	if c.Backed && len(c.Changes) < MinStatRepeats {
-		return "backed", fmt.Sprintf("an interval over %d pairs: at least %d give one", len(c.Changes), MinStatRepeats)
+	if need := MinPairs(confidence); c.Backed && len(c.Changes) < need {
+		return "backed", fmt.Sprintf("an interval over %d pairs: at a %g%% level, at least %d give one", len(c.Changes), 100*confidence, need)
 	}
 	return "", ""
 }

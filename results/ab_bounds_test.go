@@ -83,6 +83,10 @@ func TestReadABBounds(t *testing.T) {
 			m["changes"] = m["changes"].([]any)[:4]
 			m["dropped"] = []any{1, 1}
 		}},
+		{"an interval over 3 pairs", "points[0].metrics[0].backed", "an interval over 3 pairs: at a 95% level, at least 6 give one", func(doc map[string]any) {
+			m := metric(doc)
+			m["changes"] = m["changes"].([]any)[:3]
+		}},
 		{"an unknown status", "points[0].b_status", `"great" is not a run status`, func(doc map[string]any) { point(doc)["b_status"] = "great" }},
 		{"a side's machine over its repeats", "points[0].a_machine.repeats", "is not between 0 and 6 for a run of 6 repeats", func(doc map[string]any) {
 			point(doc)["a_machine"].(map[string]any)["repeats"] = 999
