@@ -83,7 +83,7 @@ func checkOutputDir(path, dir string, mkdir bool) error {
 			dir = filepath.Dir(dir) // made by the caller: its parent must take it
 			continue
 		case errors.Is(err, fs.ErrNotExist):
-			return fmt.Errorf("write %s: the directory %s does not exist; create it or give another path", path, dir)
+			return fmt.Errorf("write %s: the directory %s does not exist (no such file or directory); create it or give another path", path, dir)
 		case errors.Is(err, syscall.ENOTDIR):
 			return fmt.Errorf("write %s: a part of %s is a file, not a directory; give another path", path, dir)
 		case err != nil:

@@ -152,7 +152,7 @@ func TestCalibrateChecksItsOutputFirst(t *testing.T) {
 		want string
 	}{
 		{[]string{"-o", "outdir"}, "-o: write outdir: is a directory; give a file name (such as outdir/out)"},
-		{[]string{"-o", "nowhere/cal.json"}, "-o: write nowhere/cal.json: the directory nowhere does not exist; create it or give another path"},
+		{[]string{"-o", "nowhere/cal.json"}, "-o: write nowhere/cal.json: the directory nowhere does not exist (no such file or directory); create it or give another path"},
 		{[]string{"-o", "file/cal.json"}, "-o: write file/cal.json: "},
 		{[]string{"-o", "loop"}, "-o: write loop: is a symbolic link that loops (-> loop)"},
 		{[]string{"--results", "file"}, "--results: write file/calibration.json: "},
