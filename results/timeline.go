@@ -226,16 +226,18 @@ type timelineEventWire struct {
 func checkEvents(dec *json.Decoder, data []byte, at func(int64, string, ...any) error, syntax func(error, *json.Decoder) error) (int, error) {
 	n := 0
 	for ; dec.More(); n++ {
+		// The whole file is in data: the event's first byte says whether it is
+		// an object before it is decoded, in one pass.
 		off := valueAt(data, dec.InputOffset())
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return n, syntax(err, dec)
-		}
-		if len(raw) == 0 || raw[0] != '{' {
-			return n, at(off, "event %d is %s, not an event (an object with ph, ts, ...)", n, rawKind(raw))
+		if off < int64(len(data)) && data[off] != '{' {
+			return n, at(off, "event %d is %s, not an event (an object with ph, ts, ...)", n, rawKind(data[off:off+1]))
 		}
 		var e timelineEventWire
-		if err := json.Unmarshal(raw, &e); err != nil {
+		if err := dec.Decode(&e); err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				return n, syntax(err, dec)
+			}
 			return n, at(off, "event %d: %v", n, err)
 		}
 		name := ""
