@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 )
 
@@ -239,11 +240,17 @@ func (d *tomlDecoder) value(n *unstable.Node) (any, error) {
 			return math.NaN(), nil
 		}
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			return nil, d.errAt(n, "cannot read the float %s", string(n.Data))
+		if err != nil { // past float64 too (1e1000), as go-toml refuses it
+			return nil, d.errAt(n, "cannot read the float %s: %v", string(n.Data), errors.Unwrap(err))
 		}
 		return f, nil
 	case unstable.LocalDate, unstable.LocalTime, unstable.LocalDateTime, unstable.DateTime:
+		// The parser checks a date's shape, not its fields (month 13, day 0):
+		// go-toml's decoder does, on a one-key document (no quadratic cost).
+		var m map[string]any
+		if err := toml.Unmarshal(append([]byte("v = "), n.Data...), &m); err != nil {
+			return nil, d.errAt(n, "%s", strings.TrimPrefix(err.Error(), "toml: "))
+		}
 		return string(n.Data), nil
 	case unstable.Array:
 		out := []any{}

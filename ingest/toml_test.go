@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -61,4 +62,55 @@ func TestDecodeTOMLDuplicateKeyPosition(t *testing.T) {
 	_, err := decodeTOML("job.toml", []byte("[training]\nseq_len = 128\n  seq_len = 8192\n"))
 	require.Error(t, err)
 	assert.Equal(t, "job.toml:3:3: not valid TOML: the key seq_len is given twice", err.Error())
+}
+
+// FuzzDecodeTOML: the linear decoder never panics, and refuses a document
+// exactly when go-toml's Unmarshal does (leniency here would read a config that
+// TOML itself does not allow; strictness would refuse a real one).
+func FuzzDecodeTOML(f *testing.F) {
+	for _, s := range []string{"a = 1\n", "[t]\nx = 1\n[t.u]\ny = [1, {a = 2}]\n", "[[p]]\nx = 1\n[[p]]\n", "a.b.c = 1\na.b.d = 2\n",
+		"t = {a.b = 1}\n", "x = 1979-05-27T07:32:00Z\n", "[a]\nb.c = 1\n[a.b.d]\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		if checkTOMLDepth("job.toml", []byte(doc), tomlLimits.MaxDepth) != nil {
+			return
+		}
+		var want map[string]any
+		wantErr := toml.Unmarshal([]byte(doc), &want)
+		_, err := decodeTOML("job.toml", []byte(doc))
+		if (wantErr == nil) != (err == nil) {
+			t.Fatalf("%q: go-toml says %v, decodeTOML says %v", doc, wantErr, err)
+		}
+		// Both read it: the same values (dates, kept as written here, and NaN,
+		// equal to nothing, aside).
+		if err == nil && plainValues(want) && !strings.Contains(strings.ToLower(doc), "nan") {
+			got, _ := decodeTOML("job.toml", []byte(doc))
+			if !reflect.DeepEqual(flatten("", want, "x"), flatten("", got, "x")) {
+				t.Fatalf("%q: go-toml reads %v, decodeTOML %v", doc, want, got)
+			}
+		}
+	})
+}
+
+// plainValues reports whether v holds only what JSON holds (no dates).
+func plainValues(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			if !plainValues(e) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !plainValues(e) {
+				return false
+			}
+		}
+	case string, int64, float64, bool:
+	default:
+		return false
+	}
+	return true
 }
