@@ -1,6 +1,7 @@
 package input
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -107,5 +108,75 @@ func BenchmarkCheckJSONKeys(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// FuzzDuplicateKeys: on valid JSON the byte scan finds a key given twice exactly
+// when encoding/json's token stream shows one.
+func FuzzDuplicateKeys(f *testing.F) {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":{"b":1},"b":{"b":2}}`, `[{"a":1},{"a":1}]`, `{"a\u0062":1,"ab":2}`, `{"a":"\"a\"","b":["a","a"]}`, `{"":1,"":2}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		if !json.Valid([]byte(doc)) {
+			_ = checkDuplicateKeys("x.json", []byte(doc)) // must not panic
+			return
+		}
+		got := checkDuplicateKeys("x.json", []byte(doc)) != nil
+		if want := hasDuplicateKey(doc); got != want {
+			t.Fatalf("%q: scan says %v, tokens say %v", doc, got, want)
+		}
+	})
+}
+
+// hasDuplicateKey walks encoding/json's tokens, keeping each open object's keys.
+func hasDuplicateKey(doc string) bool {
+	dec := json.NewDecoder(strings.NewReader(doc))
+	type frame struct {
+		keys      map[string]bool
+		expectKey bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				if top != nil && top.keys != nil {
+					top.expectKey = true
+				}
+				stack = append(stack, &frame{keys: map[string]bool{}, expectKey: true})
+				continue
+			case '[':
+				if top != nil && top.keys != nil {
+					top.expectKey = true
+				}
+				stack = append(stack, &frame{})
+				continue
+			default:
+				stack = stack[:len(stack)-1]
+				continue
+			}
+		case string:
+			if top != nil && top.keys != nil && top.expectKey {
+				if top.keys[v] {
+					return true
+				}
+				top.keys[v] = true
+				top.expectKey = false
+				continue
+			}
+		}
+		if top != nil && top.keys != nil {
+			top.expectKey = true
+		}
 	}
 }
