@@ -98,6 +98,10 @@ func ReadRanks(res *results.Result, rc sweeps.RunConfig, dir, who string) error 
 			}
 		}
 		if err := checkRankFile(rc, files[r], r); err != nil {
+			if i, missing := missingStepTime(path, data, files[r].Steps); missing &&
+				strings.HasPrefix(err.Error(), fmt.Sprintf("steps[%d].step_time_s is 0;", i)) {
+				err = fmt.Errorf("steps[%d].step_time_s is missing: each step gives its time in seconds", i)
+			}
 			return fmt.Errorf("%s: rank %d's report %s: %w", who, r, path, err)
 		}
 	}
@@ -193,6 +197,30 @@ func lossIndex(field string) (int, bool) {
 	}
 	i, err := strconv.Atoi(num)
 	return i, err == nil && i >= 0
+}
+
+// missingStepTime finds, for a report that checkRankFile refused, the first
+// step whose step_time_s is absent (decoded as 0): its error then says
+// "missing" rather than "is 0", which reads as a time the script measured. Only
+// a refused report is decoded again.
+func missingStepTime(path string, data []byte, steps []results.Step) (int, bool) {
+	if !slices.ContainsFunc(steps, func(st results.Step) bool { return st.StepTimeS == 0 }) {
+		return 0, false
+	}
+	var given struct {
+		Steps []struct {
+			StepTimeS *float64 `json:"step_time_s"`
+		} `json:"steps"`
+	}
+	if _, err := DecodeJSON(path, data, &given); err != nil {
+		return 0, false
+	}
+	for i, st := range given.Steps {
+		if st.StepTimeS == nil {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // checkRankFile checks one rank's figures as they enter.

@@ -6,6 +6,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fsdpbench/fsdpbench/results"
+	"github.com/fsdpbench/fsdpbench/sweeps"
 )
 
 // TestStepLinesRefusesRepeatsAndRanksOutsideTheWorld (issue 39, item 4): the
@@ -71,5 +74,24 @@ func TestStepLineWithoutStepTimeSaysMissing(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want, tc.line)
 		assert.NotContains(t, err.Error(), "is 0", tc.line)
 		assert.True(t, strings.HasSuffix(err.Error(), `"`+strings.ReplaceAll(tc.line, `"`, `\"`)+`"`), "the error quotes the line: %v", err)
+	}
+}
+
+// TestRankFileWithoutStepTimeSaysMissing (issue 39, item 12): a rank file's
+// step without step_time_s says it is missing, as a step line does; one that
+// gives 0 still says 0.
+func TestRankFileWithoutStepTimeSaysMissing(t *testing.T) {
+	rc := sweeps.RunConfig{WorldSize: 1, Steps: 2, GlobalBatch: 2, SeqLen: 8}
+	for _, tc := range []struct{ body, want string }{
+		{`{"rank": 0, "steps": [{"step": 1, "step_time_s": 0.5}, {"step": 2, "loss": 2.0}]}`, "steps[1].step_time_s is missing: each step gives its time in seconds"},
+		{`{"rank": 0, "steps": [{"step": 1, "step_time_s": 0.5}, {"step": 2, "step_time_s": null}]}`, "steps[1].step_time_s is missing"},
+		{`{"rank": 0, "steps": [{"step": 1, "step_time_s": 0.5}, {"step": 2, "step_time_s": 0}]}`, "steps[1].step_time_s is 0; a time must be"},
+	} {
+		dir := t.TempDir()
+		path := writeRank(t, dir, 0, tc.body)
+		var res results.Result
+		err := ReadRanks(&res, rc, dir, "test")
+		require.Error(t, err, tc.body)
+		assert.Contains(t, err.Error(), "test: rank 0's report "+path+": "+tc.want, tc.body)
 	}
 }
