@@ -106,7 +106,6 @@ func CheckTimeline(path string) (TimelineInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	info.Bytes = int64(len(data))
 	n, err := checkTrace(path, data)
 	info.Events = n
 	return info, err
