@@ -48,6 +48,13 @@ type Options struct {
 	Spec string
 	// Set are --set overrides applied to every folder, after its own values.
 	Set []string
+	// Parse are the options the spec is read with, as `sweep` reads it: which
+	// backend options name files and programs, and the checks of models,
+	// hardware and backends. Ingest fills Set and Dir (the spec file's folder,
+	// so its relative script and model paths resolve as they do for a sweep: a
+	// script's content is part of the run ID, and an ingested run must get the
+	// ID a fresh sweep of the spec gives).
+	Parse sweeps.Options
 	// FSDPSharding is the sharding of folders that say only `fsdp: true`.
 	FSDPSharding string
 	// Map adds key -> axis mappings to the built-in table.
@@ -168,6 +175,7 @@ func Ingest(ctx context.Context, dirs []string, out string, o Options) ([]Report
 			return nil, fmt.Errorf("ingest: --spec: %w", err)
 		}
 		spec, specName = data, o.Spec
+		o.Parse.Dir = filepath.Dir(o.Spec)
 	}
 	target := filepath.Join(out, o.Name)
 	folders, err := Find(dirs)

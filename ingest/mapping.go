@@ -103,7 +103,9 @@ func one(dir string, spec []byte, specName string, o Options) (run, *sweeps.Plan
 		k, _, _ := strings.Cut(s, "=")
 		given[strings.TrimSpace(k)] = true
 	}
-	plan, err := sweeps.Parse(spec, specName, sweeps.Options{Set: all})
+	po := o.Parse
+	po.Set = all
+	plan, err := sweeps.Parse(spec, specName, po)
 	if err != nil {
 		return r, nil, fmt.Errorf("ingest: %s: its settings %s do not make a run: %w", dir, strings.Join(all, " "), err)
 	}

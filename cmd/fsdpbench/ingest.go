@@ -69,6 +69,10 @@ Axis spellings read (key [scripts that use it]):
 			o.OnWait = func(he *dirlock.HeldError) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "waiting for %s: in use by %s\n", he.Dir, he.Holder)
 			}
+			// The spec's file and program paths resolve as `sweep` resolves them
+			// (the models' and hardware's checks stay off: a past run's model may
+			// be a label no preset has).
+			o.Parse.PathOptions, o.Parse.ProgramOptions = specPathOptions, specProgramOptions
 			reports, err := ingest.Ingest(cmd.Context(), args, out, o)
 			if err != nil {
 				if cmd.Context().Err() != nil {
