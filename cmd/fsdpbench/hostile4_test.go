@@ -114,7 +114,7 @@ func TestResultsSymlinkLoopIsNamed(t *testing.T) {
 		{"loop/x", "--results loop/x: stat loop/x: too many levels of symbolic links (a symbolic link on the path leads back to itself: loop -> loop)"},
 		{"a", "--results a: stat a: too many levels of symbolic links (a symbolic link on the path leads back to itself: a -> b)"},
 		{"file", "--results file: is not a directory (a file)"},
-		{"file/x", "--results file/x: a part of the path is a file, not a directory"},
+		{"file/x", "--results file/x: file is a file, not a directory"},
 	} {
 		for _, args := range [][]string{
 			{"sweep", spec}, {"sweep", spec, "--dry-run"},

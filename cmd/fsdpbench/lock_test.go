@@ -190,7 +190,7 @@ func TestSweepRefusesBadSetupsWithExit2(t *testing.T) {
 		{[]string{"--jobs", "-5"}, "--jobs -5: give 1 to 1024"},
 		{[]string{"--jobs", "0"}, "--jobs 0: give 1 to 1024"},
 		{[]string{"--jobs", "100000"}, "--jobs 100000: give 1 to 1024"},
-		{[]string{"--results", filepath.Join(notDir, "results")}, "results directory " + filepath.Join(notDir, "results", "slow")},
+		{[]string{"--results", filepath.Join(notDir, "results")}, "--results " + filepath.Join(notDir, "results") + ": " + notDir + " is a file, not a directory"},
 	}
 	for _, tt := range tests {
 		res := fsdpbench(t, dir, append([]string{"sweep", spec, "--progress", "plain"}, tt.args...)...)

@@ -73,7 +73,7 @@ func checkResultsDir(flag, dir, sweepDir string, runs []sweeps.RunConfig) error 
 	case errors.Is(err, fs.ErrNotExist):
 		return nil // created with the sweep's folder
 	case errors.Is(err, syscall.ENOTDIR):
-		return usageError(fmt.Errorf("--%s %s: a part of the path is a file, not a directory; give a directory", flag, shortPath(dir)))
+		return usageError(fmt.Errorf("--%s %s: %s is a file, not a directory; give a directory", flag, shortPath(dir), shortPath(fileOnPath(dir))))
 	case err != nil:
 		return usageError(fmt.Errorf("--%s %s: %w", flag, shortPath(dir), err))
 	case !st.IsDir():
@@ -145,4 +145,23 @@ func shortPath(p string) string {
 		tail++
 	}
 	return fmt.Sprintf("%s…(%d bytes)…%s", p[:head], len(p), p[tail:])
+}
+
+// fileOnPath is the first part of path (a folder above it, or path itself) that
+// is not a directory, for a message that says which; path itself when none is
+// found (the file was removed meanwhile).
+func fileOnPath(path string) string {
+	var parts []string
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		parts = append(parts, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	for i := len(parts) - 1; i >= 0; i-- {
+		if st, err := os.Stat(parts[i]); err == nil && !st.IsDir() {
+			return parts[i]
+		}
+	}
+	return path
 }
