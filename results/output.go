@@ -61,21 +61,9 @@ func WriteOutput(path string, data []byte, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, bareErr(err))
 	}
-	st, target := lst, path
-	if lst.Mode()&fs.ModeSymlink != 0 {
-		if st, err = os.Stat(path); err != nil {
-			why := "leads to nothing"
-			if errors.Is(err, syscall.ELOOP) {
-				why = "loops"
-			}
-			dest, _ := os.Readlink(path)
-			return fmt.Errorf("write %s: is a symbolic link that %s (-> %s); point it at a file or give another path", path, why, dest)
-		}
-		if st.Mode().IsRegular() {
-			if target, err = filepath.EvalSymlinks(path); err != nil {
-				return fmt.Errorf("write %s: %w", path, bareErr(err))
-			}
-		}
+	st, target, err := outputTarget(path, lst)
+	if err != nil {
+		return err
 	}
 	mode := st.Mode()
 	switch {
@@ -139,4 +127,32 @@ func writeThrough(path string, data []byte) error {
 		return fmt.Errorf("write %s: %w", path, bareErr(werr))
 	}
 	return nil
+}
+
+// outputTarget is what an output path that exists (lst, its Lstat) names: a
+// symbolic link is followed, and the path written is the link's target when it
+// is a regular file (the link stays); a link that loops or leads nowhere is an
+// error that says so. WriteOutput and CheckOutput share it, so the check says
+// what the write would.
+func outputTarget(path string, lst fs.FileInfo) (fs.FileInfo, string, error) {
+	if lst.Mode()&fs.ModeSymlink == 0 {
+		return lst, path, nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		why := "leads to nothing"
+		if errors.Is(err, syscall.ELOOP) {
+			why = "loops"
+		}
+		dest, _ := os.Readlink(path)
+		return nil, "", fmt.Errorf("write %s: is a symbolic link that %s (-> %s); point it at a file or give another path", path, why, dest)
+	}
+	if !st.Mode().IsRegular() {
+		return st, path, nil
+	}
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("write %s: %w", path, bareErr(err))
+	}
+	return st, target, nil
 }

@@ -34,21 +34,9 @@ func CheckOutput(path string, mkdir bool) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, bareErr(err))
 	}
-	st, target := lst, path
-	if lst.Mode()&fs.ModeSymlink != 0 {
-		if st, err = os.Stat(path); err != nil {
-			why := "leads to nothing"
-			if errors.Is(err, syscall.ELOOP) {
-				why = "loops"
-			}
-			dest, _ := os.Readlink(path)
-			return fmt.Errorf("write %s: is a symbolic link that %s (-> %s); point it at a file or give another path", path, why, dest)
-		}
-		if st.Mode().IsRegular() {
-			if target, err = filepath.EvalSymlinks(path); err != nil {
-				return fmt.Errorf("write %s: %w", path, bareErr(err))
-			}
-		}
+	st, target, err := outputTarget(path, lst)
+	if err != nil {
+		return err
 	}
 	mode := st.Mode()
 	switch {
