@@ -85,7 +85,7 @@ func CheckTimeline(path string) (TimelineInfo, error) {
 		return info, fmt.Errorf("%s: %w", path, bareErr(err))
 	}
 	if !st.Mode().IsRegular() {
-		what := fileKind(st.Mode())
+		what := input.DescribeMode(st.Mode())
 		if lst.Mode()&fs.ModeSymlink != 0 {
 			to, _ := os.Readlink(path)
 			what = "a symbolic link to " + strconv.Quote(to) + ", " + what
@@ -109,23 +109,6 @@ func CheckTimeline(path string) (TimelineInfo, error) {
 	n, err := checkTrace(path, data)
 	info.Events = n
 	return info, err
-}
-
-// fileKind says what a file that is not a regular file is.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO (named pipe)"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return "not a regular file (mode " + m.String() + ")"
 }
 
 // checkTrace reads data as a Chrome trace event by event (bounded nesting is

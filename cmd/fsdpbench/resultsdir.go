@@ -11,6 +11,7 @@ import (
 
 	"github.com/fsdpbench/fsdpbench/results"
 	"github.com/fsdpbench/fsdpbench/sweeps"
+	"github.com/fsdpbench/fsdpbench/sweeps/input"
 )
 
 // The system's bounds on a path, as Linux sets them (PATH_MAX counts the final
@@ -77,14 +78,14 @@ func checkResultsDir(flag, dir, sweepDir string, runs []sweeps.RunConfig) error 
 	case err != nil:
 		return usageError(fmt.Errorf("--%s %s: %w", flag, shortPath(dir), err))
 	case !st.IsDir():
-		return usageError(fmt.Errorf("--%s %s: is not a directory (%s); give a directory, where the sweep's folder %s/ is made", flag, shortPath(dir), kind(st.Mode()), sweepDir))
+		return usageError(fmt.Errorf("--%s %s: is not a directory (%s); give a directory, where the sweep's folder %s/ is made", flag, shortPath(dir), input.DescribeMode(st.Mode()), sweepDir))
 	}
 	// The sweep's own folder, when it is there, must be a directory too.
 	if st, err := os.Stat(sweepPath); errors.Is(err, syscall.ELOOP) {
 		return usageError(fmt.Errorf("--%s %s: stat %s: too many levels of symbolic links (%s is a symbolic link that leads back to itself%s); remove it or give another path",
 			flag, shortPath(dir), shortPath(filepath.Join(dir, sweepDir)), sweepDir, loopingLink(filepath.Join(dir, sweepDir))))
 	} else if err == nil && !st.IsDir() {
-		return usageError(fmt.Errorf("--%s %s: %s is not a directory (%s); move it away or give another results directory", flag, shortPath(dir), sweepDir, kind(st.Mode())))
+		return usageError(fmt.Errorf("--%s %s: %s is not a directory (%s); move it away or give another results directory", flag, shortPath(dir), sweepDir, input.DescribeMode(st.Mode())))
 	}
 	return nil
 }
@@ -113,21 +114,6 @@ func loopingLink(path string) string {
 		}
 	}
 	return ""
-}
-
-// kind says what a file that is not a directory is.
-func kind(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "a file"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return m.Type().String()
 }
 
 // shortPath cuts a path longer than a line to its start and end, saying how

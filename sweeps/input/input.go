@@ -109,7 +109,7 @@ func ReadFile(path string, lim Limits) ([]byte, error) {
 	}
 	what := lim.what()
 	if !st.Mode().IsRegular() {
-		return nil, &Error{Path: path, Msg: fmt.Sprintf("a %s must be a regular file, but this is %s", what, describeMode(st.Mode()))}
+		return nil, &Error{Path: path, Msg: fmt.Sprintf("a %s must be a regular file, but this is %s", what, DescribeMode(st.Mode()))}
 	}
 	if lim.MaxBytes > 0 && st.Size() > lim.MaxBytes {
 		return nil, tooBig(path, what, st.Size(), lim.MaxBytes)
@@ -181,10 +181,17 @@ func sizeString(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-func describeMode(m os.FileMode) string {
+// DescribeMode says what a file of mode m is, for a message that refuses it:
+// "a directory", "a FIFO (named pipe)", "a block device"... The spec reader,
+// report --timeline and the --results check all say it in these words.
+func DescribeMode(m os.FileMode) string {
 	switch {
+	case m.IsRegular():
+		return "a file"
 	case m.IsDir():
 		return "a directory"
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
 	case m&os.ModeNamedPipe != 0:
 		return "a FIFO (named pipe)"
 	case m&os.ModeSocket != 0:
@@ -192,7 +199,7 @@ func describeMode(m os.FileMode) string {
 	case m&os.ModeCharDevice != 0:
 		return "a character device"
 	case m&os.ModeDevice != 0:
-		return "a device"
+		return "a block device"
 	}
 	return "not a regular file (mode " + m.String() + ")"
 }
