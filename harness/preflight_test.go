@@ -86,3 +86,46 @@ func TestPreflightDoesNotWaitForAHungValidate(t *testing.T) {
 	assert.NoError(t, validateSafely(ctx, be, runConfig("hung", 1)))
 	assert.Less(t, time.Since(start), 5*time.Second)
 }
+
+// TestPreflighterIsPreflightRunByRun: checking the runs one at a time
+// (Preflighter, as plan does) finds the spec error Preflight finds, naming the
+// same runs, and hands back each run's Validate verdict, spec error or not,
+// so the caller need not validate again.
+func TestPreflighterIsPreflightRunByRun(t *testing.T) {
+	t.Parallel()
+	for _, validate := range []func(sweeps.RunConfig) error{
+		func(sweeps.RunConfig) error { return nil },
+		func(rc sweeps.RunConfig) error {
+			if rc.BatchPerDevice%2 == 0 {
+				return backends.SpecErrorf("backend_options.x: even batches")
+			}
+			return errors.New("does not fit")
+		},
+		func(rc sweeps.RunConfig) error {
+			if rc.BatchPerDevice > 6 {
+				return backends.SpecErrorf("too big")
+			}
+			return nil
+		},
+		func(sweeps.RunConfig) error { return backends.SpecErrorf("every run") },
+	} {
+		be := &fake{name: "fake", validate: validate}
+		opts, _ := options(t, be)
+		p := plan("pre", 9)
+		want := Preflight(t.Context(), p, opts.Registry)
+		pf := NewPreflighter(p, opts.Registry)
+		for _, rc := range p.Runs {
+			got := pf.Check(t.Context(), rc, nil)
+			assert.Equal(t, errText(validate(rc)), errText(got), rc.ID)
+		}
+		assert.Equal(t, errText(want), errText(pf.Err()))
+		assert.Equal(t, want != nil, pf.Failed())
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -657,13 +657,31 @@ func launcherName(plan *sweeps.Plan, rc sweeps.RunConfig) string {
 // on the cluster's nodes. No prediction (a model sim does not know) refuses
 // nothing.
 func HostCapacity(plan *sweeps.Plan, rc sweeps.RunConfig) string {
+	return HostCapacityBy(plan, rc, sim.Predict)
+}
+
+// builtinGPU holds, by name, whether a built-in hardware profile is a GPU's:
+// they do not change, and looking one up copies it (plan asks for each of a
+// million runs). Profile files and auto are looked up each time.
+var builtinGPU sync.Map
+
+// HostCapacityBy is HostCapacity with the prediction made by predict, which
+// must answer as sim.Predict does (plan's sim.Memo, which predicts the runs
+// of a large grid that share a prediction once).
+func HostCapacityBy(plan *sweeps.Plan, rc sweeps.RunConfig, predict func(sweeps.RunConfig) (sim.Prediction, error)) string {
 	if launcherName(plan, rc) == launch.SlurmName {
+		return ""
+	}
+	if gpu, known := builtinGPU.Load(rc.Hardware); known && gpu.(bool) {
 		return ""
 	}
 	hw, err := hardware.Lookup(rc.Hardware)
 	if rc.Hardware == hardware.Auto {
 		hw, _ = hardware.Detect()
 		err = nil
+	}
+	if err == nil && rc.Hardware != hardware.Auto && !hardware.IsFile(rc.Hardware) {
+		builtinGPU.Store(rc.Hardware, hw.IsGPU)
 	}
 	if err != nil || hw.IsGPU {
 		return ""
@@ -672,7 +690,7 @@ func HostCapacity(plan *sweeps.Plan, rc sweeps.RunConfig) string {
 		return fmt.Sprintf("does not fit this host: %d ranks on the host, more than the %d one host may run (the bound on gpus_per_node); use fewer ranks, or spread them over nodes (nodes, launcher: slurm)",
 			rc.GPUsPerNode, sweeps.MaxGPUsPerNode)
 	}
-	pred, err := sim.Predict(rc)
+	pred, err := predict(rc)
 	if err != nil || pred.Feasible || pred.Hardware.IsGPU {
 		return ""
 	}

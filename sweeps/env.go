@@ -326,8 +326,8 @@ func (sp *spec) dynKeys() []string {
 	return out
 }
 
-// dynVaries reports whether the runs differ in the dynamic key.
-func dynVaries(runs []RunConfig, key string) bool {
+// dynVariesIn reports whether the runs differ in the dynamic key.
+func dynVariesIn(runs []RunConfig, key string) bool {
 	first, firstOK := dynValue(&runs[0], key)
 	for i := 1; i < len(runs); i++ {
 		v, ok := dynValue(&runs[i], key)

@@ -45,6 +45,20 @@ type expander struct {
 	// inputs holds InputHashes by model as written, where the script's hash
 	// joins the model's.
 	inputs map[string]map[string]string
+
+	// stream is Options.Stream for a spec without search: grid points are
+	// checked, counted and dropped (runs holds the include entries' runs
+	// only), and Plan.All makes them again. point is the grid point being
+	// expanded (its place in the odometer); count, first, vary and dynVary
+	// are what varyingAxes needs of the runs kept: how many, the first, and
+	// which axes (and dynKeys) differ from it.
+	stream  bool
+	point   int
+	count   int
+	first   RunConfig
+	vary    [numFields]bool
+	dynKeys []string
+	dynVary []bool
 }
 
 // nodesNote is one world size split into nodes on one hardware profile.
@@ -106,7 +120,14 @@ func (p *parsing) expand(sp *spec) *Plan {
 			len(sp.exclude), total, maxExcludeChecks)
 		return nil
 	}
-	x.runs = make([]RunConfig, 0, total+len(sp.include))
+	x.stream = p.opts.Stream && sp.search == ""
+	if x.stream {
+		x.runs = make([]RunConfig, 0, 1+len(sp.include))
+		x.dynKeys = sp.dynKeys()
+		x.dynVary = make([]bool, len(x.dynKeys))
+	} else {
+		x.runs = make([]RunConfig, 0, total+len(sp.include))
+	}
 	x.hashes = make([]idHash, 0, total)
 	x.included = map[string]int{}
 	x.expandGrid()
@@ -120,7 +141,7 @@ func (p *parsing) expand(sp *spec) *Plan {
 	if p.e.failed() {
 		return nil
 	}
-	if len(x.runs) == 0 {
+	if x.kept() == 0 {
 		what := fmt.Sprintf("all %d points of the grid", total)
 		if total == 1 {
 			what = "the grid's only point"
@@ -135,6 +156,10 @@ func (p *parsing) expand(sp *spec) *Plan {
 		Runs:     x.runs,
 		Search:   sp.search,
 		Axes:     x.varyingAxes(),
+	}
+	if x.stream {
+		plan.Runs = nil
+		plan.stream = x.streamed()
 	}
 	plan.Warnings = x.warnings
 	plan.Notes = x.notes
@@ -194,6 +219,7 @@ func (x *expander) expandGrid() {
 	for n := 0; n < x.gridCount; n++ {
 		// Build the point in its slot of x.runs: a RunConfig is a few hundred bytes,
 		// and a million copies of it would be most of the work.
+		x.point = n
 		x.runs = append(x.runs, x.base)
 		rc := &x.runs[len(x.runs)-1]
 		for i := range grid {
@@ -211,6 +237,10 @@ func (x *expander) expandGrid() {
 			} else if !x.report(prob, src, describe, true) {
 				return
 			}
+		}
+		if keep && x.stream {
+			x.observe(rc)
+			keep = false // made again by Plan.All
 		}
 		if !keep {
 			x.runs = x.runs[:len(x.runs)-1]
@@ -251,6 +281,8 @@ func (x *expander) expandInclude(in *includeEntry) {
 	}
 	if prob != nil || !x.keep(rc, in.pos) {
 		x.runs = x.runs[:len(x.runs)-1]
+	} else if x.stream {
+		x.observe(rc)
 	}
 }
 
@@ -295,13 +327,21 @@ func (x *expander) baseSource(f field) (value, bool) {
 }
 
 func (x *expander) isExcluded(rc *RunConfig) bool {
-	for i := range x.sp.exclude {
-		if matchesAll(rc, x.sp.exclude[i].conds) {
-			x.excluded[i]++
-			return true
-		}
+	if i := x.excludedBy(rc); i >= 0 {
+		x.excluded[i]++
+		return true
 	}
 	return false
+}
+
+// excludedBy is the index of the first exclude entry rc matches, or -1.
+func (x *expander) excludedBy(rc *RunConfig) int {
+	for i := range x.sp.exclude {
+		if matchesAll(rc, x.sp.exclude[i].conds) {
+			return i
+		}
+	}
+	return -1
 }
 
 func matchesAll(rc *RunConfig, conds []excludeCond) bool {
@@ -346,26 +386,29 @@ func (x *expander) keep(rc *RunConfig, from pos) bool {
 	idx := len(x.runs) - 1
 	h := rc.assignID()
 	if from.line == 0 {
+		if x.stream {
+			idx = x.point // the grid point Plan.All makes again
+		}
 		x.hashes = append(x.hashes, idHash{h: h, idx: uint32(idx)})
 		return true
 	}
-	prev := -1
+	var prev *RunConfig
 	lo, _ := slices.BinarySearchFunc(x.hashes, h, func(e idHash, h uint64) int { return cmp.Compare(e.h, h) })
 	for i := lo; i < len(x.hashes) && x.hashes[i].h == h; i++ {
-		if j := int(x.hashes[i].idx); x.runs[j].ID == rc.ID {
-			prev = j
+		if r := x.hashedRun(int(x.hashes[i].idx)); r.ID == rc.ID {
+			prev = &r
 		}
 	}
 	if j, ok := x.included[rc.ID]; ok {
-		prev = j
+		prev = &x.runs[j]
 	}
-	if prev < 0 {
+	if prev == nil {
 		x.included[rc.ID] = idx
 		return true
 	}
 	var ka, kb [512]byte
-	if string(x.runs[prev].appendTrainingKey(ka[:0])) != string(rc.appendTrainingKey(kb[:0])) {
-		x.collision(&x.runs[prev], rc, from)
+	if string(prev.appendTrainingKey(ka[:0])) != string(rc.appendTrainingKey(kb[:0])) {
+		x.collision(prev, rc, from)
 		return false
 	}
 	x.warnings = append(x.warnings, from.errorf("this include entry gives the same run as an earlier point (%s); it is merged", rc.ID).Error())
@@ -388,9 +431,9 @@ func (x *expander) checkGridIDs() {
 		// Equal hashes (about one pair in 30 million over a full grid); compare
 		// the IDs, slug included.
 		for k := i - 1; k >= 0 && x.hashes[k].h == x.hashes[i].h; k-- {
-			a, b := &x.runs[x.hashes[k].idx], &x.runs[x.hashes[i].idx]
+			a, b := x.hashedRun(int(x.hashes[k].idx)), x.hashedRun(int(x.hashes[i].idx))
 			if a.ID == b.ID {
-				x.collision(a, b, x.sp.namePos)
+				x.collision(&a, &b, x.sp.namePos)
 			}
 		}
 	}
@@ -676,19 +719,29 @@ func globalBatchAdvice(gb, ws, bpd int, src func(field) (value, bool)) string {
 
 // varyingAxes lists the axes that take more than one value across the runs.
 func (x *expander) varyingAxes() []string {
-	if len(x.runs) < 2 {
-		return nil
-	}
 	var vary [numFields]bool
-	first := &x.runs[0]
-	for i := 1; i < len(x.runs); i++ {
-		markDifferent(&vary, first, &x.runs[i])
+	var dynVaries func(string) bool
+	if x.stream {
+		if x.count < 2 {
+			return nil
+		}
+		vary = x.vary
+		dynVaries = func(k string) bool { return x.dynVary[slices.Index(x.dynKeys, k)] }
+	} else {
+		if len(x.runs) < 2 {
+			return nil
+		}
+		first := &x.runs[0]
+		for i := 1; i < len(x.runs); i++ {
+			markDifferent(&vary, first, &x.runs[i])
+		}
+		dynVaries = func(k string) bool { return dynVariesIn(x.runs, k) }
 	}
 	var out []string
 	dyn := x.sp.dynKeys()
 	for _, g := range x.sp.grid {
 		if g.d.f == fDyn {
-			if dynVaries(x.runs, g.d.name) {
+			if dynVaries(g.d.name) {
 				out = append(out, g.d.name)
 			}
 			continue
@@ -704,7 +757,7 @@ func (x *expander) varyingAxes() []string {
 		}
 	}
 	for _, k := range dyn {
-		if !slices.Contains(out, k) && dynVaries(x.runs, k) {
+		if !slices.Contains(out, k) && dynVaries(k) {
 			out = append(out, k)
 		}
 	}

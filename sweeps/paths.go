@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Paths in a spec are relative to the spec file's folder (Options.Dir), as in
@@ -175,32 +176,65 @@ func (p *parsing) modelPath(s string) string {
 
 // resolveRuns gives the runs their resolved paths, keeping what was written in
 // SpecPaths (expansion, exclude matching and the IDs all used what was written).
-// Runs with the same model share one SpecPaths map, as they share options.
+// Runs with the same model share one SpecPaths map, as they share options. A
+// streamed plan's grid runs get theirs as Plan.All makes them.
 func (p *parsing) resolveRuns(plan *Plan, sp *spec) {
-	if len(p.modelPaths) == 0 && len(p.hardwarePaths) == 0 && len(sp.writtenOptions) == 0 {
+	r := p.pathResolver(sp)
+	if r == nil {
 		return
 	}
-	shared := map[[2]string]map[string]any{}
 	for i := range plan.Runs {
-		rc := &plan.Runs[i]
-		key := [2]string{rc.Model, rc.Hardware}
-		written, ok := shared[key]
-		if !ok {
-			written = maps.Clone(sp.writtenOptions)
-			for _, x := range []struct {
-				name, v string
-				paths   map[string]string
-			}{{"model", rc.Model, p.modelPaths}, {"hardware", rc.Hardware, p.hardwarePaths}} {
-				if _, resolved := x.paths[x.v]; resolved {
-					if written == nil {
-						written = map[string]any{}
-					}
-					written[x.name] = x.v
-				}
-			}
-			shared[key] = written
-		}
-		rc.Model, rc.Hardware = p.modelPath(rc.Model), p.hardwarePath(rc.Hardware)
-		rc.SpecPaths = written
+		r.resolve(&plan.Runs[i])
 	}
+	if plan.stream != nil {
+		for i := range plan.stream.include {
+			r.resolve(&plan.stream.include[i])
+		}
+		plan.stream.paths = r
+	}
+}
+
+// pathResolver gives runs their resolved paths (resolveRuns); nil when the
+// spec resolved none.
+func (p *parsing) pathResolver(sp *spec) *pathResolver {
+	if len(p.modelPaths) == 0 && len(p.hardwarePaths) == 0 && len(sp.writtenOptions) == 0 {
+		return nil
+	}
+	return &pathResolver{p: p, written: sp.writtenOptions, shared: map[[2]string]map[string]any{}}
+}
+
+// pathResolver holds the SpecPaths maps made so far, by model and hardware as
+// written. mu guards shared: a streamed plan's runs may be made on several
+// goroutines at once.
+type pathResolver struct {
+	p       *parsing
+	written map[string]any
+	mu      sync.Mutex
+	shared  map[[2]string]map[string]any
+}
+
+// resolve gives rc its resolved paths and SpecPaths.
+func (r *pathResolver) resolve(rc *RunConfig) {
+	p := r.p
+	key := [2]string{rc.Model, rc.Hardware}
+	r.mu.Lock()
+	written, ok := r.shared[key]
+	if !ok {
+		written = maps.Clone(r.written)
+		for _, x := range []struct {
+			name, v string
+			paths   map[string]string
+		}{{"model", rc.Model, p.modelPaths}, {"hardware", rc.Hardware, p.hardwarePaths}} {
+			if _, resolved := x.paths[x.v]; resolved {
+				if written == nil {
+					written = map[string]any{}
+				}
+				written[x.name] = x.v
+			}
+		}
+		r.shared[key] = written
+	}
+	r.mu.Unlock()
+	rc.Model, rc.Hardware = p.modelPath(rc.Model), p.hardwarePath(rc.Hardware)
+	rc.SpecPaths = written
 }

@@ -44,6 +44,12 @@ type Options struct {
 	// program, resolved only when they hold a slash (a bare name is looked up on
 	// PATH), and for a list only its first element (the rest are arguments).
 	PathOptions, ProgramOptions []string
+	// Stream leaves Plan.Runs empty: Plan.All makes the runs again on each
+	// pass, so that a plan of a million grid points holds none of them (a run
+	// config is about half a kilobyte). Expansion checks every point as
+	// usual. A spec with search: is held as usual: its runs are the first
+	// point of each search, chosen over the whole grid.
+	Stream bool
 }
 
 // Plan is a validated, expanded sweep.
@@ -58,7 +64,8 @@ type Plan struct {
 	// some. IDs are assigned and
 	// unique; points that come out identical are merged (the first one stays).
 	// Runs share their BackendOptions and LauncherOptions maps: treat them as
-	// read-only.
+	// read-only. A streamed plan (Options.Stream) leaves Runs empty: read the
+	// runs with All, and their number with Len, which work on every plan.
 	Runs []RunConfig
 	// Search is "" or the axis searched adaptively ("batch_per_device"); each run is
 	// then the first point of one search (see NextSearchPoint).
@@ -81,6 +88,9 @@ type Plan struct {
 	// backend_options.NAME axis is keyed "backend_options.NAME=<value as JSON>"
 	// (see OptionValueKey).
 	OptionPos map[string]string
+
+	// stream makes a streamed plan's runs (nil: Runs holds them).
+	stream *planStream
 }
 
 // Load reads and parses the spec file at path, its relative paths resolved

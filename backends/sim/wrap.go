@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/fsdpbench/fsdpbench/backends/shapes"
 )
@@ -157,7 +158,7 @@ func (m *module) units(policy string) (wrapUnits, error) {
 // transformer policy, whose units follow from the shape: a unit per layer.
 func unitsFor(s shapes.Shape, policy string) (wrapUnits, error) {
 	if _, transformer, err := parseWrapPolicy(policy); err != nil || !transformer {
-		return moduleTree(s).units(policy)
+		return sizeUnits(s, policy)
 	}
 	w := wrapUnits{Units: make([]int64, s.Layers)}
 	for i := range w.Units {
@@ -182,4 +183,47 @@ func sizeWrap(m *module, minParams int64) (units []int64, wrapped int64) {
 		return append(units, rest), total
 	}
 	return units, wrapped
+}
+
+// unitsCache holds moduleTree(s).units(policy) by shape and policy: building
+// the tree allocates a module per parameter tensor, and a prediction asks
+// again for each alternative its verdict weighs, so `plan` of a grid with
+// size policies spent most of its time there. The units are read, never
+// changed, by the model.
+var unitsCache struct {
+	sync.Mutex
+	m map[unitsKey]unitsResult
+}
+
+type unitsKey struct {
+	shape  shapes.Shape
+	policy string
+}
+
+type unitsResult struct {
+	w   wrapUnits
+	err error
+}
+
+// unitsCacheMax bounds unitsCache (a few hundred bytes an entry): past it
+// the cache starts over.
+const unitsCacheMax = 1 << 10
+
+// sizeUnits is moduleTree(s).units(policy), cached.
+func sizeUnits(s shapes.Shape, policy string) (wrapUnits, error) {
+	k := unitsKey{s, policy}
+	unitsCache.Lock()
+	r, ok := unitsCache.m[k]
+	unitsCache.Unlock()
+	if ok {
+		return r.w, r.err
+	}
+	w, err := moduleTree(s).units(policy)
+	unitsCache.Lock()
+	if unitsCache.m == nil || len(unitsCache.m) >= unitsCacheMax {
+		unitsCache.m = map[unitsKey]unitsResult{}
+	}
+	unitsCache.m[k] = unitsResult{w, err}
+	unitsCache.Unlock()
+	return w, err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +44,9 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if len(ncclTests) > 0 && !isSimSpec(args[0], sets, reg) {
 				simSets, extra = nil, map[string]any{"nccl_tests": slices.Clone(ncclTests)}
 			}
-			plan, err := loadPlanWithNCCLTests(args[0], sets, simSets, reg)
+			// Streamed: a grid of a million points is walked once, holding none
+			// of its runs (issue 39 item 16).
+			plan, err := loadPlanStream(args[0], sets, simSets, reg)
 			if err != nil {
 				return err
 			}
@@ -51,19 +54,27 @@ cannot fit show up before a GPU is spent on them. Nothing is run or written.`,
 			if err != nil {
 				return usageError(err)
 			}
-			if err := harness.Preflight(cmd.Context(), plan, reg); err != nil {
-				return specFailure(err)
+			// The spec's errors come first, then the flags' (as when the
+			// preflight ran before these were read); the walk needs the
+			// calibration, so a bad one is read first and reported later.
+			cal, calErr := loadCalibration(calibration)
+			pt := planTable{wide: table.wide}
+			var out planOutput = newPlanSummary(plan.Axes)
+			if plan.Len() <= planTableMax || pt.wide {
+				out = &planRows{wide: pt.wide, axes: plan.Axes, memRows: map[int][2]float64{}}
+			}
+			if err := walkPlan(cmd, plan, be, reg, extra, cal, out); err != nil {
+				return err
 			}
 			printWarnings(cmd.ErrOrStderr(), plan)
-			cal, err := loadCalibration(calibration)
-			if err != nil {
-				return usageError(err)
+			if calErr != nil {
+				return usageError(calErr)
 			}
-			width, err := table.resolve(cmd.OutOrStdout())
+			pt.width, err = table.resolve(cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
-			return printPlan(cmd, plan, be, extra, cal, planTable{width: width, wide: table.wide})
+			return out.print(cmd.OutOrStdout(), plan, extra, cal, pt)
 		},
 	}
 	setFlag(cmd, &sets)
@@ -81,12 +92,12 @@ type planTable struct {
 }
 
 // whyNot is why rc would not run ("" when it is feasible): the backend's
-// refusal, then the host's (the refusal `sweep` records, word for word), then
-// the prediction's.
-func whyNot(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, rc sweeps.RunConfig, pred sim.Prediction, perr error) string {
-	switch err, host := be.Validate(cmd.Context(), rc), harness.HostCapacity(plan, rc); {
-	case err != nil:
-		return err.Error()
+// refusal (verr, Validate's error), then the host's (the refusal `sweep`
+// records, word for word), then the prediction's.
+func whyNot(verr error, host string, pred sim.Prediction, perr error) string {
+	switch {
+	case verr != nil:
+		return verr.Error()
 	case host != "":
 		return host
 	case perr != nil:
@@ -102,11 +113,124 @@ func whyNot(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, rc sweep
 // text, gigabytes of rows held to fit it) helps nobody read a plan.
 const planTableMax = 500
 
-func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration, pt planTable) error {
-	if len(plan.Runs) > planTableMax && !pt.wide {
-		return printPlanSummary(cmd, plan, be, extra, cal, pt)
+// planOutput is what plan prints, gathered one run at a time (add, in the
+// plan's order) and printed once every run has passed the preflight.
+type planOutput interface {
+	add(rc sweeps.RunConfig, pred sim.Prediction, perr error, reason string)
+	print(w io.Writer, plan *sweeps.Plan, extra map[string]any, cal *sim.Calibration, pt planTable) error
+}
+
+// walkPlan passes over the plan's runs once: the preflight's checks
+// (harness.Preflight's, run by run), and for each run its prediction and why
+// it would not run, given to out. Each distinct run the sim reads is
+// predicted and validated once (sim.Memo): a seed axis of five values is one
+// prediction, not fifteen (Preflight's Validate, the prediction, whyNot's
+// Validate, five seeds). It returns the spec error the preflight found (exit
+// 2), or an interruption.
+func walkPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, reg *backends.Registry, extra map[string]any, cal *sim.Calibration, out planOutput) error {
+	ctx := cmd.Context()
+	memo := sim.NewMemo(extra, cal)
+	host := memo
+	if extra != nil || cal != nil {
+		host = sim.NewMemo(nil, nil) // HostCapacity's is sim.Predict's
 	}
-	w := cmd.OutOrStdout()
+	var validate func(context.Context, backends.Backend, sweeps.RunConfig) error
+	if _, isSim := be.(*sim.Backend); isSim {
+		validate = func(ctx context.Context, b backends.Backend, rc sweeps.RunConfig) error {
+			if b != be {
+				return b.Validate(ctx, rc)
+			}
+			return memo.Validate(ctx, rc)
+		}
+	}
+	pf := harness.NewPreflighter(plan, reg)
+	for rc := range plan.All() {
+		if ctx.Err() != nil {
+			if err := pf.Err(); err != nil {
+				return specFailure(err)
+			}
+			return &exitError{code: ExitInterrupted, err: errors.New("interrupted")}
+		}
+		verr := pf.Check(ctx, rc, validate)
+		if pf.Failed() {
+			continue // plan prints only the spec's errors now: no need to predict
+		}
+		pred, perr := memo.Predict(rc)
+		out.add(rc, pred, perr, whyNot(verr, harness.HostCapacityBy(plan, rc, host.Predict), pred, perr))
+	}
+	if err := pf.Err(); err != nil {
+		return specFailure(err)
+	}
+	return nil
+}
+
+// planRows is plan's table: one row per run.
+type planRows struct {
+	wide bool
+	rows [][]string
+	// The memory cells wait for the table's figures to pick their unit (a CPU
+	// plan's MiB are no 0.0 GiB): memRows holds them by row.
+	peaks, devices []float64
+	memRows        map[int][2]float64
+	// Reasons are long: they go under the table, one line per refused run.
+	reasons []string
+	// The assumptions each prediction rests on, printed once per distinct set;
+	// the bandwidth between nodes, which a multi-node run's time turns on and
+	// the profile only guesses, also above the table, as is a calibration
+	// applied outside the range it was fitted on.
+	assumed, interNode, extrapolated []string
+	feasible, runs                   int
+	cu                               calibrationUse
+	axes                             []string
+}
+
+func (t *planRows) add(rc sweeps.RunConfig, pred sim.Prediction, perr error, reason string) {
+	t.runs++
+	row := append([]string{rc.ID}, axisValues(rc, t.axes)...)
+	if perr == nil {
+		t.cu.add(rc, pred)
+	}
+	if perr != nil {
+		row = append(row, "-", "-", "-", "-")
+		if t.wide {
+			row = append(row, "-")
+		}
+	} else {
+		if a := strings.Join(pred.Notes, "; "); !slices.Contains(t.assumed, a) {
+			t.assumed = append(t.assumed, a)
+		}
+		for _, n := range pred.Notes {
+			if strings.HasPrefix(n, "inter-node:") && !slices.Contains(t.interNode, n) {
+				t.interNode = append(t.interNode, n)
+			}
+			if strings.HasPrefix(n, sim.ExtrapolatesNote) && !slices.Contains(t.extrapolated, n) {
+				t.extrapolated = append(t.extrapolated, n)
+			}
+		}
+		t.peaks, t.devices = append(t.peaks, float64(pred.PeakMemReservedBytes)), append(t.devices, float64(pred.DeviceMemBytes))
+		t.memRows[len(t.rows)] = [2]float64{float64(pred.PeakMemReservedBytes), float64(pred.DeviceMemBytes)}
+		row = append(row, "", "",
+			fmt.Sprintf("%.3g", pred.StepTimeS),
+			fmt.Sprintf("%.0f", pred.TokensPerS/float64(rc.WorldSize)),
+		)
+		if t.wide {
+			row = append(row, fmt.Sprintf("%.0f", pred.TokensPerS))
+		}
+	}
+	if reason == "" {
+		t.feasible++
+		row = append(row, "feasible")
+		if perr == nil && pred.Verdict != "" {
+			t.reasons = append(t.reasons, fmt.Sprintf("%s: near the memory limit: %s", rc.ID, pred.Verdict))
+		}
+	} else {
+		row = append(row, "infeasible")
+		t.reasons = append(t.reasons, fmt.Sprintf("%s: infeasible: %s", rc.ID, reason))
+	}
+	t.rows = append(t.rows, row)
+}
+
+func (t *planRows) print(w io.Writer, plan *sweeps.Plan, extra map[string]any, cal *sim.Calibration, pt planTable) error {
 	axes := plan.Axes
 	// Tokens/s per rank, as every other table; the total only under --wide.
 	header := append(append([]string{"run"}, axes...), "peak reserved", "device", "step s", "tokens/s/rank")
@@ -114,72 +238,13 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 		header = append(header, "tokens/s")
 	}
 	header = append(header, "predicted")
-	rows := make([][]string, 0, len(plan.Runs))
-	// The memory cells wait for the table's figures to pick their unit (a CPU
-	// plan's MiB are no 0.0 GiB): peakAt is the peak cell's index in a row.
+	// peakAt is the peak cell's index in a row.
 	peakAt := 1 + len(axes)
-	var peaks, devices []float64
-	memRows := map[int][2]float64{}
-	// Reasons are long: they go under the table, one line per refused run.
-	var reasons []string
-	// The assumptions each prediction rests on, printed once per distinct set;
-	// the bandwidth between nodes, which a multi-node run's time turns on and
-	// the profile only guesses, also above the table, as is a calibration
-	// applied outside the range it was fitted on.
-	var assumed, interNode, extrapolated []string
-	feasible := 0
-	var cu calibrationUse
-	for _, rc := range plan.Runs {
-		row := append([]string{rc.ID}, axisValues(rc, axes)...)
-		pred, perr := sim.PredictCalibrated(rc, extra, cal)
-		if perr == nil {
-			cu.add(rc, pred)
-		}
-		if perr != nil {
-			row = append(row, "-", "-", "-", "-")
-			if pt.wide {
-				row = append(row, "-")
-			}
-		} else {
-			if a := strings.Join(pred.Notes, "; "); !slices.Contains(assumed, a) {
-				assumed = append(assumed, a)
-			}
-			for _, n := range pred.Notes {
-				if strings.HasPrefix(n, "inter-node:") && !slices.Contains(interNode, n) {
-					interNode = append(interNode, n)
-				}
-				if strings.HasPrefix(n, sim.ExtrapolatesNote) && !slices.Contains(extrapolated, n) {
-					extrapolated = append(extrapolated, n)
-				}
-			}
-			peaks, devices = append(peaks, float64(pred.PeakMemReservedBytes)), append(devices, float64(pred.DeviceMemBytes))
-			memRows[len(rows)] = [2]float64{float64(pred.PeakMemReservedBytes), float64(pred.DeviceMemBytes)}
-			row = append(row, "", "",
-				fmt.Sprintf("%.3g", pred.StepTimeS),
-				fmt.Sprintf("%.0f", pred.TokensPerS/float64(rc.WorldSize)),
-			)
-			if pt.wide {
-				row = append(row, fmt.Sprintf("%.0f", pred.TokensPerS))
-			}
-		}
-		reason := whyNot(cmd, plan, be, rc, pred, perr)
-		if reason == "" {
-			feasible++
-			row = append(row, "feasible")
-			if perr == nil && pred.Verdict != "" {
-				reasons = append(reasons, fmt.Sprintf("%s: near the memory limit: %s", rc.ID, pred.Verdict))
-			}
-		} else {
-			row = append(row, "infeasible")
-			reasons = append(reasons, fmt.Sprintf("%s: infeasible: %s", rc.ID, reason))
-		}
-		rows = append(rows, row)
-	}
-	peakUnit, deviceUnit := byteUnit(peaks), byteUnit(devices)
+	peakUnit, deviceUnit := byteUnit(t.peaks), byteUnit(t.devices)
 	header[peakAt] += " " + peakUnit.Name
 	header[peakAt+1] += " " + deviceUnit.Name
-	for i, m := range memRows {
-		rows[i][peakAt], rows[i][peakAt+1] = peakUnit.Format(m[0]), deviceUnit.Format(m[1])
+	for i, m := range t.memRows {
+		t.rows[i][peakAt], t.rows[i][peakAt+1] = peakUnit.Format(m[0]), deviceUnit.Format(m[1])
 	}
 	// Cut to the terminal: the device's size (the same on every row), then the
 	// axes (the run IDs spell them), the rightmost first, then the step time.
@@ -190,19 +255,19 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	drop = append(drop, "step s")
 	short := map[string]string{header[peakAt]: "peak " + peakUnit.Name, header[peakAt+1]: "device " + deviceUnit.Name,
 		"tokens/s/rank": "tok/s/rank"}
-	for _, n := range interNode {
+	for _, n := range t.interNode {
 		printWrapped(w, "predicted assuming "+n, pt.width)
 	}
-	for _, n := range extrapolated {
+	for _, n := range t.extrapolated {
 		printWrapped(w, "predicted by a "+n, pt.width)
 	}
-	if err := writeTableFit(w, header, rows, results.TableFit{Width: pt.width, RunIDs: true, Short: short, Drop: drop}); err != nil {
+	if err := writeTableFit(w, header, t.rows, results.TableFit{Width: pt.width, RunIDs: true, Short: short, Drop: drop}); err != nil {
 		return err
 	}
-	for _, r := range reasons {
+	for _, r := range t.reasons {
 		printWrapped(w, r, pt.width)
 	}
-	for _, a := range assumed {
+	for _, a := range t.assumed {
 		printWrapped(w, "predicted assuming: "+a, pt.width)
 	}
 	if err := printSearchPrediction(w, plan, extra, cal); err != nil {
@@ -210,10 +275,10 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 	}
 	how := "predicted by sim"
 	if cal != nil {
-		how += ", " + cu.say(cal)
+		how += ", " + t.cu.say(cal)
 	}
 	printWrapped(w, fmt.Sprintf("%s: %d runs, %d feasible, %d infeasible (backend %s; memory and time %s); nothing was run",
-		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how), pt.width)
+		plan.Name, t.runs, t.feasible, t.runs-t.feasible, plan.Backend, how), pt.width)
 	return nil
 }
 
@@ -222,7 +287,7 @@ func printPlan(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra
 // runs, and prints where it predicts the wall and how many runs the search takes.
 func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any, cal *sim.Calibration) error {
 	var rows [][]string
-	for _, rc := range plan.Runs {
+	for rc := range plan.All() {
 		if rc.Search == "" {
 			continue
 		}
@@ -261,97 +326,115 @@ func printSearchPrediction(w io.Writer, plan *sweeps.Plan, extra map[string]any,
 	return writeTable(w, []string{"search group", "axis", "predicted max fit", "run", "runs", "tried"}, rows)
 }
 
-// printPlanSummary is plan for a large sweep: counts instead of a row per run —
+// planSummary is plan for a large sweep: counts instead of a row per run —
 // feasibility by each axis's values, the commonest reasons a run does not fit,
 // and the fastest feasible run — in memory that does not grow with the runs.
-func printPlanSummary(cmd *cobra.Command, plan *sweeps.Plan, be backends.Backend, extra map[string]any, cal *sim.Calibration, pt planTable) error {
-	w := cmd.OutOrStdout()
-	axes := plan.Axes
-	type tally struct{ runs, feasible int }
-	byAxis := make([]map[string]*tally, len(axes))
-	var order [][]string // each axis's values in the order first seen (the spec's)
+type planSummary struct {
+	axes   []string
+	byAxis []map[string]*planTally
+	order  [][]string // each axis's values in the order first seen (the spec's)
+	// cells formats the axes' values (axisValues, without its work per run).
+	cells   *axisCells
+	reasons map[string]*reasonTally
+	// shapes caches reasons with their figures taken out (reasonShape):
+	// the runs sharing a prediction share its reason.
+	shapes         map[string]string
+	cu             calibrationUse
+	runs, feasible int
+	best           sweeps.RunConfig
+	bestRate       float64
+}
+
+type planTally struct{ runs, feasible int }
+
+type reasonTally struct {
+	n       int
+	example string
+}
+
+func newPlanSummary(axes []string) *planSummary {
+	s := &planSummary{axes: axes, byAxis: make([]map[string]*planTally, len(axes)), order: make([][]string, len(axes)),
+		cells: newAxisCells(axes), reasons: map[string]*reasonTally{}, shapes: map[string]string{}, bestRate: -1}
 	for i := range axes {
-		byAxis[i] = map[string]*tally{}
-		order = append(order, nil)
+		s.byAxis[i] = map[string]*planTally{}
 	}
-	type reasonTally struct {
-		n       int
-		example string
+	return s
+}
+
+func (s *planSummary) add(rc sweeps.RunConfig, pred sim.Prediction, perr error, reason string) {
+	s.runs++
+	if perr == nil {
+		s.cu.add(rc, pred)
 	}
-	reasons := map[string]*reasonTally{}
-	var cu calibrationUse
-	feasible := 0
-	var best sweeps.RunConfig
-	bestRate := -1.0
-	for _, rc := range plan.Runs {
-		if err := cmd.Context().Err(); err != nil {
-			return &exitError{code: ExitInterrupted, err: errors.New("interrupted")}
+	ok := reason == ""
+	if ok {
+		s.feasible++
+		if rate := pred.TokensPerS / float64(rc.WorldSize); rate > s.bestRate {
+			s.best, s.bestRate = rc, rate
 		}
-		pred, perr := sim.PredictCalibrated(rc, extra, cal)
-		if perr == nil {
-			cu.add(rc, pred)
+	} else {
+		// Reasons quote each run's figures: grouped with the numbers out.
+		key, seen := s.shapes[reason]
+		if !seen {
+			key = reasonShape.ReplaceAllString(reason, "N")
+			if len(s.shapes) >= 1<<12 {
+				clear(s.shapes) // a bound on its memory: reasons differ by the run's figures
+			}
+			s.shapes[reason] = key
 		}
-		reason := whyNot(cmd, plan, be, rc, pred, perr)
-		ok := reason == ""
+		rt := s.reasons[key]
+		if rt == nil {
+			rt = &reasonTally{example: rc.ID + ": " + reason}
+			s.reasons[key] = rt
+		}
+		rt.n++
+	}
+	for i, v := range s.cells.values(&rc) {
+		t := s.byAxis[i][v]
+		if t == nil {
+			t = &planTally{}
+			s.byAxis[i][v] = t
+			s.order[i] = append(s.order[i], v)
+		}
+		t.runs++
 		if ok {
-			feasible++
-			if rate := pred.TokensPerS / float64(rc.WorldSize); rate > bestRate {
-				best, bestRate = rc, rate
-			}
-		} else {
-			// Reasons quote each run's figures: grouped with the numbers out.
-			key := reasonShape.ReplaceAllString(reason, "N")
-			rt := reasons[key]
-			if rt == nil {
-				rt = &reasonTally{example: rc.ID + ": " + reason}
-				reasons[key] = rt
-			}
-			rt.n++
-		}
-		for i, v := range axisValues(rc, axes) {
-			t := byAxis[i][v]
-			if t == nil {
-				t = &tally{}
-				byAxis[i][v] = t
-				order[i] = append(order[i], v)
-			}
-			t.runs++
-			if ok {
-				t.feasible++
-			}
+			t.feasible++
 		}
 	}
+}
+
+func (s *planSummary) print(w io.Writer, plan *sweeps.Plan, _ map[string]any, cal *sim.Calibration, pt planTable) error {
 	how := "predicted by sim"
 	if cal != nil {
-		how += ", " + cu.say(cal)
+		how += ", " + s.cu.say(cal)
 	}
 	fmt.Fprintf(w, "%s: %d runs, %d feasible, %d infeasible (backend %s; %s); nothing was run\n",
-		plan.Name, len(plan.Runs), feasible, len(plan.Runs)-feasible, plan.Backend, how)
+		plan.Name, s.runs, s.feasible, s.runs-s.feasible, plan.Backend, how)
 	fmt.Fprintf(w, "more than %d runs: a summary; --wide prints one row per run\n\n", planTableMax)
 	var rows [][]string
-	for i, a := range axes {
-		for _, v := range order[i] {
-			t := byAxis[i][v]
+	for i, a := range s.axes {
+		for _, v := range s.order[i] {
+			t := s.byAxis[i][v]
 			rows = append(rows, []string{a, v, fmt.Sprint(t.runs), fmt.Sprint(t.feasible), fmt.Sprint(t.runs - t.feasible)})
 		}
 	}
 	if err := writeTableFit(w, []string{"axis", "value", "runs", "feasible", "infeasible"}, rows, results.TableFit{Width: pt.width}); err != nil {
 		return err
 	}
-	if len(reasons) > 0 {
-		keys := slices.SortedFunc(maps.Keys(reasons), func(a, b string) int {
-			if d := reasons[b].n - reasons[a].n; d != 0 {
+	if len(s.reasons) > 0 {
+		keys := slices.SortedFunc(maps.Keys(s.reasons), func(a, b string) int {
+			if d := s.reasons[b].n - s.reasons[a].n; d != 0 {
 				return d
 			}
 			return strings.Compare(a, b)
 		})
 		fmt.Fprintf(w, "\nwhy runs do not fit (%d kinds of reason; the commonest, each with one run):\n", len(keys))
 		for _, k := range keys[:min(5, len(keys))] {
-			printWrapped(w, fmt.Sprintf("%d runs, e.g. %s", reasons[k].n, reasons[k].example), pt.width)
+			printWrapped(w, fmt.Sprintf("%d runs, e.g. %s", s.reasons[k].n, s.reasons[k].example), pt.width)
 		}
 	}
-	if bestRate >= 0 {
-		fmt.Fprintf(w, "\nfastest feasible run: %s, %.0f tokens/s/rank predicted\n", best.ID, bestRate)
+	if s.bestRate >= 0 {
+		fmt.Fprintf(w, "\nfastest feasible run: %s, %.0f tokens/s/rank predicted\n", s.best.ID, s.bestRate)
 	}
 	return nil
 }

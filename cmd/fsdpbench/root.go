@@ -113,7 +113,14 @@ results directory, or it cannot be written); 130 interrupted.`,
 // loadPlan reads a spec with the --set overrides, checking models, hardware
 // profiles and backends against what this binary knows.
 func loadPlan(path string, sets []string, reg *backends.Registry) (*sweeps.Plan, error) {
+	return loadPlanWith(path, sets, reg, false)
+}
+
+// loadPlanWith is loadPlan, streamed when stream is set (sweeps.Options.Stream:
+// read the runs with plan.All).
+func loadPlanWith(path string, sets []string, reg *backends.Registry, stream bool) (*sweeps.Plan, error) {
 	plan, err := sweeps.Load(path, sweeps.Options{
+		Stream:        stream,
 		Set:           sets,
 		CheckModel:    shapes.Check,
 		CheckHardware: hardware.Check,
@@ -159,6 +166,16 @@ func ncclTestsFlag(cmd *cobra.Command, files *[]string) {
 // --set backend_options.nccl_tests=[FILE,...], so the runs' IDs say which
 // measurements predicted them. Only the sim reads nccl-tests output.
 func loadPlanWithNCCLTests(path string, sets, files []string, reg *backends.Registry) (*sweeps.Plan, error) {
+	return loadNCCLTestsPlan(path, sets, files, reg, false)
+}
+
+// loadPlanStream is loadPlanWithNCCLTests, streamed (sweeps.Options.Stream):
+// plan walks a million-point grid holding none of its runs.
+func loadPlanStream(path string, sets, files []string, reg *backends.Registry) (*sweeps.Plan, error) {
+	return loadNCCLTestsPlan(path, sets, files, reg, true)
+}
+
+func loadNCCLTestsPlan(path string, sets, files []string, reg *backends.Registry, stream bool) (*sweeps.Plan, error) {
 	if len(files) > 0 {
 		for _, f := range files {
 			if strings.ContainsAny(f, ",[]") || strings.TrimSpace(f) == "" {
@@ -172,7 +189,7 @@ func loadPlanWithNCCLTests(path string, sets, files []string, reg *backends.Regi
 		}
 		sets = append(slices.Clone(sets), "backend_options.nccl_tests=["+strings.Join(files, ",")+"]")
 	}
-	plan, err := loadPlan(path, sets, reg)
+	plan, err := loadPlanWith(path, sets, reg, stream)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +202,7 @@ func loadPlanWithNCCLTests(path string, sets, files []string, reg *backends.Regi
 // isSimSpec reports whether the spec (with the --set overrides) runs the sim
 // backend; a spec that does not load is left to loadPlan to report.
 func isSimSpec(path string, sets []string, reg *backends.Registry) bool {
-	plan, err := loadPlan(path, sets, reg)
+	plan, err := loadPlanWith(path, sets, reg, true)
 	return err != nil || plan.Backend == sim.Name
 }
 

@@ -128,3 +128,55 @@ func (f *tableFlags) resolve(out io.Writer) (int, error) {
 	}
 	return 0, nil
 }
+
+// axisCells is axisValues for many runs: the columns looked up once, and each
+// distinct value formatted once (a plan's summary formats a million runs'
+// axes, of a few values each).
+type axisCells struct {
+	cols []*results.Column // nil: no such column ("?")
+	seen []map[any]string
+	out  []string
+	// run is the one the columns read, its config replaced per call: a
+	// results.Run is kilobytes.
+	run results.Run
+}
+
+func newAxisCells(axes []string) *axisCells {
+	a := &axisCells{cols: make([]*results.Column, len(axes)), seen: make([]map[any]string, len(axes)), out: make([]string, len(axes))}
+	for i, name := range axes {
+		if c, err := results.LookupColumn(name, results.KindAxis); err == nil {
+			a.cols[i] = &c
+		}
+		a.seen[i] = map[any]string{}
+	}
+	return a
+}
+
+// values is axisValues(*rc, axes); the slice is reused by the next call.
+func (a *axisCells) values(rc *sweeps.RunConfig) []string {
+	a.run.Config = *rc
+	run := &a.run
+	for i, c := range a.cols {
+		if c == nil {
+			a.out[i] = "?"
+			continue
+		}
+		v := c.Value(run)
+		switch v.(type) {
+		case nil:
+			a.out[i] = ""
+		case string, bool, int64, float64, int:
+			s, ok := a.seen[i][v]
+			if !ok {
+				s = fmt.Sprint(v)
+				if len(a.seen[i]) < 1<<12 { // a bound on its memory
+					a.seen[i][v] = s
+				}
+			}
+			a.out[i] = s
+		default:
+			a.out[i] = fmt.Sprint(v)
+		}
+	}
+	return a.out
+}
